@@ -1,0 +1,77 @@
+"""Bandit algorithms with one batched interface (see :mod:`agents.base`).
+
+``make_agent`` builds any of them from a plain, JSON-serialisable specification, the same
+dictionary that ``agent.config()`` returns, so every artefact can record (and rebuild) the
+algorithms that made it::
+
+    make_agent("linucb", alpha=2.0)
+    make_agent({"name": "mixture", "weights": [0.5, 0.5],
+                "components": [{"name": "bernoulli_ts"}, {"name": "uniform"}]})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agents.base import BanditAgent
+from agents.empirical_mean import EmpiricalMean
+from agents.index_agent import IndexAgent
+from agents.linucb import LinUCB, SoftLinUCB
+from agents.mixture import Mixture
+from agents.oracle import Optimal
+from agents.thompson import BernoulliThompson, LinearThompson
+from agents.ucb import UCB
+from agents.uniform import Uniform
+
+AGENTS: dict[str, type[BanditAgent]] = {
+    cls.name: cls
+    for cls in (LinUCB, SoftLinUCB, LinearThompson, BernoulliThompson, UCB, EmpiricalMean, Uniform, Optimal)
+}
+
+
+def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs: Any) -> BanditAgent:
+    """Build an agent from its name or its ``config()`` dictionary (plus keyword overrides)."""
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    params = {**spec, **kwargs}
+    name = params.pop("name", None)
+    if name == Mixture.name:
+        components = [make_agent(c) for c in params.pop("components")]
+        return Mixture(components, params.pop("weights"), seed=seed, **params)
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; known agents: {sorted([*AGENTS, Mixture.name])}")
+    cls = AGENTS[name]
+    if name == SoftLinUCB.name and "temperature" not in params:
+        params["temperature"] = 0.1
+    try:
+        return cls(seed=seed, **params)
+    except TypeError as err:
+        raise ValueError(f"bad parameters for agent {name!r}: {err}") from err
+
+
+def ts_uniform_mixture(alpha: float, thompson: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Specification of Alg_0 = alpha * TS + (1 - alpha) * Uniform (Appendix exp_details)."""
+    return {
+        "name": Mixture.name,
+        "components": [dict(thompson or {"name": BernoulliThompson.name}), {"name": Uniform.name}],
+        "weights": [float(alpha), 1.0 - float(alpha)],
+    }
+
+
+__all__ = [
+    "AGENTS",
+    "BanditAgent",
+    "BernoulliThompson",
+    "EmpiricalMean",
+    "IndexAgent",
+    "LinUCB",
+    "LinearThompson",
+    "Mixture",
+    "Optimal",
+    "SoftLinUCB",
+    "UCB",
+    "Uniform",
+    "make_agent",
+    "ts_uniform_mixture",
+]

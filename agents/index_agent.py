@@ -1,0 +1,57 @@
+"""Index algorithms: score every arm from the history, then take the argmax (or a softmax).
+
+LinUCB, UCB, the empirical mean and the oracle all pick argmax_k v_k of an index v (B, A).
+The soft variants of the paper (soft LinUCB, Appendix soft-LinUCB) instead sample from
+softmax(v / tau), which recovers the argmax as tau -> 0.  An index of +inf (an arm never
+pulled) takes priority; among several such arms the lowest index is pulled first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agents.base import BanditAgent, one_hot
+
+
+def softmax_policy(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(scores / temperature) row-wise; rows with +inf put their mass on the +inf arms."""
+    inf = np.isposinf(scores)
+    has_inf = inf.any(axis=1, keepdims=True)
+    finite = np.where(inf, -np.inf, scores)
+    z = (finite - finite.max(axis=1, keepdims=True)) / temperature
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    p_inf = inf / np.maximum(inf.sum(axis=1, keepdims=True), 1)
+    return np.where(has_inf, p_inf, p)
+
+
+class IndexAgent(BanditAgent):
+    """Argmax of an index (``temperature == 0``) or softmax(index / temperature) (``> 0``)."""
+
+    def __init__(self, temperature: float = 0.0, seed: int | None = None) -> None:
+        super().__init__(seed)
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.temperature = float(temperature)
+        self.deterministic = self.temperature == 0.0
+
+    def index(self, action_sets: np.ndarray) -> np.ndarray:
+        """The per-arm index v (B, A) given the current action sets (B, A, d)."""
+        raise NotImplementedError
+
+    def _policy(self, action_sets: np.ndarray) -> np.ndarray:
+        scores = self.index(action_sets)
+        if self.deterministic:
+            return one_hot(scores.argmax(axis=1), self.num_actions)
+        return softmax_policy(scores, self.temperature)
+
+    def _act(self, action_sets: np.ndarray) -> np.ndarray:
+        if self.deterministic:
+            return self.index(action_sets).argmax(axis=1)
+        return super()._act(action_sets)
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters, including the softmax temperature."""
+        return {**super().config(), "temperature": self.temperature}

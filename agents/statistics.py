@@ -1,0 +1,62 @@
+"""Incremental sufficient statistics shared by the bandit algorithms (one estimator, written once).
+
+- :class:`RidgeStatistics`: the regularised Gram matrix V_t = reg * I + sum_{j<t} a_j a_j^T kept as
+  its inverse by Sherman-Morrison rank-one updates, and b_t = sum_{j<t} r_j a_j, so the ridge
+  estimate w_t = V_t^{-1} b_t and the widths a^T V_t^{-1} a cost O(d^2) per step, never a solve.
+  LinUCB (reg = lambda) and linear Thompson sampling (reg = sigma^2 / lambda) both use it.
+- :class:`ArmStatistics`: running pull counts N_k and reward sums S_k per arm index, used by the
+  empirical mean, UCB and Beta-Bernoulli Thompson sampling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class RidgeStatistics:
+    """Ridge-regression statistics of B runs: V^{-1} (B, d, d) and b (B, d)."""
+
+    def __init__(self, batch_size: int, dim: int, reg: float) -> None:
+        if reg <= 0:
+            raise ValueError(f"the ridge regulariser must be > 0, got {reg}")
+        self.reg = reg
+        self.gram_inv = np.broadcast_to(np.eye(dim) / reg, (batch_size, dim, dim)).copy()
+        self.target = np.zeros((batch_size, dim))
+
+    def update(self, x: np.ndarray, r: np.ndarray) -> None:
+        """Add one observation (x (B, d), r (B,)): Sherman-Morrison on V^{-1}.
+
+        (V + x x^T)^{-1} = V^{-1} - (V^{-1} x)(V^{-1} x)^T / (1 + x^T V^{-1} x).
+        """
+        vx = np.einsum("bij,bj->bi", self.gram_inv, x)  # (B, d); V^{-1} is symmetric
+        denom = 1.0 + np.einsum("bi,bi->b", x, vx)
+        self.gram_inv -= vx[:, :, None] * vx[:, None, :] / denom[:, None, None]
+        self.target += r[:, None] * x
+
+    def estimate(self) -> np.ndarray:
+        """Ridge estimate w = V^{-1} b, shape (B, d)."""
+        return np.einsum("bij,bj->bi", self.gram_inv, self.target)
+
+    def widths(self, action_sets: np.ndarray) -> np.ndarray:
+        """Squared widths a_k^T V^{-1} a_k of every arm, shape (B, A)."""
+        va = np.matmul(action_sets, self.gram_inv)  # (B, A, d)
+        return np.maximum((va * action_sets).sum(axis=-1), 0.0)
+
+
+class ArmStatistics:
+    """Pull counts N_k and reward sums S_k per arm of B runs, each (B, A)."""
+
+    def __init__(self, batch_size: int, num_actions: int) -> None:
+        self.counts = np.zeros((batch_size, num_actions))
+        self.sums = np.zeros((batch_size, num_actions))
+        self._rows = np.arange(batch_size)
+
+    def update(self, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Add one pull per run."""
+        self.counts[self._rows, actions] += 1.0
+        self.sums[self._rows, actions] += rewards
+
+    def means(self) -> np.ndarray:
+        """Empirical means S_k / N_k; NaN for arms never pulled."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1.0), np.nan)

@@ -1,0 +1,40 @@
+"""Environments of icrl-gym and their Gymnasium registrations (all in one place)."""
+
+from gymnasium.envs.registration import register, registry
+
+from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
+from icrl_gym.envs.bernoulli_bandit import BernoulliBanditEnv, BernoulliBanditVectorEnv, bernoulli_bandit_spec
+from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv, linear_bandit_spec
+
+ENV_IDS = ("ICRL-LinearBandit-v0", "ICRL-BernoulliBandit-v0")
+
+_ENTRY_POINTS = {
+    "ICRL-LinearBandit-v0": ("icrl_gym.envs.linear_bandit:LinearBanditEnv", "LinearBanditVectorEnv"),
+    "ICRL-BernoulliBandit-v0": ("icrl_gym.envs.bernoulli_bandit:BernoulliBanditEnv", "BernoulliBanditVectorEnv"),
+}
+
+
+def register_envs() -> None:
+    """Register every icrl-gym environment with Gymnasium (idempotent)."""
+    for env_id, (entry, vector_cls) in _ENTRY_POINTS.items():
+        if env_id in registry:
+            continue
+        module = entry.split(":")[0]
+        register(id=env_id, entry_point=entry, vector_entry_point=f"{module}:{vector_cls}")
+
+
+__all__ = [
+    "ENV_IDS",
+    "BanditBatch",
+    "BanditEnv",
+    "BanditSpec",
+    "BanditVectorEnv",
+    "BernoulliBanditEnv",
+    "BernoulliBanditVectorEnv",
+    "LinearBanditEnv",
+    "LinearBanditVectorEnv",
+    "bernoulli_bandit_spec",
+    "linear_bandit_spec",
+    "register_envs",
+]

@@ -1,0 +1,234 @@
+"""Batched stochastic bandit simulator shared by the linear and Bernoulli environments.
+
+Section LinUCB-statement and Section experiments of the paper: an instance is a parameter
+w* in R^d and action sets A_t = {a_{t,1}, ..., a_{t,A}} in R^d; pulling arm k at step t returns
+r_t = <a_{t,k}, w*> + eps_t (Gaussian noise) or r_t ~ Bern(<a_{t,k}, w*>) (one-hot arms).
+
+:class:`BanditBatch` holds B independent instances as arrays and advances all of them in one
+call, so that a single environment is a batch of one and thousands of instances step at numpy
+speed.  It never owns randomness: the caller passes a ``np.random.Generator`` (the
+environment's ``self.np_random``).  The noise of step t is drawn as one number per instance,
+independently of the arm pulled, so two algorithms run under the same seed see the same
+instances *and* the same noise (common random numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ARM_KINDS = ("uniform", "one_hot")
+REWARD_KINDS = ("gaussian", "bernoulli")
+PRIOR_KINDS = ("uniform", "gaussian")
+ACTION_SET_KINDS = ("fixed", "per_step")
+
+
+@dataclass(frozen=True)
+class BanditSpec:
+    """The prior over bandit instances: everything needed to draw and simulate one.
+
+    Defaults are the paper's linear-bandit experiment (Section experiments): d=5, A=10,
+    T=200, w* ~ Unif([0,1]^d), one action set per run with rows iid Unif([-1,1]^d),
+    Gaussian noise with standard deviation 1.5.
+    """
+
+    dim: int = 5
+    """Dimension d of w* and of every action vector."""
+    num_actions: int = 10
+    """Number of arms A in every action set."""
+    horizon: int = 200
+    """Number of steps T of one in-context run (one Gymnasium episode)."""
+    arms: str = "uniform"
+    """'uniform': action vectors iid Unif([-1,1]^d); 'one_hot': the standard basis (A = d)."""
+    reward: str = "gaussian"
+    """'gaussian': r = <a, w*> + N(0, noise_std^2); 'bernoulli': r ~ Bern(<a, w*>)."""
+    noise_std: float = 1.5
+    """Standard deviation of the Gaussian reward noise (ignored for Bernoulli rewards)."""
+    prior: str = "uniform"
+    """'uniform': w* ~ Unif([prior_low, prior_high]^d); 'gaussian': w* ~ N(0, prior_var I_d)."""
+    prior_low: float = 0.0
+    """Lower end of the uniform prior on each coordinate of w*."""
+    prior_high: float = 1.0
+    """Upper end of the uniform prior on each coordinate of w*."""
+    prior_var: float = 1.0
+    """Variance lambda of the Gaussian prior N(0, lambda I_d) (Appendix ts_algorithm_formula)."""
+    action_set: str = "fixed"
+    """'fixed': one action set for the whole run; 'per_step': a fresh set every step."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.dim < 1:
+            problems.append(f"dim must be >= 1, got {self.dim}")
+        if self.num_actions < 1:
+            problems.append(f"num_actions must be >= 1, got {self.num_actions}")
+        if self.horizon < 1:
+            problems.append(f"horizon must be >= 1, got {self.horizon}")
+        for field, value, allowed in (
+            ("arms", self.arms, ARM_KINDS),
+            ("reward", self.reward, REWARD_KINDS),
+            ("prior", self.prior, PRIOR_KINDS),
+            ("action_set", self.action_set, ACTION_SET_KINDS),
+        ):
+            if value not in allowed:
+                problems.append(f"{field} must be one of {allowed}, got {value!r}")
+        if not np.isfinite(self.noise_std) or self.noise_std < 0:
+            problems.append(f"noise_std must be a finite number >= 0, got {self.noise_std}")
+        if self.prior_var <= 0:
+            problems.append(f"prior_var must be > 0, got {self.prior_var}")
+        if not self.prior_low < self.prior_high:
+            problems.append(f"prior_low must be < prior_high, got [{self.prior_low}, {self.prior_high}]")
+        if self.arms == "one_hot" and self.num_actions != self.dim:
+            problems.append(
+                f"one-hot arms need num_actions == dim (one arm per basis vector e_i), "
+                f"got num_actions={self.num_actions}, dim={self.dim}"
+            )
+        if self.arms == "one_hot" and self.action_set == "per_step":
+            problems.append("one-hot arms form a single fixed action set; use action_set='fixed'")
+        if self.reward == "bernoulli":
+            if self.arms != "one_hot":
+                problems.append("Bernoulli rewards need one-hot arms so that <a, w*> is a probability")
+            if self.prior != "uniform" or self.prior_low < 0 or self.prior_high > 1:
+                problems.append("Bernoulli rewards need a uniform prior inside [0, 1] on the arm means")
+        if problems:
+            raise ValueError("invalid bandit specification: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dictionary of the fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BanditSpec:
+        """Inverse of :meth:`to_dict`; unknown keys are an error, not silently dropped."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown BanditSpec fields {unknown}; known fields are {sorted(known)}")
+        return cls(**data)
+
+    @property
+    def action_set_shape(self) -> tuple[int, int]:
+        """Shape (A, d) of one action set, the observation of the environments."""
+        return (self.num_actions, self.dim)
+
+    @property
+    def action_bounds(self) -> tuple[float, float]:
+        """Elementwise bounds of the action vectors."""
+        return (0.0, 1.0) if self.arms == "one_hot" else (-1.0, 1.0)
+
+
+def sample_w_star(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Draw n parameters w* from the prior, shape (n, d)."""
+    if spec.prior == "gaussian":
+        return rng.normal(0.0, np.sqrt(spec.prior_var), size=(n, spec.dim))
+    return rng.uniform(spec.prior_low, spec.prior_high, size=(n, spec.dim))
+
+
+def sample_action_sets(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Draw n action sets, shape (n, A, d)."""
+    if spec.arms == "one_hot":
+        return np.broadcast_to(np.eye(spec.dim), (n, spec.dim, spec.dim)).copy()
+    return rng.uniform(-1.0, 1.0, size=(n, spec.num_actions, spec.dim))
+
+
+class BanditBatch:
+    """B independent bandit instances advanced together (the batched core of every bandit env).
+
+    Attributes:
+        w_star: (B, d) instance parameters.
+        action_sets: (B, A, d) the current action set of every instance.
+        t: number of steps already taken (0 <= t <= T), shared by the whole batch.
+    """
+
+    def __init__(
+        self,
+        spec: BanditSpec,
+        batch_size: int,
+        rng: np.random.Generator,
+        w_star: np.ndarray | None = None,
+        action_sets: np.ndarray | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.spec = spec
+        self.batch_size = batch_size
+        self.rng = rng
+        self.w_star = self._given_or_sampled(w_star, (batch_size, spec.dim), "w_star", sample_w_star)
+        self.action_sets = self._given_or_sampled(
+            action_sets, (batch_size, *spec.action_set_shape), "action_set", sample_action_sets
+        )
+        if spec.reward == "bernoulli" and (self.w_star.min() < 0 or self.w_star.max() > 1):
+            raise ValueError("Bernoulli arm means w_star must lie in [0, 1]")
+        self.t = 0
+        self._refresh_means()
+
+    def _given_or_sampled(self, value: np.ndarray | None, shape: tuple[int, ...], name: str, sampler: Any):
+        if value is None:
+            return sampler(self.spec, self.rng, self.batch_size)
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.shape == shape[1:]:
+            arr = np.broadcast_to(arr, shape)
+        if arr.shape != shape:
+            raise ValueError(f"{name} has shape {arr.shape}, expected {shape[1:]} or {shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} contains non-finite values")
+        return arr.copy()
+
+    def _refresh_means(self) -> None:
+        # (B, A): expected reward of every arm of the current action set.
+        self.means = np.einsum("bad,bd->ba", self.action_sets, self.w_star)
+        self.best_arm = self.means.argmax(axis=1)
+        self.best_mean = self.means[np.arange(self.batch_size), self.best_arm]
+
+    @property
+    def done(self) -> bool:
+        """Whether the T steps of the run have all been taken."""
+        return self.t >= self.spec.horizon
+
+    def check_actions(self, actions: Any) -> np.ndarray:
+        """Validate a batch of arm indices: integer, shape (B,), each in [0, A)."""
+        arr = np.asarray(actions)
+        if arr.shape != (self.batch_size,):
+            raise ValueError(f"expected actions of shape ({self.batch_size},), got shape {arr.shape}")
+        if arr.dtype.kind not in "iu":
+            if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
+                arr = arr.astype(np.int64)
+            else:
+                raise ValueError(f"actions must be integer arm indices, got dtype {arr.dtype}")
+        bad = (arr < 0) | (arr >= self.spec.num_actions)
+        if bad.any():
+            raise ValueError(
+                f"action {arr[bad][0]} is outside [0, {self.spec.num_actions}) "
+                f"(the arms of the action set)"
+            )
+        return arr.astype(np.int64, copy=False)
+
+    def step(self, actions: Any) -> dict[str, np.ndarray]:
+        """Pull arm ``actions[b]`` in instance b; returns rewards and regret quantities.
+
+        Returns a dict of (B,) arrays: ``reward``, ``expected_reward`` <a_t, w*>,
+        ``best_expected_reward`` max_k <a_{t,k}, w*>, ``optimal_action``.
+        """
+        if self.done:
+            raise RuntimeError(f"the run has ended after T={self.spec.horizon} steps; call reset() first")
+        actions = self.check_actions(actions)
+        idx = np.arange(self.batch_size)
+        expected = self.means[idx, actions]
+        # One noise draw per instance per step, whatever the arm (common random numbers).
+        if self.spec.reward == "bernoulli":
+            reward = (self.rng.random(self.batch_size) < expected).astype(np.float64)
+        else:
+            reward = expected + self.spec.noise_std * self.rng.standard_normal(self.batch_size)
+        out = {
+            "reward": reward,
+            "expected_reward": expected,
+            "best_expected_reward": self.best_mean,
+            "optimal_action": self.best_arm,
+        }
+        self.t += 1
+        if self.spec.action_set == "per_step" and not self.done:
+            self.action_sets = sample_action_sets(self.spec, self.rng, self.batch_size)
+            self._refresh_means()
+        return out

@@ -1,0 +1,161 @@
+"""Gymnasium wrappers around :class:`BanditBatch`: a single environment and a native vector env.
+
+One Gymnasium episode is one whole in-context run of T steps on one instance drawn from the
+prior at ``reset``; it ends with ``terminated=True``.  The observation is the current action set
+(an (A, d) ``Box``), the action an arm index (``Discrete(A)``).  ``info`` carries what regret
+needs without knowing the instance: ``expected_reward`` <a_t, w*>, ``best_expected_reward``
+max_k <a_{t,k}, w*>, ``regret`` (their difference), ``optimal_action`` and ``w_star``.
+
+A fixed instance is replayed by seeding ``reset`` or by passing it in
+``options={"w_star": ..., "action_set": ...}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+
+
+def _observation_space(spec: BanditSpec) -> spaces.Box:
+    low, high = spec.action_bounds
+    return spaces.Box(low=low, high=high, shape=(spec.num_actions * spec.dim,), dtype=np.float32)
+
+
+def _instance_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    options = dict(options or {})
+    allowed = {"w_star", "action_set"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(f"unknown reset options {unknown}; allowed: {sorted(allowed)}")
+    return {"w_star": options.get("w_star"), "action_sets": options.get("action_set")}
+
+
+class BanditEnv(gym.Env):
+    """One bandit run as a Gymnasium environment (a :class:`BanditBatch` of size one)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, spec: BanditSpec) -> None:
+        self.bandit_spec = spec
+        self.observation_space = _observation_space(spec)
+        self.action_space = spaces.Discrete(spec.num_actions)
+        self._batch: BanditBatch | None = None
+
+    @property
+    def w_star(self) -> np.ndarray:
+        """The parameter w* of the current instance, shape (d,)."""
+        return self._require_batch().w_star[0]
+
+    def _require_batch(self) -> BanditBatch:
+        if self._batch is None:
+            raise RuntimeError("call reset() before step()")
+        return self._batch
+
+    def _obs(self) -> np.ndarray:
+        return self._require_batch().action_sets[0].astype(np.float32).reshape(-1)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Draw a new instance from the prior (or take it from ``options``) and start a run."""
+        super().reset(seed=seed)
+        self._batch = BanditBatch(self.bandit_spec, 1, self.np_random, **_instance_options(options))
+        batch = self._batch
+        info = {
+            "w_star": batch.w_star[0].copy(),
+            "optimal_action": int(batch.best_arm[0]),
+            "best_expected_reward": float(batch.best_mean[0]),
+            "dim": self.bandit_spec.dim,
+            "num_actions": self.bandit_spec.num_actions,
+        }
+        return self._obs(), info
+
+    def step(self, action: Any):
+        """Pull one arm; the episode terminates after T pulls."""
+        batch = self._require_batch()
+        if np.ndim(action) != 0:
+            raise ValueError(f"expected a single arm index, got an array of shape {np.shape(action)}")
+        out = batch.step(np.asarray([action]))
+        info = {
+            "expected_reward": float(out["expected_reward"][0]),
+            "best_expected_reward": float(out["best_expected_reward"][0]),
+            "regret": float(out["best_expected_reward"][0] - out["expected_reward"][0]),
+            "optimal_action": int(out["optimal_action"][0]),
+            "w_star": batch.w_star[0].copy(),
+            "t": batch.t,
+        }
+        return self._obs(), float(out["reward"][0]), batch.done, False, info
+
+
+class BanditVectorEnv(VectorEnv):
+    """B bandit runs stepped as arrays: the native batched version of :class:`BanditEnv`.
+
+    All runs have the same length T, so they terminate together; the following ``step`` call
+    resets every run to a new instance (``AutoresetMode.NEXT_STEP``) and returns zero rewards.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int, spec: BanditSpec) -> None:
+        self.num_envs = num_envs
+        self.bandit_spec = spec
+        self.single_observation_space = _observation_space(spec)
+        self.single_action_space = spaces.Discrete(spec.num_actions)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._batch: BanditBatch | None = None
+        self._autoreset = False
+
+    @property
+    def batch(self) -> BanditBatch:
+        """The underlying :class:`BanditBatch` (raises before the first reset)."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before step()")
+        return self._batch
+
+    def _obs(self) -> np.ndarray:
+        return self.batch.action_sets.astype(np.float32).reshape(self.num_envs, -1)
+
+    def _reset_info(self) -> dict[str, Any]:
+        batch = self.batch
+        return {
+            "w_star": batch.w_star.copy(),
+            "optimal_action": batch.best_arm.copy(),
+            "best_expected_reward": batch.best_mean.copy(),
+            "dim": self.bandit_spec.dim,
+            "num_actions": self.bandit_spec.num_actions,
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Draw B new instances (``options`` may fix w_star (B, d) and the action sets)."""
+        if seed is not None:
+            self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
+        self._batch = BanditBatch(
+            self.bandit_spec, self.num_envs, self.np_random, **_instance_options(options)
+        )
+        self._autoreset = False
+        return self._obs(), self._reset_info()
+
+    def step(self, actions: Any):
+        """Pull ``actions[b]`` in run b; returns (obs, rewards, terminated, truncated, info)."""
+        if self._autoreset:
+            obs, info = self.reset()
+            zeros = np.zeros(self.num_envs, dtype=bool)
+            return obs, np.zeros(self.num_envs), zeros, zeros.copy(), info
+        batch = self.batch
+        out = batch.step(actions)
+        info = {
+            "expected_reward": out["expected_reward"],
+            "best_expected_reward": out["best_expected_reward"],
+            "regret": out["best_expected_reward"] - out["expected_reward"],
+            "optimal_action": out["optimal_action"],
+            "w_star": batch.w_star,
+        }
+        self._autoreset = batch.done
+        terminated = np.full(self.num_envs, batch.done)
+        return self._obs(), out["reward"], terminated, np.zeros(self.num_envs, dtype=bool), info

@@ -1,0 +1,80 @@
+"""ICRL-BernoulliBandit-v0: the multi-armed Bernoulli bandit of Section experiments."""
+
+from __future__ import annotations
+
+from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
+
+
+def bernoulli_bandit_spec(
+    num_arms: int = 5,
+    horizon: int = 200,
+    prior_low: float = 0.0,
+    prior_high: float = 1.0,
+    dim: int | None = None,
+    num_actions: int | None = None,
+) -> BanditSpec:
+    """The :class:`BanditSpec` of a Bernoulli bandit with one-hot arms e_1..e_K.
+
+    ``dim`` and ``num_actions`` are accepted for symmetry with the linear bandit; both must
+    equal ``num_arms`` since the arms are the standard basis vectors.
+    """
+    for name, value in (("dim", dim), ("num_actions", num_actions)):
+        if value is not None and value != num_arms:
+            raise ValueError(
+                f"a Bernoulli bandit has one-hot arms, so {name} must equal num_arms={num_arms}, got {value}"
+            )
+    return BanditSpec(
+        dim=num_arms,
+        num_actions=num_arms,
+        horizon=horizon,
+        arms="one_hot",
+        reward="bernoulli",
+        noise_std=0.0,
+        prior="uniform",
+        prior_low=prior_low,
+        prior_high=prior_high,
+    )
+
+
+class BernoulliBanditEnv(BanditEnv):
+    """Multi-armed Bernoulli bandit; new arm means are drawn from the prior at every reset.
+
+    ## Description
+    K arms with means w* ~ Unif([prior_low, prior_high]^K) (default Unif([0,1]^K), K=5,
+    T=200 as in Section experiments).  The action vectors are one-hot e_1..e_K, so this is
+    the linear bandit with <e_k, w*> = w*_k and r_t ~ Bern(w*_{a_t}).
+
+    ## Action Space
+    ``Discrete(K)``.
+
+    ## Observation Space
+    ``Box(0, 1, (K*K,), float32)``: the action set, i.e. the flattened identity matrix (kept
+    so every bandit shares one observation format and one transformer embedding).
+
+    ## Reward
+    0 or 1.  ``info["regret"]`` is max_k w*_k - w*_{a_t}.
+
+    ## Episode End
+    ``terminated=True`` after T pulls.
+
+    ## Arguments
+    num_arms, horizon, prior_low, prior_high.  ``reset(options={"w_star": p})`` replays a
+    given instance.
+
+    ## References
+    Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024, Section 5.
+
+    ## Version History
+    v0: initial version.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(bernoulli_bandit_spec(**kwargs))
+
+
+class BernoulliBanditVectorEnv(BanditVectorEnv):
+    """Natively batched :class:`BernoulliBanditEnv`."""
+
+    def __init__(self, num_envs: int = 1, **kwargs) -> None:
+        super().__init__(num_envs, bernoulli_bandit_spec(**kwargs))

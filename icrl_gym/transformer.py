@@ -1,0 +1,469 @@
+"""GPT-style decoder transformer that reads a bandit trajectory and outputs a policy at every step.
+
+This follows "Transformers as Decision Makers: Provable In-Context RL via Supervised
+Pretraining" (Lin, Bai, Mei; ICLR 2024):
+
+* Def. masked-attention: ReLU attention normalised by the query position,
+  ``h_i + sum_m (1/i) sum_{j<=i} ReLU(<Q_m h_i, K_m h_j>) V_m h_j``; softmax attention is an option.
+* Appendix exp_details: a GPT-2 model with ReLU MLPs, L=8 layers, M=4 heads, D=32, and
+  LayerNorm after each attention and MLP layer (post-LN).
+* Appendix tf_embed_bandit: two tokens per step, a state token carrying the action set ``A_t``
+  and an action-reward token carrying ``(a_t, r_t)``; the policy at step ``t`` is the softmax of a
+  linear read-out of the output at the state token of step ``t``.
+
+The whole input -> policy path lives in this file: :class:`BanditTransformer` embeds raw
+trajectories ``(action_sets, actions, rewards)``, returns all ``T`` policies from one forward pass
+for training, and rolls out online one step at a time with a preallocated key/value cache
+(:class:`KVCache`), so a rollout step costs ``O(current length)`` instead of a recomputation of the
+whole prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_ATTENTIONS = ("relu", "softmax")
+_LAYOUTS = ("paper", "compact")
+_POSITIONALS = ("learned", "poly")
+
+
+@dataclass
+class TransformerConfig:
+    """Hyper-parameters of :class:`BanditTransformer` (defaults: the paper's Appendix exp_details)."""
+
+    n_layer: int = 8
+    """Number of transformer blocks L."""
+    n_head: int = 4
+    """Number of attention heads M."""
+    n_embd: int = 32
+    """Embedding (token) dimension D."""
+    mlp_ratio: int = 4
+    """Hidden width of the MLP as a multiple of D."""
+    attention: str = "relu"
+    """"relu" (Def. masked-attention) or "softmax" (standard causal attention)."""
+    layout: str = "paper"
+    """"paper": two tokens per step (Appendix tf_embed_bandit); "compact": one token per step."""
+    positional: str = "learned"
+    """"learned": absolute position embedding; "poly": the paper's (i, i^2, 1), linearly projected."""
+    dim: int = 5
+    """Action feature dimension d."""
+    num_actions: int = 10
+    """Number of arms A in every action set."""
+    horizon: int = 200
+    """Maximum number of steps T of a trajectory."""
+    dropout: float = 0.0
+    """Dropout probability on embeddings, attention weights and residual branches."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "mlp_ratio", "dim", "num_actions", "horizon"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive int, got {value!r}")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(
+                f"TransformerConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
+            )
+        for name, allowed in (("attention", _ATTENTIONS), ("layout", _LAYOUTS), ("positional", _POSITIONALS)):
+            if getattr(self, name) not in allowed:
+                value = getattr(self, name)
+                raise ValueError(f"TransformerConfig.{name} must be one of {allowed}, got {value!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise ValueError(f"TransformerConfig.dropout must be a float, got {self.dropout!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"TransformerConfig.dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Number of tokens per environment step: 2 for the "paper" layout, 1 for "compact"."""
+        return 2 if self.layout == "paper" else 1
+
+    @property
+    def max_tokens(self) -> int:
+        """Maximum sequence length, ``tokens_per_step * horizon``."""
+        return self.tokens_per_step * self.horizon
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the configuration as a plain (JSON-serialisable) dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
+        """Build a configuration from a dict, rejecting unknown keys."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig keys {unknown}; known keys are {sorted(known)}")
+        return cls(**d)
+
+
+@dataclass
+class KVCache:
+    """Preallocated per-layer keys/values for incremental decoding with :meth:`BanditTransformer.step`.
+
+    ``k[l]`` and ``v[l]`` have shape ``(B, nh, max_tokens, hs)``; only the first ``length`` token
+    slots are filled. New keys/values are written in place, so a step costs ``O(length)``.
+    ``steps`` counts environment steps taken and ``last_action_set`` (``(B, A, d)``) remembers the
+    action set of the latest step, from which the vector of the next step's ``prev_action`` is read.
+    """
+
+    k: list[Tensor]
+    v: list[Tensor]
+    length: int = 0
+    steps: int = 0
+    last_action_set: Tensor | None = field(default=None, repr=False)
+
+    @property
+    def batch_size(self) -> int:
+        """Number of trajectories B held by the cache."""
+        return self.k[0].shape[0]
+
+    @property
+    def capacity(self) -> int:
+        """Number of token slots (``max_tokens`` of the model)."""
+        return self.k[0].shape[2]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention, ReLU (Def. masked-attention) or softmax.
+
+    ReLU attention, for query position ``i`` (1-based, absolute) and each head::
+
+        out_i = (1/i) * sum_{j<=i} ReLU(<q_i, k_j> / sqrt(hs)) v_j
+
+    The ``1/sqrt(hs)`` scale is ours (for optimisation; the paper has none). Heads are concatenated
+    and projected by ``c_proj``, which equals the paper's sum over heads with ``V_m`` the product of
+    a head's value map and its block of ``c_proj``. Because ``i > 0``, ``(1/i) ReLU(x) = ReLU(x/i)``,
+    so the ``1/i`` and ``1/sqrt(hs)`` factors are folded into the queries (cheaper, less memory).
+    The residual connection and LayerNorm are applied in :class:`Block`.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.head_size = config.n_embd // config.n_head
+        self.attention = config.attention
+        self.dropout = config.dropout
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # q, k, v projections
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        """Attend from the new tokens ``x`` (B, n_new, D) to themselves and to the cached past.
+
+        With a ``cache`` holding ``n_past = cache.length`` tokens, the keys/values of ``x`` are
+        written into ``cache.k[layer], cache.v[layer]`` at slots ``n_past .. n_past + n_new - 1``
+        (the caller advances ``cache.length``), and the result equals the rows of the full forward
+        pass over the concatenated sequence.
+        """
+        B, n_new, D = x.shape
+        nh, hs = self.n_head, self.head_size
+        n_past = 0 if cache is None else cache.length
+        q, k, v = self.c_attn(x).split(D, dim=2)
+        q = q.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
+        k = k.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
+        v = v.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
+        if cache is not None:
+            n_tot = n_past + n_new
+            cache.k[layer][:, :, n_past:n_tot] = k
+            cache.v[layer][:, :, n_past:n_tot] = v
+            k = cache.k[layer][:, :, :n_tot]  # (B, nh, n_tot, hs)
+            v = cache.v[layer][:, :, :n_tot]  # (B, nh, n_tot, hs)
+        n_tot = k.shape[2]
+        # causal[i, j] is True when key j (0-based, absolute) is visible from new query i
+        q_pos = torch.arange(n_past, n_past + n_new, device=x.device)
+        causal = torch.arange(n_tot, device=x.device)[None, :] <= q_pos[:, None]  # (n_new, n_tot)
+
+        if self.attention == "relu":
+            scale = 1.0 / (math.sqrt(hs) * (q_pos + 1).to(q.dtype))  # (n_new,): 1/(sqrt(hs) * i)
+            att = (q * scale[:, None]) @ k.transpose(-2, -1)  # (B, nh, n_new, n_tot)
+            att = att.masked_fill(~causal, 0.0).relu()
+            att = self.attn_dropout(att)
+            y = att @ v  # (B, nh, n_new, hs)
+        else:
+            p = self.dropout if self.training else 0.0
+            if n_past == 0:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            elif n_new == 1:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, dropout_p=p)
+            # y: (B, nh, n_new, hs)
+        y = y.transpose(1, 2).contiguous().view(B, n_new, D)  # (B, n_new, D)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    """Two-layer ReLU MLP (Def. mlp): ``W_2 ReLU(W_1 h)``."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.mlp_ratio * config.n_embd)
+        self.c_proj = nn.Linear(config.mlp_ratio * config.n_embd, config.n_embd)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Apply the MLP token-wise to ``x`` of shape (B, N, D)."""
+        return self.dropout(self.c_proj(F.relu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """Post-LN transformer block: ``x = LN1(x + attn(x)); x = LN2(x + mlp(x))`` (Appendix exp_details)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.attn = CausalSelfAttention(config)
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.mlp = MLP(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+
+    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        """Transform ``x`` (B, n_new, D), attending to ``cache`` when one is given."""
+        x = self.ln_1(x + self.attn(x, cache, layer))
+        return self.ln_2(x + self.mlp(x))
+
+
+def _chosen_vectors(action_sets: Tensor, actions: Tensor) -> Tensor:
+    """Return the chosen action vectors ``action_sets[..., actions, :]``: (..., A, d), (...) -> (..., d)."""
+    d = action_sets.shape[-1]
+    idx = actions[..., None, None].expand(*actions.shape, 1, d)
+    return torch.gather(action_sets, -2, idx).squeeze(-2)
+
+
+class BanditTransformer(nn.Module):
+    """Decoder transformer policy for (linear) bandits: trajectory in, logits over A arms out.
+
+    Embedding (Appendix tf_embed_bandit). Each token is a raw feature vector of fixed size ``F``
+    mapped by ``input_embed = Linear(F, D)``, plus a positional part.
+
+    * layout "paper", two tokens per step ``t``, features ``[a (d), r (1), vec(A) (A*d), onehot (A),
+      type (2)]``: the state token ``h_{2t-1} = [0, 0, vec(A_t), 0, (1, 0)]`` and the action-reward
+      token ``h_{2t} = [a_t, r_t, 0, onehot(arm of a_t), (0, 1)]``. The policy at step ``t`` is read
+      at the state token (0-based index ``2t-2``), which sees ``A_1..A_t`` and ``(a, r)_1..(a, r)_{t-1}``.
+      The action-reward token of the last step influences no policy and is not fed by ``forward``.
+    * layout "compact", one token per step, features ``[vec(A_t), a_{t-1}, r_{t-1},
+      onehot(arm of a_{t-1}), 1{t>1}]`` (zeros for ``t=1``); the policy at step ``t`` is read at token
+      ``t-1``. The same information as "paper" with half the tokens.
+
+    Positional part: "learned" adds ``nn.Embedding(max_tokens, D)``; "poly" adds a bias-free linear
+    map of the paper's ``(i, i^2, 1)`` with ``i`` (1-based) divided by ``max_tokens`` (a linear map of
+    the concatenated vector ``[features, p_i]`` equals this sum).
+
+    Read-out (the paper's extraction map): ``lm_head = Linear(D, A)`` gives the logits, so
+    ``Alg_theta(.|D_{t-1}, s_t) = softmax(logits_t)``. ``value_head = Linear(D, A)`` is an auxiliary
+    head that can be trained to regress an expert's per-arm index values.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        A, d, D = config.num_actions, config.dim, config.n_embd
+        if config.layout == "paper":
+            self.n_features = d + 1 + A * d + A + 2
+        else:
+            self.n_features = A * d + d + 1 + A + 1
+        self.input_embed = nn.Linear(self.n_features, D)
+        if config.positional == "learned":
+            self.pos_embed: nn.Module = nn.Embedding(config.max_tokens, D)
+        else:
+            self.pos_embed = nn.Linear(3, D, bias=False)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
+        self.lm_head = nn.Linear(D, A)
+        self.value_head = nn.Linear(D, A)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """GPT-2 style initialisation: N(0, 0.02) weights, zero biases, identity LayerNorm."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        """Return the number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    # ----------------------------------------------------------------- embedding
+    def _state_features(self, action_sets: Tensor) -> Tensor:
+        """Paper-layout state-token features: (..., A, d) -> (..., F)."""
+        A, d = self.config.num_actions, self.config.dim
+        z = action_sets.new_zeros(action_sets.shape[:-2])[..., None]  # (..., 1)
+        return torch.cat(
+            [z.expand(*z.shape[:-1], d + 1), action_sets.flatten(-2), z.expand(*z.shape[:-1], A), z + 1, z],
+            dim=-1,
+        )
+
+    def _action_reward_features(self, action_sets: Tensor, actions: Tensor, rewards: Tensor) -> Tensor:
+        """Paper-layout action-reward-token features: (..., A, d), (...), (...) -> (..., F)."""
+        A, d = self.config.num_actions, self.config.dim
+        a_vec = _chosen_vectors(action_sets, actions)  # (..., d)
+        onehot = F.one_hot(actions, A).to(action_sets.dtype)  # (..., A)
+        r = rewards[..., None]  # (..., 1)
+        zeros = r.new_zeros(*r.shape[:-1], A * d + 1)  # vec(A) slot and the first type bit
+        parts = [a_vec, r, zeros[..., : A * d], onehot, zeros[..., A * d :], torch.ones_like(r)]
+        return torch.cat(parts, dim=-1)
+
+    def _compact_features(
+        self, action_sets: Tensor, prev_actions: Tensor, prev_rewards: Tensor, prev_action_sets: Tensor
+    ) -> Tensor:
+        """Compact-layout features; ``prev_*`` are ignored (zeroed) where ``prev_actions < 0``."""
+        A = self.config.num_actions
+        has_prev = prev_actions >= 0  # (...)
+        safe = prev_actions.clamp(min=0)
+        flag = has_prev.to(action_sets.dtype)[..., None]  # (..., 1)
+        a_vec = _chosen_vectors(prev_action_sets, safe) * flag  # (..., d)
+        onehot = F.one_hot(safe, A).to(action_sets.dtype) * flag  # (..., A)
+        r = prev_rewards[..., None] * flag  # (..., 1)
+        return torch.cat([action_sets.flatten(-2), a_vec, r, onehot, flag], dim=-1)
+
+    def _embed(self, features: Tensor, offset: int) -> Tensor:
+        """Map raw features (B, n, F) at absolute token offset ``offset`` to embeddings (B, n, D)."""
+        n = features.shape[1]
+        pos = torch.arange(offset, offset + n, device=features.device)  # (n,)
+        if self.config.positional == "learned":
+            p = self.pos_embed(pos)  # (n, D)
+        else:
+            i = (pos + 1).to(features.dtype) / self.config.max_tokens
+            p = self.pos_embed(torch.stack([i, i * i, torch.ones_like(i)], dim=-1))  # (n, D)
+        return self.drop(self.input_embed(features) + p)
+
+    # ----------------------------------------------------------------- validation
+    def _check_action_set(self, name: str, x: Tensor, ndim: int) -> None:
+        A, d = self.config.num_actions, self.config.dim
+        if x.dim() != ndim:
+            raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(x.shape)}")
+        if x.shape[-1] != d:
+            raise ValueError(f"{name} has d={x.shape[-1]} but the model was built for d={d}")
+        if x.shape[-2] != A:
+            raise ValueError(f"{name} has A={x.shape[-2]} arms but the model was built for A={A}")
+
+    def _check_actions(self, name: str, actions: Tensor, shape: tuple[int, ...]) -> None:
+        if tuple(actions.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(actions.shape)}, expected {shape}")
+        if actions.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"{name} must be an integer (long) tensor of arm indices, got {actions.dtype}")
+        if actions.numel() and (int(actions.min()) < 0 or int(actions.max()) >= self.config.num_actions):
+            raise ValueError(f"{name} must lie in [0, {self.config.num_actions}), got values outside")
+
+    # ----------------------------------------------------------------- training
+    def forward(self, action_sets: Tensor, actions: Tensor, rewards: Tensor) -> tuple[Tensor, Tensor]:
+        """Return ``(logits, values)``, both (B, T, A): the policy at every step from one pass.
+
+        Args:
+            action_sets: float (B, T, A, d), the action set ``A_t`` at each step.
+            actions: long (B, T), the arm index taken at each step.
+            rewards: float (B, T), the observed rewards.
+
+        ``logits[:, t-1]`` depends only on ``A_1..A_t`` and ``(a, r)_1..(a, r)_{t-1}``.
+        """
+        cfg = self.config
+        self._check_action_set("action_sets", action_sets, 4)
+        B, T = action_sets.shape[:2]
+        if T > cfg.horizon:
+            raise ValueError(f"trajectory has T={T} steps but the model was built for horizon={cfg.horizon}")
+        if T == 0:
+            raise ValueError("trajectory has T=0 steps")
+        self._check_actions("actions", actions, (B, T))
+        if tuple(rewards.shape) != (B, T):
+            raise ValueError(f"rewards has shape {tuple(rewards.shape)}, expected {(B, T)}")
+        dtype = self.input_embed.weight.dtype
+        action_sets, rewards, actions = action_sets.to(dtype), rewards.to(dtype), actions.long()
+
+        if cfg.layout == "paper":
+            s = self._state_features(action_sets)  # (B, T, F)
+            ar = self._action_reward_features(action_sets, actions, rewards)  # (B, T, F)
+            feats = torch.stack([s, ar], dim=2).view(B, 2 * T, self.n_features)[:, :-1]  # (B, 2T-1, F)
+        else:
+            pad = actions.new_full((B, 1), -1)
+            prev_actions = torch.cat([pad, actions[:, :-1]], dim=1)  # (B, T)
+            prev_rewards = torch.cat([rewards.new_zeros(B, 1), rewards[:, :-1]], dim=1)  # (B, T)
+            prev_sets = torch.cat([action_sets[:, :1], action_sets[:, :-1]], dim=1)  # (B, T, A, d)
+            feats = self._compact_features(action_sets, prev_actions, prev_rewards, prev_sets)  # (B, T, F)
+
+        x = self._embed(feats, 0)  # (B, N, D)
+        for block in self.blocks:
+            x = block(x)
+        h = x[:, ::2] if cfg.layout == "paper" else x  # (B, T, D) outputs at the state tokens
+        return self.lm_head(h), self.value_head(h)
+
+    # ----------------------------------------------------------------- rollout
+    def new_cache(
+        self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> KVCache:
+        """Allocate an empty :class:`KVCache` for ``batch_size`` trajectories (default: model's device)."""
+        p = self.input_embed.weight
+        device = p.device if device is None else torch.device(device)
+        dtype = p.dtype if dtype is None else dtype
+        cfg = self.config
+        shape = (batch_size, cfg.n_head, cfg.max_tokens, cfg.n_embd // cfg.n_head)
+        ks = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        vs = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        return KVCache(k=ks, v=vs)
+
+    @torch.no_grad()
+    def step(
+        self,
+        action_set_t: Tensor,
+        prev_action: Tensor | None,
+        prev_reward: Tensor | None,
+        cache: KVCache,
+    ) -> tuple[Tensor, Tensor]:
+        """Advance an online rollout by one step and return ``(logits, values)``, both (B, A).
+
+        Appends this step's tokens to ``cache`` (paper layout: the action-reward token of step
+        ``t-1``, then the state token of step ``t``; compact: one token) and returns the policy at
+        step ``t``. ``prev_action`` (B,) long and ``prev_reward`` (B,) are the arm taken and reward
+        observed at step ``t-1``: ``None`` at the first step and required afterwards; the vector of
+        ``prev_action`` is read from the action set of the previous call, kept in the cache. The
+        result agrees with :meth:`forward` on the same trajectory. Runs without autograd.
+        """
+        cfg = self.config
+        self._check_action_set("action_set_t", action_set_t, 3)
+        B = action_set_t.shape[0]
+        if B != cache.batch_size:
+            raise ValueError(f"action_set_t has batch size {B} but the cache holds {cache.batch_size}")
+        if cache.steps >= cfg.horizon:
+            raise ValueError(f"cache is full: {cache.steps} steps taken, model horizon is {cfg.horizon}")
+        dtype = cache.k[0].dtype
+        action_set_t = action_set_t.to(dtype)
+        first = cache.steps == 0
+        if first:
+            if prev_action is not None or prev_reward is not None:
+                raise ValueError("prev_action and prev_reward must be None at the first step of a rollout")
+            prev_a = torch.full((B,), -1, dtype=torch.long, device=action_set_t.device)
+            prev_r, prev_set = action_set_t.new_zeros(B), action_set_t
+        else:
+            if prev_action is None or prev_reward is None or cache.last_action_set is None:
+                raise ValueError(f"prev_action and prev_reward are required at step {cache.steps + 1} > 1")
+            self._check_actions("prev_action", prev_action, (B,))
+            if tuple(prev_reward.shape) != (B,):
+                raise ValueError(f"prev_reward has shape {tuple(prev_reward.shape)}, expected {(B,)}")
+            prev_a, prev_r, prev_set = prev_action.long(), prev_reward.to(dtype), cache.last_action_set
+
+        if cfg.layout == "paper":
+            parts = [] if first else [self._action_reward_features(prev_set, prev_a, prev_r)]
+            parts.append(self._state_features(action_set_t))
+            feats = torch.stack(parts, dim=1)  # (B, n_new, F), n_new = 1 at t=1 and 2 afterwards
+        else:
+            feats = self._compact_features(action_set_t, prev_a, prev_r, prev_set)[:, None]  # (B, 1, F)
+
+        n_new = feats.shape[1]
+        x = self._embed(feats, cache.length)  # (B, n_new, D)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache, layer)
+        cache.length += n_new
+        cache.steps += 1
+        cache.last_action_set = action_set_t
+        h = x[:, -1]  # (B, D) output at the state token of step t
+        return self.lm_head(h), self.value_head(h)

@@ -1,0 +1,26 @@
+"""Package definition for icrl-gym (tool configuration lives in pyproject.toml)."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="icrl-gym",
+    version="0.1.0",
+    description=(
+        "In-context reinforcement learning toolkit: Gymnasium bandit and MDP environments, "
+        "expert algorithms and supervised-pretrained transformers (Lin, Bai, Mei, ICLR 2024)."
+    ),
+    python_requires=">=3.10",
+    packages=find_packages(include=["icrl_gym", "icrl_gym.*", "agents", "agents.*", "benchmarks", "benchmarks.*"]),
+    package_data={"icrl_gym": ["pretrained/*.json", "pretrained/*.safetensors"]},
+    install_requires=[
+        "gymnasium>=1.0,<2",
+        "numpy>=1.24",
+        "torch>=2.1",
+        "stable-baselines3>=2.3",
+        "safetensors>=0.4",
+        "matplotlib>=3.7",
+        "tqdm>=4.60",
+    ],
+    extras_require={"test": ["pytest>=7", "ruff>=0.4"]},
+    entry_points={"console_scripts": ["icrl-bench=benchmarks.__main__:main"]},
+)

@@ -182,8 +182,9 @@ class CausalSelfAttention(nn.Module):
 
         if self.attention == "relu":
             scale = 1.0 / (math.sqrt(hs) * (q_pos + 1).to(q.dtype))  # (n_new,): 1/(sqrt(hs) * i)
-            att = (q * scale[:, None]) @ k.transpose(-2, -1)  # (B, nh, n_new, n_tot)
-            att = att.masked_fill(~causal, 0.0).relu()
+            # -inf above the diagonal so that ReLU zeroes the masked entries; in place to save memory
+            bias = torch.zeros(causal.shape, dtype=q.dtype, device=x.device).masked_fill_(~causal, -math.inf)
+            att = ((q * scale[:, None]) @ k.transpose(-2, -1)).add_(bias).relu_()  # (B, nh, n_new, n_tot)
             att = self.attn_dropout(att)
             y = att @ v  # (B, nh, n_new, hs)
         else:

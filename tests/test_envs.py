@@ -1,0 +1,170 @@
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import icrl_gym
+from icrl_gym.envs import BanditSpec, BernoulliBanditEnv, LinearBanditEnv, LinearBanditVectorEnv
+
+ENV_IDS = icrl_gym.ENV_IDS
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_gymnasium_checker(env_id):
+    env = gym.make(env_id)
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_sb3_checker_without_warnings(env_id, recwarn):
+    sb3_check_env(gym.make(env_id).unwrapped, warn=True)
+    assert not [w for w in recwarn if "observation" in str(w.message).lower()]
+
+
+def _rollout(env, seed, actions):
+    obs, info = env.reset(seed=seed)
+    trace = [obs, info["w_star"]]
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        trace += [obs, r, info["regret"]]
+    return trace
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_same_seed_same_rollout(env_id):
+    env = gym.make(env_id, horizon=30)
+    actions = np.random.default_rng(0).integers(0, env.action_space.n, size=30)
+    a, b = _rollout(env, 7, actions), _rollout(env, 7, actions)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+    c = _rollout(env, 8, actions)
+    assert not np.array_equal(a[1], c[1])
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_pickle_roundtrip(env_id):
+    env = gym.make(env_id)
+    env.reset(seed=3)
+    clone = pickle.loads(pickle.dumps(env))
+    np.testing.assert_array_equal(env.step(0)[0], clone.step(0)[0])
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_episode_is_one_run_and_regret_info(env_id):
+    env = gym.make(env_id, horizon=12)
+    obs, info = env.reset(seed=1)
+    w = info["w_star"]
+    arms = obs.reshape(env.action_space.n, -1)
+    for t in range(12):
+        obs, r, term, trunc, info = env.step(t % env.action_space.n)
+        means = arms @ w
+        assert info["expected_reward"] == pytest.approx(means[t % env.action_space.n])
+        assert info["best_expected_reward"] == pytest.approx(means.max())
+        assert info["regret"] >= 0
+        assert term == (t == 11) and not trunc
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0)
+
+
+def test_linear_defaults_are_the_papers():
+    env = gym.make("ICRL-LinearBandit-v0").unwrapped
+    spec = env.bandit_spec
+    assert (spec.dim, spec.num_actions, spec.horizon, spec.noise_std) == (5, 10, 200, 1.5)
+    ws = np.stack([env.reset(seed=s)[1]["w_star"] for s in range(200)])
+    assert ws.min() >= 0 and ws.max() <= 1
+    obs = env.reset(seed=0)[0]
+    assert obs.shape == (50,) and np.abs(obs).max() <= 1
+
+
+def test_noise_level_and_bernoulli_rewards():
+    env = LinearBanditEnv(horizon=2000)
+    obs, info = env.reset(seed=0)
+    noise = [env.step(0)[1] - info["w_star"] @ obs.reshape(10, 5)[0] for _ in range(2000)]
+    assert np.std(noise) == pytest.approx(1.5, rel=0.05)
+    benv = BernoulliBanditEnv()
+    benv.reset(seed=0)
+    rewards = {benv.step(1)[1] for _ in range(50)}
+    assert rewards <= {0.0, 1.0}
+
+
+def test_per_step_action_sets_change_and_gaussian_prior():
+    env = LinearBanditEnv(action_set="per_step", prior="gaussian", prior_var=4.0, horizon=5)
+    obs0, info = env.reset(seed=0)
+    obs1 = env.step(0)[0]
+    assert not np.array_equal(obs0, obs1)
+    ws = np.stack([env.reset(seed=s)[1]["w_star"] for s in range(400)])
+    assert ws.std() == pytest.approx(2.0, rel=0.1)
+
+
+def test_replay_instance_through_options():
+    env = LinearBanditEnv()
+    obs, info = env.reset(seed=5)
+    obs2, info2 = env.reset(seed=99, options={"w_star": info["w_star"], "action_set": obs.reshape(10, 5)})
+    np.testing.assert_allclose(obs2, obs)
+    np.testing.assert_allclose(info2["w_star"], info["w_star"])
+    with pytest.raises(ValueError, match="unknown reset options"):
+        env.reset(options={"w": 1})
+    with pytest.raises(ValueError, match="w_star has shape"):
+        env.reset(options={"w_star": np.zeros(3)})
+
+
+@pytest.mark.parametrize("bad", [10, -1, 2.5, "a", np.array([1, 2])])
+def test_bad_actions_are_rejected(bad):
+    env = LinearBanditEnv()
+    env.reset(seed=0)
+    with pytest.raises(ValueError):
+        env.step(bad)
+
+
+def test_step_before_reset():
+    with pytest.raises(RuntimeError, match="reset"):
+        LinearBanditEnv().step(0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(noise_std=-1.0), "noise_std"),
+        (dict(num_actions=0), "num_actions"),
+        (dict(prior="beta"), "prior"),
+        (dict(action_set="sometimes"), "action_set"),
+    ],
+)
+def test_inconsistent_linear_kwargs(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make("ICRL-LinearBandit-v0", **kwargs)
+
+
+def test_inconsistent_bernoulli_kwargs():
+    with pytest.raises(ValueError, match="num_arms"):
+        gym.make("ICRL-BernoulliBandit-v0", num_arms=5, dim=4)
+    with pytest.raises(ValueError, match="one-hot"):
+        BanditSpec(arms="one_hot", dim=5, num_actions=10)
+    with pytest.raises(ValueError, match="Bernoulli"):
+        BanditSpec(reward="bernoulli")
+    with pytest.raises(ValueError, match="inside"):
+        gym.make("ICRL-BernoulliBandit-v0", prior_high=2.0)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_vector_env(env_id):
+    venv = gym.make_vec(env_id, num_envs=6, vectorization_mode="vector_entry_point", horizon=4)
+    obs, info = venv.reset(seed=0)
+    assert obs.shape == (6, venv.single_observation_space.shape[0]) and info["w_star"].shape[0] == 6
+    for t in range(4):
+        obs, r, term, trunc, info = venv.step(np.zeros(6, dtype=int))
+        assert r.shape == (6,) and term.all() == (t == 3)
+        np.testing.assert_allclose(info["regret"], info["best_expected_reward"] - info["expected_reward"])
+    obs, r, term, trunc, info = venv.step(np.zeros(6, dtype=int))  # next-step autoreset
+    assert not term.any() and np.all(r == 0) and "w_star" in info
+    with pytest.raises(ValueError, match="shape"):
+        venv.step(np.zeros(5, dtype=int))
+
+
+def test_vector_env_same_seed_reproducible():
+    a, b = LinearBanditVectorEnv(num_envs=3), LinearBanditVectorEnv(num_envs=3)
+    np.testing.assert_array_equal(a.reset(seed=4)[0], b.reset(seed=4)[0])
+    np.testing.assert_array_equal(a.step(np.array([0, 1, 2]))[1], b.step(np.array([0, 1, 2]))[1])

@@ -1,0 +1,123 @@
+"""Checkpoints of the in-context transformer: safetensors weights + a JSON record, written atomically.
+
+A checkpoint ``<stem>`` is two files: ``<stem>.safetensors`` (tensors only: loading executes no
+code) and ``<stem>.json``, which records the model configuration, the environment prior, the
+pretraining configuration (context algorithm, labels, data size, seed), the training state
+(steps, wall time, final validation loss, the exact command) and the SHA-256 of the weights
+file, so a truncated, corrupt or mismatched pair is detected on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.transformer import BanditTransformer, TransformerConfig
+
+FORMAT = "icrl-gym-checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt, truncated or made for another environment."""
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _stem(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.with_suffix("") if path.suffix in (".json", ".safetensors") else path
+
+
+def save_checkpoint(path: str | os.PathLike, model: BanditTransformer, meta: dict[str, Any]) -> Path:
+    """Save ``model`` and ``meta`` as ``<stem>.safetensors`` + ``<stem>.json``; returns the stem."""
+    stem = _stem(path)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    blob = save_safetensors(tensors)
+    record = {
+        **meta,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model": model.config.to_dict(),
+        "weights_sha256": hashlib.sha256(blob).hexdigest(),
+    }
+    # Weights first, record last: a record always describes weights that are fully on disk.
+    atomic_write_bytes(stem.with_suffix(".safetensors"), blob)
+    atomic_write_bytes(stem.with_suffix(".json"), json.dumps(record, indent=2, sort_keys=True).encode())
+    return stem
+
+
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Read the weights and the record of a checkpoint, checking the files belong together."""
+    stem = _stem(path)
+    weights, record_path = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    for p in (weights, record_path):
+        if not p.exists():
+            raise CheckpointError(f"checkpoint file {p} does not exist")
+    try:
+        meta = json.loads(record_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{record_path} is corrupt or truncated: {err}") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{record_path} is not an icrl-gym checkpoint record")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{record_path} has format version {meta.get('format_version')}, need {FORMAT_VERSION}")
+    blob = weights.read_bytes()
+    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
+        raise CheckpointError(f"{weights} does not match its record {record_path}: the file is corrupt or truncated")
+    try:
+        state = load_safetensors(blob)
+    except (SafetensorError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{weights} is corrupt: {err}") from err
+    return state, meta
+
+
+def load_checkpoint(
+    path: str | os.PathLike, device: torch.device | str = "cpu", expect: BanditSpec | None = None
+) -> tuple[BanditTransformer, dict[str, Any]]:
+    """Build the model of a checkpoint and load its weights; check the environment if given."""
+    state, meta = read_checkpoint(path)
+    if expect is not None:
+        check_compatible(meta, expect, name=str(_stem(path)))
+    try:
+        model = BanditTransformer(TransformerConfig.from_dict(meta["model"]))
+        model.load_state_dict(state, strict=True)
+    except (KeyError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"checkpoint {_stem(path)} does not fit its model configuration: {err}") from err
+    return model.to(device).eval(), meta
+
+
+def check_compatible(meta: dict[str, Any], spec: BanditSpec, name: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` when a checkpoint was trained for another d, A, T or arm kind."""
+    trained = meta.get("env", {})
+    for key in ("dim", "num_actions", "horizon", "arms"):
+        if trained.get(key) != getattr(spec, key):
+            raise CheckpointError(
+                f"{name} was trained for {key}={trained.get(key)!r} but the environment has "
+                f"{key}={getattr(spec, key)!r}"
+            )

@@ -1,0 +1,360 @@
+"""Supervised pretraining of the in-context transformer (Section supervised-pretraining, Eq. general_mle).
+
+    theta_hat = argmax_theta  sum_i sum_t log Alg_theta(a-bar_t^i | D_{t-1}^i, s_t^i)
+
+Every step of every trajectory is a training target.  Options beyond the paper, all recorded
+in the checkpoint:
+
+- ``target="probs"``: cross-entropy against the expert's full action distribution instead of
+  one sampled label (where it is known: soft LinUCB, Thompson sampling by Monte-Carlo);
+- ``value_loss_weight > 0``: an auxiliary mean-squared error between the model's value head and
+  the expert's per-arm index (LinUCB's v_{t,k}, UCB's index), a richer signal than the argmax;
+- ``trajectories_per_chunk``: the data are collected in chunks with their own seeds and a fresh
+  chunk replaces the old one every ``passes_per_chunk`` passes (collection is cheap once batched).
+
+Training is resumable: ``out_dir`` holds ``checkpoint.safetensors`` (weights),
+``optimizer.pt`` (loaded with ``weights_only=True``) and ``checkpoint.json`` (config, step,
+history); batches are drawn from ``np.random.default_rng([seed, step])`` and chunk c from seed
+``data_seed(c)``, so a resumed run continues exactly where it stopped.  Progress goes to
+``out_dir/train.log``.  The device comes from the ``device`` argument (``"auto"``: CUDA when
+present), never from a global.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from icrl_gym.checkpoint import atomic_write_bytes, read_checkpoint, save_checkpoint
+from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.trajectories import TrajectoryData, collect_trajectories
+from icrl_gym.transformer import BanditTransformer, TransformerConfig
+
+VALIDATION_SEED_OFFSET = 900_000
+"""Validation data use seed ``10**6 * seed + VALIDATION_SEED_OFFSET``; chunks use smaller offsets."""
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+@dataclass
+class PretrainConfig:
+    """Everything that defines a pretraining run (saved with every checkpoint)."""
+
+    name: str = "linear-bandit-ad-linucb"
+    """Name of the model (the file name of the exported checkpoint)."""
+    env: dict[str, Any] = field(default_factory=lambda: BanditSpec().to_dict())
+    """The environment prior (a :class:`BanditSpec` as a dict)."""
+    context: dict[str, Any] = field(default_factory=lambda: {"name": "linucb"})
+    """Context algorithm Alg_0 that generates the trajectories (an ``agents.make_agent`` spec)."""
+    label: str = "ad"
+    """Label mode: "ad", "dpt", "approx_dpt" or "expert" (see icrl_gym.trajectories)."""
+    expert: dict[str, Any] | None = None
+    """Expert algorithm for label mode "expert"."""
+    target: str = "label"
+    """"label": MLE on the expert's action (Eq. general_mle); "probs": its full distribution."""
+    value_loss_weight: float = 0.0
+    """Weight of the auxiliary regression of the expert's per-arm index values (0: off)."""
+    model: dict[str, Any] = field(default_factory=lambda: TransformerConfig().to_dict())
+    """The :class:`TransformerConfig` as a dict."""
+    trajectories_per_chunk: int = 20_000
+    """Trajectories collected at once; a fresh chunk replaces the old one after passes_per_chunk passes."""
+    passes_per_chunk: float = 1.0
+    """Passes over a chunk before the next one is collected."""
+    steps: int = 5000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Trajectories per optimizer step."""
+    lr: float = 1e-3
+    """Peak learning rate of AdamW."""
+    min_lr_ratio: float = 0.05
+    """Final learning rate as a fraction of the peak (cosine decay after warm-up)."""
+    warmup_steps: int = 200
+    """Linear warm-up steps."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping threshold."""
+    val_trajectories: int = 1000
+    """Held-out trajectories for the validation loss."""
+    eval_every: int = 250
+    """Steps between validation losses (and checkpoints)."""
+    seed: int = 0
+    """Seed of the model initialisation, the batches and the data."""
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu" or "cuda"."""
+    threads: int = 0
+    """torch CPU threads (0: leave torch's default)."""
+    out_dir: str = "runs/linear-bandit-ad-linucb"
+    """Folder of the resumable training state and the log."""
+
+    def __post_init__(self) -> None:
+        if self.target not in ("label", "probs"):
+            raise ValueError(f"target must be 'label' or 'probs', got {self.target!r}")
+        if self.label not in ("ad", "dpt", "approx_dpt", "expert"):
+            raise ValueError(f"label must be one of ad, dpt, approx_dpt, expert; got {self.label!r}")
+        if self.target == "probs" and self.label not in ("ad", "expert"):
+            raise ValueError("target='probs' needs an expert distribution (label 'ad' or 'expert')")
+        if self.steps < 1 or self.batch_size < 1 or self.trajectories_per_chunk < self.batch_size:
+            raise ValueError("need steps >= 1 and trajectories_per_chunk >= batch_size >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dictionary."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PretrainConfig:
+        """Inverse of :meth:`to_dict`, rejecting unknown keys."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown PretrainConfig keys {unknown}")
+        return cls(**data)
+
+    @property
+    def spec(self) -> BanditSpec:
+        """The environment prior."""
+        return BanditSpec.from_dict(self.env)
+
+    @property
+    def model_config(self) -> TransformerConfig:
+        """The model configuration, with d, A and T taken from the environment."""
+        spec = self.spec
+        return TransformerConfig.from_dict(
+            {**self.model, "dim": spec.dim, "num_actions": spec.num_actions, "horizon": spec.horizon}
+        )
+
+    def data_seed(self, chunk: int) -> int:
+        """Seed of training chunk ``chunk`` (validation uses VALIDATION_SEED_OFFSET)."""
+        return 10**6 * self.seed + chunk
+
+    @property
+    def steps_per_chunk(self) -> int:
+        """Optimizer steps taken on one chunk."""
+        return max(1, int(self.passes_per_chunk * self.trajectories_per_chunk / self.batch_size))
+
+
+def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData:
+    """Collect ``num`` labelled trajectories for ``cfg`` with ``seed``."""
+    return collect_trajectories(
+        cfg.spec,
+        cfg.context,
+        num,
+        seed=seed,
+        label=cfg.label,
+        expert=cfg.expert,
+        store_probs=cfg.target == "probs",
+        store_values=cfg.value_loss_weight > 0,
+    )
+
+
+def to_tensors(data: TrajectoryData, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+    """The model inputs and targets of the trajectories ``index`` as tensors on ``device``."""
+    out = {
+        "action_sets": torch.from_numpy(np.ascontiguousarray(data.step_action_sets(index), dtype=np.float32)),
+        "actions": torch.from_numpy(data.actions[index].astype(np.int64)),
+        "rewards": torch.from_numpy(data.rewards[index].astype(np.float32)),
+    }
+    if data.labels is not None:
+        out["labels"] = torch.from_numpy(data.labels[index].astype(np.int64))
+    if data.label_probs is not None:
+        out["probs"] = torch.from_numpy(data.label_probs[index].astype(np.float32))
+    if data.label_values is not None:
+        out["values"] = torch.from_numpy(data.label_values[index].astype(np.float32))
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def pretraining_loss(
+    model: BanditTransformer, batch: dict[str, torch.Tensor], target: str, value_weight: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean negative log-likelihood over all B*T steps (+ the auxiliary value loss)."""
+    logits, values = model(batch["action_sets"], batch["actions"], batch["rewards"])
+    logp = F.log_softmax(logits, dim=-1)  # (B, T, A)
+    nll = -logp.gather(-1, batch["labels"][..., None]).mean()
+    loss = -(batch["probs"] * logp).sum(-1).mean() if target == "probs" else nll
+    stats = {"nll": float(nll.detach()), "accuracy": float((logits.argmax(-1) == batch["labels"]).float().mean())}
+    if value_weight > 0:
+        value_loss = F.mse_loss(values, batch["values"])
+        loss = loss + value_weight * value_loss
+        stats["value_mse"] = float(value_loss.detach())
+    stats["loss"] = float(loss.detach())
+    return loss, stats
+
+
+def learning_rate(cfg: PretrainConfig, step: int) -> float:
+    """Linear warm-up to ``lr`` then cosine decay to ``min_lr_ratio * lr``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def evaluate_loss(model: BanditTransformer, data: TrajectoryData, cfg: PretrainConfig, device: torch.device) -> dict:
+    """Validation NLL, accuracy and loss over a whole dataset (in batches)."""
+    model.eval()
+    totals: dict[str, float] = {}
+    n = data.num_trajectories
+    for start in range(0, n, 256):
+        index = np.arange(start, min(start + 256, n))
+        _, stats = pretraining_loss(model, to_tensors(data, index, device), cfg.target, cfg.value_loss_weight)
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v * index.size / n
+    model.train()
+    return totals
+
+
+class _Log:
+    def __init__(self, path: Path, echo: bool) -> None:
+        self.path, self.echo = path, echo
+
+    def __call__(self, msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        with open(self.path, "a") as fh:
+            fh.write(line + "\n")
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+
+
+def _save_state(out: Path, model, optimizer, cfg: PretrainConfig, state: dict[str, Any]) -> None:
+    save_checkpoint(out / "checkpoint", model, _metadata(cfg, state))
+    buffer = io.BytesIO()
+    torch.save(optimizer.state_dict(), buffer)
+    atomic_write_bytes(out / "optimizer.pt", buffer.getvalue())
+
+
+def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": cfg.name,
+        "env": cfg.spec.to_dict(),
+        "model": cfg.model_config.to_dict(),
+        "pretrain": cfg.to_dict(),
+        "training": state,
+    }
+
+
+def pretrain(
+    cfg: PretrainConfig, command: str | None = None, echo: bool = True, callback: Callable | None = None
+) -> tuple[BanditTransformer, dict[str, Any]]:
+    """Train (or resume) the model of ``cfg``; returns the model and its metadata."""
+    device = resolve_device(cfg.device)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = _Log(out / "train.log", echo)
+    torch.manual_seed(cfg.seed)
+    model = BanditTransformer(cfg.model_config).to(device)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.98),
+    )
+    state: dict[str, Any] = {
+        "step": 0,
+        "history": [],
+        "wall_seconds": 0.0,
+        "trajectories_seen": 0,
+        "command": command,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+    }
+    if (out / "checkpoint.json").exists():
+        weights, meta = read_checkpoint(out / "checkpoint")
+        if meta["pretrain"] != cfg.to_dict():
+            raise ValueError(f"{out} holds a run with another configuration; use a new out_dir")
+        model.load_state_dict(weights)
+        optimizer.load_state_dict(torch.load(out / "optimizer.pt", map_location=device, weights_only=True))
+        state = meta["training"]
+        log(f"resumed from step {state['step']}")
+    log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
+    val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET)
+    chunk_index, chunk = -1, None
+    start_time = time.perf_counter() - state["wall_seconds"]
+    model.train()
+    while state["step"] < cfg.steps:
+        step = state["step"]
+        needed = step // cfg.steps_per_chunk
+        if needed != chunk_index:
+            chunk_index = needed
+            t0 = time.perf_counter()
+            chunk = collect(cfg, cfg.trajectories_per_chunk, cfg.data_seed(chunk_index))
+            log(f"chunk {chunk_index}: {cfg.trajectories_per_chunk:,} trajectories in {time.perf_counter() - t0:.1f}s")
+        index = np.random.default_rng([cfg.seed, step]).integers(0, chunk.num_trajectories, size=cfg.batch_size)
+        batch = to_tensors(chunk, index, device)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(cfg, step)
+        loss, stats = pretraining_loss(model, batch, cfg.target, cfg.value_loss_weight)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        state["step"] = step + 1
+        state["trajectories_seen"] += cfg.batch_size
+        if state["step"] % 50 == 0:
+            log(f"step {state['step']}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
+        if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
+            val_stats = evaluate_loss(model, val, cfg, device)
+            state["wall_seconds"] = time.perf_counter() - start_time
+            state["history"].append({"step": state["step"], "wall_seconds": state["wall_seconds"], **val_stats})
+            state["val"] = val_stats
+            state["distinct_trajectories"] = min(
+                state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
+            )
+            _save_state(out, model, optimizer, cfg, state)
+            log(
+                f"step {state['step']} val "
+                + " ".join(f"{k}={v:.4f}" for k, v in val_stats.items())
+                + f" ({state['wall_seconds'] / 60:.1f} min)"
+            )
+            if callback is not None:
+                callback(model, state)
+    return model, _metadata(cfg, state)
+
+
+def export(model: BanditTransformer, meta: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write the final model as ``<path>.safetensors`` + ``<path>.json`` (a shippable checkpoint)."""
+    return save_checkpoint(Path(path), model, meta)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: ``python -m icrl_gym.pretrain CONFIG.json [--set key=value ...] [--export PATH]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Pretrain an in-context bandit transformer (resumable).")
+    parser.add_argument("config", help="JSON file with PretrainConfig fields")
+    parser.add_argument("--set", nargs="*", default=[], help="overrides key=json_value, e.g. steps=2000")
+    parser.add_argument("--export", default=None, help="write the final checkpoint to this path (no suffix)")
+    args = parser.parse_args(argv)
+    data = json.loads(Path(args.config).read_text())
+    for item in args.set:
+        key, _, value = item.partition("=")
+        data[key] = json.loads(value)
+    cfg = PretrainConfig.from_dict(data)
+    command = "python -m icrl_gym.pretrain " + " ".join(argv if argv is not None else sys.argv[1:])
+    model, meta = pretrain(cfg, command=command)
+    if args.export:
+        print(export(model, meta, args.export))
+
+
+if __name__ == "__main__":
+    main()

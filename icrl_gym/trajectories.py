@@ -319,7 +319,11 @@ def collect_trajectories(
 
 
 def evaluate_regret(
-    spec: BanditSpec, agent: BanditAgent | str | Mapping[str, Any], num_runs: int, seed: int = 0, batch_size: int = 10_000
+    spec: BanditSpec,
+    agent: BanditAgent | str | Mapping[str, Any],
+    num_runs: int,
+    seed: int = 0,
+    batch_size: int = 10_000,
 ) -> np.ndarray:
     """Per-step pseudo-regret (num_runs, T) of ``agent`` on fresh instances drawn with ``seed``."""
     return collect_trajectories(spec, agent, num_runs, seed=seed, batch_size=batch_size).regret

@@ -12,7 +12,8 @@ in the checkpoint:
 - ``trajectories_per_chunk``: the data are collected in chunks with their own seeds and a fresh
   chunk replaces the old one every ``passes_per_chunk`` passes (collection is cheap once batched).
 
-Training is resumable: ``out_dir`` holds ``checkpoint.safetensors`` (weights),
+Training is resumable (also with a larger ``steps``, to extend a finished run; the cosine
+schedule then stretches to the new length): ``out_dir`` holds ``checkpoint.safetensors`` (weights),
 ``optimizer.pt`` (loaded with ``weights_only=True``) and ``checkpoint.json`` (config, step,
 history); batches are drawn from ``np.random.default_rng([seed, step])`` and chunk c from seed
 ``data_seed(c)``, so a resumed run continues exactly where it stopped.  Progress goes to
@@ -280,8 +281,11 @@ def pretrain(
     }
     if (out / "checkpoint.json").exists():
         weights, meta = read_checkpoint(out / "checkpoint")
-        if meta["pretrain"] != cfg.to_dict():
+        saved = {k: v for k, v in meta["pretrain"].items() if k != "steps"}
+        if saved != {k: v for k, v in cfg.to_dict().items() if k != "steps"}:
             raise ValueError(f"{out} holds a run with another configuration; use a new out_dir")
+        if meta["pretrain"]["steps"] != cfg.steps:  # extending (or shortening) a run is allowed
+            log(f"run planned for {meta['pretrain']['steps']} steps continues to {cfg.steps}")
         model.load_state_dict(weights)
         optimizer.load_state_dict(torch.load(out / "optimizer.pt", map_location=device, weights_only=True))
         state = meta["training"]

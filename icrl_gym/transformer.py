@@ -31,6 +31,8 @@ from torch import Tensor, nn
 _ATTENTIONS = ("relu", "softmax")
 _LAYOUTS = ("paper", "compact")
 _POSITIONALS = ("learned", "poly")
+_READOUTS = ("linear", "arm")
+_FEATURES = ("raw", "quadratic")
 
 
 @dataclass
@@ -59,6 +61,10 @@ class TransformerConfig:
     """Maximum number of steps T of a trajectory."""
     dropout: float = 0.0
     """Dropout probability on embeddings, attention weights and residual branches."""
+    readout: str = "linear"
+    """"linear": the paper's extraction map Linear(D, A); "arm": a per-arm scorer of (h_t, a_{t,k})."""
+    features: str = "raw"
+    """"raw": the paper's token contents; "quadratic": also a a^T (upper triangle) and r a per step."""
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "mlp_ratio", "dim", "num_actions", "horizon"):
@@ -66,10 +72,14 @@ class TransformerConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"TransformerConfig.{name} must be a positive int, got {value!r}")
         if self.n_embd % self.n_head != 0:
-            raise ValueError(
-                f"TransformerConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
-            )
-        for name, allowed in (("attention", _ATTENTIONS), ("layout", _LAYOUTS), ("positional", _POSITIONALS)):
+            raise ValueError(f"TransformerConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        for name, allowed in (
+            ("attention", _ATTENTIONS),
+            ("layout", _LAYOUTS),
+            ("positional", _POSITIONALS),
+            ("readout", _READOUTS),
+            ("features", _FEATURES),
+        ):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
                 raise ValueError(f"TransformerConfig.{name} must be one of {allowed}, got {value!r}")
@@ -127,6 +137,12 @@ class KVCache:
     def capacity(self) -> int:
         """Number of token slots (``max_tokens`` of the model)."""
         return self.k[0].shape[2]
+
+    def reset(self) -> None:
+        """Empty the cache for a new rollout, keeping its buffers (stale entries are never read)."""
+        self.length = 0
+        self.steps = 0
+        self.last_action_set = None
 
 
 class CausalSelfAttention(nn.Module):
@@ -259,16 +275,28 @@ class BanditTransformer(nn.Module):
     Read-out (the paper's extraction map): ``lm_head = Linear(D, A)`` gives the logits, so
     ``Alg_theta(.|D_{t-1}, s_t) = softmax(logits_t)``. ``value_head = Linear(D, A)`` is an auxiliary
     head that can be trained to regress an expert's per-arm index values.
+
+    Options beyond the paper (the defaults are the paper's reference configuration):
+
+    * ``readout="arm"`` scores every arm with one shared function of the output ``h_t`` and the
+      arm's vector ``x_k``: ``s_k = <U h_t, x_k> + w^T ReLU(W_h h_t + W_x x_k + b)`` (two outputs:
+      logit and value). The scorer is shared by all arms and sees ``x_k`` directly, so the trunk
+      only has to carry the statistics of the history (for LinUCB: w_t and V_t^{-1}).
+    * ``features="quadratic"`` adds the upper triangle of ``a_t a_t^T`` and ``r_t a_t`` to the
+      action-reward features; one averaging attention head then holds
+      ``(V_t - lambda I)/t`` and ``b_t/t``, the ridge-regression statistics (Lemma approx_ridge).
     """
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config
         A, d, D = config.num_actions, config.dim, config.n_embd
+        self.n_quadratic = d * (d + 1) // 2 + d if config.features == "quadratic" else 0
         if config.layout == "paper":
-            self.n_features = d + 1 + A * d + A + 2
+            self.n_features = d + 1 + A * d + A + 2 + self.n_quadratic
         else:
-            self.n_features = A * d + d + 1 + A + 1
+            self.n_features = A * d + d + 1 + A + 1 + self.n_quadratic
+        self.register_buffer("_triu", torch.triu_indices(d, d), persistent=False)
         self.input_embed = nn.Linear(self.n_features, D)
         if config.positional == "learned":
             self.pos_embed: nn.Module = nn.Embedding(config.max_tokens, D)
@@ -276,8 +304,15 @@ class BanditTransformer(nn.Module):
             self.pos_embed = nn.Linear(3, D, bias=False)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
-        self.lm_head = nn.Linear(D, A)
-        self.value_head = nn.Linear(D, A)
+        if config.readout == "linear":
+            self.lm_head = nn.Linear(D, A)
+            self.value_head = nn.Linear(D, A)
+        else:
+            hidden = config.mlp_ratio * D
+            self.arm_bilinear = nn.Linear(D, 2 * d, bias=False)  # U: logit and value coefficients
+            self.arm_h = nn.Linear(D, hidden)
+            self.arm_x = nn.Linear(d, hidden, bias=False)
+            self.arm_out = nn.Linear(hidden, 2)
         self.apply(self._init_weights)
 
     @staticmethod
@@ -296,14 +331,21 @@ class BanditTransformer(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     # ----------------------------------------------------------------- embedding
+    def _quadratic(self, a_vec: Tensor, r: Tensor) -> list[Tensor]:
+        """``[triu(a a^T), r a]`` when ``features="quadratic"``, else nothing: (..., d), (..., 1)."""
+        if self.n_quadratic == 0:
+            return []
+        outer = a_vec[..., :, None] * a_vec[..., None, :]  # (..., d, d)
+        return [outer[..., self._triu[0], self._triu[1]], r * a_vec]
+
     def _state_features(self, action_sets: Tensor) -> Tensor:
         """Paper-layout state-token features: (..., A, d) -> (..., F)."""
         A, d = self.config.num_actions, self.config.dim
         z = action_sets.new_zeros(action_sets.shape[:-2])[..., None]  # (..., 1)
-        return torch.cat(
-            [z.expand(*z.shape[:-1], d + 1), action_sets.flatten(-2), z.expand(*z.shape[:-1], A), z + 1, z],
-            dim=-1,
-        )
+        parts = [z.expand(*z.shape[:-1], d + 1), action_sets.flatten(-2), z.expand(*z.shape[:-1], A), z + 1, z]
+        if self.n_quadratic:
+            parts.append(z.expand(*z.shape[:-1], self.n_quadratic))
+        return torch.cat(parts, dim=-1)
 
     def _action_reward_features(self, action_sets: Tensor, actions: Tensor, rewards: Tensor) -> Tensor:
         """Paper-layout action-reward-token features: (..., A, d), (...), (...) -> (..., F)."""
@@ -313,7 +355,7 @@ class BanditTransformer(nn.Module):
         r = rewards[..., None]  # (..., 1)
         zeros = r.new_zeros(*r.shape[:-1], A * d + 1)  # vec(A) slot and the first type bit
         parts = [a_vec, r, zeros[..., : A * d], onehot, zeros[..., A * d :], torch.ones_like(r)]
-        return torch.cat(parts, dim=-1)
+        return torch.cat(parts + self._quadratic(a_vec, r), dim=-1)
 
     def _compact_features(
         self, action_sets: Tensor, prev_actions: Tensor, prev_rewards: Tensor, prev_action_sets: Tensor
@@ -326,7 +368,8 @@ class BanditTransformer(nn.Module):
         a_vec = _chosen_vectors(prev_action_sets, safe) * flag  # (..., d)
         onehot = F.one_hot(safe, A).to(action_sets.dtype) * flag  # (..., A)
         r = prev_rewards[..., None] * flag  # (..., 1)
-        return torch.cat([action_sets.flatten(-2), a_vec, r, onehot, flag], dim=-1)
+        parts = [action_sets.flatten(-2), a_vec, r, onehot, flag, *self._quadratic(a_vec, r)]
+        return torch.cat(parts, dim=-1)
 
     def _embed(self, features: Tensor, offset: int) -> Tensor:
         """Map raw features (B, n, F) at absolute token offset ``offset`` to embeddings (B, n, D)."""
@@ -338,6 +381,17 @@ class BanditTransformer(nn.Module):
             i = (pos + 1).to(features.dtype) / self.config.max_tokens
             p = self.pos_embed(torch.stack([i, i * i, torch.ones_like(i)], dim=-1))  # (n, D)
         return self.drop(self.input_embed(features) + p)
+
+    def _readout(self, h: Tensor, action_sets: Tensor) -> tuple[Tensor, Tensor]:
+        """Logits and values (..., A) from outputs h (..., D) and the action sets (..., A, d)."""
+        if self.config.readout == "linear":
+            return self.lm_head(h), self.value_head(h)
+        d = self.config.dim
+        coef = self.arm_bilinear(h).unflatten(-1, (2, d))  # (..., 2, d)
+        bilinear = (action_sets[..., None, :, :] * coef[..., :, None, :]).sum(-1)  # (..., 2, A)
+        hidden = F.relu(self.arm_h(h)[..., None, :] + self.arm_x(action_sets))  # (..., A, hidden)
+        scores = bilinear + self.arm_out(hidden).transpose(-1, -2)  # (..., 2, A)
+        return scores[..., 0, :], scores[..., 1, :]
 
     # ----------------------------------------------------------------- validation
     def _check_action_set(self, name: str, x: Tensor, ndim: int) -> None:
@@ -396,7 +450,7 @@ class BanditTransformer(nn.Module):
         for block in self.blocks:
             x = block(x)
         h = x[:, ::2] if cfg.layout == "paper" else x  # (B, T, D) outputs at the state tokens
-        return self.lm_head(h), self.value_head(h)
+        return self._readout(h, action_sets)
 
     # ----------------------------------------------------------------- rollout
     def new_cache(
@@ -467,4 +521,4 @@ class BanditTransformer(nn.Module):
         cache.steps += 1
         cache.last_action_set = action_set_t
         h = x[:, -1]  # (B, D) output at the state token of step t
-        return self.lm_head(h), self.value_head(h)
+        return self._readout(h, action_set_t)

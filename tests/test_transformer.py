@@ -152,6 +152,36 @@ def test_cache_rollout_matches_forward(layout, attention, positional):
     assert cache.length == (2 * T - 1 if layout == "paper" else T)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("readout, features", [("arm", "raw"), ("linear", "quadratic"), ("arm", "quadratic")])
+def test_beyond_paper_options_keep_cache_and_masking(layout, readout, features):
+    model = tiny_model(layout=layout, readout=readout, features=features)
+    action_sets, actions, rewards = random_batch(B=3)
+    with torch.no_grad():
+        logits, values = model(action_sets, actions, rewards)
+        step_logits, step_values, _ = rollout(model, action_sets, actions, rewards)
+        torch.testing.assert_close(step_logits, logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(step_values, values, atol=1e-5, rtol=1e-5)
+        r2 = rewards.clone()
+        r2[:, 5] += 2.0
+        out, _ = model(action_sets, actions, r2)
+        torch.testing.assert_close(out[:, :6], logits[:, :6], atol=0, rtol=0)
+        assert (out[:, 6:] - logits[:, 6:]).abs().max() > 1e-4
+
+
+def test_cache_reset_reuses_buffers():
+    model = tiny_model(attention="softmax")
+    batch = random_batch(B=2)
+    first, _, cache = rollout(model, *batch)
+    k0 = cache.k[0]
+    cache.reset()
+    assert cache.length == 0 and cache.steps == 0 and cache.last_action_set is None
+    logits = [model.step(batch[0][:, 0], None, None, cache)[0]]
+    logits.append(model.step(batch[0][:, 1], batch[1][:, 0], batch[2][:, 0], cache)[0])
+    assert cache.k[0] is k0
+    torch.testing.assert_close(torch.stack(logits, 1), first[:, :2], atol=1e-6, rtol=1e-6)
+
+
 def test_forward_on_prefix_matches_full():
     model = tiny_model()
     batch = random_batch(B=2)

@@ -1,0 +1,133 @@
+"""Acceptance numbers of the shipped pretrained transformers (issue: in-context transformer).
+
+For every shipped model: cumulative regret at T on fresh instances (seed 10**7, never used in
+training: training chunks use seeds 10**6 * s + c, validation 10**6 * s + 900,000) next to its
+(reduced) expert and the baselines on the same instances (common random numbers), the ratio of
+the model's regret to its expert's, and the imitation error along expert rollouts (per-step
+cross-entropy, KL, squared Hellinger distance, agreement; icrl_gym.diagnostics).
+
+The reduced expert of algorithm distillation is the context algorithm itself; that of DPT is
+posterior sampling, i.e. Beta(1,1)-Bernoulli Thompson sampling under the uniform prior.
+
+    python -m benchmarks.pretrained_eval [--runs 2000] [--models a,b] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+
+from agents import make_agent
+from agents.transformer_agent import TransformerAgent, pretrained_names
+from icrl_gym.diagnostics import imitation_error
+from icrl_gym.envs import BanditSpec
+from icrl_gym.trajectories import evaluate_regret
+
+EVAL_SEED = 10**7
+
+
+def reduced_expert(meta: dict) -> dict:
+    """The algorithm a model trained with ``meta['pretrain']`` should imitate."""
+    pre = meta["pretrain"]
+    if pre["label"] == "ad":
+        return pre["context"]
+    if pre["label"] == "expert":
+        return pre["expert"]
+    spec = BanditSpec.from_dict(meta["env"])
+    return {"name": "bernoulli_ts"} if spec.reward == "bernoulli" else {"name": "linear_ts"}
+
+
+def baselines(spec: BanditSpec) -> dict[str, dict]:
+    """The paper's comparison algorithms for a prior."""
+    if spec.reward == "bernoulli":
+        return {"UCB": {"name": "ucb"}, "TS": {"name": "bernoulli_ts"}, "Emp": {"name": "emp"}}
+    return {"LinUCB": {"name": "linucb"}, "TS": {"name": "linear_ts"}, "Emp": {"name": "emp"}}
+
+
+def summarize(regret: np.ndarray) -> dict:
+    """Mean and standard error of regret at T, per run totals."""
+    total = regret.sum(axis=1)
+    return {"mean": float(total.mean()), "se": float(total.std(ddof=1) / np.sqrt(total.size))}
+
+
+def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
+    """Regret table, ratio to the expert and imitation error of one shipped model."""
+    rows: dict[str, dict] = {}
+    probe = TransformerAgent.pretrained(name)
+    spec = BanditSpec.from_dict(probe.meta["env"])
+    expert = reduced_expert(probe.meta)
+    for greedy in (False, True):
+        agent = TransformerAgent.pretrained(name, greedy=greedy, seed=0)
+        start = time.perf_counter()
+        rows["TF (greedy)" if greedy else "TF (sampled)"] = {
+            **summarize(evaluate_regret(spec, agent, runs, seed=EVAL_SEED, batch_size=1000)),
+            "seconds": time.perf_counter() - start,
+        }
+    for label, config in baselines(spec).items():
+        rows[label] = summarize(evaluate_regret(spec, config, runs, seed=EVAL_SEED))
+    rows["expert"] = {**summarize(evaluate_regret(spec, expert, runs, seed=EVAL_SEED)), "config": expert}
+    imitation = imitation_error(
+        TransformerAgent.pretrained(name, seed=1), make_agent(expert, seed=1), spec, imitation_runs, seed=EVAL_SEED + 1
+    )
+    training = probe.meta["training"]
+    return {
+        "model": name,
+        "runs": runs,
+        "seed": EVAL_SEED,
+        "regret": rows,
+        "ratio_to_expert": {k: rows[k]["mean"] / rows["expert"]["mean"] for k in ("TF (sampled)", "TF (greedy)")},
+        "imitation": imitation,
+        "training": {
+            "steps": training["step"],
+            "trajectories_seen": training["trajectories_seen"],
+            "distinct_trajectories": training.get("distinct_trajectories"),
+            "wall_minutes": training["wall_seconds"] / 60,
+            "device": training["device"],
+            "threads": training["threads"],
+            "val": training.get("val"),
+            "command": training.get("command"),
+        },
+        "model_config": probe.meta["model"],
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Evaluate the shipped models and print a Markdown table and JSON."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
+    parser.add_argument("--imitation-runs", type=int, default=500, help="expert rollouts for the imitation error")
+    parser.add_argument("--models", default=",".join(pretrained_names()), help="comma-separated model names")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    results = []
+    for name in [m for m in args.models.split(",") if m]:
+        res = evaluate_model(name, args.runs, args.imitation_runs)
+        results.append(res)
+        print(f"\n### {name} ({args.runs} fresh instances, seed {EVAL_SEED})\n")
+        print("| algorithm | regret at T (mean +- s.e.) |\n|---|---|")
+        for label, row in res["regret"].items():
+            print(f"| {label} | {row['mean']:.2f} +- {row['se']:.2f} |")
+        ratio = res["ratio_to_expert"]
+        im = res["imitation"]
+        tr = res["training"]
+        print(f"\nratio to expert: sampled {ratio['TF (sampled)']:.3f}, greedy {ratio['TF (greedy)']:.3f}")
+        print(
+            f"imitation along expert rollouts: CE {im['ce_per_step']:.4f}, KL {im['kl_per_step']:.4f} "
+            f"+- {im['kl_per_step_se']:.4f}, Hellinger^2 {im['hellinger2_per_step']:.4f}, "
+            f"agreement {im['agreement_per_step']:.4f}"
+        )
+        print(
+            f"training: {tr['steps']} steps, {tr['trajectories_seen']:,} trajectories seen, "
+            f"{tr['wall_minutes']:.1f} min on {tr['device']} ({tr['threads']} thread(s))"
+        )
+    print("\n" + json.dumps(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

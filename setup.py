@@ -15,6 +15,7 @@ setup(
     install_requires=[
         "gymnasium>=1.0,<2",
         "numpy>=1.24",
+        "scipy>=1.10",
         "torch>=2.1",
         "stable-baselines3>=2.3",
         "safetensors>=0.4",

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from agents.base import BanditAgent
+from agents.bayes_ucb import BayesUCB
 from agents.empirical_mean import EmpiricalMean
 from agents.index_agent import IndexAgent
+from agents.kl_ucb import KLUCB
 from agents.linucb import LinUCB, SoftLinUCB
 from agents.mixture import Mixture
 from agents.oracle import Optimal
@@ -26,7 +28,18 @@ from agents.uniform import Uniform
 
 AGENTS: dict[str, type[BanditAgent]] = {
     cls.name: cls
-    for cls in (LinUCB, SoftLinUCB, LinearThompson, BernoulliThompson, UCB, EmpiricalMean, Uniform, Optimal)
+    for cls in (
+        LinUCB,
+        SoftLinUCB,
+        LinearThompson,
+        BernoulliThompson,
+        UCB,
+        KLUCB,
+        BayesUCB,
+        EmpiricalMean,
+        Uniform,
+        Optimal,
+    )
 }
 
 
@@ -66,9 +79,11 @@ def ts_uniform_mixture(alpha: float, thompson: Mapping[str, Any] | None = None) 
 __all__ = [
     "AGENTS",
     "BanditAgent",
+    "BayesUCB",
     "BernoulliThompson",
     "EmpiricalMean",
     "IndexAgent",
+    "KLUCB",
     "LinUCB",
     "LinearThompson",
     "Mixture",

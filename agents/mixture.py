@@ -37,9 +37,7 @@ class Mixture(BanditAgent):
         for comp in self.components:
             # Child generators drawn from ours keep the whole mixture reproducible under one seed.
             child = np.random.default_rng(self.rng.integers(2**63))
-            comp.reset(
-                batch_size=self.batch_size, dim=self.dim, num_actions=self.num_actions, w_star=w_star, rng=child
-            )
+            comp.reset(batch_size=self.batch_size, dim=self.dim, num_actions=self.num_actions, w_star=w_star, rng=child)
         self.assignment = self.rng.choice(len(self.components), size=self.batch_size, p=self.weights)
 
     def _select(self, per_component: list[np.ndarray]) -> np.ndarray:

@@ -16,12 +16,15 @@ import numpy as np
 class RidgeStatistics:
     """Ridge-regression statistics of B runs: V^{-1} (B, d, d) and b (B, d)."""
 
-    def __init__(self, batch_size: int, dim: int, reg: float) -> None:
+    def __init__(self, batch_size: int, dim: int, reg: float, center: np.ndarray | None = None) -> None:
+        """``center`` m shrinks the estimate towards m instead of 0: b starts at reg * m."""
         if reg <= 0:
             raise ValueError(f"the ridge regulariser must be > 0, got {reg}")
         self.reg = reg
         self.gram_inv = np.broadcast_to(np.eye(dim) / reg, (batch_size, dim, dim)).copy()
-        self.target = np.zeros((batch_size, dim))
+        self.target = (
+            np.zeros((batch_size, dim)) if center is None else np.broadcast_to(reg * center, (batch_size, dim)).copy()
+        )
 
     def update(self, x: np.ndarray, r: np.ndarray) -> None:
         """Add one observation (x (B, d), r (B,)): Sherman-Morrison on V^{-1}.

@@ -234,3 +234,44 @@ def test_agent_errors():
     with pytest.raises(ValueError, match="temperature"):
         SoftLinUCB(temperature=0.0)
     assert Uniform().config() == {"name": "uniform"}
+
+
+def _feed(agent, pulls):
+    agent.reset(batch_size=1, dim=3, num_actions=3)
+    X = np.eye(3)[None]
+    for a, r in pulls:
+        agent.update(np.array([a]), np.array([float(r)]), obs=X)
+    return agent.index(X)[0]
+
+
+def test_kl_ucb_index_solves_its_defining_equation():
+    from agents import KLUCB
+    from agents.kl_ucb import bernoulli_kl
+
+    pulls = [(0, 1), (0, 0), (0, 1), (1, 0), (1, 0), (2, 1)]
+    index = _feed(KLUCB(iterations=60), pulls)
+    counts, means = np.array([3, 2, 1]), np.array([2 / 3, 0.0, 1.0])
+    budget = np.log(len(pulls) + 1)
+    for k in range(2):  # arm 2 has mean 1: its index is 1
+        assert counts[k] * bernoulli_kl(means[k], index[k]) == pytest.approx(budget, rel=1e-6)
+    assert index[2] == pytest.approx(1.0)
+
+
+def test_bayes_ucb_index_is_the_posterior_quantile():
+    from scipy.special import betainc
+
+    from agents import BayesUCB
+
+    pulls = [(0, 1), (0, 0), (1, 1), (1, 1), (2, 0)]
+    index = _feed(BayesUCB(), pulls)
+    level = 1 - 1 / (len(pulls) + 1)
+    a = 1 + np.array([1, 2, 0])
+    b = 1 + np.array([1, 0, 1])
+    np.testing.assert_allclose(betainc(a, b, index), level, atol=1e-8)
+
+
+def test_linear_ts_prior_mean_shrinks_towards_it():
+    agent = LinearThompson(noise_std=1.0, prior_var=0.5, prior_mean=0.3)
+    agent.reset(batch_size=1, dim=2, num_actions=2)
+    mean, _ = agent._posterior()
+    np.testing.assert_allclose(mean[0], [0.3, 0.3])  # no data: the posterior mean is the prior mean

@@ -23,5 +23,5 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={"test": ["pytest>=7", "ruff>=0.4"]},
-    entry_points={"console_scripts": ["icrl-bench=benchmarks.__main__:main"]},
+    entry_points={"console_scripts": ["icrl-bench=benchmarks.harness:main"]},
 )

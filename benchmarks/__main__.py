@@ -1,14 +1,8 @@
-"""``python -m benchmarks``: the project's main job (the regret benchmark)."""
+"""``python -m benchmarks`` (also ``icrl-bench``): the regret benchmark with the shipped models."""
 
 from __future__ import annotations
 
-from benchmarks.expert_regret import main as expert_main
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Run the default benchmark suite."""
-    expert_main(argv)
-
+from benchmarks.harness import main
 
 if __name__ == "__main__":
     main()

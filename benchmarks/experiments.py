@@ -1,0 +1,101 @@
+"""The benchmark's experiments as plain data (Section experiments and Appendix exp_details).
+
+Each experiment names an environment prior and the algorithms it compares, each an
+``agents.make_agent`` specification; transformers are ``{"name": "transformer", "checkpoint": ...}``
+with a shipped model name.  ``paper`` holds the regret at T=200 read from the paper's figures,
+for the results page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents import ts_uniform_mixture
+from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+
+
+def transformer(name: str, greedy: bool = False) -> dict[str, Any]:
+    """Specification of a shipped transformer (sampled from its policy unless ``greedy``)."""
+    return {"name": "transformer", "checkpoint": name, "greedy": greedy}
+
+
+BERNOULLI_STRONG = {
+    "KL-UCB": {"name": "kl_ucb"},
+    "Bayes-UCB": {"name": "bayes_ucb"},
+}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One regret comparison on one prior."""
+
+    name: str
+    title: str
+    spec: BanditSpec
+    algorithms: dict[str, dict[str, Any]]
+    paper: dict[str, float] = field(default_factory=dict)
+    difference: tuple[str, ...] = ()
+    """Algorithms whose regret minus the regret of ``reference`` is also plotted."""
+    reference: str = ""
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    e.name: e
+    for e in (
+        Experiment(
+            name="linear-ad-linucb",
+            title="Linear bandit (d=5, A=10, sigma=1.5), AD on LinUCB (paper Fig. 1 left)",
+            spec=linear_bandit_spec(),
+            algorithms={
+                "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb", greedy=True),
+                "LinUCB": {"name": "linucb"},
+                "TS": {"name": "linear_ts"},
+                "Emp": {"name": "emp"},
+                "TS (matched prior)": {"name": "linear_ts", "prior_mean": 0.5, "prior_var": 1 / 12},
+            },
+            paper={"TF (AD LinUCB)": 39.5, "LinUCB": 32.8, "TS": 51.5, "Emp": 57.0},
+        ),
+        Experiment(
+            name="bernoulli-dpt",
+            title="Bernoulli bandit (5 arms), DPT with context (Unif + TS)/2 (paper Fig. 1 right)",
+            spec=bernoulli_bandit_spec(),
+            algorithms={
+                "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
+                "UCB": {"name": "ucb"},
+                "TS": {"name": "bernoulli_ts"},
+                "Emp": {"name": "emp"},
+                **BERNOULLI_STRONG,
+            },
+            paper={"TF (DPT)": 11.1, "TS": 10.7, "UCB": 6.5, "Emp": 11.6},
+        ),
+        Experiment(
+            name="bernoulli-ad-ucb",
+            title="Bernoulli bandit (5 arms), AD on UCB (paper appendix figure)",
+            spec=bernoulli_bandit_spec(),
+            algorithms={
+                "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
+                "TF (AD UCB, greedy)": transformer("bernoulli-ad-ucb", greedy=True),
+                "UCB": {"name": "ucb"},
+                "TS": {"name": "bernoulli_ts"},
+                "Emp": {"name": "emp"},
+                **BERNOULLI_STRONG,
+            },
+        ),
+        Experiment(
+            name="distribution-ratio",
+            title="Bernoulli DPT, context alpha*TS + (1-alpha)*Unif (paper distribution-ratio figure)",
+            spec=bernoulli_bandit_spec(),
+            algorithms={
+                **{f"TF (alpha={a})": transformer(f"bernoulli-dpt-alpha{a}") for a in ("0", "0.1", "0.5", "1")},
+                "TS": {"name": "bernoulli_ts"},
+            },
+            paper={"TF (alpha=0)": 24.5, "TF (alpha=0.1)": 13.0, "TF (alpha=0.5)": 11.1, "TF (alpha=1)": 11.0},
+            difference=tuple(f"TF (alpha={a})" for a in ("0", "0.1", "0.5", "1")),
+            reference="TS",
+        ),
+    )
+}
+
+CONTEXTS = {f"alpha={a}": ts_uniform_mixture(float(a)) for a in ("0", "0.1", "0.5", "1")}
+"""The context algorithms of the distribution-ratio models (for reference and retraining)."""

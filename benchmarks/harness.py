@@ -1,0 +1,282 @@
+"""Benchmark harness: run the regret experiments, write CSV, plots, a Markdown summary and the config.
+
+Every algorithm of an experiment runs on the same instances with the same noise (common random
+numbers: one seed draws the instances and the noise, whatever the algorithm does), so regret
+differences are differences of algorithms, not of luck.  Outputs in ``--out``:
+
+- ``regret.csv``: per experiment, algorithm and step t, mean / std / standard error of the
+  cumulative regret and of the per-step suboptimality <a*_t - a_t, w*>;
+- ``<experiment>.png``: cumulative regret (shaded +-1 std, as in the paper) and suboptimality;
+  ``distribution-ratio-difference.png``: regret(TF) - regret(TS) per alpha;
+- ``summary.md``: regret at T/4, T/2 and T with standard errors, next to the paper's numbers;
+- ``config.json``: the configuration, seed and model records that reproduce the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents import make_agent
+from benchmarks.experiments import EXPERIMENTS, Experiment
+from icrl_gym.trajectories import evaluate_regret
+
+FIELDS = {
+    "experiments": "comma-separated experiment names, or 'all' (see --list)",
+    "runs": "instances per algorithm (the paper uses 500)",
+    "seed": "seed of the instances and noise, shared by all algorithms",
+    "out": "results folder (created; existing files are replaced)",
+    "threads": "torch CPU threads for the transformers",
+    "device": "device of the transformers: cpu, cuda or auto",
+    "list": "list the experiments and exit",
+    "plot_only": "re-draw plots and summary from the results folder --out, running nothing",
+    "retrain": "retrain the transformers with the shipped configs first (slow: tens of minutes each on a CPU)",
+}
+
+
+@dataclass
+class BenchConfig:
+    """Options of ``python -m benchmarks`` (each field is a command-line flag)."""
+
+    experiments: str = "all"
+    runs: int = 500
+    seed: int = 0
+    out: str = "results/latest"
+    threads: int = 2
+    device: str = "cpu"
+    list: bool = False
+    plot_only: bool = False
+    retrain: bool = False
+
+    def selected(self) -> list[Experiment]:
+        """The experiments named in ``experiments`` (clear error for unknown names)."""
+        if self.experiments == "all":
+            return list(EXPERIMENTS.values())
+        names = [n.strip() for n in self.experiments.split(",") if n.strip()]
+        unknown = [n for n in names if n not in EXPERIMENTS]
+        if unknown or not names:
+            raise ValueError(f"unknown experiment(s) {unknown or names}; choose from {sorted(EXPERIMENTS)} or 'all'")
+        return [EXPERIMENTS[n] for n in names]
+
+    def validate(self) -> None:
+        """Reject option values that cannot work."""
+        if self.runs < 2:
+            raise ValueError(f"--runs must be >= 2 (standard errors need two runs), got {self.runs}")
+        if self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"--device must be cpu, cuda or auto, got {self.device!r}")
+        self.selected()
+
+
+def parse_args(argv: list[str] | None = None) -> BenchConfig:
+    """Turn the dataclass fields into flags with help text and defaults."""
+    parser = argparse.ArgumentParser(
+        prog="icrl-bench", description="Regret experiments of icrl-gym (Lin, Bai, Mei, ICLR 2024)."
+    )
+    for f in dataclasses.fields(BenchConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action="store_true", help=FIELDS[f.name])
+        else:
+            kind = {"int": int, "str": str}[str(f.type)] if isinstance(f.type, str) else f.type
+            parser.add_argument(flag, type=kind, default=f.default, help=f"{FIELDS[f.name]} (default: {f.default})")
+    cfg = BenchConfig(**vars(parser.parse_args(argv)))
+    cfg.validate()
+    return cfg
+
+
+def _curves(regret: np.ndarray) -> dict[str, np.ndarray]:
+    """Mean, std and standard error over runs of cumulative regret and per-step suboptimality."""
+    n = regret.shape[0]
+    cum = regret.cumsum(axis=1)
+    out = {}
+    for key, x in (("cumulative_regret", cum), ("suboptimality", regret)):
+        std = x.std(axis=0, ddof=1)
+        out[f"{key}_mean"], out[f"{key}_std"], out[f"{key}_se"] = x.mean(axis=0), std, std / np.sqrt(n)
+    return out
+
+
+def run_experiment(
+    exp: Experiment, runs: int, seed: int, device: str, checkpoints: dict[str, str] | None = None, progress: Any = None
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per-step regret curves of every algorithm of ``exp`` on the same ``runs`` instances."""
+    curves = {}
+    for label, spec in exp.algorithms.items():
+        spec = dict(spec)
+        if spec["name"] == "transformer":
+            spec["checkpoint"] = (checkpoints or {}).get(spec["checkpoint"], spec["checkpoint"])
+            spec["device"] = device
+        agent = make_agent(spec)
+        if spec["name"] == "transformer":
+            agent.check_environment(exp.spec)
+        curves[label] = _curves(evaluate_regret(exp.spec, agent, runs, seed=seed, batch_size=runs))
+        if progress is not None:
+            progress(label)
+    return curves
+
+
+def write_csv(path: Path, results: dict[str, dict[str, dict[str, np.ndarray]]]) -> None:
+    """One row per (experiment, algorithm, t)."""
+    keys = [f"{q}_{s}" for q in ("cumulative_regret", "suboptimality") for s in ("mean", "std", "se")]
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["experiment", "algorithm", "t", *keys])
+        for exp_name, curves in results.items():
+            for label, c in curves.items():
+                for t in range(c[keys[0]].shape[0]):
+                    writer.writerow([exp_name, label, t + 1, *(f"{c[k][t]:.6g}" for k in keys)])
+
+
+def read_csv(path: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Inverse of :func:`write_csv`."""
+    rows: dict[str, dict[str, dict[str, list[float]]]] = {}
+    with open(path) as fh:
+        for row in csv.DictReader(fh):
+            c = rows.setdefault(row["experiment"], {}).setdefault(row["algorithm"], {})
+            for k, v in row.items():
+                if k not in ("experiment", "algorithm", "t"):
+                    c.setdefault(k, []).append(float(v))
+    return {e: {a: {k: np.array(v) for k, v in c.items()} for a, c in algs.items()} for e, algs in rows.items()}
+
+
+def plot(out: Path, exp: Experiment, curves: dict[str, dict[str, np.ndarray]], runs: int, seed: int) -> list[Path]:
+    """Cumulative regret and suboptimality (mean +- 1 std), and the difference plot where defined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, c in curves.items():
+        t = np.arange(1, c["cumulative_regret_mean"].size + 1)
+        for ax, key in zip(axes, ("cumulative_regret", "suboptimality"), strict=True):
+            mean, std = c[f"{key}_mean"], c[f"{key}_std"]
+            (line,) = ax.plot(t, mean, label=label, lw=1.6)
+            ax.fill_between(t, mean - std, mean + std, color=line.get_color(), alpha=0.12)
+    axes[0].set(xlabel="time t", ylabel="cumulative regret", title="Regret (mean +- 1 std)")
+    axes[1].set(xlabel="time t", ylabel="<a*_t - a_t, w*>", title="Suboptimality (mean +- 1 std)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{exp.title}\n{runs} runs, seed {seed}", fontsize=10)
+    fig.tight_layout()
+    files.append(out / f"{exp.name}.png")
+    fig.savefig(files[-1], dpi=110)
+    plt.close(fig)
+    if exp.difference:
+        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        ref = curves[exp.reference]["cumulative_regret_mean"]
+        for label in exp.difference:
+            diff = curves[label]["cumulative_regret_mean"] - ref
+            ax.plot(np.arange(1, diff.size + 1), diff, label=label)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set(xlabel="time t", ylabel=f"regret(TF) - regret({exp.reference})", title=f"{exp.title}\n{runs} runs")
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        files.append(out / f"{exp.name}-difference.png")
+        fig.savefig(files[-1], dpi=110)
+        plt.close(fig)
+    return files
+
+
+def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int) -> str:
+    """Markdown tables: regret at T/4, T/2 and T with standard errors, and the paper's numbers."""
+    lines = [f"# icrl-gym benchmark\n\n{runs} runs per algorithm, seed {seed}, common random numbers.\n"]
+    for exp_name, curves in results.items():
+        exp = EXPERIMENTS[exp_name]
+        horizon = next(iter(curves.values()))["cumulative_regret_mean"].size
+        marks = [horizon // 4, horizon // 2, horizon]
+        lines.append(f"## {exp.title}\n")
+        lines.append("| algorithm | " + " | ".join(f"regret at t={m}" for m in marks) + " | paper (t=200) |")
+        lines.append("|---|" + "---|" * (len(marks) + 1))
+        for label, c in curves.items():
+            cells = [
+                f"{c['cumulative_regret_mean'][m - 1]:.2f} +- {c['cumulative_regret_se'][m - 1]:.2f}" for m in marks
+            ]
+            paper = exp.paper.get(label)
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {'' if paper is None else paper} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def retrain_models(out: Path, experiments: list[Experiment], device: str) -> dict[str, str]:
+    """Retrain every transformer the experiments use from its shipped config; returns name -> path."""
+    from icrl_gym.pretrain import PretrainConfig, export, pretrain
+
+    config_dir = Path(__file__).resolve().parent.parent / "icrl_gym" / "pretrained" / "configs"
+    names = sorted({s["checkpoint"] for e in experiments for s in e.algorithms.values() if s["name"] == "transformer"})
+    paths = {}
+    for name in names:
+        data = json.loads((config_dir / f"{name}.json").read_text())
+        data.update(out_dir=str(out / "training" / name), device=device)
+        model, meta = pretrain(PretrainConfig.from_dict(data), command=f"icrl-bench --retrain ({name})")
+        paths[name] = str(export(model, meta, out / "models" / name))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Entry point of ``python -m benchmarks`` / ``icrl-bench``."""
+    cfg = parse_args(argv)
+    if cfg.list:
+        for exp in EXPERIMENTS.values():
+            print(f"{exp.name:22s} {exp.title}\n{'':22s} algorithms: {', '.join(exp.algorithms)}")
+        return {}
+    out = Path(cfg.out)
+    experiments = cfg.selected()
+    if cfg.plot_only:
+        if not (out / "regret.csv").exists():
+            raise FileNotFoundError(f"--plot-only needs {out / 'regret.csv'} from an earlier run")
+        saved = json.loads((out / "config.json").read_text())
+        results = read_csv(out / "regret.csv")
+        for name, curves in results.items():
+            plot(out, EXPERIMENTS[name], curves, saved["runs"], saved["seed"])
+        (out / "summary.md").write_text(summary(results, saved["runs"], saved["seed"]))
+        print(f"re-drew plots and summary in {out}")
+        return results
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoints = retrain_models(out, experiments, cfg.device) if cfg.retrain else {}
+    results: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    start = time.perf_counter()
+    total = sum(len(e.algorithms) for e in experiments)
+    done = 0
+    for exp in experiments:
+
+        def progress(label: str, exp: Experiment = exp) -> None:
+            nonlocal done
+            done += 1
+            elapsed = time.perf_counter() - start
+            print(f"[{done}/{total}] {exp.name}: {label} ({elapsed:.0f}s)", file=sys.stderr, flush=True)
+
+        results[exp.name] = run_experiment(exp, cfg.runs, cfg.seed, cfg.device, checkpoints, progress)
+    elapsed = time.perf_counter() - start
+    write_csv(out / "regret.csv", results)
+    for exp in experiments:
+        plot(out, exp, results[exp.name], cfg.runs, cfg.seed)
+    text = summary(results, cfg.runs, cfg.seed)
+    (out / "summary.md").write_text(text)
+    record = {
+        **dataclasses.asdict(cfg),
+        "seconds": elapsed,
+        "experiments_run": {e.name: {"env": e.spec.to_dict(), "algorithms": e.algorithms} for e in experiments},
+        "checkpoints": checkpoints or "shipped",
+    }
+    (out / "config.json").write_text(json.dumps(record, indent=2))
+    print(text)
+    print(f"finished in {elapsed:.0f}s; results in {out}/ (regret.csv, summary.md, *.png, config.json)")
+    return results

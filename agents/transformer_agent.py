@@ -25,7 +25,7 @@ PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "icrl_gym" / "pretrain
 
 def pretrained_names() -> list[str]:
     """Names of the checkpoints shipped with the package."""
-    return sorted(p.stem for p in PRETRAINED_DIR.glob("*.safetensors"))
+    return sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))
 
 
 class TransformerAgent(BanditAgent):
@@ -40,12 +40,12 @@ class TransformerAgent(BanditAgent):
         device: str = "cpu",
         seed: int | None = None,
     ) -> None:
-        from icrl_gym.checkpoint import load_checkpoint
+        from icrl_gym.checkpoint import checkpoint_files, load_checkpoint
         from icrl_gym.pretrain import resolve_device
 
         super().__init__(seed)
         path = Path(checkpoint)
-        if not path.with_suffix(".json").exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
+        if not checkpoint_files(path)[1].exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
             path = PRETRAINED_DIR / str(checkpoint)
         self.checkpoint = str(checkpoint)
         self.device = resolve_device(device)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.fileio import atomic_write_bytes
 from icrl_gym.transformer import BanditTransformer, TransformerConfig
 
 FORMAT = "icrl-gym-checkpoint"
@@ -32,26 +32,15 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, truncated or made for another environment."""
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _stem(path: str | os.PathLike) -> Path:
     path = Path(path)
     return path.with_suffix("") if path.suffix in (".json", ".safetensors") else path
+
+
+def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
+    """The weights and record files of a checkpoint (names may contain dots, e.g. ``alpha0.5``)."""
+    stem = str(_stem(path))
+    return Path(stem + ".safetensors"), Path(stem + ".json")
 
 
 def save_checkpoint(path: str | os.PathLike, model: BanditTransformer, meta: dict[str, Any]) -> Path:
@@ -67,15 +56,15 @@ def save_checkpoint(path: str | os.PathLike, model: BanditTransformer, meta: dic
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
     # Weights first, record last: a record always describes weights that are fully on disk.
-    atomic_write_bytes(stem.with_suffix(".safetensors"), blob)
-    atomic_write_bytes(stem.with_suffix(".json"), json.dumps(record, indent=2, sort_keys=True).encode())
+    weights, record_path = checkpoint_files(stem)
+    atomic_write_bytes(weights, blob)
+    atomic_write_bytes(record_path, json.dumps(record, indent=2, sort_keys=True).encode())
     return stem
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read the weights and the record of a checkpoint, checking the files belong together."""
-    stem = _stem(path)
-    weights, record_path = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    weights, record_path = checkpoint_files(path)
     for p in (weights, record_path):
         if not p.exists():
             raise CheckpointError(f"checkpoint file {p} does not exist")

@@ -39,8 +39,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.checkpoint import atomic_write_bytes, read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.fileio import atomic_write_bytes, dataclass_from_dict
 from icrl_gym.trajectories import TrajectoryData, collect_trajectories
 from icrl_gym.transformer import BanditTransformer, TransformerConfig
 
@@ -123,11 +124,7 @@ class PretrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PretrainConfig:
         """Inverse of :meth:`to_dict`, rejecting unknown keys."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown PretrainConfig keys {unknown}")
-        return cls(**data)
+        return dataclass_from_dict(cls, data)
 
     @property
     def spec(self) -> BanditSpec:

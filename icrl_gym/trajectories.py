@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ import numpy as np
 from agents import BanditAgent, IndexAgent, make_agent
 from agents.statistics import RidgeStatistics
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.fileio import atomic_write
 
 FORMAT_VERSION = 1
 LABEL_MODES = ("none", "ad", "dpt", "approx_dpt", "expert")
@@ -133,32 +133,17 @@ class TrajectoryData:
             raise DatasetError(f"actions outside [0, {a})")
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_trajectories(data: TrajectoryData, path: str | os.PathLike) -> Path:
     """Write ``data`` atomically to ``path`` (.npz) and its metadata to ``path`` with suffix .json."""
     data.validate()
     path = Path(path)
     if path.suffix != ".npz":
-        path = path.with_suffix(".npz")
+        path = Path(str(path) + ".npz")  # not with_suffix: names may hold dots (alpha0.5)
     meta = {**data.meta, "format_version": FORMAT_VERSION}
     meta_json = json.dumps(meta, indent=2, sort_keys=True)
     arrays = {**data.arrays(), "meta_json": np.array(meta_json)}
-    _atomic_write(path, lambda fh: np.savez(fh, **arrays))
-    _atomic_write(path.with_suffix(".json"), lambda fh: fh.write(meta_json.encode()))
+    atomic_write(path, lambda fh: np.savez(fh, **arrays))
+    atomic_write(Path(str(path)[: -len(".npz")] + ".json"), lambda fh: fh.write(meta_json.encode()))
     return path
 
 

@@ -21,12 +21,14 @@ whole prefix.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from icrl_gym.fileio import dataclass_from_dict
 
 _ATTENTIONS = ("relu", "softmax")
 _LAYOUTS = ("paper", "compact")
@@ -105,11 +107,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
         """Build a configuration from a dict, rejecting unknown keys."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown TransformerConfig keys {unknown}; known keys are {sorted(known)}")
-        return cls(**d)
+        return dataclass_from_dict(cls, d)
 
 
 @dataclass

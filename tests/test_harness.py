@@ -11,7 +11,8 @@ from icrl_gym.envs import bernoulli_bandit_spec
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    results = main(["--experiments", "bernoulli-ad-ucb", "--runs", "12", "--seed", "3", "--out", str(out), "--threads", "1"])
+    argv = ["--experiments", "bernoulli-ad-ucb", "--runs", "12", "--seed", "3", "--out", str(out), "--threads", "1"]
+    results = main(argv)
     return out, results
 
 

@@ -108,6 +108,13 @@ def test_checkpoint_roundtrip_and_agent(tmp_path):
     assert regret.shape == (8, 12)
 
 
+def test_dotted_names_keep_their_dots(tmp_path):
+    model = _tiny_model()
+    save_checkpoint(tmp_path / "model-alpha0.5", model, {"env": bernoulli_bandit_spec(horizon=12).to_dict()})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model-alpha0.5.json", "model-alpha0.5.safetensors"]
+    TransformerAgent(tmp_path / "model-alpha0.5")
+
+
 def test_agent_cache_matches_full_forward(tmp_path):
     """The online agent's policies equal a full forward pass over the trajectory it produced."""
     model = _tiny_model()

@@ -271,7 +271,7 @@ def test_config_round_trip():
 
 
 def test_config_errors():
-    with pytest.raises(ValueError, match="unknown TransformerConfig keys"):
+    with pytest.raises(ValueError, match="unknown TransformerConfig fields"):
         TransformerConfig.from_dict({"n_layer": 2, "n_layers": 3})
     with pytest.raises(ValueError, match="divisible by n_head"):
         TransformerConfig(n_embd=30, n_head=4)

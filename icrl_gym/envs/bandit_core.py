@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from icrl_gym.fileio import dataclass_from_dict
+
 ARM_KINDS = ("uniform", "one_hot")
 REWARD_KINDS = ("gaussian", "bernoulli")
 PRIOR_KINDS = ("uniform", "gaussian")
@@ -102,11 +104,7 @@ class BanditSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BanditSpec:
         """Inverse of :meth:`to_dict`; unknown keys are an error, not silently dropped."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown BanditSpec fields {unknown}; known fields are {sorted(known)}")
-        return cls(**data)
+        return dataclass_from_dict(cls, data)
 
     @property
     def action_set_shape(self) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from typing import Any
 from agents.base import BanditAgent
 from agents.bayes_ucb import BayesUCB
 from agents.empirical_mean import EmpiricalMean
+from agents.gittins import Gittins
 from agents.index_agent import IndexAgent
 from agents.kl_ucb import KLUCB
 from agents.linucb import LinUCB, SoftLinUCB
@@ -33,6 +34,7 @@ AGENTS: dict[str, type[BanditAgent]] = {
         SoftLinUCB,
         LinearThompson,
         BernoulliThompson,
+        Gittins,
         UCB,
         KLUCB,
         BayesUCB,
@@ -82,6 +84,7 @@ __all__ = [
     "BayesUCB",
     "BernoulliThompson",
     "EmpiricalMean",
+    "Gittins",
     "IndexAgent",
     "KLUCB",
     "LinUCB",

@@ -23,6 +23,7 @@ def transformer(name: str, greedy: bool = False) -> dict[str, Any]:
 BERNOULLI_STRONG = {
     "KL-UCB": {"name": "kl_ucb"},
     "Bayes-UCB": {"name": "bayes_ucb"},
+    "Gittins (finite horizon)": {"name": "gittins"},
 }
 
 

@@ -1,3 +1,5 @@
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -275,3 +277,32 @@ def test_linear_ts_prior_mean_shrinks_towards_it():
     agent.reset(batch_size=1, dim=2, num_actions=2)
     mean, _ = agent._posterior()
     np.testing.assert_allclose(mean[0], [0.3, 0.3])  # no data: the posterior mean is the prior mean
+
+
+def _reference_gittins(s, f, m, tol=1e-9):
+    """Finite-horizon Gittins index by exact recursion and bisection on the retirement reward."""
+
+    def value(lam):
+        @functools.cache
+        def v(s_, f_, m_):
+            if m_ == 0:
+                return 0.0
+            p = (1 + s_) / (2 + s_ + f_)
+            return max(0.0, p - lam + p * v(s_ + 1, f_, m_ - 1) + (1 - p) * v(s_, f_ + 1, m_ - 1))
+
+        return v(s, f, m)
+
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if value(mid) > 0 else (lo, mid)
+    return lo
+
+
+def test_gittins_table_matches_exact_recursion():
+    from agents.gittins import gittins_table
+
+    table = gittins_table(12)
+    for s, f, m in [(0, 0, 1), (2, 1, 1), (0, 0, 2), (1, 3, 4), (3, 0, 6), (0, 0, 10), (2, 2, 8)]:
+        assert table[s, f, m] == pytest.approx(_reference_gittins(s, f, m), abs=3e-3)
+    assert table[2, 1, 1] == pytest.approx(3 / 5)  # one pull left: the index is the posterior mean

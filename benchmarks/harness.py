@@ -40,6 +40,7 @@ FIELDS = {
     "list": "list the experiments and exit",
     "plot_only": "re-draw plots and summary from the results folder --out, running nothing",
     "retrain": "retrain the transformers with the shipped configs first (slow: tens of minutes each on a CPU)",
+    "retrain_steps": "with --retrain: override the optimizer steps of every model (0: the shipped configs' own)",
 }
 
 
@@ -56,6 +57,7 @@ class BenchConfig:
     list: bool = False
     plot_only: bool = False
     retrain: bool = False
+    retrain_steps: int = 0
 
     def selected(self) -> list[Experiment]:
         """The experiments named in ``experiments`` (clear error for unknown names)."""
@@ -71,6 +73,8 @@ class BenchConfig:
         """Reject option values that cannot work."""
         if self.runs < 2:
             raise ValueError(f"--runs must be >= 2 (standard errors need two runs), got {self.runs}")
+        if self.retrain_steps < 0:
+            raise ValueError(f"--retrain-steps must be >= 0, got {self.retrain_steps}")
         if self.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
         if self.device not in ("cpu", "cuda", "auto"):
@@ -212,7 +216,7 @@ def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, see
     return "\n".join(lines)
 
 
-def retrain_models(out: Path, experiments: list[Experiment], device: str) -> dict[str, str]:
+def retrain_models(out: Path, experiments: list[Experiment], device: str, steps: int = 0) -> dict[str, str]:
     """Retrain every transformer the experiments use from its shipped config; returns name -> path."""
     from icrl_gym.pretrain import PretrainConfig, export, pretrain
 
@@ -222,6 +226,8 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str) -> dic
     for name in names:
         data = json.loads((config_dir / f"{name}.json").read_text())
         data.update(out_dir=str(out / "training" / name), device=device)
+        if steps > 0:
+            data.update(steps=steps, warmup_steps=min(data["warmup_steps"], steps), eval_every=steps)
         model, meta = pretrain(PretrainConfig.from_dict(data), command=f"icrl-bench --retrain ({name})")
         paths[name] = str(export(model, meta, out / "models" / name))
     return paths
@@ -250,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(cfg.threads)
     out.mkdir(parents=True, exist_ok=True)
-    checkpoints = retrain_models(out, experiments, cfg.device) if cfg.retrain else {}
+    checkpoints = retrain_models(out, experiments, cfg.device, cfg.retrain_steps) if cfg.retrain else {}
     results: dict[str, dict[str, dict[str, np.ndarray]]] = {}
     start = time.perf_counter()
     total = sum(len(e.algorithms) for e in experiments)

@@ -1,4 +1,5 @@
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -92,3 +93,12 @@ def test_bad_option_type_exits():
 def test_plot_only_without_results(tmp_path):
     with pytest.raises(FileNotFoundError, match="regret.csv"):
         main(["--plot-only", "--out", str(tmp_path)])
+
+
+def test_retrain_runs_the_whole_pipeline(tmp_path):
+    """collect -> pretrain -> export -> evaluate, with the shipped config cut to a few steps."""
+    argv = ["--experiments", "bernoulli-ad-ucb", "--runs", "4", "--out", str(tmp_path), "--threads", "1"]
+    main([*argv, "--retrain", "--retrain-steps", "2"])
+    assert (tmp_path / "models" / "bernoulli-ad-ucb.safetensors").exists()
+    record = json.loads((tmp_path / "config.json").read_text())
+    assert record["checkpoints"]["bernoulli-ad-ucb"].endswith("models/bernoulli-ad-ucb")

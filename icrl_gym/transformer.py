@@ -35,6 +35,7 @@ _LAYOUTS = ("paper", "compact")
 _POSITIONALS = ("learned", "poly")
 _READOUTS = ("linear", "arm")
 _FEATURES = ("raw", "quadratic")
+_NORMS = ("post", "none")
 
 
 @dataclass
@@ -67,6 +68,8 @@ class TransformerConfig:
     """"linear": the paper's extraction map Linear(D, A); "arm": a per-arm scorer of (h_t, a_{t,k})."""
     features: str = "raw"
     """"raw": the paper's token contents; "quadratic": also a a^T (upper triangle) and r a per step."""
+    norm: str = "post"
+    """"post": LayerNorm after each sub-layer (Appendix exp_details); "none": Def. decoder-tf as in the theory."""
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "mlp_ratio", "dim", "num_actions", "horizon"):
@@ -81,6 +84,7 @@ class TransformerConfig:
             ("positional", _POSITIONALS),
             ("readout", _READOUTS),
             ("features", _FEATURES),
+            ("norm", _NORMS),
         ):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
@@ -234,9 +238,11 @@ class Block(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.attn = CausalSelfAttention(config)
-        self.ln_1 = nn.LayerNorm(config.n_embd)
         self.mlp = MLP(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd)
+        # norm="none" is the theory's residual network (Def. decoder-tf), used by the constructions
+        norm = nn.LayerNorm if config.norm == "post" else (lambda _: nn.Identity())
+        self.ln_1 = norm(config.n_embd)
+        self.ln_2 = norm(config.n_embd)
 
     def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
         """Transform ``x`` (B, n_new, D), attending to ``cache`` when one is given."""
@@ -430,6 +436,16 @@ class BanditTransformer(nn.Module):
         self._check_actions("actions", actions, (B, T))
         if tuple(rewards.shape) != (B, T):
             raise ValueError(f"rewards has shape {tuple(rewards.shape)}, expected {(B, T)}")
+        feats = self.token_features(action_sets, actions, rewards)
+        h = self.encode(feats)
+        if cfg.layout == "paper":
+            h = h[:, ::2]  # (B, T, D) outputs at the state tokens
+        return self._readout(h, action_sets)
+
+    def token_features(self, action_sets: Tensor, actions: Tensor, rewards: Tensor) -> Tensor:
+        """Raw token features (B, N, F) of whole trajectories in the model's layout (N = 2T-1 or T)."""
+        cfg = self.config
+        B, T = action_sets.shape[:2]
         dtype = self.input_embed.weight.dtype
         action_sets, rewards, actions = action_sets.to(dtype), rewards.to(dtype), actions.long()
 
@@ -444,11 +460,14 @@ class BanditTransformer(nn.Module):
             prev_sets = torch.cat([action_sets[:, :1], action_sets[:, :-1]], dim=1)  # (B, T, A, d)
             feats = self._compact_features(action_sets, prev_actions, prev_rewards, prev_sets)  # (B, T, F)
 
-        x = self._embed(feats, 0)  # (B, N, D)
+        return feats
+
+    def encode(self, features: Tensor) -> Tensor:
+        """Run the decoder on raw token features (B, N, F) from position 0: hidden states (B, N, D)."""
+        x = self._embed(features, 0)  # (B, N, D)
         for block in self.blocks:
             x = block(x)
-        h = x[:, ::2] if cfg.layout == "paper" else x  # (B, T, D) outputs at the state tokens
-        return self._readout(h, action_sets)
+        return x
 
     # ----------------------------------------------------------------- rollout
     def new_cache(

@@ -57,3 +57,93 @@ def imitation_error(
         out[f"{k}_per_step"] = float(values.mean())
         out[f"{k}_per_step_se"] = float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
     return out
+
+
+def _components(agent: BanditAgent) -> list[tuple[float, BanditAgent]]:
+    """(log weight, algorithm) pairs: a trajectory-level mixture is sum_c w_c prod_t p_c."""
+    from agents import Mixture
+
+    if isinstance(agent, Mixture):
+        pairs = zip(agent.weights, agent.components, strict=True)
+        return [(float(np.log(w)) if w > 0 else -np.inf, c) for w, c in pairs]
+    return [(0.0, agent)]
+
+
+def distribution_ratio(
+    alg1: BanditAgent,
+    alg2: BanditAgent,
+    spec: BanditSpec,
+    num_runs: int,
+    seed: int = 0,
+    batch_size: int = 1000,
+    min_prob: float = 1e-12,
+) -> dict[str, Any]:
+    """Monte-Carlo estimate of R(Alg_1, Alg_2) = E_{M, D ~ Alg_1}[prod_t Alg_1(a_t|.) / Alg_2(a_t|.)] (Def. dist_ratio).
+
+    Trajectories come from Alg_1; the log-likelihood ratio of each is summed over steps in the log
+    domain (a trajectory-level mixture's likelihood is log sum_c w_c prod_t p_c).  Returns
+    ``log_ratio`` = log of the mean of the weights, its standard error (delta method), a 95%
+    interval, the effective sample size (sum w)^2 / sum w^2 and a warning when a few trajectories
+    dominate (ESS below 10% of the runs or below 30).  Probabilities estimated by Monte-Carlo
+    (Thompson sampling) are floored at ``min_prob``.  Algorithms are identified by ``config()``:
+    a component of Alg_2 whose config equals one of Alg_1's shares its policy.
+    """
+    log_weights = []
+    for i, start in enumerate(range(0, num_runs, batch_size)):
+        b = min(batch_size, num_runs - start)
+        batch = BanditBatch(spec, b, np.random.default_rng([seed, i]))
+        rng = np.random.default_rng([seed, i, 1])
+        alg1.reset(batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng)
+        parts = {1: _components(alg1), 2: _components(alg2)}
+        # A component of Alg_2 that is the same algorithm as one of Alg_1 has the same policy on the
+        # same history: share it, so that Monte-Carlo policies (TS) cancel exactly in the ratio.
+        known = {id(c): c for _, c in parts[1]}
+        by_config = {repr(c.config()): c for c in known.values()}
+        parts[2] = [(w, by_config.get(repr(c.config()), c)) for w, c in parts[2]]
+        extra = {id(c): c for _, c in parts[2] if id(c) not in known}
+        for comp in extra.values():
+            comp.reset(
+                batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng.spawn(1)[0]
+            )
+        loglik = {k: np.zeros((len(v), b)) for k, v in parts.items()}
+        rows = np.arange(b)
+        for _ in range(spec.horizon):
+            sets = batch.action_sets
+            probs = {key: c.policy_batch(sets) for key, c in {**known, **extra}.items()}
+            actions = alg1.act_batch(sets)
+            for k, v in parts.items():
+                for j, (_, c) in enumerate(v):
+                    loglik[k][j] += np.log(np.maximum(probs[id(c)][rows, actions], min_prob))
+            rewards = batch.step(actions)["reward"]
+            alg1.update_batch(sets, actions, rewards)
+            for comp in extra.values():
+                comp.update_batch(sets, actions, rewards)
+        total = {}
+        for k, v in parts.items():
+            logw = np.array([w for w, _ in v])[:, None]
+            total[k] = np.logaddexp.reduce(logw + loglik[k], axis=0)
+        log_weights.append(total[1] - total[2])
+    lw = np.concatenate(log_weights)
+    n = lw.size
+    top = lw.max()
+    w = np.exp(lw - top)  # scaled weights, the largest is 1
+    mean = w.mean()
+    log_ratio = float(top + np.log(mean))
+    rel_se = float(w.std(ddof=1) / (np.sqrt(n) * mean)) if n > 1 else float("inf")
+    ess = float(w.sum() ** 2 / (w**2).sum())
+    out = {
+        "log_ratio": log_ratio,
+        "log_ratio_se": rel_se,  # d log R = dR / R
+        "log_ratio_ci95": (log_ratio + np.log(max(1 - 1.96 * rel_se, 1e-300)), log_ratio + np.log(1 + 1.96 * rel_se)),
+        "ess": ess,
+        "num_runs": n,
+        "seed": seed,
+        "mean_log_weight": float(lw.mean()),
+        "warning": None,
+    }
+    if ess < max(30.0, 0.1 * n):
+        out["warning"] = (
+            f"the estimate is dominated by a few trajectories (effective sample size {ess:.1f} of {n}); "
+            "log R is then biased low and its interval unreliable"
+        )
+    return out

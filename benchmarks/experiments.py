@@ -39,6 +39,8 @@ class Experiment:
     difference: tuple[str, ...] = ()
     """Algorithms whose regret minus the regret of ``reference`` is also plotted."""
     reference: str = ""
+    default: bool = True
+    """Part of the default suite (the paper's experiments); others run when named or with 'all'."""
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -97,6 +99,60 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
     )
 }
+
+OOD = (
+    Experiment(
+        name="ood-linear-noise",
+        title="OOD: linear bandit with noise sigma=3 (models trained at sigma=1.5)",
+        spec=linear_bandit_spec(noise_std=3.0),
+        algorithms={
+            "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb", greedy=True),
+            "LinUCB": {"name": "linucb"},
+            "TS (sigma=3)": {"name": "linear_ts", "noise_std": 3.0},
+            "Emp": {"name": "emp"},
+        },
+        default=False,
+    ),
+    Experiment(
+        name="ood-linear-prior",
+        title="OOD: linear bandit with w* ~ Unif([-1,1]^d) (models trained on Unif([0,1]^d))",
+        spec=linear_bandit_spec(prior_low=-1.0),
+        algorithms={
+            "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb", greedy=True),
+            "LinUCB": {"name": "linucb"},
+            "TS": {"name": "linear_ts"},
+            "Emp": {"name": "emp"},
+        },
+        default=False,
+    ),
+    Experiment(
+        name="ood-bernoulli-prior",
+        title="OOD: Bernoulli means ~ Unif([0, 0.5]) (models trained on Unif([0,1]))",
+        spec=bernoulli_bandit_spec(prior_high=0.5),
+        algorithms={
+            "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
+            "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
+            "UCB": {"name": "ucb"},
+            "TS": {"name": "bernoulli_ts"},
+            "Emp": {"name": "emp"},
+        },
+        default=False,
+    ),
+    Experiment(
+        name="ood-bernoulli-narrow",
+        title="OOD: Bernoulli means ~ Unif([0.4, 0.6]) (hard, nearly equal arms)",
+        spec=bernoulli_bandit_spec(prior_low=0.4, prior_high=0.6),
+        algorithms={
+            "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
+            "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
+            "UCB": {"name": "ucb"},
+            "TS": {"name": "bernoulli_ts"},
+            "Emp": {"name": "emp"},
+        },
+        default=False,
+    ),
+)
+EXPERIMENTS.update({e.name: e for e in OOD})
 
 CONTEXTS = {f"alpha={a}": ts_uniform_mixture(float(a)) for a in ("0", "0.1", "0.5", "1")}
 """The context algorithms of the distribution-ratio models (for reference and retraining)."""

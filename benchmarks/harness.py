@@ -31,7 +31,7 @@ from benchmarks.experiments import EXPERIMENTS, Experiment
 from icrl_gym.trajectories import evaluate_regret
 
 FIELDS = {
-    "experiments": "comma-separated experiment names, or 'all' (see --list)",
+    "experiments": "comma-separated experiment names, 'default' (the paper's) or 'all' (see --list)",
     "runs": "instances per algorithm (the paper uses 500)",
     "seed": "seed of the instances and noise, shared by all algorithms",
     "out": "results folder (created; existing files are replaced)",
@@ -48,7 +48,7 @@ FIELDS = {
 class BenchConfig:
     """Options of ``python -m benchmarks`` (each field is a command-line flag)."""
 
-    experiments: str = "all"
+    experiments: str = "default"
     runs: int = 500
     seed: int = 0
     out: str = "results/latest"
@@ -63,10 +63,14 @@ class BenchConfig:
         """The experiments named in ``experiments`` (clear error for unknown names)."""
         if self.experiments == "all":
             return list(EXPERIMENTS.values())
+        if self.experiments == "default":
+            return [e for e in EXPERIMENTS.values() if e.default]
         names = [n.strip() for n in self.experiments.split(",") if n.strip()]
         unknown = [n for n in names if n not in EXPERIMENTS]
         if unknown or not names:
-            raise ValueError(f"unknown experiment(s) {unknown or names}; choose from {sorted(EXPERIMENTS)} or 'all'")
+            raise ValueError(
+                f"unknown experiment(s) {unknown or names}; choose from {sorted(EXPERIMENTS)}, 'default' or 'all'"
+            )
         return [EXPERIMENTS[n] for n in names]
 
     def validate(self) -> None:
@@ -238,7 +242,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = parse_args(argv)
     if cfg.list:
         for exp in EXPERIMENTS.values():
-            print(f"{exp.name:22s} {exp.title}\n{'':22s} algorithms: {', '.join(exp.algorithms)}")
+            suite = "default" if exp.default else "opt-in"
+            print(f"{exp.name:22s} [{suite}] {exp.title}\n{'':22s} algorithms: {', '.join(exp.algorithms)}")
         return {}
     out = Path(cfg.out)
     experiments = cfg.selected()

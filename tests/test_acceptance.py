@@ -1,0 +1,43 @@
+"""Acceptance of the shipped models on 2,000 fresh instances (slow: ``python -m pytest -m slow``).
+
+Seeds 10**7 and above are never used in training (chunks use 10**6 * seed + c, validation
+10**6 * seed + 900,000).  Tolerances are the issue's: the linear AD model within 1.2x LinUCB and
+below TS and Emp; the Bernoulli models within 5% of their expert (or better).
+"""
+
+import numpy as np
+import pytest
+
+from agents.transformer_agent import TransformerAgent
+from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.trajectories import evaluate_regret
+
+RUNS, SEED = 2000, 10**7
+
+
+def _regret(spec, agent):
+    total = evaluate_regret(spec, agent, RUNS, seed=SEED, batch_size=1000).sum(axis=1)
+    return total.mean()
+
+
+@pytest.mark.slow
+def test_linear_ad_linucb_within_1_2x_of_linucb():
+    spec = linear_bandit_spec()
+    tf = _regret(spec, TransformerAgent.pretrained("linear-bandit-ad-linucb", greedy=True, seed=0))
+    assert tf <= 1.2 * _regret(spec, "linucb")
+    assert tf < _regret(spec, "linear_ts") and tf < _regret(spec, "emp")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, expert", [("bernoulli-dpt-ts-uniform", "bernoulli_ts"), ("bernoulli-ad-ucb", "ucb")])
+def test_bernoulli_models_within_5_percent_of_their_expert(name, expert):
+    spec = bernoulli_bandit_spec()
+    tf = _regret(spec, TransformerAgent.pretrained(name, seed=0))
+    assert tf <= 1.05 * _regret(spec, expert)
+
+
+@pytest.mark.slow
+def test_distribution_ratio_regret_grows_as_alpha_falls():
+    spec = bernoulli_bandit_spec()
+    regrets = [_regret(spec, TransformerAgent.pretrained(f"bernoulli-dpt-alpha{a}", seed=0)) for a in ("1", "0.1", "0")]
+    assert np.all(np.diff(regrets) > 0)

@@ -102,11 +102,21 @@ def load_checkpoint(
 
 
 def check_compatible(meta: dict[str, Any], spec: BanditSpec, name: str = "checkpoint") -> None:
-    """Raise :class:`CheckpointError` when a checkpoint was trained for another d, A, T or arm kind."""
+    """Raise :class:`CheckpointError` when a checkpoint cannot run on ``spec``.
+
+    d, A and the kind of arms must equal the training prior's; the horizon may exceed the
+    training T (an out-of-distribution use) up to the model's capacity ``meta["model"]["horizon"]``.
+    """
     trained = meta.get("env", {})
-    for key in ("dim", "num_actions", "horizon", "arms"):
+    for key in ("dim", "num_actions", "arms"):
         if trained.get(key) != getattr(spec, key):
             raise CheckpointError(
                 f"{name} was trained for {key}={trained.get(key)!r} but the environment has "
                 f"{key}={getattr(spec, key)!r}"
             )
+    capacity = meta.get("model", {}).get("horizon", trained.get("horizon"))
+    if spec.horizon > capacity:
+        raise CheckpointError(
+            f"{name} was built for horizon={capacity} steps at most (trained with T={trained.get('horizon')}) "
+            f"but the environment has horizon={spec.horizon}"
+        )

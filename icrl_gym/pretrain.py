@@ -135,8 +135,10 @@ class PretrainConfig:
     def model_config(self) -> TransformerConfig:
         """The model configuration, with d, A and T taken from the environment."""
         spec = self.spec
+        # the model's horizon is its capacity: at least the training T, more for longer deployment
+        horizon = max(spec.horizon, int(self.model.get("horizon", 0)))
         return TransformerConfig.from_dict(
-            {**self.model, "dim": spec.dim, "num_actions": spec.num_actions, "horizon": spec.horizon}
+            {**self.model, "dim": spec.dim, "num_actions": spec.num_actions, "horizon": horizon}
         )
 
     def data_seed(self, chunk: int) -> int:

@@ -32,7 +32,7 @@ from icrl_gym.fileio import dataclass_from_dict
 
 _ATTENTIONS = ("relu", "softmax")
 _LAYOUTS = ("paper", "compact")
-_POSITIONALS = ("learned", "poly")
+_POSITIONALS = ("learned", "poly", "none")
 _READOUTS = ("linear", "arm")
 _FEATURES = ("raw", "quadratic")
 _NORMS = ("post", "none")
@@ -55,7 +55,7 @@ class TransformerConfig:
     layout: str = "paper"
     """"paper": two tokens per step (Appendix tf_embed_bandit); "compact": one token per step."""
     positional: str = "learned"
-    """"learned": absolute position embedding; "poly": the paper's (i, i^2, 1), linearly projected."""
+    """"learned": absolute embedding; "poly": the paper's (i, i^2, 1) projected; "none": no positional part."""
     dim: int = 5
     """Action feature dimension d."""
     num_actions: int = 10
@@ -302,9 +302,10 @@ class BanditTransformer(nn.Module):
             self.n_features = A * d + d + 1 + A + 1 + self.n_quadratic
         self.register_buffer("_triu", torch.triu_indices(d, d), persistent=False)
         self.input_embed = nn.Linear(self.n_features, D)
+        self.pos_embed: nn.Module | None = None  # "none": time enters only through attention (extrapolates)
         if config.positional == "learned":
-            self.pos_embed: nn.Module = nn.Embedding(config.max_tokens, D)
-        else:
+            self.pos_embed = nn.Embedding(config.max_tokens, D)
+        elif config.positional == "poly":
             self.pos_embed = nn.Linear(3, D, bias=False)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
@@ -379,6 +380,8 @@ class BanditTransformer(nn.Module):
         """Map raw features (B, n, F) at absolute token offset ``offset`` to embeddings (B, n, D)."""
         n = features.shape[1]
         pos = torch.arange(offset, offset + n, device=features.device)  # (n,)
+        if self.config.positional == "none":
+            return self.drop(self.input_embed(features))
         if self.config.positional == "learned":
             p = self.pos_embed(pos)  # (n, D)
         else:

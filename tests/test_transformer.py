@@ -138,7 +138,7 @@ def test_causal_masking(layout, attention):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("attention", ATTENTIONS)
-@pytest.mark.parametrize("positional", ["learned", "poly"])
+@pytest.mark.parametrize("positional", ["learned", "poly", "none"])
 def test_cache_rollout_matches_forward(layout, attention, positional):
     model = tiny_model(layout=layout, attention=attention, positional=positional)
     batch = random_batch(B=3)

@@ -151,6 +151,19 @@ OOD = (
         },
         default=False,
     ),
+    Experiment(
+        name="ood-horizon",
+        title="OOD: Bernoulli bandit run for T=400 steps (models trained with T=200)",
+        spec=bernoulli_bandit_spec(horizon=400),
+        algorithms={
+            "TF (AD UCB, no positions)": transformer("bernoulli-ad-ucb-nopos"),
+            "TF (AD UCB, no positions, greedy)": transformer("bernoulli-ad-ucb-nopos", greedy=True),
+            "UCB": {"name": "ucb"},
+            "TS": {"name": "bernoulli_ts"},
+            "Emp": {"name": "emp"},
+        },
+        default=False,
+    ),
 )
 EXPERIMENTS.update({e.name: e for e in OOD})
 

@@ -5,8 +5,9 @@ the linear bandit (d=5, A=10, T=200) over ``--instances`` instances, in one run:
 
 - ``cache``: :class:`agents.transformer_agent.TransformerAgent`, which appends each step's tokens
   to the model's key/value cache (O(t) work at step t);
-- ``recompute``: the same model re-run on the whole prefix at every step (O(t^2) per step),
-  the way a rollout without a cache works.
+- ``recompute``: the same model re-run on the whole prefix at every step (O(t) tokens at step t),
+  the way a rollout without a cache works; its cost is timed at a few prefix lengths and summed
+  over t = 1..T by interpolation (running all T passes for 1,000 instances takes many minutes).
 
 Both compute the same policies (``tests/test_transformer.py`` and ``tests/test_pretrain.py`` check
 the cache against the full forward pass).
@@ -33,30 +34,40 @@ from icrl_gym.envs import BanditBatch, linear_bandit_spec
 from icrl_gym.transformer import BanditTransformer, TransformerConfig
 
 
-def rollout(agent: TransformerAgent, model: BanditTransformer, n: int, steps: int, recompute: bool) -> float:
-    """Roll out ``steps`` steps on ``n`` instances greedily; returns env-steps per second."""
+def cached_rollout(agent: TransformerAgent, n: int, steps: int) -> float:
+    """Greedy rollout of ``steps`` steps on ``n`` instances with the key/value cache: env-steps/s."""
     spec = linear_bandit_spec()
     batch = BanditBatch(spec, n, np.random.default_rng(0))
     agent.reset(batch_size=n, dim=spec.dim, num_actions=spec.num_actions)
-    sets = torch.tensor(batch.action_sets, dtype=torch.float32)
-    actions, rewards = [], []
     start = time.perf_counter()
-    for t in range(steps):
-        if recompute:
-            with torch.no_grad():
-                prefix_a = torch.stack([*actions, torch.zeros(n, dtype=torch.long)], 1)
-                prefix_r = torch.stack([*rewards, torch.zeros(n)], 1)
-                logits = model(sets[:, None].expand(n, t + 1, *sets.shape[1:]), prefix_a, prefix_r)[0][:, -1]
-            a = logits.argmax(-1).numpy()
-        else:
-            a = agent.act_batch(batch.action_sets)
-        out = batch.step(a)
-        if not recompute:
-            agent.update_batch(batch.action_sets, a, out["reward"])
-        actions.append(torch.as_tensor(a))
-        rewards.append(torch.as_tensor(out["reward"], dtype=torch.float32))
-    elapsed = time.perf_counter() - start
-    return n * steps / elapsed
+    for _ in range(steps):
+        sets = batch.action_sets
+        a = agent.act_batch(sets)
+        agent.update_batch(sets, a, batch.step(a)["reward"])
+    return n * steps / (time.perf_counter() - start)
+
+
+def recompute_rollout(model: BanditTransformer, n: int, steps: int, probes: int) -> float:
+    """Env-steps/s of re-running the whole prefix at every step, for ``steps`` steps on ``n`` instances.
+
+    Step t costs one forward pass over a prefix of t steps.  The pass is timed at ``probes``
+    prefix lengths spread over 1..steps and the total sum_t cost(t) is integrated (trapezoid) from
+    them, instead of running all ``steps`` passes (minutes at n = 1000).
+    """
+    spec = linear_bandit_spec()
+    rng = np.random.default_rng(0)
+    sets = torch.tensor(rng.uniform(-1, 1, (n, 1, spec.num_actions, spec.dim)), dtype=torch.float32)
+    lengths = np.unique(np.linspace(1, steps, probes).round().astype(int))
+    costs = []
+    for t in lengths:
+        actions = torch.as_tensor(rng.integers(0, spec.num_actions, (n, t)))
+        rewards = torch.randn(n, t)
+        with torch.no_grad():
+            start = time.perf_counter()
+            model(sets.expand(n, t, *sets.shape[2:]), actions, rewards)[0][:, -1].argmax(-1)
+            costs.append(time.perf_counter() - start)
+    total = float(np.interp(np.arange(1, steps + 1), lengths, costs).sum())
+    return n * steps / total
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -64,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instances", type=int, default=1000, help="instances rolled out at once")
     parser.add_argument("--steps", type=int, default=200, help="steps of the cached rollout (T)")
-    parser.add_argument("--recompute-steps", type=int, default=200, help="steps of the recompute rollout")
+    parser.add_argument("--probes", type=int, default=9, help="prefix lengths timed for the recompute path")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--train-batch", type=int, default=64, help="sequences per training step")
     args = parser.parse_args(argv)
@@ -75,8 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         save_checkpoint(Path(tmp) / "m", model, {"env": linear_bandit_spec().to_dict()})
         agent = TransformerAgent(Path(tmp) / "m", greedy=True)
-    cache_rate = rollout(agent, model, args.instances, args.steps, recompute=False)
-    recompute_rate = rollout(agent, model, args.instances, args.recompute_steps, recompute=True)
+    cache_rate = cached_rollout(agent, args.instances, args.steps)
+    recompute_rate = recompute_rollout(model, args.instances, args.steps, args.probes)
     # training: forward + backward over full T=200 sequences
     model.train()
     x = torch.rand(args.train_batch, 200, 10, 5) * 2 - 1
@@ -95,13 +106,13 @@ def main(argv: list[str] | None = None) -> dict:
         "instances": args.instances,
         "cache_env_steps_per_s": cache_rate,
         "recompute_env_steps_per_s": recompute_rate,
-        "recompute_steps": args.recompute_steps,
+        "recompute_probes": args.probes,
         "speedup": cache_rate / recompute_rate,
         "train_sequences_per_s": train_rate,
     }
     print(f"rollout, {args.instances} instances, L={cfg.n_layer} D={cfg.n_embd} {cfg.layout} layout:")
     print(f"  cache     {cache_rate:>10,.0f} env-steps/s ({args.steps} steps)")
-    print(f"  recompute {recompute_rate:>10,.0f} env-steps/s ({args.recompute_steps} steps)")
+    print(f"  recompute {recompute_rate:>10,.0f} env-steps/s ({args.steps} steps, {args.probes} prefix lengths timed)")
     print(f"  ratio     {cache_rate / recompute_rate:>10.1f}x")
     print(f"training: {train_rate:,.1f} sequences/s (T=200, batch {args.train_batch}, forward+backward)")
     print(json.dumps(result))

@@ -6,12 +6,15 @@ from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 from icrl_gym.envs.bernoulli_bandit import BernoulliBanditEnv, BernoulliBanditVectorEnv, bernoulli_bandit_spec
 from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv, linear_bandit_spec
+from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec, backward_induction, dark_room_spec
 
-ENV_IDS = ("ICRL-LinearBandit-v0", "ICRL-BernoulliBandit-v0")
+ENV_IDS = ("ICRL-LinearBandit-v0", "ICRL-BernoulliBandit-v0", "ICRL-TabularMDP-v0", "ICRL-DarkRoom-v0")
 
 _ENTRY_POINTS = {
     "ICRL-LinearBandit-v0": ("icrl_gym.envs.linear_bandit:LinearBanditEnv", "LinearBanditVectorEnv"),
     "ICRL-BernoulliBandit-v0": ("icrl_gym.envs.bernoulli_bandit:BernoulliBanditEnv", "BernoulliBanditVectorEnv"),
+    "ICRL-TabularMDP-v0": ("icrl_gym.envs.tabular_mdp:RandomMDPEnv", "RandomMDPVectorEnv"),
+    "ICRL-DarkRoom-v0": ("icrl_gym.envs.dark_room:DarkRoomEnv", "DarkRoomVectorEnv"),
 }
 
 
@@ -34,6 +37,10 @@ __all__ = [
     "BernoulliBanditVectorEnv",
     "LinearBanditEnv",
     "LinearBanditVectorEnv",
+    "MDPBatch",
+    "MDPSpec",
+    "backward_induction",
+    "dark_room_spec",
     "bernoulli_bandit_spec",
     "linear_bandit_spec",
     "register_envs",

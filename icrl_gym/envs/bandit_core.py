@@ -198,8 +198,7 @@ class BanditBatch:
         bad = (arr < 0) | (arr >= self.spec.num_actions)
         if bad.any():
             raise ValueError(
-                f"action {arr[bad][0]} is outside [0, {self.spec.num_actions}) "
-                f"(the arms of the action set)"
+                f"action {arr[bad][0]} is outside [0, {self.spec.num_actions}) (the arms of the action set)"
             )
         return arr.astype(np.int64, copy=False)
 

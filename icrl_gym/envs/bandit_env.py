@@ -135,9 +135,7 @@ class BanditVectorEnv(VectorEnv):
         """Draw B new instances (``options`` may fix w_star (B, d) and the action sets)."""
         if seed is not None:
             self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
-        self._batch = BanditBatch(
-            self.bandit_spec, self.num_envs, self.np_random, **_instance_options(options)
-        )
+        self._batch = BanditBatch(self.bandit_spec, self.num_envs, self.np_random, **_instance_options(options))
         self._autoreset = False
         return self._obs(), self._reset_info()
 

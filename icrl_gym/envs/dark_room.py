@@ -1,0 +1,49 @@
+"""ICRL-DarkRoom-v0: the standard in-context RL grid task, as a tabular MDP instance family."""
+
+from __future__ import annotations
+
+from icrl_gym.envs.mdp_core import dark_room_spec
+from icrl_gym.envs.mdp_env import TabularMDPEnv, TabularMDPVectorEnv
+
+
+class DarkRoomEnv(TabularMDPEnv):
+    """Dark room: find a hidden goal in a size x size grid, again in every episode.
+
+    ## Description
+    The agent starts every episode in the centre cell of a size x size room (default 10 x 10) and
+    moves deterministically (walls stop it).  A goal cell is drawn uniformly per instance and never
+    shown; every step taken from the goal cell earns reward 1.  H=100 steps per episode, K episodes
+    per run: an agent that found the goal in one episode can walk straight back in the next.
+
+    ## Action Space
+    ``Discrete(5)``: up, down, left, right, stay.
+
+    ## Observation Space
+    ``Box(0, 1, (size^2 + H,), float32)``: one-hot cell (row-major), then one-hot step h.
+
+    ## Reward
+    1 on the goal cell, else 0.  ``info["v_star"]`` is the optimal return per episode.
+
+    ## Episode End
+    ``terminated=True`` after K episodes.
+
+    ## Arguments
+    size, horizon, episodes.
+
+    ## References
+    Laskin et al., "In-context reinforcement learning with algorithm distillation", 2022;
+    Lee et al., "Supervised pretraining can learn in-context reinforcement learning", 2023.
+
+    ## Version History
+    v0: initial version.
+    """
+
+    def __init__(self, size: int = 10, horizon: int = 100, episodes: int = 10) -> None:
+        super().__init__(dark_room_spec(size, horizon, episodes))
+
+
+class DarkRoomVectorEnv(TabularMDPVectorEnv):
+    """Natively batched :class:`DarkRoomEnv`."""
+
+    def __init__(self, num_envs: int = 1, size: int = 10, horizon: int = 100, episodes: int = 10) -> None:
+        super().__init__(num_envs, dark_room_spec(size, horizon, episodes))

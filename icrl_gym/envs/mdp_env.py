@@ -1,0 +1,132 @@
+"""Gymnasium wrappers around :class:`MDPBatch`: one in-context run (K episodes of H steps) per episode.
+
+Observation: a flat ``Box`` of size S + H, the one-hot current state followed by the one-hot step
+h within the episode (so an agent knows both; ``obs[:S].argmax()``, ``obs[S:].argmax()``).  Action:
+``Discrete(A)``.  The Gymnasium episode ends (``terminated=True``) after the K-th MDP episode.
+``info`` carries ``v_star`` (optimal value V*_1(mu)), ``expected_reward`` R_h(s, a), the MDP
+episode ``k`` and step ``h``, and at reset the instance (``P``, ``R``, ``mu``) for oracle experts.
+Bayes regret of a run is K V* - sum of rewards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
+
+
+def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
+    """One-hot state and one-hot step: (B,) states -> (B, S + H) float32."""
+    obs = np.zeros((state.shape[0], spec.num_states + spec.horizon), dtype=np.float32)
+    obs[np.arange(state.shape[0]), state] = 1.0
+    obs[:, spec.num_states + h] = 1.0
+    return obs
+
+
+def _instance_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not options:
+        return None
+    unknown = sorted(set(options) - {"P", "R", "mu"})
+    if unknown or not {"P", "R", "mu"} <= set(options):
+        raise ValueError(f"reset options must give P, R and mu (got {sorted(options)}; unknown {unknown})")
+    return dict(options)
+
+
+def _reset_info(spec: MDPSpec, batch: MDPBatch, index: Any) -> dict[str, Any]:
+    return {
+        "v_star": batch.v_star[index],
+        "P": batch.P[index],
+        "R": batch.R[index],
+        "mu": batch.mu[index],
+        "num_states": spec.num_states,
+        "num_actions": spec.num_actions,
+        "horizon": spec.horizon,
+        "episodes": spec.episodes,
+    }
+
+
+class TabularMDPEnv(gym.Env):
+    """One tabular-MDP in-context run as a Gymnasium environment (a :class:`MDPBatch` of size one)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, spec: MDPSpec | None = None, **kwargs: Any) -> None:
+        self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
+        s = self.mdp_spec
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
+        self.action_space = spaces.Discrete(s.num_actions)
+        self._batch: MDPBatch | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Draw a new MDP from the prior (or take P, R, mu from ``options``) and start its first episode."""
+        super().reset(seed=seed)
+        self._batch = MDPBatch(self.mdp_spec, 1, self.np_random, _instance_options(options))
+        info = _reset_info(self.mdp_spec, self._batch, 0)
+        info["v_star"] = float(info["v_star"])
+        return mdp_observation(self.mdp_spec, self._batch.state, self._batch.h)[0], info
+
+    def step(self, action: Any):
+        """Take one action; the run terminates after K episodes of H steps."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before step()")
+        if np.ndim(action) != 0:
+            raise ValueError(f"expected a single action index, got an array of shape {np.shape(action)}")
+        b = self._batch
+        out = b.step(np.asarray([action]))
+        info = {
+            "expected_reward": float(out["expected_reward"][0]),
+            "v_star": float(b.v_star[0]),
+            "k": int(out["k"]),
+            "h": int(out["h"]),
+            "episode_end": bool(out["next_state"][0] < 0),
+        }
+        obs = mdp_observation(self.mdp_spec, b.state, b.h)[0]
+        return obs, float(out["reward"][0]), b.done, False, info
+
+
+class TabularMDPVectorEnv(VectorEnv):
+    """B tabular-MDP runs stepped as arrays; all end together and reset on the next step."""
+
+    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, spec: MDPSpec | None = None, **kwargs: Any) -> None:
+        self.num_envs = num_envs
+        self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
+        s = self.mdp_spec
+        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
+        self.single_action_space = spaces.Discrete(s.num_actions)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._batch: MDPBatch | None = None
+        self._autoreset = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Draw B new MDPs."""
+        if seed is not None:
+            self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
+        self._batch = MDPBatch(self.mdp_spec, self.num_envs, self.np_random, _instance_options(options))
+        self._autoreset = False
+        return mdp_observation(self.mdp_spec, self._batch.state, 0), _reset_info(
+            self.mdp_spec, self._batch, slice(None)
+        )
+
+    def step(self, actions: Any):
+        """One action per run."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before step()")
+        if self._autoreset:
+            obs, info = self.reset()
+            zeros = np.zeros(self.num_envs, dtype=bool)
+            return obs, np.zeros(self.num_envs), zeros, zeros.copy(), info
+        b = self._batch
+        out = b.step(actions)
+        self._autoreset = b.done
+        info = {"expected_reward": out["expected_reward"], "v_star": b.v_star, "k": out["k"], "h": out["h"]}
+        obs = mdp_observation(self.mdp_spec, b.state, b.h)
+        return obs, out["reward"], np.full(self.num_envs, b.done), np.zeros(self.num_envs, dtype=bool), info

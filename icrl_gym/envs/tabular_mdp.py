@@ -1,0 +1,49 @@
+"""ICRL-TabularMDP-v0: finite-horizon tabular MDPs drawn from a Dirichlet prior (Section Tabular-MDP-statement)."""
+
+from __future__ import annotations
+
+from icrl_gym.envs.mdp_core import MDPSpec
+from icrl_gym.envs.mdp_env import TabularMDPEnv, TabularMDPVectorEnv
+
+
+class RandomMDPEnv(TabularMDPEnv):
+    """Tabular MDP; a new instance is drawn from the prior at every reset.
+
+    ## Description
+    S states, A actions, H steps per episode, K episodes per run (T = K H).  Per (h, s, a):
+    P_h(. | s, a) ~ Dirichlet(concentration 1_S) and mean reward R_h(s, a) ~ Unif[0, 1]; rewards are
+    Bernoulli(R_h(s, a)).  Every episode starts in state 0 (or from mu ~ Dirichlet(1) with
+    ``random_start=True``).  Defaults S=5, A=3, H=10, K=20 are small enough to pretrain on a CPU.
+
+    ## Action Space
+    ``Discrete(A)``.
+
+    ## Observation Space
+    ``Box(0, 1, (S + H,), float32)``: one-hot state, then one-hot step h.
+
+    ## Reward
+    0 or 1.  Bayes regret of a run: K V*_1(mu) - sum of rewards, with ``info["v_star"]``.
+
+    ## Episode End
+    ``terminated=True`` after K MDP episodes (one Gymnasium episode is one in-context run).
+
+    ## Arguments
+    num_states, num_actions, horizon, episodes, concentration, random_start.
+    ``reset(options={"P": P, "R": R, "mu": mu})`` replays a given instance.
+
+    ## References
+    Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024, Section 4.3 and Appendix mdp.
+
+    ## Version History
+    v0: initial version.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(MDPSpec(kind="random", **kwargs))
+
+
+class RandomMDPVectorEnv(TabularMDPVectorEnv):
+    """Natively batched :class:`RandomMDPEnv`."""
+
+    def __init__(self, num_envs: int = 1, **kwargs) -> None:
+        super().__init__(num_envs, MDPSpec(kind="random", **kwargs))

@@ -210,10 +210,9 @@ class MDPBatch:
                 arr = arr.astype(np.int64)
             else:
                 raise ValueError(f"actions must be integer indices, got dtype {arr.dtype}")
-        if arr.min() < 0 or arr.max() >= self.spec.num_actions:
-            raise ValueError(
-                f"actions must lie in [0, {self.spec.num_actions}), got {arr[(arr < 0) | (arr >= self.spec.num_actions)][0]}"
-            )
+        bad = (arr < 0) | (arr >= self.spec.num_actions)
+        if bad.any():
+            raise ValueError(f"action {arr[bad][0]} is outside [0, {self.spec.num_actions})")
         return arr.astype(np.int64, copy=False)
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:

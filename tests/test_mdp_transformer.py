@@ -1,0 +1,74 @@
+import pytest
+import torch
+
+from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
+
+CFG = dict(n_layer=2, n_head=2, n_embd=16, num_states=4, num_actions=3, horizon=3, episodes=3)
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    model = MDPTransformer(MDPTransformerConfig(**{**CFG, **kw}))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln_" not in name:
+                p.normal_(0, 0.3)
+    return model.eval()
+
+
+def _batch(B=2, T=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 4, (B, T), generator=g), torch.randint(0, 3, (B, T), generator=g), torch.rand(B, T, generator=g)
+
+
+def test_episode_boundary_tokens_sit_where_the_paper_puts_them():
+    model = _model()
+    feats = model.token_features(*_batch())
+    cfg = model.config
+    kind = feats[..., cfg.num_actions + 1 + cfg.num_states : cfg.num_actions + 4 + cfg.num_states].argmax(-1)[0]
+    # episode k occupies tokens k(2H+1) .. k(2H+1) + 2H; its last token (2H+1)(k+1) - 1 is empty
+    assert feats.shape[1] == cfg.state_token(8) + 1 == 2 * 9 - 1 + 2
+    for k in range(2):
+        assert kind[(2 * 3 + 1) * (k + 1) - 1] == MDPTransformer.TYPE_EMPTY
+    for t in range(9):
+        assert kind[cfg.state_token(t)] == MDPTransformer.TYPE_STATE
+    assert (kind == MDPTransformer.TYPE_EMPTY).sum() == 2
+
+
+@pytest.mark.parametrize("positional", ["learned", "none"])
+@pytest.mark.parametrize("attention", ["relu", "softmax"])
+def test_cached_rollout_equals_full_forward(positional, attention):
+    model = _model(positional=positional, attention=attention)
+    states, actions, rewards = _batch(B=3)
+    with torch.no_grad():
+        full = model(states, actions, rewards)
+    cache = model.new_cache(3)
+    online = [model.step(states[:, t], None if t == 0 else actions[:, t - 1], None if t == 0 else rewards[:, t - 1], cache)
+              for t in range(9)]  # fmt: skip
+    torch.testing.assert_close(torch.stack(online, 1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == model.config.max_tokens - 2  # all but the last action-reward and empty tokens
+
+
+def test_no_step_sees_the_future():
+    model = _model()
+    states, actions, rewards = _batch()
+    with torch.no_grad():
+        base = model(states, actions, rewards)
+        r2, s2 = rewards.clone(), states.clone()
+        r2[:, 4] += 1.0
+        s2[:, 5] = (s2[:, 5] + 1) % 4
+        out = model(s2, actions, r2)
+    torch.testing.assert_close(out[:, :5], base[:, :5], atol=0, rtol=0)
+    assert (out[:, 5:] - base[:, 5:]).abs().max() > 1e-4
+
+
+def test_errors():
+    model = _model()
+    states, actions, rewards = _batch(T=10)
+    with torch.no_grad(), pytest.raises(ValueError, match="K H = 9"):
+        model(states, actions, rewards)
+    cache = model.new_cache(1)
+    with pytest.raises(ValueError, match="first step"):
+        model.step(torch.tensor([0]), torch.tensor([1]), torch.tensor([0.0]), cache)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        MDPTransformerConfig(horizon=0)

@@ -18,7 +18,8 @@ def _model(**kw):
 
 def _batch(B=2, T=9, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 4, (B, T), generator=g), torch.randint(0, 3, (B, T), generator=g), torch.rand(B, T, generator=g)
+    states = torch.randint(0, 4, (B, T), generator=g)
+    return states, torch.randint(0, 3, (B, T), generator=g), torch.rand(B, T, generator=g)
 
 
 def test_episode_boundary_tokens_sit_where_the_paper_puts_them():
@@ -43,8 +44,10 @@ def test_cached_rollout_equals_full_forward(positional, attention):
     with torch.no_grad():
         full = model(states, actions, rewards)
     cache = model.new_cache(3)
-    online = [model.step(states[:, t], None if t == 0 else actions[:, t - 1], None if t == 0 else rewards[:, t - 1], cache)
-              for t in range(9)]  # fmt: skip
+    online = []
+    for t in range(9):
+        prev_a, prev_r = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
+        online.append(model.step(states[:, t], prev_a, prev_r, cache))
     torch.testing.assert_close(torch.stack(online, 1), full, atol=1e-5, rtol=1e-5)
     assert cache.length == model.config.max_tokens - 2  # all but the last action-reward and empty tokens
 

@@ -59,10 +59,14 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
     if name == Mixture.name:
         components = [make_agent(c) for c in params.pop("components")]
         return Mixture(components, params.pop("weights"), seed=seed, **params)
-    if name == "transformer":  # imported lazily: torch is only needed by the transformer agent
+    if name == "transformer":  # imported lazily: torch is only needed by the transformer agents
         from agents.transformer_agent import TransformerAgent
 
         return TransformerAgent(seed=seed, **params)
+    if name == "mdp_transformer":
+        from agents.mdp_transformer_agent import MDPTransformerAgent
+
+        return MDPTransformerAgent(seed=seed, **params)
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; known agents: {sorted([*AGENTS, Mixture.name, 'transformer'])}")
     cls = AGENTS[name]

@@ -124,11 +124,12 @@ def run_experiment(
     curves = {}
     for label, spec in exp.algorithms.items():
         spec = dict(spec)
-        if spec["name"] == "transformer":
+        learned = spec["name"] in ("transformer", "mdp_transformer")
+        if learned:
             spec["checkpoint"] = (checkpoints or {}).get(spec["checkpoint"], spec["checkpoint"])
             spec["device"] = device
         agent = make_agent(spec)
-        if spec["name"] == "transformer":
+        if learned:
             agent.check_environment(exp.spec)
         if isinstance(exp.spec, MDPSpec):  # regret per episode: V* - return of episode k
             regret = rollout_mdp(exp.spec, agent, runs, seed=seed, batch_size=runs).episode_regret
@@ -239,7 +240,14 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
     from icrl_gym.pretrain import PretrainConfig, export, pretrain
 
     config_dir = Path(__file__).resolve().parent.parent / "icrl_gym" / "pretrained" / "configs"
-    names = sorted({s["checkpoint"] for e in experiments for s in e.algorithms.values() if s["name"] == "transformer"})
+    names = sorted(
+        {
+            s["checkpoint"]
+            for e in experiments
+            for s in e.algorithms.values()
+            if s["name"] in ("transformer", "mdp_transformer")
+        }
+    )
     paths = {}
     for name in names:
         data = json.loads((config_dir / f"{name}.json").read_text())

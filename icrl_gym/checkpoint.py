@@ -22,7 +22,13 @@ from safetensors.torch import save as save_safetensors
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.fileio import atomic_write_bytes
+from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.transformer import BanditTransformer, TransformerConfig
+
+MODEL_CLASSES = {
+    "BanditTransformer": (BanditTransformer, TransformerConfig),
+    "MDPTransformer": (MDPTransformer, MDPTransformerConfig),
+}
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 1
@@ -53,6 +59,7 @@ def save_checkpoint(path: str | os.PathLike, model: BanditTransformer, meta: dic
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "model": model.config.to_dict(),
+        "model_class": type(model).__name__,
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
     # Weights first, record last: a record always describes weights that are fully on disk.
@@ -94,7 +101,8 @@ def load_checkpoint(
     if expect is not None:
         check_compatible(meta, expect, name=str(_stem(path)))
     try:
-        model = BanditTransformer(TransformerConfig.from_dict(meta["model"]))
+        model_cls, config_cls = MODEL_CLASSES[meta.get("model_class", "BanditTransformer")]
+        model = model_cls(config_cls.from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
     except (KeyError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {_stem(path)} does not fit its model configuration: {err}") from err

@@ -9,7 +9,7 @@ episodes it is the run's Bayes regret K V* - sum of rewards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,13 +19,26 @@ from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 
 @dataclass
 class MDPRollouts:
-    """States, actions, rewards (N, T), the optimal values (N,) and the spec of N runs."""
+    """States, actions, rewards (N, T), the optimal values (N,) and the spec of N runs.
+
+    With labels (pretraining data): ``labels`` (N, T) -- the action taken ("ad") or the optimal
+    action argmax_a Q*_h(s, a) of the instance ("dpt") -- and optionally ``label_probs`` (N, T, A),
+    the context algorithm's action distribution ("ad").
+    """
 
     states: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
     v_star: np.ndarray
     spec: MDPSpec
+    labels: np.ndarray | None = None
+    label_probs: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_trajectories(self) -> int:
+        """Number of runs N."""
+        return self.states.shape[0]
 
     @property
     def episode_returns(self) -> np.ndarray:
@@ -38,8 +51,20 @@ class MDPRollouts:
         return self.v_star[:, None] - self.episode_returns
 
 
-def rollout_mdp(spec: MDPSpec, agent: MDPAgent, num_runs: int, seed: int = 0, batch_size: int = 1000) -> MDPRollouts:
-    """Run ``agent`` for K episodes on ``num_runs`` fresh instances."""
+def rollout_mdp(
+    spec: MDPSpec,
+    agent: MDPAgent,
+    num_runs: int,
+    seed: int = 0,
+    batch_size: int = 1000,
+    label: str = "none",
+    store_probs: bool = False,
+) -> MDPRollouts:
+    """Run ``agent`` for K episodes on ``num_runs`` fresh instances (labelled when ``label`` is "ad" or "dpt")."""
+    if label not in ("none", "ad", "dpt"):
+        raise ValueError(f"MDP label mode must be 'none', 'ad' or 'dpt', got {label!r}")
+    if store_probs and label != "ad":
+        raise ValueError("store_probs keeps the context's distribution: it needs label='ad'")
     T = spec.total_steps
     out = MDPRollouts(
         states=np.zeros((num_runs, T), np.int16),
@@ -47,6 +72,8 @@ def rollout_mdp(spec: MDPSpec, agent: MDPAgent, num_runs: int, seed: int = 0, ba
         rewards=np.zeros((num_runs, T), np.float32),
         v_star=np.zeros(num_runs),
         spec=spec,
+        labels=None if label == "none" else np.zeros((num_runs, T), np.int16),
+        label_probs=np.zeros((num_runs, T, spec.num_actions), np.float16) if store_probs else None,
     )
     for i, start in enumerate(range(0, num_runs, batch_size)):
         rows = slice(start, min(start + batch_size, num_runs))
@@ -65,8 +92,21 @@ def rollout_mdp(spec: MDPSpec, agent: MDPAgent, num_runs: int, seed: int = 0, ba
         out.v_star[rows] = batch.v_star
         for t in range(T):
             states, h = batch.state.copy(), batch.h
+            if store_probs:
+                out.label_probs[rows, t] = agent.policy_batch(states, h)
             actions = agent.act_batch(states, h)
+            if label == "ad":
+                out.labels[rows, t] = actions
+            elif label == "dpt":
+                out.labels[rows, t] = batch.q_star[np.arange(b), h, states].argmax(axis=1)
             step = batch.step(actions)
             agent.update_batch(states, h, actions, step["reward"], step["next_state"])
             out.states[rows, t], out.actions[rows, t], out.rewards[rows, t] = states, actions, step["reward"]
+    out.meta = {
+        "env": spec.to_dict(),
+        "context": agent.config(),
+        "label": label,
+        "seed": seed,
+        "num_trajectories": num_runs,
+    }
     return out

@@ -111,6 +111,10 @@ class MDPTransformer(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
+    def num_parameters(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
     # ----------------------------------------------------------------- tokens
     def _token(self, kind: int, t: Tensor, state=None, action=None, reward=None) -> Tensor:
         """Features (B, F) of one token of step index ``t`` (B,) (for the empty token: the episode's last step)."""

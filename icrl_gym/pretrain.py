@@ -41,7 +41,10 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.fileio import atomic_write_bytes, dataclass_from_dict
+from icrl_gym.mdp_rollout import MDPRollouts, rollout_mdp
+from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.trajectories import TrajectoryData, collect_trajectories
 from icrl_gym.transformer import BanditTransformer, TransformerConfig
 
@@ -116,6 +119,8 @@ class PretrainConfig:
             raise ValueError("target='probs' needs an expert distribution (label 'ad' or 'expert')")
         if self.steps < 1 or self.batch_size < 1 or self.trajectories_per_chunk < self.batch_size:
             raise ValueError("need steps >= 1 and trajectories_per_chunk >= batch_size >= 1")
+        if self.is_mdp and (self.label not in ("ad", "dpt") or self.value_loss_weight > 0):
+            raise ValueError("MDP pretraining supports labels 'ad' and 'dpt' without a value loss")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dictionary."""
@@ -127,14 +132,22 @@ class PretrainConfig:
         return dataclass_from_dict(cls, data)
 
     @property
-    def spec(self) -> BanditSpec:
-        """The environment prior."""
-        return BanditSpec.from_dict(self.env)
+    def is_mdp(self) -> bool:
+        """Whether the environment is a tabular MDP (its spec has a ``kind``) rather than a bandit."""
+        return "kind" in self.env
 
     @property
-    def model_config(self) -> TransformerConfig:
-        """The model configuration, with d, A and T taken from the environment."""
+    def spec(self) -> BanditSpec | MDPSpec:
+        """The environment prior."""
+        return MDPSpec.from_dict(self.env) if self.is_mdp else BanditSpec.from_dict(self.env)
+
+    @property
+    def model_config(self) -> TransformerConfig | MDPTransformerConfig:
+        """The model configuration, with the sizes (d, A, T or S, A, H, K) taken from the environment."""
         spec = self.spec
+        if self.is_mdp:
+            sizes = {k: getattr(spec, k) for k in ("num_states", "num_actions", "horizon", "episodes")}
+            return MDPTransformerConfig.from_dict({**self.model, **sizes})
         # the model's horizon is its capacity: at least the training T, more for longer deployment
         horizon = max(spec.horizon, int(self.model.get("horizon", 0)))
         return TransformerConfig.from_dict(
@@ -151,8 +164,19 @@ class PretrainConfig:
         return max(1, int(self.passes_per_chunk * self.trajectories_per_chunk / self.batch_size))
 
 
-def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData:
+def build_model(config: TransformerConfig | MDPTransformerConfig) -> BanditTransformer | MDPTransformer:
+    """The model class that goes with a configuration."""
+    return MDPTransformer(config) if isinstance(config, MDPTransformerConfig) else BanditTransformer(config)
+
+
+def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData | MDPRollouts:
     """Collect ``num`` labelled trajectories for ``cfg`` with ``seed``."""
+    if cfg.is_mdp:
+        from agents import make_agent
+
+        return rollout_mdp(
+            cfg.spec, make_agent(cfg.context), num, seed=seed, label=cfg.label, store_probs=cfg.target == "probs"
+        )
     return collect_trajectories(
         cfg.spec,
         cfg.context,
@@ -165,8 +189,18 @@ def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData:
     )
 
 
-def to_tensors(data: TrajectoryData, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+def to_tensors(data: TrajectoryData | MDPRollouts, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
     """The model inputs and targets of the trajectories ``index`` as tensors on ``device``."""
+    if isinstance(data, MDPRollouts):
+        out = {
+            "states": torch.from_numpy(data.states[index].astype(np.int64)),
+            "actions": torch.from_numpy(data.actions[index].astype(np.int64)),
+            "rewards": torch.from_numpy(data.rewards[index].astype(np.float32)),
+            "labels": torch.from_numpy(data.labels[index].astype(np.int64)),
+        }
+        if data.label_probs is not None:
+            out["probs"] = torch.from_numpy(data.label_probs[index].astype(np.float32))
+        return {k: v.to(device) for k, v in out.items()}
     out = {
         "action_sets": torch.from_numpy(np.ascontiguousarray(data.step_action_sets(index), dtype=np.float32)),
         "actions": torch.from_numpy(data.actions[index].astype(np.int64)),
@@ -185,7 +219,10 @@ def pretraining_loss(
     model: BanditTransformer, batch: dict[str, torch.Tensor], target: str, value_weight: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean negative log-likelihood over all B*T steps (+ the auxiliary value loss)."""
-    logits, values = model(batch["action_sets"], batch["actions"], batch["rewards"])
+    if isinstance(model, MDPTransformer):
+        logits, values = model(batch["states"], batch["actions"], batch["rewards"]), None
+    else:
+        logits, values = model(batch["action_sets"], batch["actions"], batch["rewards"])
     logp = F.log_softmax(logits, dim=-1)  # (B, T, A)
     nll = -logp.gather(-1, batch["labels"][..., None]).mean()
     loss = -(batch["probs"] * logp).sum(-1).mean() if target == "probs" else nll
@@ -261,7 +298,7 @@ def pretrain(
     out.mkdir(parents=True, exist_ok=True)
     log = _Log(out / "train.log", echo)
     torch.manual_seed(cfg.seed)
-    model = BanditTransformer(cfg.model_config).to(device)
+    model = build_model(cfg.model_config).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
     optimizer = torch.optim.AdamW(

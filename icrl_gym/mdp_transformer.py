@@ -12,38 +12,25 @@ one forward pass, and online rollout appends tokens to the same key/value cache 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_gym.fileio import dataclass_from_dict
-from icrl_gym.transformer import Block, KVCache
+from icrl_gym.transformer import Block, DecoderConfig, KVCache
 
 
 @dataclass
-class MDPTransformerConfig:
-    """Hyper-parameters of :class:`MDPTransformer` (decoder defaults as the bandit model's)."""
+class MDPTransformerConfig(DecoderConfig):
+    """Hyper-parameters of :class:`MDPTransformer`: the shared decoder fields and the MDP's sizes."""
 
     n_layer: int = 4
     """Number of transformer blocks L."""
-    n_head: int = 4
-    """Number of attention heads M."""
     n_embd: int = 64
     """Embedding dimension D."""
-    mlp_ratio: int = 4
-    """Hidden width of the MLP as a multiple of D."""
-    attention: str = "relu"
-    """"relu" (Def. masked-attention) or "softmax"."""
     positional: str = "learned"
     """"learned" absolute position embedding, or "none" (only the (k/K, h/H) features)."""
-    norm: str = "post"
-    """"post" LayerNorm after each sub-layer, or "none"."""
-    dropout: float = 0.0
-    """Dropout probability."""
     num_states: int = 5
     """Number of states S."""
     num_actions: int = 3
@@ -54,13 +41,9 @@ class MDPTransformerConfig:
     """Episodes K per run."""
 
     def __post_init__(self) -> None:
-        for name in ("n_layer", "n_head", "n_embd", "mlp_ratio", "num_states", "num_actions", "horizon", "episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"MDPTransformerConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.positional not in ("learned", "none"):
-            raise ValueError(f"positional must be 'learned' or 'none', got {self.positional!r}")
+        super().__post_init__()
+        self._check_positive("num_states", "num_actions", "horizon", "episodes")
+        self._check_choice("positional", ("learned", "none"))
 
     @property
     def tokens_per_episode(self) -> int:
@@ -76,15 +59,6 @@ class MDPTransformerConfig:
         """0-based index of the state token of step t = k H + h: k (2H + 1) + 2 h."""
         k, h = divmod(t, self.horizon)
         return k * self.tokens_per_episode + 2 * h
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MDPTransformerConfig:
-        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
-        return dataclass_from_dict(cls, data)
 
 
 class MDPTransformer(nn.Module):

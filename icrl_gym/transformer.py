@@ -39,8 +39,8 @@ _NORMS = ("post", "none")
 
 
 @dataclass
-class TransformerConfig:
-    """Hyper-parameters of :class:`BanditTransformer` (defaults: the paper's Appendix exp_details)."""
+class DecoderConfig:
+    """The decoder's hyper-parameters, shared by the bandit and the MDP transformers (Appendix exp_details)."""
 
     n_layer: int = 8
     """Number of transformer blocks L."""
@@ -52,6 +52,46 @@ class TransformerConfig:
     """Hidden width of the MLP as a multiple of D."""
     attention: str = "relu"
     """"relu" (Def. masked-attention) or "softmax" (standard causal attention)."""
+    dropout: float = 0.0
+    """Dropout probability on embeddings, attention weights and residual branches."""
+    norm: str = "post"
+    """"post": LayerNorm after each sub-layer (Appendix exp_details); "none": Def. decoder-tf as in the theory."""
+
+    def _check_positive(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{type(self).__name__}.{name} must be a positive int, got {value!r}")
+
+    def _check_choice(self, name: str, allowed: tuple[str, ...]) -> None:
+        if getattr(self, name) not in allowed:
+            raise ValueError(f"{type(self).__name__}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+    def __post_init__(self) -> None:
+        self._check_positive("n_layer", "n_head", "n_embd", "mlp_ratio")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"{type(self).__name__}.n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        self._check_choice("attention", _ATTENTIONS)
+        self._check_choice("norm", _NORMS)
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise ValueError(f"{type(self).__name__}.dropout must be a float, got {self.dropout!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"{type(self).__name__}.dropout must be in [0, 1), got {self.dropout!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the configuration as a plain (JSON-serialisable) dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        """Build a configuration from a dict, rejecting unknown keys."""
+        return dataclass_from_dict(cls, d)
+
+
+@dataclass
+class TransformerConfig(DecoderConfig):
+    """Hyper-parameters of :class:`BanditTransformer` (defaults: the paper's Appendix exp_details)."""
+
     layout: str = "paper"
     """"paper": two tokens per step (Appendix tf_embed_bandit); "compact": one token per step."""
     positional: str = "learned"
@@ -62,37 +102,21 @@ class TransformerConfig:
     """Number of arms A in every action set."""
     horizon: int = 200
     """Maximum number of steps T of a trajectory."""
-    dropout: float = 0.0
-    """Dropout probability on embeddings, attention weights and residual branches."""
     readout: str = "linear"
     """"linear": the paper's extraction map Linear(D, A); "arm": a per-arm scorer of (h_t, a_{t,k})."""
     features: str = "raw"
     """"raw": the paper's token contents; "quadratic": also a a^T (upper triangle) and r a per step."""
-    norm: str = "post"
-    """"post": LayerNorm after each sub-layer (Appendix exp_details); "none": Def. decoder-tf as in the theory."""
 
     def __post_init__(self) -> None:
-        for name in ("n_layer", "n_head", "n_embd", "mlp_ratio", "dim", "num_actions", "horizon"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"TransformerConfig.{name} must be a positive int, got {value!r}")
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f"TransformerConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        super().__post_init__()
+        self._check_positive("dim", "num_actions", "horizon")
         for name, allowed in (
-            ("attention", _ATTENTIONS),
             ("layout", _LAYOUTS),
             ("positional", _POSITIONALS),
             ("readout", _READOUTS),
             ("features", _FEATURES),
-            ("norm", _NORMS),
         ):
-            if getattr(self, name) not in allowed:
-                value = getattr(self, name)
-                raise ValueError(f"TransformerConfig.{name} must be one of {allowed}, got {value!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            raise ValueError(f"TransformerConfig.dropout must be a float, got {self.dropout!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig.dropout must be in [0, 1), got {self.dropout!r}")
+            self._check_choice(name, allowed)
 
     @property
     def tokens_per_step(self) -> int:
@@ -103,15 +127,6 @@ class TransformerConfig:
     def max_tokens(self) -> int:
         """Maximum sequence length, ``tokens_per_step * horizon``."""
         return self.tokens_per_step * self.horizon
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the configuration as a plain (JSON-serialisable) dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
-        """Build a configuration from a dict, rejecting unknown keys."""
-        return dataclass_from_dict(cls, d)
 
 
 @dataclass

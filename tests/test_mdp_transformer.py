@@ -73,7 +73,7 @@ def test_errors():
     cache = model.new_cache(1)
     with pytest.raises(ValueError, match="first step"):
         model.step(torch.tensor([0]), torch.tensor([1]), torch.tensor([0.0]), cache)
-    with pytest.raises(ValueError, match="must be >= 1"):
+    with pytest.raises(ValueError, match="MDPTransformerConfig.horizon must be a positive int"):
         MDPTransformerConfig(horizon=0)
 
 

@@ -23,6 +23,22 @@ import numpy as np
 from icrl_gym.fileio import dataclass_from_dict
 
 ARM_KINDS = ("uniform", "one_hot")
+
+
+def check_action_batch(actions: Any, batch_size: int, num_actions: int, what: str = "the actions") -> np.ndarray:
+    """Validate a batch of discrete actions: shape (B,), integer-valued, each in [0, num_actions)."""
+    arr = np.asarray(actions)
+    if arr.shape != (batch_size,):
+        raise ValueError(f"expected actions of shape ({batch_size},), got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"actions must be integer indices, got dtype {arr.dtype}")
+    bad = (arr < 0) | (arr >= num_actions)
+    if bad.any():
+        raise ValueError(f"action {arr[bad][0]} is outside [0, {num_actions}) ({what})")
+    return arr.astype(np.int64, copy=False)
 REWARD_KINDS = ("gaussian", "bernoulli")
 PRIOR_KINDS = ("uniform", "gaussian")
 ACTION_SET_KINDS = ("fixed", "per_step")
@@ -187,20 +203,7 @@ class BanditBatch:
 
     def check_actions(self, actions: Any) -> np.ndarray:
         """Validate a batch of arm indices: integer, shape (B,), each in [0, A)."""
-        arr = np.asarray(actions)
-        if arr.shape != (self.batch_size,):
-            raise ValueError(f"expected actions of shape ({self.batch_size},), got shape {arr.shape}")
-        if arr.dtype.kind not in "iu":
-            if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
-                arr = arr.astype(np.int64)
-            else:
-                raise ValueError(f"actions must be integer arm indices, got dtype {arr.dtype}")
-        bad = (arr < 0) | (arr >= self.spec.num_actions)
-        if bad.any():
-            raise ValueError(
-                f"action {arr[bad][0]} is outside [0, {self.spec.num_actions}) (the arms of the action set)"
-            )
-        return arr.astype(np.int64, copy=False)
+        return check_action_batch(actions, self.batch_size, self.spec.num_actions, "the arms of the action set")
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:
         """Pull arm ``actions[b]`` in instance b; returns rewards and regret quantities.

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from icrl_gym.envs.bandit_core import check_action_batch
 from icrl_gym.fileio import dataclass_from_dict
 
 MDP_KINDS = ("random", "dark_room")
@@ -202,18 +203,7 @@ class MDPBatch:
 
     def check_actions(self, actions: Any) -> np.ndarray:
         """Validate a batch of action indices: integers of shape (B,) in [0, A)."""
-        arr = np.asarray(actions)
-        if arr.shape != (self.batch_size,):
-            raise ValueError(f"expected actions of shape ({self.batch_size},), got shape {arr.shape}")
-        if arr.dtype.kind not in "iu":
-            if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
-                arr = arr.astype(np.int64)
-            else:
-                raise ValueError(f"actions must be integer indices, got dtype {arr.dtype}")
-        bad = (arr < 0) | (arr >= self.spec.num_actions)
-        if bad.any():
-            raise ValueError(f"action {arr[bad][0]} is outside [0, {self.spec.num_actions})")
-        return arr.astype(np.int64, copy=False)
+        return check_action_batch(actions, self.batch_size, self.spec.num_actions)
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:
         """Take one action per run; returns rewards, mean rewards and the next state (-1 after step H)."""

@@ -51,7 +51,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             title="Linear bandit (d=5, A=10, sigma=1.5), AD on LinUCB (paper Fig. 1 left)",
             spec=linear_bandit_spec(),
             algorithms={
-                "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb", greedy=True),
+                "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb"),
+                "TF (AD LinUCB, greedy)": transformer("linear-bandit-ad-linucb", greedy=True),
                 "LinUCB": {"name": "linucb"},
                 "TS": {"name": "linear_ts"},
                 "Emp": {"name": "emp"},
@@ -65,6 +66,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             spec=bernoulli_bandit_spec(),
             algorithms={
                 "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
+                "TF (DPT, Rao-Blackwellised labels)": transformer("bernoulli-dpt-rb-ts-uniform"),
                 "UCB": {"name": "ucb"},
                 "TS": {"name": "bernoulli_ts"},
                 "Emp": {"name": "emp"},

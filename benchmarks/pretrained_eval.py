@@ -2,7 +2,8 @@
 
 For every shipped model: cumulative regret at T on fresh instances (seed 10**7, never used in
 training: training chunks use seeds 10**6 * s + c, validation 10**6 * s + 900,000) next to its
-(reduced) expert and the baselines on the same instances (common random numbers), the ratio of
+(reduced) expert and the baselines on the same instances (common random numbers: one seed and one
+batch size for every algorithm), the ratio of
 the model's regret to its expert's, and the imitation error along expert rollouts (per-step
 cross-entropy, KL, squared Hellinger distance, agreement; icrl_gym.diagnostics).
 
@@ -28,6 +29,8 @@ from icrl_gym.envs import BanditSpec
 from icrl_gym.trajectories import evaluate_regret
 
 EVAL_SEED = 10**7
+BATCH = 1000
+"""Runs per batch for every algorithm: the instances a seed draws depend on it (common random numbers)."""
 
 
 def reduced_expert(meta: dict) -> dict:
@@ -60,16 +63,22 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
     probe = TransformerAgent.pretrained(name)
     spec = BanditSpec.from_dict(probe.meta["env"])
     expert = reduced_expert(probe.meta)
+    tf_totals = {}
     for greedy in (False, True):
         agent = TransformerAgent.pretrained(name, greedy=greedy, seed=0)
         start = time.perf_counter()
-        rows["TF (greedy)" if greedy else "TF (sampled)"] = {
-            **summarize(evaluate_regret(spec, agent, runs, seed=EVAL_SEED, batch_size=1000)),
-            "seconds": time.perf_counter() - start,
-        }
+        label = "TF (greedy)" if greedy else "TF (sampled)"
+        regret = evaluate_regret(spec, agent, runs, seed=EVAL_SEED, batch_size=BATCH)
+        tf_totals[label] = regret.sum(axis=1)
+        rows[label] = {**summarize(regret), "seconds": time.perf_counter() - start}
     for label, config in baselines(spec).items():
-        rows[label] = summarize(evaluate_regret(spec, config, runs, seed=EVAL_SEED))
-    rows["expert"] = {**summarize(evaluate_regret(spec, expert, runs, seed=EVAL_SEED)), "config": expert}
+        rows[label] = summarize(evaluate_regret(spec, config, runs, seed=EVAL_SEED, batch_size=BATCH))
+    expert_regret = evaluate_regret(spec, expert, runs, seed=EVAL_SEED, batch_size=BATCH)
+    rows["expert"] = {**summarize(expert_regret), "config": expert}
+    paired = {}
+    for label, totals in tf_totals.items():  # common random numbers: a paired difference per instance
+        diff = totals - expert_regret.sum(axis=1)
+        paired[label] = {"mean": float(diff.mean()), "se": float(diff.std(ddof=1) / np.sqrt(diff.size))}
     imitation = imitation_error(
         TransformerAgent.pretrained(name, seed=1), make_agent(expert, seed=1), spec, imitation_runs, seed=EVAL_SEED + 1
     )
@@ -80,6 +89,7 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
         "seed": EVAL_SEED,
         "regret": rows,
         "ratio_to_expert": {k: rows[k]["mean"] / rows["expert"]["mean"] for k in ("TF (sampled)", "TF (greedy)")},
+        "difference_to_expert": paired,
         "imitation": imitation,
         "training": {
             "steps": training["step"],
@@ -115,7 +125,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ratio = res["ratio_to_expert"]
         im = res["imitation"]
         tr = res["training"]
-        print(f"\nratio to expert: sampled {ratio['TF (sampled)']:.3f}, greedy {ratio['TF (greedy)']:.3f}")
+        diff = res["difference_to_expert"]
+        print(
+            f"\nratio to expert: sampled {ratio['TF (sampled)']:.3f}, greedy {ratio['TF (greedy)']:.3f}; "
+            f"paired difference TF - expert: sampled {diff['TF (sampled)']['mean']:.2f} +- "
+            f"{diff['TF (sampled)']['se']:.2f}, greedy {diff['TF (greedy)']['mean']:.2f} +- {diff['TF (greedy)']['se']:.2f}"
+        )
         print(
             f"imitation along expert rollouts: CE {im['ce_per_step']:.4f}, KL {im['kl_per_step']:.4f} "
             f"+- {im['kl_per_step_se']:.4f}, Hellinger^2 {im['hellinger2_per_step']:.4f}, "

@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(
             f"\nratio to expert: sampled {ratio['TF (sampled)']:.3f}, greedy {ratio['TF (greedy)']:.3f}; "
             f"paired difference TF - expert: sampled {diff['TF (sampled)']['mean']:.2f} +- "
-            f"{diff['TF (sampled)']['se']:.2f}, greedy {diff['TF (greedy)']['mean']:.2f} +- {diff['TF (greedy)']['se']:.2f}"
+            f"{diff['TF (sampled)']['se']:.2f}, greedy {diff['TF (greedy)']['mean']:.2f} +- "
+            f"{diff['TF (greedy)']['se']:.2f}"
         )
         print(
             f"imitation along expert rollouts: CE {im['ce_per_step']:.4f}, KL {im['kl_per_step']:.4f} "

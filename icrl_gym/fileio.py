@@ -25,6 +25,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        umask = os.umask(0)  # mkstemp creates 0600; give the file the usual permissions instead
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -81,6 +81,11 @@ def test_save_load_roundtrip(tmp_path, small_linear):
     assert json.loads((tmp_path / "d.json").read_text())["seed"] == 6
 
 
+def test_saved_files_are_world_readable(tmp_path, small_linear):
+    path = save_trajectories(collect_trajectories(small_linear, "uniform", 2, seed=0), tmp_path / "d.npz")
+    assert path.stat().st_mode & 0o044 == 0o044  # not mkstemp's private 0600
+
+
 def test_dotted_dataset_name(tmp_path, small_linear):
     path = save_trajectories(collect_trajectories(small_linear, "uniform", 2, seed=0), tmp_path / "run-alpha0.5")
     assert path.name == "run-alpha0.5.npz" and (tmp_path / "run-alpha0.5.json").exists()

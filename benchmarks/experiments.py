@@ -65,14 +65,14 @@ EXPERIMENTS: dict[str, Experiment] = {
             title="Bernoulli bandit (5 arms), DPT with context (Unif + TS)/2 (paper Fig. 1 right)",
             spec=bernoulli_bandit_spec(),
             algorithms={
-                "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
                 "TF (DPT, Rao-Blackwellised labels)": transformer("bernoulli-dpt-rb-ts-uniform"),
+                "TF (DPT, hard labels)": transformer("bernoulli-dpt-ts-uniform"),
                 "UCB": {"name": "ucb"},
                 "TS": {"name": "bernoulli_ts"},
                 "Emp": {"name": "emp"},
                 **BERNOULLI_STRONG,
             },
-            paper={"TF (DPT)": 11.1, "TS": 10.7, "UCB": 6.5, "Emp": 11.6},
+            paper={"TF (DPT, hard labels)": 11.1, "TS": 10.7, "UCB": 6.5, "Emp": 11.6},
         ),
         Experiment(
             name="bernoulli-ad-ucb",

@@ -312,6 +312,7 @@ def pretrain(
         "wall_seconds": 0.0,
         "trajectories_seen": 0,
         "command": command,
+        "command_history": [command],
         "device": str(device),
         "threads": torch.get_num_threads(),
     }
@@ -325,6 +326,8 @@ def pretrain(
         model.load_state_dict(weights)
         optimizer.load_state_dict(torch.load(out / "optimizer.pt", map_location=device, weights_only=True))
         state = meta["training"]
+        state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
+        state["command"] = command
         log(f"resumed from step {state['step']}")
     log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
     val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET)

@@ -29,7 +29,7 @@ def test_linear_ad_linucb_within_1_2x_of_linucb():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, expert", [("bernoulli-dpt-ts-uniform", "bernoulli_ts"), ("bernoulli-ad-ucb", "ucb")])
+@pytest.mark.parametrize("name, expert", [("bernoulli-dpt-rb-ts-uniform", "bernoulli_ts"), ("bernoulli-ad-ucb", "ucb")])
 def test_bernoulli_models_within_5_percent_of_their_expert(name, expert):
     spec = bernoulli_bandit_spec()
     tf = _regret(spec, TransformerAgent.pretrained(name, seed=0))

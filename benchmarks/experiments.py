@@ -102,6 +102,14 @@ EXPERIMENTS: dict[str, Experiment] = {
     )
 }
 
+BERNOULLI_OOD = {
+    "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
+    "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
+    "UCB": {"name": "ucb"},
+    "TS": {"name": "bernoulli_ts"},
+    "Emp": {"name": "emp"},
+}
+
 OOD = (
     Experiment(
         name="ood-linear-noise",
@@ -131,26 +139,14 @@ OOD = (
         name="ood-bernoulli-prior",
         title="OOD: Bernoulli means ~ Unif([0, 0.5]) (models trained on Unif([0,1]))",
         spec=bernoulli_bandit_spec(prior_high=0.5),
-        algorithms={
-            "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
-            "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
-            "UCB": {"name": "ucb"},
-            "TS": {"name": "bernoulli_ts"},
-            "Emp": {"name": "emp"},
-        },
+        algorithms=BERNOULLI_OOD,
         default=False,
     ),
     Experiment(
         name="ood-bernoulli-narrow",
         title="OOD: Bernoulli means ~ Unif([0.4, 0.6]) (hard, nearly equal arms)",
         spec=bernoulli_bandit_spec(prior_low=0.4, prior_high=0.6),
-        algorithms={
-            "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
-            "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
-            "UCB": {"name": "ucb"},
-            "TS": {"name": "bernoulli_ts"},
-            "Emp": {"name": "emp"},
-        },
+        algorithms=BERNOULLI_OOD,
         default=False,
     ),
     Experiment(

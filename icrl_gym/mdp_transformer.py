@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_gym.transformer import Block, DecoderConfig, KVCache
+from icrl_gym.transformer import Block, DecoderConfig, KVCache, count_parameters, init_gpt_weights
 
 
 @dataclass
@@ -76,18 +76,11 @@ class MDPTransformer(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.lm_head = nn.Linear(D, A)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
+        self.apply(init_gpt_weights)
 
     def num_parameters(self) -> int:
         """Number of trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+        return count_parameters(self)
 
     # ----------------------------------------------------------------- tokens
     def _token(self, kind: int, t: Tensor, state=None, action=None, reward=None) -> Tensor:

@@ -265,6 +265,22 @@ class Block(nn.Module):
         return self.ln_2(x + self.mlp(x))
 
 
+def init_gpt_weights(module: nn.Module) -> None:
+    """GPT-2 style initialisation: N(0, 0.02) weights, zero biases, identity LayerNorm."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of trainable parameters of ``module``."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
 def _chosen_vectors(action_sets: Tensor, actions: Tensor) -> Tensor:
     """Return the chosen action vectors ``action_sets[..., actions, :]``: (..., A, d), (...) -> (..., d)."""
     d = action_sets.shape[-1]
@@ -333,22 +349,11 @@ class BanditTransformer(nn.Module):
             self.arm_h = nn.Linear(D, hidden)
             self.arm_x = nn.Linear(d, hidden, bias=False)
             self.arm_out = nn.Linear(hidden, 2)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        """GPT-2 style initialisation: N(0, 0.02) weights, zero biases, identity LayerNorm."""
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+        self.apply(init_gpt_weights)
 
     def num_parameters(self) -> int:
         """Return the number of trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+        return count_parameters(self)
 
     # ----------------------------------------------------------------- embedding
     def _quadratic(self, a_vec: Tensor, r: Tensor) -> list[Tensor]:

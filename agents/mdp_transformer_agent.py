@@ -15,7 +15,7 @@ import torch
 
 from agents.base import sample_categorical
 from agents.mdp_base import MDPAgent
-from agents.transformer_agent import PRETRAINED_DIR
+from agents.transformer_agent import resolve_checkpoint
 
 
 class MDPTransformerAgent(MDPAgent):
@@ -24,17 +24,14 @@ class MDPTransformerAgent(MDPAgent):
     name = "mdp_transformer"
 
     def __init__(self, checkpoint: str | Path, greedy: bool = False, device: str = "cpu", seed: int | None = None):
-        from icrl_gym.checkpoint import CheckpointError, checkpoint_files, load_checkpoint
+        from icrl_gym.checkpoint import CheckpointError, load_checkpoint
         from icrl_gym.mdp_transformer import MDPTransformer
         from icrl_gym.pretrain import resolve_device
 
         super().__init__(seed)
-        path = Path(checkpoint)
-        if not checkpoint_files(path)[1].exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
-            path = PRETRAINED_DIR / str(checkpoint)
         self.checkpoint, self.greedy = str(checkpoint), bool(greedy)
         self.device = resolve_device(device)
-        self.model, self.meta = load_checkpoint(path, device=self.device)
+        self.model, self.meta = load_checkpoint(resolve_checkpoint(checkpoint), device=self.device)
         if not isinstance(self.model, MDPTransformer):
             raise CheckpointError(f"{checkpoint} holds a {type(self.model).__name__}, not an MDP transformer")
         self._cache = None

@@ -23,6 +23,16 @@ from agents.base import BanditAgent, sample_categorical
 PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "icrl_gym" / "pretrained"
 
 
+def resolve_checkpoint(checkpoint: str | Path) -> Path:
+    """A checkpoint path, or the name of a model shipped in ``icrl_gym/pretrained``."""
+    from icrl_gym.checkpoint import checkpoint_files
+
+    path = Path(checkpoint)
+    if not checkpoint_files(path)[1].exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
+        return PRETRAINED_DIR / str(checkpoint)
+    return path
+
+
 def pretrained_names() -> list[str]:
     """Names of the checkpoints shipped with the package."""
     return sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))
@@ -40,16 +50,13 @@ class TransformerAgent(BanditAgent):
         device: str = "cpu",
         seed: int | None = None,
     ) -> None:
-        from icrl_gym.checkpoint import checkpoint_files, load_checkpoint
+        from icrl_gym.checkpoint import load_checkpoint
         from icrl_gym.pretrain import resolve_device
 
         super().__init__(seed)
-        path = Path(checkpoint)
-        if not checkpoint_files(path)[1].exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
-            path = PRETRAINED_DIR / str(checkpoint)
         self.checkpoint = str(checkpoint)
         self.device = resolve_device(device)
-        self.model, self.meta = load_checkpoint(path, device=self.device)
+        self.model, self.meta = load_checkpoint(resolve_checkpoint(checkpoint), device=self.device)
         self.greedy = bool(greedy)
         self.deterministic = self.greedy
         self._cache = None

@@ -237,9 +237,10 @@ def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, see
 
 def retrain_models(out: Path, experiments: list[Experiment], device: str, steps: int = 0) -> dict[str, str]:
     """Retrain every transformer the experiments use from its shipped config; returns name -> path."""
+    from agents.transformer_agent import PRETRAINED_DIR
     from icrl_gym.pretrain import PretrainConfig, export, pretrain
 
-    config_dir = Path(__file__).resolve().parent.parent / "icrl_gym" / "pretrained" / "configs"
+    config_dir = PRETRAINED_DIR / "configs"
     names = sorted(
         {
             s["checkpoint"]

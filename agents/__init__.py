@@ -22,7 +22,7 @@ from agents.index_agent import IndexAgent
 from agents.kl_ucb import KLUCB
 from agents.linucb import LinUCB, SoftLinUCB
 from agents.mdp_base import MDPAgent, MDPOptimal, MDPUniform
-from agents.mixture import Mixture
+from agents.mixture import MDPMixture, Mixture
 from agents.oracle import Optimal
 from agents.psrl import PSRL, DarkRoomPSRL
 from agents.thompson import BernoulliThompson, LinearThompson
@@ -58,7 +58,8 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
     name = params.pop("name", None)
     if name == Mixture.name:
         components = [make_agent(c) for c in params.pop("components")]
-        return Mixture(components, params.pop("weights"), seed=seed, **params)
+        cls = MDPMixture if all(isinstance(c, MDPAgent) for c in components) else Mixture
+        return cls(components, params.pop("weights"), seed=seed, **params)
     if name == "transformer":  # imported lazily: torch is only needed by the transformer agents
         from agents.transformer_agent import TransformerAgent
 
@@ -100,6 +101,7 @@ __all__ = [
     "KLUCB",
     "LinUCB",
     "LinearThompson",
+    "MDPMixture",
     "Mixture",
     "Optimal",
     "SoftLinUCB",

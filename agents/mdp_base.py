@@ -37,6 +37,7 @@ class MDPAgent:
     def __init__(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
         self.batch_size = self.num_states = self.num_actions = self.horizon = self.episodes = 0
+        self.env_stationary = False
         self.episode = 0
         self._single = False
         self._pending: tuple[np.ndarray, int, np.ndarray, np.ndarray] | None = None
@@ -51,6 +52,7 @@ class MDPAgent:
         self.batch_size = 1 if self._single else v_star.shape[0]
         self.num_states, self.num_actions = int(info["num_states"]), int(info["num_actions"])
         self.horizon, self.episodes = int(info["horizon"]), int(info["episodes"])
+        self.env_stationary = bool(info.get("stationary", False))
         if rng is not None:
             self.rng = rng
         self.episode = 0

@@ -9,21 +9,23 @@ the conditional policy given the latent assignment.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from agents.base import BanditAgent
+from agents.mdp_base import MDPAgent
 
 
-class Mixture(BanditAgent):
-    """Each run follows one component drawn at reset with the given weights."""
+class _TrajectoryMixture:
+    """Shared logic: checked weights, a component per run drawn at reset, per-run selection."""
 
     name = "mixture"
+    batch_size: int
+    rng: np.random.Generator
 
-    def __init__(self, components: Sequence[BanditAgent], weights: Sequence[float], seed: int | None = None):
-        super().__init__(seed)
+    def _init_mixture(self, components: Sequence[Any], weights: Sequence[float]) -> None:
         weights = np.asarray(weights, dtype=np.float64)
         if len(components) == 0 or weights.shape != (len(components),):
             raise ValueError(f"need one weight per component, got {len(components)} and {weights.shape}")
@@ -33,16 +35,38 @@ class Mixture(BanditAgent):
         self.weights = weights
         self.assignment: np.ndarray | None = None
 
-    def _reset(self, w_star: np.ndarray | None) -> None:
-        for comp in self.components:
-            # Child generators drawn from ours keep the whole mixture reproducible under one seed.
-            child = np.random.default_rng(self.rng.integers(2**63))
-            comp.reset(batch_size=self.batch_size, dim=self.dim, num_actions=self.num_actions, w_star=w_star, rng=child)
+    def _child_rng(self) -> np.random.Generator:
+        # Child generators drawn from ours keep the whole mixture reproducible under one seed.
+        return np.random.default_rng(self.rng.integers(2**63))
+
+    def _assign(self) -> None:
         self.assignment = self.rng.choice(len(self.components), size=self.batch_size, p=self.weights)
 
     def _select(self, per_component: list[np.ndarray]) -> np.ndarray:
         stacked = np.stack(per_component)  # (C, B, ...)
         return stacked[self.assignment, np.arange(self.batch_size)]
+
+    def _mixture_config(self, base: dict[str, Any]) -> dict[str, Any]:
+        return {**base, "components": [c.config() for c in self.components], "weights": self.weights.tolist()}
+
+
+class Mixture(_TrajectoryMixture, BanditAgent):
+    """Each bandit run follows one component drawn at reset with the given weights."""
+
+    def __init__(self, components: Sequence[BanditAgent], weights: Sequence[float], seed: int | None = None):
+        BanditAgent.__init__(self, seed)
+        self._init_mixture(components, weights)
+
+    def _reset(self, w_star: np.ndarray | None) -> None:
+        for comp in self.components:
+            comp.reset(
+                batch_size=self.batch_size,
+                dim=self.dim,
+                num_actions=self.num_actions,
+                w_star=w_star,
+                rng=self._child_rng(),
+            )
+        self._assign()
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
         return self._select([comp.act_batch(action_sets) for comp in self.components])
@@ -56,8 +80,37 @@ class Mixture(BanditAgent):
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters of the mixture and of every component."""
-        return {
-            **super().config(),
-            "components": [c.config() for c in self.components],
-            "weights": self.weights.tolist(),
-        }
+        return self._mixture_config(BanditAgent.config(self))
+
+
+class MDPMixture(_TrajectoryMixture, MDPAgent):
+    """Each tabular-MDP run follows one component for all K episodes (e.g. 1/2 PSRL + 1/2 uniform)."""
+
+    def __init__(self, components: Sequence[MDPAgent], weights: Sequence[float], seed: int | None = None):
+        MDPAgent.__init__(self, seed)
+        self._init_mixture(components, weights)
+        self._info: Mapping[str, Any] = {}
+
+    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
+        """Reset every component on the same runs, then draw each run's component."""
+        self._info = info
+        super().reset(info, rng)
+
+    def _reset(self, instance: Any) -> None:
+        for comp in self.components:
+            comp.reset(self._info, rng=self._child_rng())
+        self._assign()
+
+    def _act(self, states: np.ndarray, h: int) -> np.ndarray:
+        return self._select([comp.act_batch(states, h) for comp in self.components])
+
+    def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
+        return self._select([comp.policy_batch(states, h) for comp in self.components])
+
+    def _update(self, states, h, actions, rewards, next_states) -> None:
+        for comp in self.components:
+            comp.update_batch(states, h, actions, rewards, next_states)
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters of the mixture and of every component."""
+        return self._mixture_config(MDPAgent.config(self))

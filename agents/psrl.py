@@ -5,7 +5,7 @@ rewards -- the posterior is conjugate: Dirichlet(c + N_h(s, a, .)) and Beta(1 + 
 At the start of every episode PSRL samples an MDP from the posterior, solves it by backward
 induction and follows its greedy policy for the episode.  This is exactly what DPT's reduced expert
 (posterior sampling) does, so it is the reference for DPT-pretrained MDP transformers.
-``stationary=True`` pools the counts over h.
+``stationary=True`` pools the counts over h (the default ``None`` follows the environment's ``info``).
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ class PSRL(GreedyQAgent):
 
     name = "psrl"
 
-    def __init__(self, concentration: float = 1.0, stationary: bool = False, seed: int | None = None) -> None:
+    def __init__(self, concentration: float = 1.0, stationary: bool | None = None, seed: int | None = None) -> None:
         super().__init__(temperature=0.0, seed=seed)
-        self.concentration, self.stationary = float(concentration), bool(stationary)
+        self.concentration, self.stationary = float(concentration), stationary
 
     def _reset(self, instance: Any) -> None:
-        hs = 1 if self.stationary else self.horizon
+        self.pooled = self.env_stationary if self.stationary is None else bool(self.stationary)
+        hs = 1 if self.pooled else self.horizon
         B, S, A = self.batch_size, self.num_states, self.num_actions
         self.n_sas = np.zeros((B, hs, S, A, S))
         self.successes = np.zeros((B, hs, S, A))
@@ -48,7 +49,7 @@ class PSRL(GreedyQAgent):
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
         rows = np.arange(self.batch_size)
-        i = 0 if self.stationary else h
+        i = 0 if self.pooled else h
         self.successes[rows, i, states, actions] += rewards
         self.failures[rows, i, states, actions] += 1.0 - rewards
         has_next = next_states >= 0

@@ -8,7 +8,8 @@ At the start of every episode k, backward over h = H..1 with counts from episode
 
 then act greedily (UCB-VI) or by softmax(Q_h(s, .) / tau) (soft UCB-VI).  The paper writes R_h
 for the mean reward; here it is estimated from the observed rewards, as the rewards are random.
-Counts are incremental; ``stationary=True`` pools them over h (for stationary MDPs such as DarkRoom).
+Counts are incremental; ``stationary=True`` pools them over h (for stationary MDPs such as DarkRoom;
+the default ``None`` follows the environment's ``info["stationary"]``).
 """
 
 from __future__ import annotations
@@ -26,13 +27,18 @@ class UCBVI(GreedyQAgent):
     name = "ucbvi"
 
     def __init__(
-        self, temperature: float = 0.0, bonus_scale: float = 1.0, stationary: bool = False, seed: int | None = None
+        self,
+        temperature: float = 0.0,
+        bonus_scale: float = 1.0,
+        stationary: bool | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__(temperature=temperature, seed=seed)
-        self.bonus_scale, self.stationary = float(bonus_scale), bool(stationary)
+        self.bonus_scale, self.stationary = float(bonus_scale), stationary
 
     def _reset(self, instance: Any) -> None:
-        hs = 1 if self.stationary else self.horizon
+        self.pooled = self.env_stationary if self.stationary is None else bool(self.stationary)
+        hs = 1 if self.pooled else self.horizon
         B, S, A = self.batch_size, self.num_states, self.num_actions
         self.n_sas = np.zeros((B, hs, S, A, S))
         self.n_sa = np.zeros((B, hs, S, A))
@@ -51,7 +57,7 @@ class UCBVI(GreedyQAgent):
         q = np.zeros((self.batch_size, H, S, A))
         v = np.zeros((self.batch_size, S))
         for h in range(H - 1, -1, -1):
-            i = 0 if self.stationary else h
+            i = 0 if self.pooled else h
             q[:, h] = np.minimum(H, r_hat[:, i] + bonus[:, i] + np.einsum("bsat,bt->bsa", p_hat[:, i], v))
             v = q[:, h].max(axis=-1)
         return q
@@ -61,7 +67,7 @@ class UCBVI(GreedyQAgent):
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
         rows = np.arange(self.batch_size)
-        i = 0 if self.stationary else h
+        i = 0 if self.pooled else h
         self.n_sa[rows, i, states, actions] += 1
         self.reward_sum[rows, i, states, actions] += rewards
         has_next = next_states >= 0  # after step H no next state is counted (N_H(s, a, s') = 0)

@@ -20,6 +20,24 @@ def transformer(name: str, greedy: bool = False) -> dict[str, Any]:
     return {"name": "transformer", "checkpoint": name, "greedy": greedy}
 
 
+def mdp_transformer(name: str, greedy: bool = False) -> dict[str, Any]:
+    """Specification of a shipped tabular-MDP transformer."""
+    return {"name": "mdp_transformer", "checkpoint": name, "greedy": greedy}
+
+
+SOFT_UCBVI = {"name": "ucbvi", "temperature": 0.1, "bonus_scale": 0.01}
+"""The AD expert for tabular MDPs: soft UCB-VI(tau=0.1) with the paper's bonus scaled by 0.01.
+
+With the paper's constant the bonus 2H sqrt(log(SAT/delta)/N) exceeds H until N ~ 6,000, so every
+Q clips at H and UCB-VI acts uniformly within K=20 episodes (measured: 51.8 vs uniform 51.8)."""
+
+TABULAR_EXPERTS = {
+    "PSRL": {"name": "psrl"},
+    "soft UCB-VI (tau=0.1, bonus x0.01)": SOFT_UCBVI,
+    "UCB-VI (bonus x0.01)": {"name": "ucbvi", "bonus_scale": 0.01},
+    "greedy VI (bonus 0)": {"name": "ucbvi", "bonus_scale": 0.0},
+}
+
 BERNOULLI_STRONG = {
     "KL-UCB": {"name": "kl_ucb"},
     "Bayes-UCB": {"name": "bayes_ucb"},
@@ -168,13 +186,26 @@ EXPERIMENTS.update({e.name: e for e in OOD})
 MDP_EXPERIMENTS = (
     Experiment(
         name="tabular-mdp",
-        title="Tabular MDP (S=5, A=3, H=10, K=20, Dirichlet prior): regret per episode",
+        title="Tabular MDP (S=5, A=3, H=10, K=20, stationary Dirichlet prior): regret per episode",
         spec=MDPSpec(),
         algorithms={
-            "PSRL": {"name": "psrl"},
-            "UCB-VI": {"name": "ucbvi"},
-            "soft UCB-VI (tau=0.1)": {"name": "ucbvi", "temperature": 0.1},
-            "UCB-VI (bonus x0.05)": {"name": "ucbvi", "bonus_scale": 0.05},
+            "TF (AD soft UCB-VI)": mdp_transformer("tabular-mdp-ad-soft-ucbvi"),
+            "TF (DPT, PSRL/uniform context)": mdp_transformer("tabular-mdp-dpt-psrl-uniform"),
+            "TF (DPT, greedy)": mdp_transformer("tabular-mdp-dpt-psrl-uniform", greedy=True),
+            **TABULAR_EXPERTS,
+            "UCB-VI (paper bonus)": {"name": "ucbvi"},
+            "Uniform": {"name": "mdp_uniform"},
+            "Optimal": {"name": "mdp_optimal"},
+        },
+        default=False,
+    ),
+    Experiment(
+        name="tabular-mdp-nonstationary",
+        title="Tabular MDP with P_h, R_h per step (S=5, A=3, H=10, K=20): 150 unknowns for 200 steps",
+        spec=MDPSpec(stationary=False),
+        algorithms={
+            **TABULAR_EXPERTS,
+            "UCB-VI (paper bonus)": {"name": "ucbvi"},
             "Uniform": {"name": "mdp_uniform"},
             "Optimal": {"name": "mdp_optimal"},
         },
@@ -182,12 +213,14 @@ MDP_EXPERIMENTS = (
     ),
     Experiment(
         name="dark-room",
-        title="DarkRoom (10x10, H=100, K=10): regret per episode (V* - return)",
-        spec=dark_room_spec(),
+        title="DarkRoom (10x10, H=100, K=4): regret per episode (V* - return)",
+        spec=dark_room_spec(episodes=4),
         algorithms={
+            "TF (DPT, PSRL/uniform context)": mdp_transformer("dark-room-dpt-psrl-uniform"),
+            "TF (DPT, greedy)": mdp_transformer("dark-room-dpt-psrl-uniform", greedy=True),
             "PSRL (DarkRoom prior)": {"name": "dark_room_psrl"},
-            "PSRL (Dirichlet-Beta, stationary)": {"name": "psrl", "stationary": True},
-            "UCB-VI (stationary)": {"name": "ucbvi", "stationary": True},
+            "PSRL (Dirichlet-Beta)": {"name": "psrl"},
+            "UCB-VI": {"name": "ucbvi"},
             "Uniform": {"name": "mdp_uniform"},
             "Optimal": {"name": "mdp_optimal"},
         },

@@ -30,7 +30,7 @@ import numpy as np
 from agents import make_agent
 from benchmarks.experiments import EXPERIMENTS, Experiment
 from icrl_gym.envs import MDPSpec
-from icrl_gym.mdp_rollout import rollout_mdp
+from icrl_gym.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.trajectories import evaluate_regret
 
 FIELDS = {
@@ -232,7 +232,26 @@ def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, see
             paper = exp.paper.get(label)
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {'' if paper is None else paper} |")
         lines.append("")
+        if isinstance(exp.spec, MDPSpec):
+            lines.extend(_episode_return_table(exp.spec, curves, runs, seed))
     return "\n".join(lines)
+
+
+def _episode_return_table(spec: MDPSpec, curves: dict[str, dict[str, np.ndarray]], runs: int, seed: int) -> list[str]:
+    """Mean return of episodes 1, K/2 and K (V*-bar minus the per-episode regret) next to V*-bar."""
+    v_bar = optimal_values(spec, runs, seed=seed, batch_size=runs).mean()
+    K = spec.episodes
+    ks = sorted({1, max(K // 2, 1), K})
+    lines = [
+        f"Return per episode (optimal mean V* = {v_bar:.2f}):\n",
+        "| algorithm | " + " | ".join(f"return in episode {k}" for k in ks) + " |",
+        "|---|" + "---|" * len(ks),
+    ]
+    for label, c in curves.items():
+        cells = [f"{v_bar - c['suboptimality_mean'][k - 1]:.2f} +- {c['suboptimality_se'][k - 1]:.2f}" for k in ks]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
 
 
 def retrain_models(out: Path, experiments: list[Experiment], device: str, steps: int = 0) -> dict[str, str]:

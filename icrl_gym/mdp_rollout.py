@@ -15,6 +15,7 @@ import numpy as np
 
 from agents.mdp_base import MDPAgent
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
+from icrl_gym.envs.mdp_env import reset_info
 
 
 @dataclass
@@ -79,16 +80,7 @@ def rollout_mdp(
         rows = slice(start, min(start + batch_size, num_runs))
         b = rows.stop - rows.start
         batch = MDPBatch(spec, b, np.random.default_rng([seed, i]))
-        info = {
-            "v_star": batch.v_star,
-            "P": batch.P,
-            "R": batch.R,
-            "num_states": spec.num_states,
-            "num_actions": spec.num_actions,
-            "horizon": spec.horizon,
-            "episodes": spec.episodes,
-        }
-        agent.reset(info, rng=np.random.default_rng([seed, i, 1]))
+        agent.reset(reset_info(spec, batch), rng=np.random.default_rng([seed, i, 1]))
         out.v_star[rows] = batch.v_star
         for t in range(T):
             states, h = batch.state.copy(), batch.h
@@ -110,3 +102,12 @@ def rollout_mdp(
         "num_trajectories": num_runs,
     }
     return out
+
+
+def optimal_values(spec: MDPSpec, num_runs: int, seed: int = 0, batch_size: int = 1000) -> np.ndarray:
+    """V*_1(mu) (num_runs,) of the instances :func:`rollout_mdp` meets under the same seed and batch size."""
+    parts = []
+    for i, start in enumerate(range(0, num_runs, batch_size)):
+        b = min(start + batch_size, num_runs) - start
+        parts.append(MDPBatch(spec, b, np.random.default_rng([seed, i])).v_star)
+    return np.concatenate(parts)

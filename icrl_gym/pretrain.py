@@ -385,13 +385,24 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description="Pretrain an in-context bandit transformer (resumable).")
     parser.add_argument("config", help="JSON file with PretrainConfig fields")
-    parser.add_argument("--set", nargs="*", default=[], help="overrides key=json_value, e.g. steps=2000")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        action="extend",
+        default=[],
+        help="overrides key=value (JSON, or a plain string), e.g. steps=2000 out_dir=runs/x",
+    )
     parser.add_argument("--export", default=None, help="write the final checkpoint to this path (no suffix)")
     args = parser.parse_args(argv)
     data = json.loads(Path(args.config).read_text())
     for item in args.set:
-        key, _, value = item.partition("=")
-        data[key] = json.loads(value)
+        key, sep, value = item.partition("=")
+        if not sep or key not in {f.name for f in dataclasses.fields(PretrainConfig)}:
+            parser.error(f"--set {item!r}: expected key=value with key a PretrainConfig field")
+        try:
+            data[key] = json.loads(value)
+        except json.JSONDecodeError:  # a bare word such as out_dir=runs/x is a string
+            data[key] = value
     cfg = PretrainConfig.from_dict(data)
     command = "python -m icrl_gym.pretrain " + " ".join(argv if argv is not None else sys.argv[1:])
     model, meta = pretrain(cfg, command=command)

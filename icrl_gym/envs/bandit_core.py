@@ -39,6 +39,8 @@ def check_action_batch(actions: Any, batch_size: int, num_actions: int, what: st
     if bad.any():
         raise ValueError(f"action {arr[bad][0]} is outside [0, {num_actions}) ({what})")
     return arr.astype(np.int64, copy=False)
+
+
 REWARD_KINDS = ("gaussian", "bernoulli")
 PRIOR_KINDS = ("uniform", "gaussian")
 ACTION_SET_KINDS = ("fixed", "per_step")

@@ -54,6 +54,9 @@ class MDPSpec:
     """Dirichlet concentration of the transition prior ('random')."""
     random_start: bool = False
     """Initial distribution mu ~ Dirichlet(1) instead of the fixed state 0 ('random')."""
+    stationary: bool = True
+    """One P(. | s, a) and R(s, a) shared by every step h ('random'; False: one per (h, s, a), as in
+    the paper's general setting).  DarkRoom is always stationary."""
     size: int = 0
     """Side of the dark room (0 for 'random')."""
 
@@ -73,6 +76,11 @@ class MDPSpec:
             )
         if problems:
             raise ValueError("invalid MDP specification: " + "; ".join(problems))
+
+    @property
+    def is_stationary(self) -> bool:
+        """Whether P_h and R_h are the same for every h (what an agent may pool its counts over)."""
+        return self.kind == "dark_room" or self.stationary
 
     @property
     def total_steps(self) -> int:
@@ -120,8 +128,9 @@ def sample_mdps(spec: MDPSpec, rng: np.random.Generator, n: int) -> dict[str, np
         mu[:, centre] = 1.0
         P = np.broadcast_to(_dark_room_transitions(spec.size), (n, 1, S, A, S))
         return {"P": P, "R": R, "mu": mu, "goal": goal}
-    P = rng.dirichlet(np.full(S, spec.concentration), size=(n, H, S, A))
-    R = rng.uniform(0.0, 1.0, size=(n, H, S, A))
+    hs = 1 if spec.stationary else H
+    P = rng.dirichlet(np.full(S, spec.concentration), size=(n, hs, S, A))
+    R = rng.uniform(0.0, 1.0, size=(n, hs, S, A))
     if spec.random_start:
         mu = rng.dirichlet(np.ones(S), size=n)
     else:

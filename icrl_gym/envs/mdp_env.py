@@ -38,7 +38,8 @@ def _instance_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
     return dict(options)
 
 
-def _reset_info(spec: MDPSpec, batch: MDPBatch, index: Any) -> dict[str, Any]:
+def reset_info(spec: MDPSpec, batch: MDPBatch, index: Any = slice(None)) -> dict[str, Any]:
+    """What an agent's ``reset`` reads: V*, the instance (for the oracle), the sizes and the stationarity."""
     return {
         "v_star": batch.v_star[index],
         "P": batch.P[index],
@@ -48,6 +49,7 @@ def _reset_info(spec: MDPSpec, batch: MDPBatch, index: Any) -> dict[str, Any]:
         "num_actions": spec.num_actions,
         "horizon": spec.horizon,
         "episodes": spec.episodes,
+        "stationary": spec.is_stationary,
     }
 
 
@@ -67,7 +69,7 @@ class TabularMDPEnv(gym.Env):
         """Draw a new MDP from the prior (or take P, R, mu from ``options``) and start its first episode."""
         super().reset(seed=seed)
         self._batch = MDPBatch(self.mdp_spec, 1, self.np_random, _instance_options(options))
-        info = _reset_info(self.mdp_spec, self._batch, 0)
+        info = reset_info(self.mdp_spec, self._batch, 0)
         info["v_star"] = float(info["v_star"])
         return mdp_observation(self.mdp_spec, self._batch.state, self._batch.h)[0], info
 
@@ -112,9 +114,7 @@ class TabularMDPVectorEnv(VectorEnv):
             self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
         self._batch = MDPBatch(self.mdp_spec, self.num_envs, self.np_random, _instance_options(options))
         self._autoreset = False
-        return mdp_observation(self.mdp_spec, self._batch.state, 0), _reset_info(
-            self.mdp_spec, self._batch, slice(None)
-        )
+        return mdp_observation(self.mdp_spec, self._batch.state, 0), reset_info(self.mdp_spec, self._batch, slice(None))
 
     def step(self, actions: Any):
         """One action per run."""

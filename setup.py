@@ -18,6 +18,7 @@ setup(
         "scipy>=1.10",
         "torch>=2.1",
         "stable-baselines3>=2.3",
+        "sb3-contrib>=2.3",
         "safetensors>=0.4",
         "matplotlib>=3.7",
         "tqdm>=4.60",

@@ -64,12 +64,16 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
         from agents.transformer_agent import TransformerAgent
 
         return TransformerAgent(seed=seed, **params)
+    if name == "meta_rl":
+        from agents.meta_rl_agent import MetaRLAgent
+
+        return MetaRLAgent(seed=seed, **params)
     if name == "mdp_transformer":
         from agents.mdp_transformer_agent import MDPTransformerAgent
 
         return MDPTransformerAgent(seed=seed, **params)
     if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}; known agents: {sorted([*AGENTS, Mixture.name, 'transformer'])}")
+        raise ValueError(f"unknown agent {name!r}; known agents: {sorted([*AGENTS, Mixture.name, 'transformer', 'mdp_transformer', 'meta_rl'])}")
     cls = AGENTS[name]
     if name == SoftLinUCB.name and "temperature" not in params:
         params["temperature"] = 0.1

@@ -54,14 +54,28 @@ class TransformerAgent(BanditAgent):
         from icrl_gym.pretrain import resolve_device
 
         super().__init__(seed)
-        self.checkpoint = str(checkpoint)
-        self.device = resolve_device(device)
-        self.model, self.meta = load_checkpoint(resolve_checkpoint(checkpoint), device=self.device)
+        device_ = resolve_device(device)
+        model, meta = load_checkpoint(resolve_checkpoint(checkpoint), device=device_)
+        self._setup(model, meta, str(checkpoint), greedy)
+
+    def _setup(self, model: Any, meta: dict[str, Any], checkpoint: str, greedy: bool) -> None:
+        self.checkpoint, self.model, self.meta = checkpoint, model, meta
+        self.device = next(model.parameters()).device
         self.greedy = bool(greedy)
         self.deterministic = self.greedy
         self._cache = None
         self._logits: np.ndarray | None = None
         self._prev: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def from_model(
+        cls, model: Any, meta: dict[str, Any] | None = None, greedy: bool = False, seed: Any = None
+    ) -> TransformerAgent:
+        """Wrap an in-memory model (e.g. one being fine-tuned) without reading a checkpoint."""
+        agent = cls.__new__(cls)
+        BanditAgent.__init__(agent, seed)
+        agent._setup(model, meta or {}, "<in-memory model>", greedy)
+        return agent
 
     @classmethod
     def pretrained(cls, name: str, **kwargs: Any) -> TransformerAgent:

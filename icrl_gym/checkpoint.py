@@ -49,8 +49,13 @@ def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
     return Path(stem + ".safetensors"), Path(stem + ".json")
 
 
-def save_checkpoint(path: str | os.PathLike, model: BanditTransformer, meta: dict[str, Any]) -> Path:
-    """Save ``model`` and ``meta`` as ``<stem>.safetensors`` + ``<stem>.json``; returns the stem."""
+def save_checkpoint(
+    path: str | os.PathLike, model: torch.nn.Module, meta: dict[str, Any], config: dict[str, Any] | None = None
+) -> Path:
+    """Save ``model`` and ``meta`` as ``<stem>.safetensors`` + ``<stem>.json``; returns the stem.
+
+    ``config`` is the model's configuration record (default: ``model.config.to_dict()``).
+    """
     stem = _stem(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     blob = save_safetensors(tensors)
@@ -58,7 +63,7 @@ def save_checkpoint(path: str | os.PathLike, model: BanditTransformer, meta: dic
         **meta,
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "model": model.config.to_dict(),
+        "model": model.config.to_dict() if config is None else config,
         "model_class": type(model).__name__,
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }

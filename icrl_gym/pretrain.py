@@ -19,6 +19,10 @@ history); batches are drawn from ``np.random.default_rng([seed, step])`` and chu
 ``data_seed(c)``, so a resumed run continues exactly where it stopped.  Progress goes to
 ``out_dir/train.log``.  The device comes from the ``device`` argument (``"auto"``: CUDA when
 present), never from a global.
+
+Under ``torchrun --nproc_per_node=N`` the same script and config train with
+DistributedDataParallel: each rank takes 1/N of every global batch and only rank 0 validates
+and writes (see :mod:`icrl_gym.distributed`).
 """
 
 from __future__ import annotations
@@ -38,8 +42,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
+from icrl_gym.distributed import close_distributed, init_distributed
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.fileio import atomic_write_bytes, dataclass_from_dict
@@ -219,7 +225,7 @@ def pretraining_loss(
     model: BanditTransformer, batch: dict[str, torch.Tensor], target: str, value_weight: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean negative log-likelihood over all B*T steps (+ the auxiliary value loss)."""
-    if isinstance(model, MDPTransformer):
+    if isinstance(getattr(model, "module", model), MDPTransformer):  # a DDP wrapper holds the model as .module
         logits, values = model(batch["states"], batch["actions"], batch["rewards"]), None
     else:
         logits, values = model(batch["action_sets"], batch["actions"], batch["rewards"])
@@ -291,12 +297,12 @@ def pretrain(
     cfg: PretrainConfig, command: str | None = None, echo: bool = True, callback: Callable | None = None
 ) -> tuple[BanditTransformer, dict[str, Any]]:
     """Train (or resume) the model of ``cfg``; returns the model and its metadata."""
-    device = resolve_device(cfg.device)
+    ctx, device = init_distributed(resolve_device(cfg.device))
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    log = _Log(out / "train.log", echo)
+    log: Callable[[str], None] = _Log(out / "train.log", echo) if ctx.is_main else (lambda msg: None)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model_config).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
@@ -315,6 +321,7 @@ def pretrain(
         "command_history": [command],
         "device": str(device),
         "threads": torch.get_num_threads(),
+        "world_size": ctx.world_size,
     }
     if (out / "checkpoint.json").exists():
         weights, meta = read_checkpoint(out / "checkpoint")
@@ -328,9 +335,18 @@ def pretrain(
         state = meta["training"]
         state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
         state["command"] = command
+        state["world_size"] = ctx.world_size
         log(f"resumed from step {state['step']}")
     log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
-    val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET)
+    if ctx.enabled:
+        log(f"DDP: {ctx.world_size} processes, {cfg.batch_size // ctx.world_size} trajectories each per step")
+    net = model
+    if ctx.enabled:  # gradients are averaged over ranks (see icrl_gym.distributed)
+        # the bandit model's value head gets no gradient without the value loss
+        unused = not cfg.is_mdp and cfg.value_loss_weight == 0
+        device_ids = [device.index] if device.type == "cuda" else None
+        net = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=unused)
+    val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET) if ctx.is_main else None
     chunk_index, chunk = -1, None
     start_time = time.perf_counter() - state["wall_seconds"]
     model.train()
@@ -343,10 +359,10 @@ def pretrain(
             chunk = collect(cfg, cfg.trajectories_per_chunk, cfg.data_seed(chunk_index))
             log(f"chunk {chunk_index}: {cfg.trajectories_per_chunk:,} trajectories in {time.perf_counter() - t0:.1f}s")
         index = np.random.default_rng([cfg.seed, step]).integers(0, chunk.num_trajectories, size=cfg.batch_size)
-        batch = to_tensors(chunk, index, device)
+        batch = to_tensors(chunk, ctx.shard(index), device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, step)
-        loss, stats = pretraining_loss(model, batch, cfg.target, cfg.value_loss_weight)
+        loss, stats = pretraining_loss(net, batch, cfg.target, cfg.value_loss_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -355,7 +371,7 @@ def pretrain(
         state["trajectories_seen"] += cfg.batch_size
         if state["step"] % 50 == 0:
             log(f"step {state['step']}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
-        if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
+        if ctx.is_main and (state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps):
             val_stats = evaluate_loss(model, val, cfg, device)
             state["wall_seconds"] = time.perf_counter() - start_time
             state["history"].append({"step": state["step"], "wall_seconds": state["wall_seconds"], **val_stats})
@@ -371,6 +387,7 @@ def pretrain(
             )
             if callback is not None:
                 callback(model, state)
+    close_distributed(ctx)
     return model, _metadata(cfg, state)
 
 

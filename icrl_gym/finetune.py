@@ -1,0 +1,247 @@
+"""Online fine-tuning of a pretrained in-context transformer on regret (beyond imitation).
+
+The paper's limitation section asks whether online training lets a transformer surpass the
+expert it imitated.  Starting from a pretrained model Alg_theta, each iteration draws B fresh
+instances from the prior, rolls Alg_theta out for T steps (sampling, with the KV cache) and takes
+a policy-gradient step on the expected return of the whole in-context run (REINFORCE, Williams
+1992), which is minus the Bayes regret up to a constant:
+
+    grad J = -E[ sum_t grad log Alg_theta(a_t | D_{t-1}, A_t) * (Reg_t - b_t) ],
+    Reg_t = sum_{s >= t} (mu*_s - mu_{a_s})      (regret-to-go with the arms' mean rewards),
+
+which equals the REINFORCE gradient of the return: mu_{a_s} = <a_s, w*> replaces the sampled
+reward r_s (E[r_s | D_{s-1}, a_s] = mu_{a_s}, and every score term with index <= s is
+D_{s-1}-measurable), and the instance's best means mu*_s, fixed before a_t is drawn, act as a
+per-instance baseline that removes most of the variance coming from the draw of w*.  b_t is the
+leave-one-out mean of Reg_t over the other B - 1 runs (unbiased as the runs are independent).  An optional KL penalty beta * KL(Alg_theta || Alg_theta0) keeps the
+policy near the pretrained one.  Validation regret on a fixed set of instances picks the
+checkpoint; the final comparison uses other fresh instances (the harness's seed).
+
+Command line: ``python -m icrl_gym.finetune CONFIG.json --export PATH`` (resumable from out_dir).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.fileio import atomic_write_bytes, dataclass_from_dict
+from icrl_gym.trajectories import evaluate_regret
+from icrl_gym.transformer import BanditTransformer
+
+
+@dataclass
+class FinetuneConfig:
+    """An online fine-tuning run (saved with every checkpoint)."""
+
+    name: str = "bernoulli-ad-ucb-finetuned"
+    """Name of the exported model."""
+    base: str = "bernoulli-ad-ucb"
+    """The pretrained checkpoint to start from (a path or a shipped name)."""
+    iterations: int = 300
+    """Policy-gradient steps."""
+    runs_per_iteration: int = 128
+    """Fresh instances B per step."""
+    lr: float = 3e-5
+    """Adam learning rate."""
+    kl_weight: float = 0.0
+    """beta of the KL penalty to the pretrained policy (0: none)."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping."""
+    val_runs: int = 1000
+    """Validation instances (fixed seed) for choosing the checkpoint."""
+    eval_every: int = 25
+    """Iterations between validations (and resumable checkpoints)."""
+    seed: int = 0
+    """Seed of the instances and of the sampling."""
+    threads: int = 1
+    """torch CPU threads."""
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu" or "cuda"."""
+    out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
+    """Folder of the resumable state and the log."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable fields."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FinetuneConfig:
+        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
+        return dataclass_from_dict(cls, data)
+
+
+VALIDATION_SEED = 777_000
+"""Validation instances use seed ``VALIDATION_SEED + seed`` (the harness uses 0 and 10**7)."""
+
+
+def rollout(
+    model: BanditTransformer,
+    spec: BanditSpec,
+    num_runs: int,
+    rng: np.random.Generator,
+    device: torch.device,
+    instance: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """Sample ``num_runs`` in-context runs from the model (KV cache, no gradient).
+
+    ``instance`` may fix ``w_star`` (and ``action_sets``) instead of drawing them from the prior.
+    """
+    from agents.transformer_agent import TransformerAgent
+
+    agent = TransformerAgent.from_model(model, seed=rng)  # the agent's cached rollout around our model
+    batch = BanditBatch(spec, num_runs, rng, **(instance or {}))
+    agent.reset(batch_size=num_runs, dim=spec.dim, num_actions=spec.num_actions)
+    T = spec.horizon
+    sets = np.zeros((num_runs, T, spec.num_actions, spec.dim), np.float32)
+    actions = np.zeros((num_runs, T), np.int64)
+    rewards = np.zeros((num_runs, T), np.float32)
+    means = np.zeros((num_runs, T))
+    best = np.zeros((num_runs, T))
+    for t in range(T):
+        sets[:, t] = batch.action_sets
+        a = agent.act_batch(sets[:, t])
+        out = batch.step(a)
+        agent.update_batch(sets[:, t], a, out["reward"])
+        actions[:, t], rewards[:, t] = a, out["reward"]
+        means[:, t], best[:, t] = out["expected_reward"], out["best_expected_reward"]
+    return {"action_sets": sets, "actions": actions, "rewards": rewards, "means": means, "best": best}
+
+
+def policy_gradient_loss(
+    model: BanditTransformer, base: BanditTransformer | None, runs: dict[str, np.ndarray], kl_weight: float, device
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """REINFORCE loss with the regret-to-go of the mean rewards and a leave-one-out baseline (module docstring)."""
+    sets = torch.as_tensor(runs["action_sets"], device=device)
+    actions = torch.as_tensor(runs["actions"], device=device)
+    rewards = torch.as_tensor(runs["rewards"], device=device)
+    logits, _ = model(sets, actions, rewards)
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, actions[..., None])[..., 0]  # (B, T)
+    gaps = runs["best"] - runs["means"]
+    to_go = np.flip(np.cumsum(np.flip(gaps, axis=1), axis=1), axis=1)  # Reg_t
+    B = to_go.shape[0]
+    baseline = (to_go.sum(axis=0, keepdims=True) - to_go) / (B - 1)  # leave-one-out mean
+    advantage = torch.as_tensor((to_go - baseline).astype(np.float32), device=device)
+    loss = (advantage * logp).sum(dim=1).mean() / to_go.shape[1]
+    stats = {"regret": float((runs["best"] - runs["means"]).sum(axis=1).mean())}
+    if kl_weight > 0 and base is not None:
+        with torch.no_grad():
+            base_logp = F.log_softmax(base(sets, actions, rewards)[0], dim=-1)
+        kl = (logp_all.exp() * (logp_all - base_logp)).sum(-1).mean()
+        loss = loss + kl_weight * kl
+        stats["kl"] = float(kl.detach())
+    stats["loss"] = float(loss.detach())
+    return loss, stats
+
+
+def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneConfig, device) -> float:
+    """Mean regret of the sampled policy on the fixed validation instances."""
+    from agents.transformer_agent import TransformerAgent
+
+    agent = TransformerAgent.from_model(model, seed=VALIDATION_SEED + cfg.seed)
+    model.eval()
+    regret = evaluate_regret(spec, agent, cfg.val_runs, seed=VALIDATION_SEED + cfg.seed, batch_size=cfg.val_runs)
+    return float(regret.sum(axis=1).mean())
+
+
+def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True) -> tuple[BanditTransformer, dict]:
+    """Run (or resume) the fine-tuning; returns the best model on validation and its record."""
+    from agents.transformer_agent import resolve_checkpoint
+    from icrl_gym.pretrain import resolve_device
+
+    device = resolve_device(cfg.device)
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        with open(out / "train.log", "a") as fh:
+            fh.write(line + "\n")
+        if echo:
+            print(line, file=sys.stderr, flush=True)
+
+    base_path = resolve_checkpoint(cfg.base)
+    model, base_meta = load_checkpoint(base_path, device=device)
+    spec = BanditSpec.from_dict(base_meta["env"])
+    base = copy.deepcopy(model).eval() if cfg.kl_weight > 0 else None
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    state: dict[str, Any] = {"iteration": 0, "history": [], "wall_seconds": 0.0, "best": None, "command": command}
+    if (out / "state.json").exists():
+        state = json.loads((out / "state.json").read_text())
+        if state["config"] != cfg.to_dict():
+            raise ValueError(f"{out} holds a run with another configuration; use a new out_dir")
+        weights, _ = read_checkpoint(out / "last")
+        model.load_state_dict(weights)
+        optimizer.load_state_dict(torch.load(out / "optimizer.pt", map_location=device, weights_only=True))
+        log(f"resumed at iteration {state['iteration']}")
+    else:
+        state["config"] = cfg.to_dict()
+        start = validation_regret(model, spec, cfg, device)
+        state["history"].append({"iteration": 0, "val_regret": start, "wall_seconds": 0.0})
+        state["best"] = {"iteration": 0, "val_regret": start}
+        save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
+        log(f"pretrained model: validation regret {start:.3f}")
+    t_start = time.perf_counter() - state["wall_seconds"]
+    while state["iteration"] < cfg.iterations:
+        it = state["iteration"]
+        model.eval()
+        runs = rollout(model, spec, cfg.runs_per_iteration, np.random.default_rng([cfg.seed, it]), device)
+        model.train()
+        loss, stats = policy_gradient_loss(model, base, runs, cfg.kl_weight, device)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        state["iteration"] = it + 1
+        if state["iteration"] % 5 == 0:
+            log(f"iteration {state['iteration']}: batch regret {stats['regret']:.2f}, loss {stats['loss']:.4f}")
+        if state["iteration"] % cfg.eval_every == 0 or state["iteration"] == cfg.iterations:
+            val = validation_regret(model, spec, cfg, device)
+            state["wall_seconds"] = time.perf_counter() - t_start
+            state["history"].append({"iteration": state["iteration"], "val_regret": val, **stats})
+            if val < state["best"]["val_regret"]:
+                state["best"] = {"iteration": state["iteration"], "val_regret": val}
+                save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
+            save_checkpoint(out / "last", model, {**base_meta, "finetune": state})
+            buffer = io.BytesIO()
+            torch.save(optimizer.state_dict(), buffer)
+            atomic_write_bytes(out / "optimizer.pt", buffer.getvalue())
+            atomic_write_bytes(out / "state.json", json.dumps(state, indent=2).encode())
+            log(f"iteration {state['iteration']}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
+    best, best_meta = load_checkpoint(out / "best", device=device)
+    best_meta["name"] = cfg.name
+    best_meta["finetune"] = {**state, "base": str(cfg.base), "base_name": base_meta.get("name")}
+    return best, best_meta
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: ``python -m icrl_gym.finetune CONFIG.json [--export PATH]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Fine-tune a pretrained bandit transformer online on regret.")
+    parser.add_argument("config", help="JSON file with FinetuneConfig fields")
+    parser.add_argument("--export", default=None, help="write the best model to this path (no suffix)")
+    args = parser.parse_args(argv)
+    cfg = FinetuneConfig.from_dict(json.loads(Path(args.config).read_text()))
+    command = "python -m icrl_gym.finetune " + " ".join(argv if argv is not None else sys.argv[1:])
+    model, meta = finetune(cfg, command=command)
+    if args.export:
+        print(save_checkpoint(args.export, model, meta))
+
+
+if __name__ == "__main__":
+    main()

@@ -73,7 +73,8 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
 
         return MDPTransformerAgent(seed=seed, **params)
     if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}; known agents: {sorted([*AGENTS, Mixture.name, 'transformer', 'mdp_transformer', 'meta_rl'])}")
+        known = sorted([*AGENTS, Mixture.name, "transformer", "mdp_transformer", "meta_rl"])
+        raise ValueError(f"unknown agent {name!r}; known agents: {known}")
     cls = AGENTS[name]
     if name == SoftLinUCB.name and "temperature" not in params:
         params["temperature"] = 0.1

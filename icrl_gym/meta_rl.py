@@ -156,7 +156,7 @@ class BanditFeatureVecEnv(VecEnv):
         if done:
             for i, info in enumerate(infos):
                 info["terminal_observation"] = obs[i]
-                info["episode"] = {"r": float(self._return[i]), "l": self.spec.horizon, "regret": float(self._regret[i])}
+                info["episode"] = {"r": self._return[i], "l": self.spec.horizon, "regret": self._regret[i]}
             obs = self.reset()
         return obs, out["reward"].astype(np.float32), np.full(self.num_envs, done), infos
 
@@ -295,7 +295,7 @@ class _Budget(BaseCallback):
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", []):
             if "episode" in info:
-                self.regrets.append(info["episode"]["regret"])
+                self.regrets.append(float(info["episode"]["regret"]))
         return time.perf_counter() - self.start < self.seconds
 
     def _on_rollout_end(self) -> None:
@@ -307,7 +307,8 @@ class _Budget(BaseCallback):
             }
             self.history.append(entry)
             if len(self.history) % 20 == 1:
-                self.log(f"{self.num_timesteps:,} steps, {entry['wall_seconds'] / 60:.1f} min: regret {entry['regret']:.2f}")
+                minutes = entry["wall_seconds"] / 60
+                self.log(f"{self.num_timesteps:,} steps, {minutes:.1f} min: regret {entry['regret']:.2f}")
             self.regrets = []
 
 

@@ -14,8 +14,9 @@ reward r_s (E[r_s | D_{s-1}, a_s] = mu_{a_s}, and every score term with index <=
 D_{s-1}-measurable), and the instance's best means mu*_s, fixed before a_t is drawn, act as a
 per-instance baseline that removes most of the variance coming from the draw of w*.  b_t is the
 leave-one-out mean of Reg_t over the other B - 1 runs (unbiased as the runs are independent).
-An optional KL penalty beta * KL(Alg_theta || Alg_theta0) keeps the policy near the pretrained one.  Validation regret on a fixed set of instances picks the
-checkpoint; the final comparison uses other fresh instances (the harness's seed).
+An optional KL penalty beta * KL(Alg_theta || Alg_theta0) keeps the policy near the pretrained
+one.  Validation regret on a fixed set of instances picks the checkpoint; the final comparison
+uses other fresh instances (the harness's seed).
 
 Command line: ``python -m icrl_gym.finetune CONFIG.json --export PATH`` (resumable from out_dir).
 """

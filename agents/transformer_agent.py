@@ -33,9 +33,20 @@ def resolve_checkpoint(checkpoint: str | Path) -> Path:
     return path
 
 
-def pretrained_names() -> list[str]:
-    """Names of the checkpoints shipped with the package."""
-    return sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))
+def pretrained_names(model_class: str | None = None) -> list[str]:
+    """Names of the checkpoints shipped with the package, optionally only those of one model class.
+
+    Classes: "BanditTransformer", "MDPTransformer", and the SB3 policies of the meta-RL baselines
+    ("ActorCriticPolicy", "RecurrentActorCriticPolicy").
+    """
+    import json
+
+    names = sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))
+    if model_class is None:
+        return names
+    return [
+        n for n in names if json.loads((PRETRAINED_DIR / f"{n}.json").read_text()).get("model_class") == model_class
+    ]
 
 
 class TransformerAgent(BanditAgent):
@@ -80,8 +91,9 @@ class TransformerAgent(BanditAgent):
     @classmethod
     def pretrained(cls, name: str, **kwargs: Any) -> TransformerAgent:
         """Load a checkpoint shipped with the package by name (see :func:`pretrained_names`)."""
-        if name not in pretrained_names():
-            raise ValueError(f"no pretrained model {name!r}; shipped models: {pretrained_names()}")
+        shipped = pretrained_names("BanditTransformer")
+        if name not in shipped:
+            raise ValueError(f"no pretrained bandit transformer {name!r}; shipped models: {shipped}")
         return cls(PRETRAINED_DIR / name, **kwargs)
 
     def check_environment(self, spec: Any) -> None:

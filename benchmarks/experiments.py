@@ -14,6 +14,14 @@ from typing import Any
 from agents import ts_uniform_mixture
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, dark_room_spec, linear_bandit_spec
 
+LEARNED = ("transformer", "mdp_transformer", "meta_rl")
+"""Agent names whose specification carries a ``checkpoint`` (shipped in icrl_gym/pretrained)."""
+
+
+def meta_rl(name: str, greedy: bool = False) -> dict[str, Any]:
+    """Specification of a shipped online meta-RL policy (PPO across the prior)."""
+    return {"name": "meta_rl", "checkpoint": name, "greedy": greedy}
+
 
 def transformer(name: str, greedy: bool = False) -> dict[str, Any]:
     """Specification of a shipped transformer (sampled from its policy unless ``greedy``)."""
@@ -71,6 +79,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             algorithms={
                 "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb"),
                 "TF (AD LinUCB, greedy)": transformer("linear-bandit-ad-linucb", greedy=True),
+                "PPO meta-RL (ridge statistics)": meta_rl("linear-bandit-ppo-statistics"),
                 "LinUCB": {"name": "linucb"},
                 "TS": {"name": "linear_ts"},
                 "Emp": {"name": "emp"},
@@ -99,6 +108,9 @@ EXPERIMENTS: dict[str, Experiment] = {
             algorithms={
                 "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
                 "TF (AD UCB, greedy)": transformer("bernoulli-ad-ucb", greedy=True),
+                "TF (AD UCB, fine-tuned online)": transformer("bernoulli-ad-ucb-finetuned"),
+                "PPO meta-RL (counts)": meta_rl("bernoulli-ppo-statistics"),
+                "RL2 (RecurrentPPO)": meta_rl("bernoulli-rl2-recurrent-ppo"),
                 "UCB": {"name": "ucb"},
                 "TS": {"name": "bernoulli_ts"},
                 "Emp": {"name": "emp"},

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
-from benchmarks.experiments import EXPERIMENTS, Experiment
+from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
 from icrl_gym.envs import MDPSpec
 from icrl_gym.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.trajectories import evaluate_regret
@@ -42,8 +42,9 @@ FIELDS = {
     "device": "device of the transformers: cpu, cuda or auto",
     "list": "list the experiments and exit",
     "plot_only": "re-draw plots and summary from the results folder --out, running nothing",
-    "retrain": "retrain the transformers with the shipped configs first (slow: tens of minutes each on a CPU)",
-    "retrain_steps": "with --retrain: override the optimizer steps of every model (0: the shipped configs' own)",
+    "retrain": "retrain every learned model with its shipped config first (slow: tens of minutes each on a CPU)",
+    "retrain_steps": "with --retrain: a quick check -- N optimizer steps, fine-tuning iterations or PPO rollouts "
+    "per model (0: the shipped configs' own budgets)",
 }
 
 
@@ -124,7 +125,7 @@ def run_experiment(
     curves = {}
     for label, spec in exp.algorithms.items():
         spec = dict(spec)
-        learned = spec["name"] in ("transformer", "mdp_transformer")
+        learned = spec["name"] in LEARNED
         if learned:
             spec["checkpoint"] = (checkpoints or {}).get(spec["checkpoint"], spec["checkpoint"])
             spec["device"] = device
@@ -234,7 +235,59 @@ def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, see
         lines.append("")
         if isinstance(exp.spec, MDPSpec):
             lines.extend(_episode_return_table(exp.spec, curves, runs, seed))
+        lines.extend(_budget_table(exp))
     return "\n".join(lines)
+
+
+def training_budget(checkpoint: str) -> dict[str, Any]:
+    """Environment steps and wall time that made a shipped model (read from its JSON record).
+
+    Pretrained transformers count the distinct offline trajectories x T collected by the context
+    algorithm; meta-RL policies count their online steps; a fine-tuned model adds its online
+    steps to its base model's.
+    """
+    from agents.transformer_agent import resolve_checkpoint
+    from icrl_gym.checkpoint import checkpoint_files
+
+    meta = json.loads(checkpoint_files(resolve_checkpoint(checkpoint))[1].read_text())
+    horizon = meta["env"].get("horizon", 0) * meta["env"].get("episodes", 1)
+    training = meta.get("training", {})
+    if "meta_rl" in meta:
+        return {
+            "how": f"online {meta['meta_rl']['algo']}",
+            "env_steps": training["env_steps"],
+            "minutes": training["wall_seconds"] / 60,
+            "threads": training.get("threads"),
+        }
+    budget = {
+        "how": "offline pretraining",
+        "env_steps": training.get("distinct_trajectories", 0) * horizon,
+        "minutes": training.get("wall_seconds", 0.0) / 60,
+        "threads": training.get("threads"),
+    }
+    if "finetune" in meta:
+        ft = meta["finetune"]
+        cfg = ft["config"]
+        budget["how"] = "offline pretraining + online fine-tuning"
+        budget["env_steps"] += ft["best"]["iteration"] * cfg["runs_per_iteration"] * horizon
+        budget["minutes"] += ft["wall_seconds"] / 60
+    return budget
+
+
+def _budget_table(exp: Experiment) -> list[str]:
+    learned = {label: s["checkpoint"] for label, s in exp.algorithms.items() if s["name"] in LEARNED}
+    if not learned:
+        return []
+    lines = [
+        "Training budgets of the learned rows:\n",
+        "| algorithm | model | training | env steps | wall minutes |",
+        "|---|---|---|---|---|",
+    ]
+    for label, name in learned.items():
+        b = training_budget(name)
+        lines.append(f"| {label} | {name} | {b['how']} | {b['env_steps']:,} | {b['minutes']:.1f} |")
+    lines.append("")
+    return lines
 
 
 def _episode_return_table(spec: MDPSpec, curves: dict[str, dict[str, np.ndarray]], runs: int, seed: int) -> list[str]:
@@ -255,26 +308,45 @@ def _episode_return_table(spec: MDPSpec, curves: dict[str, dict[str, np.ndarray]
 
 
 def retrain_models(out: Path, experiments: list[Experiment], device: str, steps: int = 0) -> dict[str, str]:
-    """Retrain every transformer the experiments use from its shipped config; returns name -> path."""
+    """Retrain every learned model the experiments use from its shipped config; returns name -> path.
+
+    The config's fields tell the kind: ``algo`` an online meta-RL policy, ``base`` an online
+    fine-tuning of another model, otherwise supervised pretraining.
+    """
     from agents.transformer_agent import PRETRAINED_DIR
     from icrl_gym.pretrain import PretrainConfig, export, pretrain
 
     config_dir = PRETRAINED_DIR / "configs"
-    names = sorted(
-        {
-            s["checkpoint"]
-            for e in experiments
-            for s in e.algorithms.values()
-            if s["name"] in ("transformer", "mdp_transformer")
-        }
-    )
+    names = sorted({s["checkpoint"] for e in experiments for s in e.algorithms.values() if s["name"] in LEARNED})
     paths = {}
     for name in names:
         data = json.loads((config_dir / f"{name}.json").read_text())
+        command = f"icrl-bench --retrain ({name})"
+        if "algo" in data:  # an online meta-RL policy: steps cap its environment steps
+            from icrl_gym.meta_rl import MetaRLConfig, export_policy, train
+
+            data["device"] = device
+            if steps > 0:  # a quick pipeline check: `steps` rollouts of 8 runs
+                rollout = 8 * data.get("n_steps", 200)
+                data.update(num_envs=8, batch_size=min(data.get("batch_size", rollout), rollout))
+                data["max_env_steps"] = steps * rollout
+            algo, meta = train(MetaRLConfig.from_dict(data), command=command)
+            paths[name] = str(export_policy(algo, meta, out / "models" / name))
+            continue
+        if "base" in data:  # online fine-tuning of another model (retrained first when it is listed)
+            from icrl_gym.checkpoint import save_checkpoint
+            from icrl_gym.finetune import FinetuneConfig, finetune
+
+            data.update(out_dir=str(out / "training" / name), device=device, base=paths.get(data["base"], data["base"]))
+            if steps > 0:  # a quick pipeline check
+                data.update(iterations=steps, eval_every=steps, runs_per_iteration=32, val_runs=64)
+            model, meta = finetune(FinetuneConfig.from_dict(data), command=command)
+            paths[name] = str(save_checkpoint(out / "models" / name, model, meta))
+            continue
         data.update(out_dir=str(out / "training" / name), device=device)
         if steps > 0:
             data.update(steps=steps, warmup_steps=min(data["warmup_steps"], steps), eval_every=steps)
-        model, meta = pretrain(PretrainConfig.from_dict(data), command=f"icrl-bench --retrain ({name})")
+        model, meta = pretrain(PretrainConfig.from_dict(data), command=command)
         paths[name] = str(export(model, meta, out / "models" / name))
     return paths
 

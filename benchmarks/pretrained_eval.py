@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
     parser.add_argument("--imitation-runs", type=int, default=500, help="expert rollouts for the imitation error")
-    parser.add_argument("--models", default=",".join(pretrained_names()), help="comma-separated model names")
+    parser.add_argument(
+        "--models", default=",".join(pretrained_names("BanditTransformer")), help="comma-separated model names"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

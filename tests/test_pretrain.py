@@ -164,11 +164,11 @@ def test_corrupt_and_mismatched_checkpoints(tmp_path):
         agent.update(agent.act(np.eye(5)), 1.0)
     with pytest.raises(ValueError, match="trained for T=12"):
         agent.act(np.eye(5))
-    with pytest.raises(ValueError, match="no pretrained model"):
+    with pytest.raises(ValueError, match="no pretrained bandit transformer"):
         TransformerAgent.pretrained("does-not-exist")
 
 
-@pytest.mark.parametrize("name", pretrained_names())
+@pytest.mark.parametrize("name", pretrained_names("BanditTransformer"))
 def test_shipped_checkpoint_beats_uniform(name):
     agent = TransformerAgent.pretrained(name, seed=0)
     spec = agent.meta["env"]

@@ -44,9 +44,9 @@ def pretrained_names(model_class: str | None = None) -> list[str]:
     names = sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))
     if model_class is None:
         return names
-    return [
-        n for n in names if json.loads((PRETRAINED_DIR / f"{n}.json").read_text()).get("model_class") == model_class
-    ]
+    # records written before model_class existed hold bandit transformers
+    classes = {n: json.loads((PRETRAINED_DIR / f"{n}.json").read_text()).get("model_class") for n in names}
+    return [n for n in names if (classes[n] or "BanditTransformer") == model_class]
 
 
 class TransformerAgent(BanditAgent):

@@ -102,6 +102,11 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
             "command": training.get("command"),
         },
         "model_config": probe.meta["model"],
+        **(
+            {"finetune": {k: v for k, v in probe.meta["finetune"].items() if k != "history"}}
+            if "finetune" in probe.meta
+            else {}
+        ),
     }
 
 
@@ -143,6 +148,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f"training: {tr['steps']} steps, {tr['trajectories_seen']:,} trajectories seen, "
             f"{tr['wall_minutes']:.1f} min on {tr['device']} ({tr['threads']} thread(s))"
         )
+        if "finetune" in res:
+            ft = res["finetune"]
+            print(
+                f"then fine-tuned online from {ft['base_name']}: best of {ft['config']['iterations']} iterations "
+                f"x {ft['config']['runs_per_iteration']} runs at iteration {ft['best']['iteration']} "
+                f"(validation regret {ft['best']['val_regret']:.2f}), {ft['wall_seconds'] / 60:.1f} min"
+            )
     print("\n" + json.dumps(results))
     return results
 

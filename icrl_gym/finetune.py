@@ -180,11 +180,19 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
     spec = BanditSpec.from_dict(base_meta["env"])
     base = copy.deepcopy(model).eval() if cfg.kl_weight > 0 else None
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    state: dict[str, Any] = {"iteration": 0, "history": [], "wall_seconds": 0.0, "best": None, "command": command}
+    state: dict[str, Any] = {
+        "iteration": 0,
+        "history": [],
+        "wall_seconds": 0.0,
+        "best": None,
+        "command": command,
+        "command_history": [command],
+    }
     if (out / "state.json").exists():
         state = json.loads((out / "state.json").read_text())
         if state["config"] != cfg.to_dict():
             raise ValueError(f"{out} holds a run with another configuration; use a new out_dir")
+        state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
         weights, _ = read_checkpoint(out / "last")
         model.load_state_dict(weights)
         optimizer.load_state_dict(torch.load(out / "optimizer.pt", map_location=device, weights_only=True))

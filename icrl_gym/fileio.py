@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -47,3 +50,34 @@ def dataclass_from_dict(cls: type[T], data: dict[str, Any]) -> T:
     if unknown:
         raise ValueError(f"unknown {cls.__name__} fields {unknown}; known fields are {sorted(known)}")
     return cls(**data)
+
+
+class RunLog:
+    """Progress lines ``[HH:MM:SS] msg`` appended to a log file (``None``: none) and echoed to stderr."""
+
+    def __init__(self, path: str | os.PathLike | None, echo: bool = True) -> None:
+        self.path, self.echo = (Path(path) if path is not None else None), echo
+
+    def __call__(self, msg: str) -> None:
+        """Write one line."""
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        if self.path is not None:
+            with open(self.path, "a") as fh:
+                fh.write(line + "\n")
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+
+
+def config_command(
+    module: str, description: str, config_cls: type[T], argv: list[str] | None
+) -> tuple[T, str | None, str]:
+    """The command line ``python -m MODULE CONFIG.json [--export PATH]``: (config, export path, command)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("config", help=f"JSON file with {config_cls.__name__} fields")
+    parser.add_argument("--export", default=None, help="write the result to this path (no suffix)")
+    args = parser.parse_args(argv)
+    cfg = config_cls.from_dict(json.loads(Path(args.config).read_text()))  # type: ignore[attr-defined]
+    command = f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:])
+    return cfg, args.export, command

@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import atomic_write_bytes, dataclass_from_dict
+from icrl_gym.fileio import RunLog, atomic_write_bytes, config_command, dataclass_from_dict
 from icrl_gym.trajectories import evaluate_regret
 from icrl_gym.transformer import BanditTransformer
 
@@ -168,12 +167,7 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    def log(msg: str) -> None:
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        with open(out / "train.log", "a") as fh:
-            fh.write(line + "\n")
-        if echo:
-            print(line, file=sys.stderr, flush=True)
+    log = RunLog(out / "train.log", echo)
 
     base_path = resolve_checkpoint(cfg.base)
     model, base_meta = load_checkpoint(base_path, device=device)
@@ -239,17 +233,11 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m icrl_gym.finetune CONFIG.json [--export PATH]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Fine-tune a pretrained bandit transformer online on regret.")
-    parser.add_argument("config", help="JSON file with FinetuneConfig fields")
-    parser.add_argument("--export", default=None, help="write the best model to this path (no suffix)")
-    args = parser.parse_args(argv)
-    cfg = FinetuneConfig.from_dict(json.loads(Path(args.config).read_text()))
-    command = "python -m icrl_gym.finetune " + " ".join(argv if argv is not None else sys.argv[1:])
+    description = "Fine-tune a pretrained bandit transformer online on regret."
+    cfg, export_path, command = config_command("icrl_gym.finetune", description, FinetuneConfig, argv)
     model, meta = finetune(cfg, command=command)
-    if args.export:
-        print(save_checkpoint(args.export, model, meta))
+    if export_path:
+        print(save_checkpoint(export_path, model, meta))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 In-context pretraining is usually compared with meta-RL trained *online*: every episode is one
 in-context run of T steps on a fresh instance from the prior, and PPO maximises the expected
-return E[sum_t r_t], i.e. minimises the Bayes regret T E[max_k <a_k, w*>] - E[sum_t r_t].  The
+return E[sum_t gamma^t r_t]; with gamma = 1 that minimises the Bayes regret
+T E[max_k <a_k, w*>] - E[sum_t r_t] (the default gamma = 0.99 trains more stably).  The
 policy must see the history in a fixed-size form; two forms are offered (``features``):
 
 - ``"statistics"``: an MLP on the experts' sufficient statistics (one estimator, shared with the
@@ -24,8 +25,6 @@ Command line: ``python -m icrl_gym.meta_rl CONFIG.json --export PATH``.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,13 +36,13 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from agents.base import one_hot
 from agents.statistics import ArmStatistics, RidgeStatistics
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import dataclass_from_dict
+from icrl_gym.fileio import RunLog, config_command, dataclass_from_dict
 
 FEATURES = ("statistics", "prev_action_reward")
 ALGOS = ("ppo", "recurrent_ppo")
@@ -211,12 +210,18 @@ class MetaRLConfig:
     """PPO epochs per rollout."""
     learning_rate: float = 3e-4
     """Adam learning rate."""
-    gamma: float = 1.0
-    """Discount: 1 optimises the undiscounted return of the run, i.e. the regret."""
+    gamma: float = 0.99
+    """Discount.  1 is the regret's own objective, but PPO's regret oscillated between 20 and 60
+    with it on the Bernoulli bandit (measured, 2.5 min runs); 0.99 with the entropy bonus
+    learned steadily (12 after 2.5 min)."""
     gae_lambda: float = 0.95
     """GAE lambda."""
-    ent_coef: float = 0.0
-    """Entropy bonus."""
+    ent_coef: float = 0.01
+    """Entropy bonus (keeps the policy from committing to an arm too early)."""
+    normalize_reward: bool = True
+    """Divide rewards by a running standard deviation of the return (SB3's VecNormalize, training
+    only): undiscounted returns of ~100 otherwise give value losses whose gradients swamp the policy's
+    under PPO's gradient-norm clipping."""
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
     """Hidden layers of the policy and value MLPs."""
     lstm_hidden_size: int = 128
@@ -316,11 +321,11 @@ def train(cfg: MetaRLConfig, command: str | None = None, echo: bool = True) -> t
     """Train online under the budget; returns the algorithm and the record of the run."""
     torch.set_num_threads(cfg.threads)
 
-    def log(msg: str) -> None:
-        if echo:
-            print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    log = RunLog(None, echo)
 
-    env = BanditFeatureVecEnv(cfg.spec, cfg.features, cfg.num_envs, seed=cfg.seed)
+    env: VecEnv = BanditFeatureVecEnv(cfg.spec, cfg.features, cfg.num_envs, seed=cfg.seed)
+    if cfg.normalize_reward:
+        env = VecNormalize(env, norm_obs=False, norm_reward=True, gamma=cfg.gamma)
     algo = build_algorithm(cfg, env)
     budget = _Budget(cfg.wall_minutes * 60, log)
     algo.learn(total_timesteps=cfg.max_env_steps, callback=budget)
@@ -367,17 +372,11 @@ def load_policy(path: str | Path, device: str = "cpu") -> tuple[BaseAlgorithm, d
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m icrl_gym.meta_rl CONFIG.json [--export PATH]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Train an online meta-RL baseline (PPO across the prior).")
-    parser.add_argument("config", help="JSON file with MetaRLConfig fields")
-    parser.add_argument("--export", default=None, help="write the policy to this path (no suffix)")
-    args = parser.parse_args(argv)
-    cfg = MetaRLConfig.from_dict(json.loads(Path(args.config).read_text()))
-    command = "python -m icrl_gym.meta_rl " + " ".join(argv if argv is not None else sys.argv[1:])
+    description = "Train an online meta-RL baseline (PPO across the prior)."
+    cfg, export_path, command = config_command("icrl_gym.meta_rl", description, MetaRLConfig, argv)
     algo, meta = train(cfg, command=command)
-    if args.export:
-        print(export_policy(algo, meta, args.export))
+    if export_path:
+        print(export_policy(algo, meta, export_path))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.distributed import close_distributed, init_distributed
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import atomic_write_bytes, dataclass_from_dict
+from icrl_gym.fileio import RunLog, atomic_write_bytes, dataclass_from_dict
 from icrl_gym.mdp_rollout import MDPRollouts, rollout_mdp
 from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.trajectories import TrajectoryData, collect_trajectories
@@ -264,18 +264,6 @@ def evaluate_loss(model: BanditTransformer, data: TrajectoryData, cfg: PretrainC
     return totals
 
 
-class _Log:
-    def __init__(self, path: Path, echo: bool) -> None:
-        self.path, self.echo = path, echo
-
-    def __call__(self, msg: str) -> None:
-        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        with open(self.path, "a") as fh:
-            fh.write(line + "\n")
-        if self.echo:
-            print(line, file=sys.stderr, flush=True)
-
-
 def _save_state(out: Path, model, optimizer, cfg: PretrainConfig, state: dict[str, Any]) -> None:
     save_checkpoint(out / "checkpoint", model, _metadata(cfg, state))
     buffer = io.BytesIO()
@@ -302,7 +290,7 @@ def pretrain(
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    log: Callable[[str], None] = _Log(out / "train.log", echo) if ctx.is_main else (lambda msg: None)
+    log: Callable[[str], None] = RunLog(out / "train.log", echo) if ctx.is_main else (lambda msg: None)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model_config).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from agents.transformer_agent import pretrained_names
 from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
 CFG = dict(n_layer=2, n_head=2, n_embd=16, num_states=4, num_actions=3, horizon=3, episodes=3)
@@ -104,3 +105,20 @@ def test_mdp_pretraining_end_to_end(tmp_path, label):
     assert runs.episode_regret.shape == (16, 3) and np.isfinite(runs.episode_regret).all()
     with pytest.raises(ValueError, match="horizon"):
         agent.check_environment(MDPSpec(num_states=3, num_actions=2, horizon=4, episodes=3))
+
+
+@pytest.mark.parametrize("name", pretrained_names("MDPTransformer"))
+def test_shipped_mdp_checkpoint_beats_uniform(name):
+    """Every shipped MDP model loses clearly less than the uniform policy on fresh instances."""
+    import numpy as np
+
+    from agents import make_agent
+    from icrl_gym.envs import MDPSpec
+    from icrl_gym.mdp_rollout import rollout_mdp
+
+    agent = make_agent({"name": "mdp_transformer", "checkpoint": name, "greedy": True})
+    spec = MDPSpec.from_dict(agent.meta["env"])
+    model = rollout_mdp(spec, agent, 100, seed=54321, batch_size=100).episode_regret.sum(axis=1)
+    uniform = rollout_mdp(spec, make_agent({"name": "mdp_uniform"}), 100, seed=54321, batch_size=100)
+    gap = uniform.episode_regret.sum(axis=1) - model  # paired: the same instances and noise
+    assert gap.mean() > 4 * gap.std(ddof=1) / np.sqrt(gap.size)

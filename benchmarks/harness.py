@@ -224,14 +224,16 @@ def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, see
         marks = [horizon // 4, horizon // 2, horizon]
         lines.append(f"## {exp.title}\n")
         unit = "k" if isinstance(exp.spec, MDPSpec) else "t"
-        lines.append("| algorithm | " + " | ".join(f"regret at {unit}={m}" for m in marks) + " | paper (t=200) |")
-        lines.append("|---|" + "---|" * (len(marks) + 1))
+        paper_column = " paper (t=200) |" if exp.paper else ""
+        lines.append("| algorithm | " + " | ".join(f"regret at {unit}={m}" for m in marks) + " |" + paper_column)
+        lines.append("|---|" + "---|" * (len(marks) + bool(exp.paper)))
         for label, c in curves.items():
             cells = [
                 f"{c['cumulative_regret_mean'][m - 1]:.2f} +- {c['cumulative_regret_se'][m - 1]:.2f}" for m in marks
             ]
             paper = exp.paper.get(label)
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {'' if paper is None else paper} |")
+            tail = f" {'' if paper is None else paper} |" if exp.paper else ""
+            lines.append(f"| {label} | " + " | ".join(cells) + " |" + tail)
         lines.append("")
         if isinstance(exp.spec, MDPSpec):
             lines.extend(_episode_return_table(exp.spec, curves, runs, seed))

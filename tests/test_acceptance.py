@@ -46,3 +46,15 @@ def test_distribution_ratio_regret_grows_as_alpha_falls():
         _regret(spec, TransformerAgent.pretrained(f"bernoulli-dpt-alpha{a}", seed=0)) for a in ("0.5", "0.1", "0")
     ]
     assert np.all(np.diff(regrets) > 0)
+
+
+@pytest.mark.slow
+def test_fine_tuned_model_beats_the_expert_it_imitated():
+    """Online fine-tuning (issue: beyond imitation): the fine-tuned AD model's regret is below UCB's,
+    paired over the same instances with a margin of 4 standard errors (measured: 6.91 vs 8.39)."""
+    spec = bernoulli_bandit_spec()
+    agent = TransformerAgent.pretrained("bernoulli-ad-ucb-finetuned", seed=0)
+    tf = evaluate_regret(spec, agent, RUNS, seed=SEED, batch_size=1000).sum(axis=1)
+    ucb = evaluate_regret(spec, "ucb", RUNS, seed=SEED, batch_size=1000).sum(axis=1)
+    diff = ucb - tf
+    assert diff.mean() > 4 * diff.std(ddof=1) / np.sqrt(diff.size)

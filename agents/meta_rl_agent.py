@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from agents.base import BanditAgent
 from agents.transformer_agent import resolve_checkpoint
+from icrl_gym.checkpoint import CheckpointError
+from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.meta_rl import HistoryFeatures, load_policy
+from icrl_gym.pretrain import resolve_device
 
 
 class MetaRLAgent(BanditAgent):
@@ -22,19 +27,11 @@ class MetaRLAgent(BanditAgent):
     name = "meta_rl"
 
     def __init__(self, checkpoint: str | Path, greedy: bool = False, device: str = "cpu", seed: int | None = None):
-        import torch
-
-        from icrl_gym.meta_rl import HistoryFeatures, load_policy
-        from icrl_gym.pretrain import resolve_device
-
         super().__init__(seed)
-        self._torch = torch
         self.checkpoint, self.greedy = str(checkpoint), bool(greedy)
         self.device = resolve_device(device)
         self.algo, self.meta = load_policy(resolve_checkpoint(checkpoint), device=str(self.device))
         self.cfg = self.meta["meta_rl"]
-        from icrl_gym.envs.bandit_core import BanditSpec
-
         self.spec = BanditSpec.from_dict(self.meta["env"])
         self.recurrent = self.cfg["algo"] == "recurrent_ppo"
         self.features = HistoryFeatures(self.spec, self.cfg["features"], 1)
@@ -44,8 +41,6 @@ class MetaRLAgent(BanditAgent):
 
     def check_environment(self, spec: Any) -> None:
         """Raise when ``spec`` differs from the training prior in d, A, the kind of arms or T."""
-        from icrl_gym.checkpoint import CheckpointError
-
         for key in ("dim", "num_actions", "arms", "horizon"):
             if getattr(spec, key) != getattr(self.spec, key):
                 raise CheckpointError(
@@ -63,12 +58,11 @@ class MetaRLAgent(BanditAgent):
         if self.recurrent:
             policy = self.algo.policy
             n_layers, hidden = policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size
-            zeros = self._torch.zeros(n_layers, self.batch_size, hidden, device=self.device)
+            zeros = torch.zeros(n_layers, self.batch_size, hidden, device=self.device)
             self._lstm = (zeros, zeros.clone())
             self._episode_start = np.ones(self.batch_size, dtype=np.float32)
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:
-        torch = self._torch
         obs = torch.as_tensor(self.features.features(action_sets), device=self.device)
         with torch.no_grad():
             if self.recurrent:

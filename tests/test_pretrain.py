@@ -178,3 +178,18 @@ def test_shipped_checkpoint_beats_uniform(name):
     model_regret = evaluate_regret(spec, agent, 100, seed=12345).sum(1).mean()
     uniform_regret = evaluate_regret(spec, "uniform", 100, seed=12345).sum(1).mean()
     assert model_regret < 0.4 * uniform_regret
+
+
+def test_command_line_takes_several_overrides_and_bare_strings(tmp_path):
+    import json
+
+    from icrl_gym.pretrain import main
+
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_config(tmp_path).to_dict()))
+    out = tmp_path / "cli-run"
+    main([str(config), "--set", "steps=3", "eval_every=3", f"out_dir={out}", "--export", str(tmp_path / "m")])
+    _, meta = read_checkpoint(tmp_path / "m")
+    assert meta["training"]["step"] == 3 and meta["pretrain"]["out_dir"] == str(out)  # both overrides applied
+    with pytest.raises(SystemExit):
+        main([str(config), "--set", "no_such_field=1"])

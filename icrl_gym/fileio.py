@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -50,6 +50,19 @@ def dataclass_from_dict(cls: type[T], data: dict[str, Any]) -> T:
     if unknown:
         raise ValueError(f"unknown {cls.__name__} fields {unknown}; known fields are {sorted(known)}")
     return cls(**data)
+
+
+class DictConfig:
+    """Mixin of the configuration dataclasses: a JSON-ready dict and back, unknown keys an error."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable fields."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """Inverse of :meth:`to_dict` (unknown keys are an error, not silently dropped)."""
+        return dataclass_from_dict(cls, data)
 
 
 class RunLog:

@@ -27,7 +27,7 @@ import copy
 import io
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,13 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import RunLog, atomic_write_bytes, config_command, dataclass_from_dict
+from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes, config_command
 from icrl_gym.trajectories import evaluate_regret
 from icrl_gym.transformer import BanditTransformer
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(DictConfig):
     """An online fine-tuning run (saved with every checkpoint)."""
 
     name: str = "bernoulli-ad-ucb-finetuned"
@@ -72,15 +72,6 @@ class FinetuneConfig:
     """"auto" (CUDA when present), "cpu" or "cuda"."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
     """Folder of the resumable state and the log."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FinetuneConfig:
-        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
-        return dataclass_from_dict(cls, data)
 
 
 VALIDATION_SEED = 777_000

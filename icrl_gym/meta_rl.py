@@ -26,7 +26,7 @@ Command line: ``python -m icrl_gym.meta_rl CONFIG.json --export PATH``.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from agents.base import one_hot
 from agents.statistics import ArmStatistics, RidgeStatistics
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import RunLog, config_command, dataclass_from_dict
+from icrl_gym.fileio import DictConfig, RunLog, config_command
 
 FEATURES = ("statistics", "prev_action_reward")
 ALGOS = ("ppo", "recurrent_ppo")
@@ -185,7 +185,7 @@ class BanditFeatureVecEnv(VecEnv):
 
 
 @dataclass
-class MetaRLConfig:
+class MetaRLConfig(DictConfig):
     """A meta-RL training run (saved with the exported policy)."""
 
     name: str = "bernoulli-ppo-statistics"
@@ -250,15 +250,6 @@ class MetaRLConfig:
         if self.algo == "recurrent_ppo":
             kwargs["lstm_hidden_size"] = self.lstm_hidden_size
         return kwargs
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MetaRLConfig:
-        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
-        return dataclass_from_dict(cls, data)
 
 
 def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlgorithm:

@@ -48,7 +48,7 @@ from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.distributed import close_distributed, init_distributed
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import RunLog, atomic_write_bytes, dataclass_from_dict
+from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.mdp_rollout import MDPRollouts, rollout_mdp
 from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.trajectories import TrajectoryData, collect_trajectories
@@ -66,7 +66,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(DictConfig):
     """Everything that defines a pretraining run (saved with every checkpoint)."""
 
     name: str = "linear-bandit-ad-linucb"
@@ -127,15 +127,6 @@ class PretrainConfig:
             raise ValueError("need steps >= 1 and trajectories_per_chunk >= batch_size >= 1")
         if self.is_mdp and (self.label not in ("ad", "dpt") or self.value_loss_weight > 0):
             raise ValueError("MDP pretraining supports labels 'ad' and 'dpt' without a value loss")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable dictionary."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PretrainConfig:
-        """Inverse of :meth:`to_dict`, rejecting unknown keys."""
-        return dataclass_from_dict(cls, data)
 
     @property
     def is_mdp(self) -> bool:

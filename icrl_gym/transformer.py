@@ -21,14 +21,13 @@ whole prefix.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_gym.fileio import dataclass_from_dict
+from icrl_gym.fileio import DictConfig
 
 _ATTENTIONS = ("relu", "softmax")
 _LAYOUTS = ("paper", "compact")
@@ -39,7 +38,7 @@ _NORMS = ("post", "none")
 
 
 @dataclass
-class DecoderConfig:
+class DecoderConfig(DictConfig):
     """The decoder's hyper-parameters, shared by the bandit and the MDP transformers (Appendix exp_details)."""
 
     n_layer: int = 8
@@ -77,15 +76,6 @@ class DecoderConfig:
             raise ValueError(f"{type(self).__name__}.dropout must be a float, got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"{type(self).__name__}.dropout must be in [0, 1), got {self.dropout!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the configuration as a plain (JSON-serialisable) dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]):
-        """Build a configuration from a dict, rejecting unknown keys."""
-        return dataclass_from_dict(cls, d)
 
 
 @dataclass

@@ -14,13 +14,12 @@ instances *and* the same noise (common random numbers).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from icrl_gym.fileio import dataclass_from_dict
+from icrl_gym.fileio import DictConfig
 
 ARM_KINDS = ("uniform", "one_hot")
 
@@ -47,7 +46,7 @@ ACTION_SET_KINDS = ("fixed", "per_step")
 
 
 @dataclass(frozen=True)
-class BanditSpec:
+class BanditSpec(DictConfig):
     """The prior over bandit instances: everything needed to draw and simulate one.
 
     Defaults are the paper's linear-bandit experiment (Section experiments): d=5, A=10,
@@ -114,15 +113,6 @@ class BanditSpec:
                 problems.append("Bernoulli rewards need a uniform prior inside [0, 1] on the arm means")
         if problems:
             raise ValueError("invalid bandit specification: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dictionary of the fields."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BanditSpec:
-        """Inverse of :meth:`to_dict`; unknown keys are an error, not silently dropped."""
-        return dataclass_from_dict(cls, data)
 
     @property
     def action_set_shape(self) -> tuple[int, int]:

@@ -17,20 +17,19 @@ Q*_h(s, a) = R_h(s, a) + sum_{s'} P_h(s' | s, a) V*_{h+1}(s'),  V*_h(s) = max_a 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from icrl_gym.envs.bandit_core import check_action_batch
-from icrl_gym.fileio import dataclass_from_dict
+from icrl_gym.fileio import DictConfig
 
 MDP_KINDS = ("random", "dark_room")
 
 
 @dataclass(frozen=True)
-class MDPSpec:
+class MDPSpec(DictConfig):
     """The prior over tabular MDP instances.
 
     ``kind="random"`` (ICRL-TabularMDP-v0): P_h(. | s, a) ~ Dirichlet(concentration * 1_S) per
@@ -86,15 +85,6 @@ class MDPSpec:
     def total_steps(self) -> int:
         """T = K H."""
         return self.episodes * self.horizon
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MDPSpec:
-        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
-        return dataclass_from_dict(cls, data)
 
 
 def dark_room_spec(size: int = 10, horizon: int = 100, episodes: int = 10) -> MDPSpec:

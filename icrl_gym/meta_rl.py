@@ -71,15 +71,16 @@ class HistoryFeatures:
         """Empty histories for ``batch_size`` runs."""
         A, d = self.spec.num_actions, self.spec.dim
         self.batch_size, self.t = batch_size, 0
-        self.arms = ArmStatistics(batch_size, A)
-        linear = self.kind == "statistics" and self.spec.arms != "one_hot"
-        self.ridge = RidgeStatistics(batch_size, d, reg=1.0) if linear else None
+        statistics, one_hot_arms = self.kind == "statistics", self.spec.arms == "one_hot"
+        self.arms = ArmStatistics(batch_size, A) if statistics and one_hot_arms else None
+        self.ridge = RidgeStatistics(batch_size, d, reg=1.0) if statistics and not one_hot_arms else None
         self.prev_action = np.full(batch_size, -1)
         self.prev_reward = np.zeros(batch_size)
 
     def update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         """Add (a_t, r_t) of every run."""
-        self.arms.update(actions, rewards)
+        if self.arms is not None:
+            self.arms.update(actions, rewards)
         if self.ridge is not None:
             self.ridge.update(action_sets[np.arange(self.batch_size), actions], rewards)
         self.prev_action, self.prev_reward = np.asarray(actions), np.asarray(rewards, dtype=np.float64)
@@ -92,7 +93,7 @@ class HistoryFeatures:
         if self.kind == "prev_action_reward":
             prev = one_hot(np.maximum(self.prev_action, 0), self.spec.num_actions) * (self.prev_action >= 0)[:, None]
             parts = [action_sets.reshape(B, -1), prev, self.prev_reward[:, None], clock]
-        elif self.ridge is None:
+        elif self.arms is not None:
             counts = self.arms.counts
             means = np.nan_to_num(self.arms.means(), nan=0.5)
             parts = [counts / T, means, 1.0 / np.sqrt(counts + 1.0), clock]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import sample_categorical
+from agents.statistics import TransitionCounts
 from icrl_gym.envs.mdp_core import backward_induction
 
 
@@ -191,6 +192,11 @@ class GreedyQAgent(MDPAgent):
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""
         return {"name": self.name, "temperature": self.temperature}
+
+    def _new_counts(self, stationary: bool | None) -> TransitionCounts:
+        """Empty counts for the runs, pooled over h if ``stationary`` (``None``: as the environment's info says)."""
+        pooled = self.env_stationary if stationary is None else bool(stationary)
+        return TransitionCounts(self.batch_size, self.horizon, self.num_states, self.num_actions, pooled)
 
 
 class MDPOptimal(GreedyQAgent):

@@ -28,19 +28,15 @@ class PSRL(GreedyQAgent):
         self.concentration, self.stationary = float(concentration), stationary
 
     def _reset(self, instance: Any) -> None:
-        self.pooled = self.env_stationary if self.stationary is None else bool(self.stationary)
-        hs = 1 if self.pooled else self.horizon
-        B, S, A = self.batch_size, self.num_states, self.num_actions
-        self.n_sas = np.zeros((B, hs, S, A, S))
-        self.successes = np.zeros((B, hs, S, A))
-        self.failures = np.zeros((B, hs, S, A))
-        self.q = np.zeros((B, self.horizon, S, A))
+        self.counts = self._new_counts(self.stationary)
+        self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
 
     def sample_mdp(self) -> tuple[np.ndarray, np.ndarray]:
         """One posterior draw per run: P (B, H_P, S, A, S) and mean rewards R (B, H_P, S, A)."""
-        gamma = self.rng.gamma(self.concentration + self.n_sas)
+        c = self.counts
+        gamma = self.rng.gamma(self.concentration + c.n_sas)
         P = gamma / gamma.sum(axis=-1, keepdims=True)
-        R = self.rng.beta(1.0 + self.successes, 1.0 + self.failures)
+        R = self.rng.beta(1.0 + c.reward_sum, 1.0 + c.n_sa - c.reward_sum)  # successes, failures
         return P, R
 
     def _begin_episode(self) -> None:
@@ -48,12 +44,7 @@ class PSRL(GreedyQAgent):
         self.q, _ = backward_induction(P, R, self.horizon)
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
-        rows = np.arange(self.batch_size)
-        i = 0 if self.pooled else h
-        self.successes[rows, i, states, actions] += rewards
-        self.failures[rows, i, states, actions] += 1.0 - rewards
-        has_next = next_states >= 0
-        self.n_sas[rows[has_next], i, states[has_next], actions[has_next], next_states[has_next]] += 1
+        self.counts.update(states, h, actions, rewards, next_states)
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""

@@ -6,6 +6,8 @@
   LinUCB (reg = lambda) and linear Thompson sampling (reg = sigma^2 / lambda) both use it.
 - :class:`ArmStatistics`: running pull counts N_k and reward sums S_k per arm index, used by the
   empirical mean, UCB and Beta-Bernoulli Thompson sampling.
+- :class:`TransitionCounts`: the tabular-MDP counts N_h(s, a, s'), N_h(s, a) and reward sums,
+  pooled over h for stationary MDPs, used by UCB-VI and PSRL.
 """
 
 from __future__ import annotations
@@ -63,3 +65,31 @@ class ArmStatistics:
         """Empirical means S_k / N_k; NaN for arms never pulled."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1.0), np.nan)
+
+
+class TransitionCounts:
+    """Tabular-MDP counts of B runs, pooled over h or kept per step h.
+
+    ``n_sas`` N_h(s, a, s') (B, H', S, A, S), ``n_sa`` N_h(s, a) and ``reward_sum`` (B, H', S, A),
+    with H' = 1 when ``pooled`` (one count for every h) and H' = H otherwise.
+    """
+
+    def __init__(self, batch_size: int, horizon: int, num_states: int, num_actions: int, pooled: bool) -> None:
+        hs = 1 if pooled else horizon
+        self.pooled = pooled
+        self.n_sas = np.zeros((batch_size, hs, num_states, num_actions, num_states))
+        self.n_sa = np.zeros((batch_size, hs, num_states, num_actions))
+        self.reward_sum = np.zeros((batch_size, hs, num_states, num_actions))
+        self._rows = np.arange(batch_size)
+
+    def index(self, h: int) -> int:
+        """The slot of step h in the count arrays."""
+        return 0 if self.pooled else h
+
+    def update(self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray):
+        """Add (h, s, a, r, s') of every run; ``next_states`` is -1 after step H (N_H(s, a, s') = 0)."""
+        rows, i = self._rows, self.index(h)
+        self.n_sa[rows, i, states, actions] += 1
+        self.reward_sum[rows, i, states, actions] += rewards
+        has_next = next_states >= 0
+        self.n_sas[rows[has_next], i, states[has_next], actions[has_next], next_states[has_next]] += 1

@@ -37,27 +37,23 @@ class UCBVI(GreedyQAgent):
         self.bonus_scale, self.stationary = float(bonus_scale), stationary
 
     def _reset(self, instance: Any) -> None:
-        self.pooled = self.env_stationary if self.stationary is None else bool(self.stationary)
-        hs = 1 if self.pooled else self.horizon
-        B, S, A = self.batch_size, self.num_states, self.num_actions
-        self.n_sas = np.zeros((B, hs, S, A, S))
-        self.n_sa = np.zeros((B, hs, S, A))
-        self.reward_sum = np.zeros((B, hs, S, A))
-        self.q = np.zeros((B, self.horizon, S, A))
+        self.counts = self._new_counts(self.stationary)
+        self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
 
     def plan(self) -> np.ndarray:
         """Optimistic Q_h (B, H, S, A) from the current counts (the backward pass above)."""
         H, S, A = self.horizon, self.num_states, self.num_actions
         T = self.episodes * H
         delta = 1.0 / (self.episodes * H)
-        n = np.maximum(self.n_sa, 1.0)
-        p_hat = self.n_sas / n[..., None]
-        r_hat = self.reward_sum / n
+        c = self.counts
+        n = np.maximum(c.n_sa, 1.0)
+        p_hat = c.n_sas / n[..., None]
+        r_hat = c.reward_sum / n
         bonus = self.bonus_scale * 2 * H * np.sqrt(np.log(S * A * T / delta) / n)
         q = np.zeros((self.batch_size, H, S, A))
         v = np.zeros((self.batch_size, S))
         for h in range(H - 1, -1, -1):
-            i = 0 if self.pooled else h
+            i = c.index(h)
             q[:, h] = np.minimum(H, r_hat[:, i] + bonus[:, i] + np.einsum("bsat,bt->bsa", p_hat[:, i], v))
             v = q[:, h].max(axis=-1)
         return q
@@ -66,12 +62,7 @@ class UCBVI(GreedyQAgent):
         self.q = self.plan()
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
-        rows = np.arange(self.batch_size)
-        i = 0 if self.pooled else h
-        self.n_sa[rows, i, states, actions] += 1
-        self.reward_sum[rows, i, states, actions] += rewards
-        has_next = next_states >= 0  # after step H no next state is counted (N_H(s, a, s') = 0)
-        self.n_sas[rows[has_next], i, states[has_next], actions[has_next], next_states[has_next]] += 1
+        self.counts.update(states, h, actions, rewards, next_states)
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""

@@ -60,14 +60,14 @@ def test_ucbvi_q_matches_slow_reference_loop(stationary):
     spec = MDPSpec(num_states=3, num_actions=2, horizon=4, episodes=200, stationary=stationary)
     agent = UCBVI(seed=0)
     rollout_mdp(dataclasses.replace(spec, episodes=150), agent, 2, seed=0)
-    assert agent.n_sa.shape[1] == (1 if stationary else 4)  # pooled over h on a stationary prior
+    assert agent.counts.n_sa.shape[1] == (1 if stationary else 4)  # pooled over h on a stationary prior
     agent.episodes = spec.episodes  # plan with K=200 in both computations
     q = agent.plan()
     for b in range(2):
-        ref = _reference_ucbvi_q(agent.n_sas[b], agent.n_sa[b], agent.reward_sum[b], 4, 3, 2, 200)
+        ref = _reference_ucbvi_q(agent.counts.n_sas[b], agent.counts.n_sa[b], agent.counts.reward_sum[b], 4, 3, 2, 200)
         np.testing.assert_allclose(q[b], ref, atol=1e-10)
-    assert agent.n_sa.sum() == 2 * 150 * 4  # every step counted once
-    assert agent.n_sas.sum() == 2 * 150 * 3  # no next state after step H
+    assert agent.counts.n_sa.sum() == 2 * 150 * 4  # every step counted once
+    assert agent.counts.n_sas.sum() == 2 * 150 * 3  # no next state after step H
 
 
 def test_gym_loop_and_batched_core_agree():
@@ -82,7 +82,7 @@ def test_gym_loop_and_batched_core_agree():
         agent.update(a, r)
         total += r
     assert term
-    assert agent.n_sa.sum() == 30 and agent.n_sas.sum() == 27 and agent.episode == 3
+    assert agent.counts.n_sa.sum() == 30 and agent.counts.n_sas.sum() == 27 and agent.episode == 3
 
 
 def test_regret_levels_of_reference_agents():
@@ -170,7 +170,7 @@ def test_pooled_counts_follow_the_environment():
     for stationary in (False, True):
         agent = PSRL()
         rollout_mdp(MDPSpec(num_states=2, num_actions=2, horizon=3, episodes=2, stationary=stationary), agent, 2)
-        assert agent.n_sas.shape[1] == (1 if stationary else 3)
+        assert agent.counts.n_sas.shape[1] == (1 if stationary else 3)
     agent = UCBVI(stationary=False)
     rollout_mdp(MDPSpec(num_states=2, num_actions=2, horizon=3, episodes=2), agent, 2)
-    assert agent.n_sa.shape[1] == 3  # an explicit choice overrides the environment
+    assert agent.counts.n_sa.shape[1] == 3  # an explicit choice overrides the environment

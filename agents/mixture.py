@@ -89,16 +89,12 @@ class MDPMixture(_TrajectoryMixture, MDPAgent):
     def __init__(self, components: Sequence[MDPAgent], weights: Sequence[float], seed: int | None = None):
         MDPAgent.__init__(self, seed)
         self._init_mixture(components, weights)
-        self._info: Mapping[str, Any] = {}
 
     def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
         """Reset every component on the same runs, then draw each run's component."""
-        self._info = info
         super().reset(info, rng)
-
-    def _reset(self, instance: Any) -> None:
         for comp in self.components:
-            comp.reset(self._info, rng=self._child_rng())
+            comp.reset(info, rng=self._child_rng())
         self._assign()
 
     def _act(self, states: np.ndarray, h: int) -> np.ndarray:

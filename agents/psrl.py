@@ -6,6 +6,11 @@ At the start of every episode PSRL samples an MDP from the posterior, solves it 
 induction and follows its greedy policy for the episode.  This is exactly what DPT's reduced expert
 (posterior sampling) does, so it is the reference for DPT-pretrained MDP transformers.
 ``stationary=True`` pools the counts over h (the default ``None`` follows the environment's ``info``).
+
+Both classes also give the posterior of the optimal action, P(a* = a | D_{t-1}) at the current
+(s_t, h_t), with a* the first maximiser of Q*_h(s_t, .) (the convention of the hard DPT label): the
+Rao-Blackwellised DPT target.  Since E[1{a* = a} | D] = P(a* = a | D), cross-entropy against it has
+the same minimiser as against the hard label a* of the true instance, with less variance.
 """
 
 from __future__ import annotations
@@ -23,13 +28,23 @@ class PSRL(GreedyQAgent):
 
     name = "psrl"
 
-    def __init__(self, concentration: float = 1.0, stationary: bool | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        concentration: float = 1.0,
+        stationary: bool | None = None,
+        posterior_samples: int = 32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(temperature=0.0, seed=seed)
+        if posterior_samples < 1:
+            raise ValueError(f"posterior_samples must be >= 1, got {posterior_samples}")
         self.concentration, self.stationary = float(concentration), stationary
+        self.posterior_samples = int(posterior_samples)
 
     def _reset(self, instance: Any) -> None:
         self.counts = self._new_counts(self.stationary)
         self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
+        self._draws: tuple[np.ndarray, np.ndarray] | None = None  # M posterior MDPs kept for the labels
 
     def sample_mdp(self) -> tuple[np.ndarray, np.ndarray]:
         """One posterior draw per run: P (B, H_P, S, A, S) and mean rewards R (B, H_P, S, A)."""
@@ -45,10 +60,54 @@ class PSRL(GreedyQAgent):
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
         self.counts.update(states, h, actions, rewards, next_states)
+        if self._draws is not None:  # only the row (h, s, a) of every run has a new posterior: redraw it
+            P, R = self._draws
+            c, rows, i = self.counts, np.arange(self.batch_size), self.counts.index(h)
+            M = self.posterior_samples
+            gamma = self.rng.gamma(
+                self.concentration + c.n_sas[rows, i, states, actions], size=(M, *P.shape[1:2], P.shape[-1])
+            )
+            P[:, rows, i, states, actions] = gamma / gamma.sum(axis=-1, keepdims=True)
+            succ = c.reward_sum[rows, i, states, actions]
+            R[:, rows, i, states, actions] = self.rng.beta(
+                1.0 + succ, 1.0 + c.n_sa[rows, i, states, actions] - succ, (M, self.batch_size)
+            )
+
+    def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
+        """P(a* = a | D) at (states, h), (B, A), by Monte-Carlo over ``posterior_samples`` posterior MDPs.
+
+        The M draws are kept between calls and only the posterior rows that changed are redrawn
+        (the posterior factorises over (h, s, a), so every call still sees M exact posterior draws).
+        Each draw is solved by backward induction from H down to h (V_H = 0,
+        V_j(s) = max_a R_j(s, a) + P_j(s, a) . V_{j+1}) and votes for its first maximiser at (s, h).
+        """
+        M, B, A = self.posterior_samples, self.batch_size, self.num_actions
+        c = self.counts
+        if self._draws is None:
+            gamma = self.rng.gamma(self.concentration + np.broadcast_to(c.n_sas, (M, *c.n_sas.shape)))
+            succ, fail = c.reward_sum, c.n_sa - c.reward_sum
+            R = self.rng.beta(
+                1.0 + np.broadcast_to(succ, (M, *succ.shape)), 1.0 + np.broadcast_to(fail, (M, *fail.shape))
+            )
+            self._draws = (gamma / gamma.sum(axis=-1, keepdims=True), R)
+        P, R = self._draws  # (M, B, H', S, A, S), (M, B, H', S, A)
+        v = np.zeros((M, B, self.num_states))
+        for j in range(self.horizon - 1, h, -1):
+            i = c.index(j)
+            v = (R[:, :, i] + (P[:, :, i] * v[:, :, None, None, :]).sum(-1)).max(-1)
+        rows, i = np.arange(B), c.index(h)
+        q = R[:, rows, i, states] + (P[:, rows, i, states] * v[:, rows, None, :]).sum(-1)  # (M, B, A)
+        votes = np.eye(A)[q.argmax(-1)]  # (M, B, A)
+        return votes.mean(axis=0)
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""
-        return {"name": self.name, "concentration": self.concentration, "stationary": self.stationary}
+        return {
+            "name": self.name,
+            "concentration": self.concentration,
+            "stationary": self.stationary,
+            "posterior_samples": self.posterior_samples,
+        }
 
 
 class DarkRoomPSRL(GreedyQAgent):
@@ -72,6 +131,27 @@ class DarkRoomPSRL(GreedyQAgent):
         self.next_state = P[:, 0].argmax(axis=-1)  # (B, S, A) deterministic successor
         self.candidates = np.ones((self.batch_size, self.num_states), dtype=bool)
         self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
+        self._best_by_goal: np.ndarray | None = None
+
+    def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
+        """P(a* = a | D) at (states, h), (B, A), exactly: sum over the candidate goals g of 1{a = a*_g(h, s)} / |C|.
+
+        a*_g(h, s) is the first maximiser of Q*_h(s, .) when the goal is g; the table (G, H, S) is
+        solved once per reset by backward induction over all G = S goals (the moves are known).
+        """
+        if self._best_by_goal is None:
+            if np.any(self.next_state != self.next_state[:1]):
+                raise ValueError("DarkRoom runs of one batch must share the moves")
+            G, S = self.num_states, self.num_states
+            P = np.zeros((G, 1, S, self.num_actions, S))
+            P[:, 0, np.arange(S)[:, None], np.arange(self.num_actions), self.next_state[0]] = 1.0
+            R = np.zeros((G, 1, S, self.num_actions))
+            R[np.arange(G), 0, np.arange(G)] = 1.0  # goal g: reward 1 for every step taken from g
+            q, _ = backward_induction(P, R, self.horizon)
+            self._best_by_goal = q.argmax(axis=-1)  # (G, H, S)
+        weights = self.candidates / self.candidates.sum(axis=1, keepdims=True)  # (B, G)
+        best = self._best_by_goal[:, h, states].T  # (B, G)
+        return np.einsum("bg,bga->ba", weights, np.eye(self.num_actions)[best])
 
     def _begin_episode(self) -> None:
         weights = self.candidates / self.candidates.sum(axis=1, keepdims=True)

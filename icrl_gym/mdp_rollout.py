@@ -23,8 +23,9 @@ class MDPRollouts:
     """States, actions, rewards (N, T), the optimal values (N,) and the spec of N runs.
 
     With labels (pretraining data): ``labels`` (N, T) -- the action taken ("ad") or the optimal
-    action argmax_a Q*_h(s, a) of the instance ("dpt") -- and optionally ``label_probs`` (N, T, A),
-    the context algorithm's action distribution ("ad").
+    action argmax_a Q*_h(s, a) of the instance ("dpt") -- and optionally ``label_probs`` (N, T, A):
+    the context algorithm's action distribution ("ad") or the posterior P(a* = a | D_{t-1}) at
+    (s_t, h_t) of a Bayesian ``labeller`` ("dpt", the Rao-Blackwellised DPT target).
     """
 
     states: np.ndarray
@@ -60,12 +61,21 @@ def rollout_mdp(
     batch_size: int = 1000,
     label: str = "none",
     store_probs: bool = False,
+    labeller: MDPAgent | None = None,
 ) -> MDPRollouts:
-    """Run ``agent`` for K episodes on ``num_runs`` fresh instances (labelled when ``label`` is "ad" or "dpt")."""
+    """Run ``agent`` for K episodes on ``num_runs`` fresh instances (labelled when ``label`` is "ad" or "dpt").
+
+    ``labeller`` (with ``label="dpt"`` and ``store_probs``) is an agent with ``optimal_action_probs``
+    (e.g. PSRL): it sees the same transitions as ``agent`` and never acts.
+    """
     if label not in ("none", "ad", "dpt"):
         raise ValueError(f"MDP label mode must be 'none', 'ad' or 'dpt', got {label!r}")
-    if store_probs and label != "ad":
-        raise ValueError("store_probs keeps the context's distribution: it needs label='ad'")
+    if store_probs and label == "none":
+        raise ValueError("store_probs keeps soft labels: it needs label='ad' or 'dpt'")
+    if (labeller is not None) != (store_probs and label == "dpt"):
+        raise ValueError("soft DPT labels (label='dpt', store_probs=True) need a labeller, and only they use one")
+    if labeller is not None and not hasattr(labeller, "optimal_action_probs"):
+        raise ValueError(f"labeller {labeller.name!r} has no posterior of the optimal action (optimal_action_probs)")
     T = spec.total_steps
     out = MDPRollouts(
         states=np.zeros((num_runs, T), np.int16),
@@ -80,11 +90,16 @@ def rollout_mdp(
         rows = slice(start, min(start + batch_size, num_runs))
         b = rows.stop - rows.start
         batch = MDPBatch(spec, b, np.random.default_rng([seed, i]))
-        agent.reset(reset_info(spec, batch), rng=np.random.default_rng([seed, i, 1]))
+        info = reset_info(spec, batch)
+        agent.reset(info, rng=np.random.default_rng([seed, i, 1]))
+        if labeller is not None:
+            labeller.reset(info, rng=np.random.default_rng([seed, i, 2]))
         out.v_star[rows] = batch.v_star
         for t in range(T):
             states, h = batch.state.copy(), batch.h
-            if store_probs:
+            if labeller is not None:
+                out.label_probs[rows, t] = labeller.optimal_action_probs(states, h)
+            elif store_probs:
                 out.label_probs[rows, t] = agent.policy_batch(states, h)
             actions = agent.act_batch(states, h)
             if label == "ad":
@@ -93,11 +108,14 @@ def rollout_mdp(
                 out.labels[rows, t] = batch.q_star[np.arange(b), h, states].argmax(axis=1)
             step = batch.step(actions)
             agent.update_batch(states, h, actions, step["reward"], step["next_state"])
+            if labeller is not None:
+                labeller.update_batch(states, h, actions, step["reward"], step["next_state"])
             out.states[rows, t], out.actions[rows, t], out.rewards[rows, t] = states, actions, step["reward"]
     out.meta = {
         "env": spec.to_dict(),
         "context": agent.config(),
         "label": label,
+        "labeller": None if labeller is None else labeller.config(),
         "seed": seed,
         "num_trajectories": num_runs,
     }

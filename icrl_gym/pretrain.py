@@ -6,7 +6,9 @@ Every step of every trajectory is a training target.  Options beyond the paper, 
 in the checkpoint:
 
 - ``target="probs"``: cross-entropy against the expert's full action distribution instead of
-  one sampled label (where it is known: soft LinUCB, Thompson sampling by Monte-Carlo);
+  one sampled label (where it is known: soft LinUCB, Thompson sampling by Monte-Carlo); for MDP
+  DPT, against the posterior P(a* = a | D_{t-1}) at (s_t, h_t) of the Bayesian ``expert`` (PSRL's
+  posterior by Monte-Carlo, DarkRoom's exactly), the Rao-Blackwellised optimal-action label;
 - ``value_loss_weight > 0``: an auxiliary mean-squared error between the model's value head and
   the expert's per-arm index (LinUCB's v_{t,k}, UCB's index), a richer signal than the argmax;
 - ``trajectories_per_chunk``: the data are collected in chunks with their own seeds and a fresh
@@ -78,7 +80,7 @@ class PretrainConfig(DictConfig):
     label: str = "ad"
     """Label mode: "ad", "dpt", "approx_dpt" or "expert" (see icrl_gym.trajectories)."""
     expert: dict[str, Any] | None = None
-    """Expert algorithm for label mode "expert"."""
+    """Expert algorithm for label mode "expert" (for MDP "dpt" with target "probs": the posterior, e.g. PSRL)."""
     target: str = "label"
     """"label": MLE on the expert's action (Eq. general_mle); "probs": its full distribution."""
     value_loss_weight: float = 0.0
@@ -121,8 +123,11 @@ class PretrainConfig(DictConfig):
             raise ValueError(f"target must be 'label' or 'probs', got {self.target!r}")
         if self.label not in ("ad", "dpt", "approx_dpt", "expert"):
             raise ValueError(f"label must be one of ad, dpt, approx_dpt, expert; got {self.label!r}")
-        if self.target == "probs" and self.label not in ("ad", "expert"):
-            raise ValueError("target='probs' needs an expert distribution (label 'ad' or 'expert')")
+        mdp_posterior = self.is_mdp and self.label == "dpt" and self.expert is not None
+        if self.target == "probs" and self.label not in ("ad", "expert") and not mdp_posterior:
+            raise ValueError(
+                "target='probs' needs an expert distribution (label 'ad' or 'expert', or MDP 'dpt' with a posterior)"
+            )
         if self.steps < 1 or self.batch_size < 1 or self.trajectories_per_chunk < self.batch_size:
             raise ValueError("need steps >= 1 and trajectories_per_chunk >= batch_size >= 1")
         if self.is_mdp and (self.label not in ("ad", "dpt") or self.value_loss_weight > 0):
@@ -171,8 +176,10 @@ def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData | MDPRol
     if cfg.is_mdp:
         from agents import make_agent
 
+        soft = cfg.target == "probs"
+        labeller = make_agent(cfg.expert) if soft and cfg.label == "dpt" else None
         return rollout_mdp(
-            cfg.spec, make_agent(cfg.context), num, seed=seed, label=cfg.label, store_probs=cfg.target == "probs"
+            cfg.spec, make_agent(cfg.context), num, seed=seed, label=cfg.label, store_probs=soft, labeller=labeller
         )
     return collect_trajectories(
         cfg.spec,

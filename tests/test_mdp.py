@@ -174,3 +174,72 @@ def test_pooled_counts_follow_the_environment():
     agent = UCBVI(stationary=False)
     rollout_mdp(MDPSpec(num_states=2, num_actions=2, horizon=3, episodes=2), agent, 2)
     assert agent.counts.n_sa.shape[1] == 3  # an explicit choice overrides the environment
+
+
+@pytest.mark.parametrize("stationary", [False, True])
+def test_psrl_optimal_action_posterior_matches_fresh_posterior_draws(stationary):
+    """The kept-and-redrawn Monte-Carlo posterior of a* against independent full draws (slow reference)."""
+    spec = MDPSpec(num_states=3, num_actions=3, horizon=4, episodes=3, stationary=stationary)
+    batch = MDPBatch(spec, 2, np.random.default_rng(1))
+    from icrl_gym.envs.mdp_env import reset_info
+
+    info = reset_info(spec, batch)
+    fast, slow = PSRL(posterior_samples=20_000), PSRL()
+    fast.reset(info, rng=np.random.default_rng(2))
+    slow.reset(info, rng=np.random.default_rng(3))
+    ctx_rng = np.random.default_rng(4)
+    for _t in range(7):  # fast keeps its draws from t = 0 and redraws the rows that change
+        states, h = batch.state.copy(), batch.h
+        probs = fast.optimal_action_probs(states, h)
+        reference = np.zeros_like(probs)
+        for _ in range(4000):
+            P, R = slow.sample_mdp()
+            q, _ = backward_induction(P, R, spec.horizon)
+            reference[np.arange(2), q[np.arange(2), h, states].argmax(-1)] += 1 / 4000
+        np.testing.assert_allclose(probs, reference, atol=0.04)
+        actions = ctx_rng.integers(0, 3, size=2)
+        step = batch.step(actions)
+        for agent in (fast, slow):
+            agent.update_batch(states, h, actions, step["reward"], step["next_state"])
+
+
+def test_dark_room_optimal_action_posterior_is_exact():
+    """P(a* = a | D) against the first maximiser of Q* of every still possible goal, by brute force."""
+    from agents.psrl import DarkRoomPSRL
+
+    spec = dark_room_spec(size=3, horizon=6, episodes=2)
+    runs = rollout_mdp(spec, MDPUniform(), 1, seed=0)  # a history that rules out some cells
+    agent = DarkRoomPSRL()
+    batch = MDPBatch(spec, 1, np.random.default_rng(0))
+    from icrl_gym.envs.mdp_env import reset_info
+
+    agent.reset(reset_info(spec, batch))
+    for t in range(5):
+        agent.update_batch(runs.states[:, t], t, runs.actions[:, t], runs.rewards[:, t], runs.states[:, t + 1])
+    candidates = np.flatnonzero(agent.candidates[0])
+    assert 0 < len(candidates) < spec.num_states
+    for state, h in itertools.product(range(spec.num_states), range(spec.horizon)):
+        expected = np.zeros(spec.num_actions)
+        for goal in candidates:
+            R = np.zeros((1, 1, spec.num_states, spec.num_actions))
+            R[0, 0, goal] = 1.0
+            q, _ = backward_induction(batch.P, R, spec.horizon)
+            expected[q[0, h, state].argmax()] += 1 / len(candidates)
+        np.testing.assert_allclose(agent.optimal_action_probs(np.array([state]), h)[0], expected, atol=1e-12)
+
+
+def test_soft_dpt_labels_average_to_the_hard_labels():
+    """E[1{a* = a} | D] = P(a* = a | D): over many runs the soft and hard labels have the same mean."""
+    from agents import make_agent
+
+    spec = MDPSpec(num_states=3, num_actions=3, horizon=4, episodes=3)
+    runs = rollout_mdp(
+        spec, MDPUniform(), 3000, seed=0, label="dpt", store_probs=True, labeller=PSRL(posterior_samples=8)
+    )
+    hard = np.eye(3)[runs.labels]
+    np.testing.assert_allclose(runs.label_probs.mean(axis=0), hard.mean(axis=0), atol=0.04)
+    assert runs.meta["labeller"]["name"] == "psrl"
+    with pytest.raises(ValueError, match="labeller"):
+        rollout_mdp(spec, MDPUniform(), 2, label="dpt", store_probs=True)
+    with pytest.raises(ValueError, match="optimal_action_probs"):
+        rollout_mdp(spec, MDPUniform(), 2, label="dpt", store_probs=True, labeller=make_agent("mdp_uniform"))

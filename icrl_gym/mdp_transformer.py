@@ -8,6 +8,13 @@ occupies tokens k(2H+1) .. k(2H+1) + 2H, the last being empty.  Every token also
 position embedding (``positional="learned"``) or none (``"none"``).  The policy at step (k, h) is
 softmax of a linear read-out of the output at its state token, so all T = K H policies come from
 one forward pass, and online rollout appends tokens to the same key/value cache as the bandit model.
+
+Beyond the paper (``prev_tokens = p > 0``): each token's input embedding also reads the raw
+features of its p predecessors, x_i = W [f_i; f_{i-1}; ...; f_{i-p}] (zeros before the first
+token), a causal convolution over the features.  A step's transition (s_t, a_t, r_t, s_{t+1})
+spans three tokens; the paper's construction brings them together with an attention layer that
+reads the positional features (i, i^2), which gradient descent finds slowly, while with p = 2 the
+state token of s_{t+1} sees (s_t, a_t, r_t) from the start.  The token contents stay the paper's.
 """
 
 from __future__ import annotations
@@ -39,11 +46,15 @@ class MDPTransformerConfig(DecoderConfig):
     """Steps H per episode."""
     episodes: int = 20
     """Episodes K per run."""
+    prev_tokens: int = 0
+    """Predecessor tokens p whose raw features each token's input embedding also reads (0: the paper's)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_positive("num_states", "num_actions", "horizon", "episodes")
         self._check_choice("positional", ("learned", "none"))
+        if not isinstance(self.prev_tokens, int) or self.prev_tokens < 0:
+            raise ValueError(f"MDPTransformerConfig.prev_tokens must be an int >= 0, got {self.prev_tokens!r}")
 
     @property
     def tokens_per_episode(self) -> int:
@@ -71,7 +82,7 @@ class MDPTransformer(nn.Module):
         self.config = config
         S, A, D = config.num_states, config.num_actions, config.n_embd
         self.n_features = A + 1 + S + 3 + 2  # one-hot a, r, one-hot s, type, (k/K, h/H)
-        self.input_embed = nn.Linear(self.n_features, D)
+        self.input_embed = nn.Linear(self.n_features * (1 + config.prev_tokens), D)
         self.pos_embed = nn.Embedding(config.max_tokens, D) if config.positional == "learned" else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
@@ -115,8 +126,20 @@ class MDPTransformer(nn.Module):
                 tokens.append(self._token(self.TYPE_EMPTY, step))
         return torch.stack(tokens, dim=1)
 
+    def _with_predecessors(self, features: Tensor, cache: KVCache | None) -> Tensor:
+        """[f_i; f_{i-1}; ...; f_{i-p}] (B, n, (1 + p) F) for the new tokens ``features`` (B, n, F)."""
+        p = self.config.prev_tokens
+        if p == 0:
+            return features
+        B, n, F_ = features.shape
+        past = cache.last_tokens if cache is not None and cache.length > 0 else None
+        full = torch.cat([features.new_zeros(B, p, F_) if past is None else past, features], dim=1)
+        if cache is not None:
+            cache.last_tokens = full[:, -p:]
+        return torch.cat([full[:, p - j : p - j + n] for j in range(p + 1)], dim=-1)
+
     def _run(self, features: Tensor, offset: int, cache: KVCache | None = None) -> Tensor:
-        x = self.input_embed(features)
+        x = self.input_embed(self._with_predecessors(features, cache))
         if self.pos_embed is not None:
             x = x + self.pos_embed(torch.arange(offset, offset + features.shape[1], device=features.device))
         x = self.drop(x)

@@ -134,6 +134,8 @@ class KVCache:
     length: int = 0
     steps: int = 0
     last_action_set: Tensor | None = field(default=None, repr=False)
+    last_tokens: Tensor | None = field(default=None, repr=False)
+    """Raw features (B, p, F) of the latest p tokens, for a model whose embedding reads p predecessors."""
 
     @property
     def batch_size(self) -> int:
@@ -150,6 +152,7 @@ class KVCache:
         self.length = 0
         self.steps = 0
         self.last_action_set = None
+        self.last_tokens = None
 
 
 class CausalSelfAttention(nn.Module):

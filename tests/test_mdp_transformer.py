@@ -39,8 +39,9 @@ def test_episode_boundary_tokens_sit_where_the_paper_puts_them():
 
 @pytest.mark.parametrize("positional", ["learned", "none"])
 @pytest.mark.parametrize("attention", ["relu", "softmax"])
-def test_cached_rollout_equals_full_forward(positional, attention):
-    model = _model(positional=positional, attention=attention)
+@pytest.mark.parametrize("prev_tokens", [0, 2])
+def test_cached_rollout_equals_full_forward(positional, attention, prev_tokens):
+    model = _model(positional=positional, attention=attention, prev_tokens=prev_tokens)
     states, actions, rewards = _batch(B=3)
     with torch.no_grad():
         full = model(states, actions, rewards)
@@ -53,8 +54,9 @@ def test_cached_rollout_equals_full_forward(positional, attention):
     assert cache.length == model.config.max_tokens - 2  # all but the last action-reward and empty tokens
 
 
-def test_no_step_sees_the_future():
-    model = _model()
+@pytest.mark.parametrize("prev_tokens", [0, 2])
+def test_no_step_sees_the_future(prev_tokens):
+    model = _model(prev_tokens=prev_tokens)
     states, actions, rewards = _batch()
     with torch.no_grad():
         base = model(states, actions, rewards)
@@ -64,6 +66,17 @@ def test_no_step_sees_the_future():
         out = model(s2, actions, r2)
     torch.testing.assert_close(out[:, :5], base[:, :5], atol=0, rtol=0)
     assert (out[:, 5:] - base[:, 5:]).abs().max() > 1e-4
+
+
+def test_predecessor_features_are_the_shifted_tokens():
+    model = _model(prev_tokens=2)
+    feats = model.token_features(*_batch(B=2))
+    wide = model._with_predecessors(feats, None)
+    F_ = model.n_features
+    for i in range(feats.shape[1]):  # block j of token i holds token i - j, or zeros before the first token
+        for j in range(3):
+            expected = feats[:, i - j] if i - j >= 0 else torch.zeros_like(feats[:, 0])
+            torch.testing.assert_close(wide[:, i, j * F_ : (j + 1) * F_], expected, atol=0, rtol=0)
 
 
 def test_errors():

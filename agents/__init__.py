@@ -24,13 +24,16 @@ from agents.linucb import LinUCB, SoftLinUCB
 from agents.mdp_base import MDPAgent, MDPOptimal, MDPUniform
 from agents.mixture import MDPMixture, Mixture
 from agents.oracle import Optimal
+from agents.posterior_dpt import PosteriorOptimalAction
 from agents.psrl import PSRL, DarkRoomPSRL
 from agents.thompson import BernoulliThompson, LinearThompson
 from agents.ucb import UCB
 from agents.ucbvi import UCBVI
 from agents.uniform import Uniform
 
-MDP_AGENTS: dict[str, type[MDPAgent]] = {cls.name: cls for cls in (MDPOptimal, MDPUniform, UCBVI, PSRL, DarkRoomPSRL)}
+MDP_AGENTS: dict[str, type[MDPAgent]] = {
+    cls.name: cls for cls in (MDPOptimal, MDPUniform, UCBVI, PSRL, DarkRoomPSRL, PosteriorOptimalAction)
+}
 
 AGENTS: dict[str, type[BanditAgent] | type[MDPAgent]] = {
     cls.name: cls
@@ -109,6 +112,7 @@ __all__ = [
     "MDPMixture",
     "Mixture",
     "Optimal",
+    "PosteriorOptimalAction",
     "SoftLinUCB",
     "UCB",
     "Uniform",

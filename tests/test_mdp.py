@@ -243,3 +243,28 @@ def test_soft_dpt_labels_average_to_the_hard_labels():
         rollout_mdp(spec, MDPUniform(), 2, label="dpt", store_probs=True)
     with pytest.raises(ValueError, match="optimal_action_probs"):
         rollout_mdp(spec, MDPUniform(), 2, label="dpt", store_probs=True, labeller=make_agent("mdp_uniform"))
+
+
+def test_posterior_optimal_action_policy_is_the_bayes_dpt_target_and_beats_psrl():
+    """The Bayes-optimal DPT policy: its action distribution is the posterior of a*, and acting greedily
+    on it beats PSRL at this scale (measured: 4.30 +- 0.19 vs 6.45 +- 0.17 over 400 runs)."""
+    from agents import make_agent
+
+    spec = MDPSpec(num_states=3, num_actions=3, horizon=4, episodes=10)
+    sampled = make_agent({"name": "posterior_optimal_action", "posterior": {"name": "psrl", "posterior_samples": 8}})
+    twin = PSRL(posterior_samples=8)
+    batch = MDPBatch(spec, 5, np.random.default_rng(0))
+    from icrl_gym.envs.mdp_env import reset_info
+
+    info = reset_info(spec, batch)
+    sampled.reset(info, rng=np.random.default_rng(1))
+    twin.reset(info, rng=np.random.default_rng(np.random.default_rng(1).integers(2**63)))  # the agent's child
+    np.testing.assert_array_equal(sampled.policy_batch(batch.state, 0), twin.optimal_action_probs(batch.state, 0))
+
+    def regret(config):
+        return rollout_mdp(spec, make_agent(config), 400, seed=1, batch_size=400).episode_regret.sum(axis=1).mean()
+
+    greedy = regret({"name": "posterior_optimal_action", "greedy": True})
+    assert greedy < regret({"name": "psrl"}) - 1.0 < regret({"name": "mdp_uniform"}) - 2.0
+    with pytest.raises(ValueError, match="no posterior"):
+        make_agent({"name": "posterior_optimal_action", "posterior": {"name": "mdp_uniform"}})

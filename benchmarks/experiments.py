@@ -46,6 +46,12 @@ TABULAR_EXPERTS = {
     "greedy VI (bonus 0)": {"name": "ucbvi", "bonus_scale": 0.0},
 }
 
+
+def bayes_dpt(posterior: str, greedy: bool) -> dict[str, Any]:
+    """The Bayes-optimal DPT policy on ``posterior``'s P(a* = a | D): what a perfectly pretrained DPT model does."""
+    return {"name": "posterior_optimal_action", "posterior": {"name": posterior}, "greedy": greedy}
+
+
 BERNOULLI_STRONG = {
     "KL-UCB": {"name": "kl_ucb"},
     "Bayes-UCB": {"name": "bayes_ucb"},
@@ -204,6 +210,8 @@ MDP_EXPERIMENTS = (
             "TF (AD soft UCB-VI)": mdp_transformer("tabular-mdp-ad-soft-ucbvi"),
             "TF (DPT, PSRL/uniform context)": mdp_transformer("tabular-mdp-dpt-psrl-uniform"),
             "TF (DPT, greedy)": mdp_transformer("tabular-mdp-dpt-psrl-uniform", greedy=True),
+            "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt("psrl", greedy=False),
+            "Bayes DPT policy (greedy)": bayes_dpt("psrl", greedy=True),
             **TABULAR_EXPERTS,
             "UCB-VI (paper bonus)": {"name": "ucbvi"},
             "Uniform": {"name": "mdp_uniform"},
@@ -230,6 +238,8 @@ MDP_EXPERIMENTS = (
         algorithms={
             "TF (DPT, PSRL/uniform context)": mdp_transformer("dark-room-dpt-psrl-uniform"),
             "TF (DPT, greedy)": mdp_transformer("dark-room-dpt-psrl-uniform", greedy=True),
+            "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt("dark_room_psrl", greedy=False),
+            "Bayes DPT policy (greedy)": bayes_dpt("dark_room_psrl", greedy=True),
             "PSRL (DarkRoom prior)": {"name": "dark_room_psrl"},
             "PSRL (Dirichlet-Beta)": {"name": "psrl"},
             "UCB-VI": {"name": "ucbvi"},

@@ -2,7 +2,8 @@
 
 Seeds 10**7 and above are never used in training (chunks use 10**6 * seed + c, validation
 10**6 * seed + 900,000).  Tolerances are the issue's: the linear AD model within 1.2x LinUCB and
-below TS and Emp; the Bernoulli models within 5% of their expert (or better).
+below TS and Emp; the Bernoulli models within 5% of their expert (or better); the tabular-MDP AD
+model within 10% of soft UCB-VI and the DPT model within 10% of PSRL (1,000 instances).
 """
 
 import numpy as np
@@ -58,3 +59,27 @@ def test_fine_tuned_model_beats_the_expert_it_imitated():
     ucb = evaluate_regret(spec, "ucb", RUNS, seed=SEED, batch_size=1000).sum(axis=1)
     diff = ucb - tf
     assert diff.mean() > 4 * diff.std(ddof=1) / np.sqrt(diff.size)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, expert, greedy",
+    [
+        ("tabular-mdp-ad-soft-ucbvi", {"name": "ucbvi", "temperature": 0.1, "bonus_scale": 0.01}, False),
+        ("tabular-mdp-dpt-psrl-uniform", {"name": "psrl"}, True),
+    ],
+)
+def test_tabular_mdp_models_within_10_percent_of_their_expert(name, expert, greedy):
+    """AD is played as it was trained (sampled, like its softmax expert); DPT greedily on P(a* | D)."""
+    from agents import make_agent
+    from icrl_gym.envs import MDPSpec
+    from icrl_gym.mdp_rollout import rollout_mdp
+
+    spec = MDPSpec()
+
+    def regret(config):
+        return rollout_mdp(spec, make_agent(config, seed=0), 1000, seed=SEED, batch_size=500).episode_regret.sum(1)
+
+    tf = regret({"name": "mdp_transformer", "checkpoint": name, "greedy": greedy})
+    assert tf.mean() <= 1.1 * regret(expert).mean()
+    assert tf.mean() < 0.9 * regret({"name": "mdp_uniform"}).mean()

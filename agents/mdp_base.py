@@ -30,6 +30,12 @@ from agents.statistics import TransitionCounts
 from icrl_gym.envs.mdp_core import backward_induction
 
 
+def uniform_over_maximisers(values: np.ndarray) -> np.ndarray:
+    """(B, A) values -> the policy uniform over each row's maximisers (exact ties, common under the clip at H)."""
+    best = np.isclose(values, values.max(axis=1, keepdims=True), rtol=0.0, atol=1e-12)
+    return best / best.sum(axis=1, keepdims=True)
+
+
 class MDPAgent:
     """Base class of tabular-MDP algorithms (a single run is a batch of one)."""
 
@@ -176,17 +182,15 @@ class GreedyQAgent(MDPAgent):
 
     def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
         q = self._q_rows(states, h)
-        if self.temperature == 0:  # uniform over the maximisers (ties are common under the clip at H)
-            best = np.isclose(q, q.max(axis=1, keepdims=True), rtol=0.0, atol=1e-12)
-            return best / best.sum(axis=1, keepdims=True)
+        if self.temperature == 0:
+            return uniform_over_maximisers(q)
         z = np.exp((q - q.max(axis=1, keepdims=True)) / self.temperature)
         return z / z.sum(axis=1, keepdims=True)
 
     def _act(self, states: np.ndarray, h: int) -> np.ndarray:
         if self.temperature == 0:  # argmax, ties broken uniformly at random
-            q = self._q_rows(states, h)
-            best = np.isclose(q, q.max(axis=1, keepdims=True), rtol=0.0, atol=1e-12)
-            return (best * self.rng.random(q.shape)).argmax(axis=1)
+            best = uniform_over_maximisers(self._q_rows(states, h))
+            return (best * self.rng.random(best.shape)).argmax(axis=1)
         return super()._act(states, h)
 
     def config(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.mdp_base import MDPAgent
+from agents.mdp_base import MDPAgent, uniform_over_maximisers
 
 
 class PosteriorOptimalAction(MDPAgent):
@@ -45,10 +45,7 @@ class PosteriorOptimalAction(MDPAgent):
 
     def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
         probs = self.posterior.optimal_action_probs(states, h)
-        if not self.greedy:
-            return probs
-        best = np.isclose(probs, probs.max(axis=1, keepdims=True), rtol=0.0, atol=1e-12)
-        return best / best.sum(axis=1, keepdims=True)
+        return uniform_over_maximisers(probs) if self.greedy else probs
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
         self.posterior.update_batch(states, h, actions, rewards, next_states)

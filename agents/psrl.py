@@ -46,13 +46,20 @@ class PSRL(GreedyQAgent):
         self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
         self._draws: tuple[np.ndarray, np.ndarray] | None = None  # M posterior MDPs kept for the labels
 
+    def _draw(self, n_sas: np.ndarray, n_sa: np.ndarray, reward_sum: np.ndarray, samples: tuple[int, ...] = ()):
+        """Posterior draws given counts: P rows ~ Dirichlet(c + N(s, a, .)), R ~ Beta(1 + successes, 1 + failures).
+
+        ``n_sas`` (..., S), ``n_sa`` and ``reward_sum`` (...); ``samples`` prepends draw axes (e.g. (M,)).
+        """
+        gamma = self.rng.gamma(self.concentration + np.broadcast_to(n_sas, (*samples, *n_sas.shape)))
+        succ = np.broadcast_to(reward_sum, (*samples, *reward_sum.shape))
+        R = self.rng.beta(1.0 + succ, 1.0 + np.broadcast_to(n_sa, succ.shape) - succ)
+        return gamma / gamma.sum(axis=-1, keepdims=True), R
+
     def sample_mdp(self) -> tuple[np.ndarray, np.ndarray]:
         """One posterior draw per run: P (B, H_P, S, A, S) and mean rewards R (B, H_P, S, A)."""
         c = self.counts
-        gamma = self.rng.gamma(self.concentration + c.n_sas)
-        P = gamma / gamma.sum(axis=-1, keepdims=True)
-        R = self.rng.beta(1.0 + c.reward_sum, 1.0 + c.n_sa - c.reward_sum)  # successes, failures
-        return P, R
+        return self._draw(c.n_sas, c.n_sa, c.reward_sum)
 
     def _begin_episode(self) -> None:
         P, R = self.sample_mdp()
@@ -63,15 +70,9 @@ class PSRL(GreedyQAgent):
         if self._draws is not None:  # only the row (h, s, a) of every run has a new posterior: redraw it
             P, R = self._draws
             c, rows, i = self.counts, np.arange(self.batch_size), self.counts.index(h)
-            M = self.posterior_samples
-            gamma = self.rng.gamma(
-                self.concentration + c.n_sas[rows, i, states, actions], size=(M, *P.shape[1:2], P.shape[-1])
-            )
-            P[:, rows, i, states, actions] = gamma / gamma.sum(axis=-1, keepdims=True)
-            succ = c.reward_sum[rows, i, states, actions]
-            R[:, rows, i, states, actions] = self.rng.beta(
-                1.0 + succ, 1.0 + c.n_sa[rows, i, states, actions] - succ, (M, self.batch_size)
-            )
+            index = (rows, i, states, actions)
+            draws = self._draw(c.n_sas[index], c.n_sa[index], c.reward_sum[index], (self.posterior_samples,))
+            P[(slice(None), *index)], R[(slice(None), *index)] = draws
 
     def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
         """P(a* = a | D) at (states, h), (B, A), by Monte-Carlo over ``posterior_samples`` posterior MDPs.
@@ -84,12 +85,7 @@ class PSRL(GreedyQAgent):
         M, B, A = self.posterior_samples, self.batch_size, self.num_actions
         c = self.counts
         if self._draws is None:
-            gamma = self.rng.gamma(self.concentration + np.broadcast_to(c.n_sas, (M, *c.n_sas.shape)))
-            succ, fail = c.reward_sum, c.n_sa - c.reward_sum
-            R = self.rng.beta(
-                1.0 + np.broadcast_to(succ, (M, *succ.shape)), 1.0 + np.broadcast_to(fail, (M, *fail.shape))
-            )
-            self._draws = (gamma / gamma.sum(axis=-1, keepdims=True), R)
+            self._draws = self._draw(c.n_sas, c.n_sa, c.reward_sum, (M,))
         P, R = self._draws  # (M, B, H', S, A, S), (M, B, H', S, A)
         v = np.zeros((M, B, self.num_states))
         for j in range(self.horizon - 1, h, -1):
@@ -131,40 +127,38 @@ class DarkRoomPSRL(GreedyQAgent):
         self.next_state = P[:, 0].argmax(axis=-1)  # (B, S, A) deterministic successor
         self.candidates = np.ones((self.batch_size, self.num_states), dtype=bool)
         self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
-        self._best_by_goal: np.ndarray | None = None
+        self._q_by_goal: np.ndarray | None = None
+
+    def _goal_values(self) -> np.ndarray:
+        """Q*_h(s, a) of every possible goal g, (G, H, S, A), by backward induction on the known moves (per reset).
+
+        With goal g the reward is 1{s = g} for every action, so Q_h(s, a) = 1{s = g} + V_{h+1}(next(s, a)).
+        """
+        if self._q_by_goal is None:
+            if np.any(self.next_state != self.next_state[:1]):
+                raise ValueError("DarkRoom runs of one batch must share the moves")
+            G, S, A = self.num_states, self.num_states, self.num_actions
+            P = np.zeros((G, 1, S, A, S))
+            P[:, 0, np.arange(S)[:, None], np.arange(A), self.next_state[0]] = 1.0
+            R = np.zeros((G, 1, S, A))
+            R[np.arange(G), 0, np.arange(G)] = 1.0
+            self._q_by_goal, _ = backward_induction(P, R, self.horizon)
+        return self._q_by_goal
 
     def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
         """P(a* = a | D) at (states, h), (B, A), exactly: sum over the candidate goals g of 1{a = a*_g(h, s)} / |C|.
 
-        a*_g(h, s) is the first maximiser of Q*_h(s, .) when the goal is g; the table (G, H, S) is
-        solved once per reset by backward induction over all G = S goals (the moves are known).
+        a*_g(h, s) is the first maximiser of Q*_h(s, .) when the goal is g (:meth:`_goal_values`).
         """
-        if self._best_by_goal is None:
-            if np.any(self.next_state != self.next_state[:1]):
-                raise ValueError("DarkRoom runs of one batch must share the moves")
-            G, S = self.num_states, self.num_states
-            P = np.zeros((G, 1, S, self.num_actions, S))
-            P[:, 0, np.arange(S)[:, None], np.arange(self.num_actions), self.next_state[0]] = 1.0
-            R = np.zeros((G, 1, S, self.num_actions))
-            R[np.arange(G), 0, np.arange(G)] = 1.0  # goal g: reward 1 for every step taken from g
-            q, _ = backward_induction(P, R, self.horizon)
-            self._best_by_goal = q.argmax(axis=-1)  # (G, H, S)
         weights = self.candidates / self.candidates.sum(axis=1, keepdims=True)  # (B, G)
-        best = self._best_by_goal[:, h, states].T  # (B, G)
+        best = self._goal_values()[:, h, states].argmax(axis=-1).T  # (B, G)
         return np.einsum("bg,bga->ba", weights, np.eye(self.num_actions)[best])
 
     def _begin_episode(self) -> None:
         weights = self.candidates / self.candidates.sum(axis=1, keepdims=True)
         cdf = np.cumsum(weights, axis=1)
         goal = np.minimum((cdf <= self.rng.random((self.batch_size, 1))).sum(axis=1), self.num_states - 1)
-        reward = np.zeros((self.batch_size, self.num_states))
-        reward[np.arange(self.batch_size), goal] = 1.0
-        v = np.zeros((self.batch_size, self.num_states))
-        for h in range(self.horizon - 1, -1, -1):  # Q_h(s, a) = 1{s = goal} + V_{h+1}(next(s, a))
-            self.q[:, h] = reward[:, :, None] + np.take_along_axis(
-                v, self.next_state.reshape(self.batch_size, -1), 1
-            ).reshape(self.next_state.shape)
-            v = self.q[:, h].max(axis=-1)
+        self.q = self._goal_values()[goal]  # plan for the sampled goal: (B, H, S, A)
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
         rows = np.arange(self.batch_size)

@@ -132,6 +132,10 @@ class PretrainConfig(DictConfig):
             raise ValueError("need steps >= 1 and trajectories_per_chunk >= batch_size >= 1")
         if self.is_mdp and (self.label not in ("ad", "dpt") or self.value_loss_weight > 0):
             raise ValueError("MDP pretraining supports labels 'ad' and 'dpt' without a value loss")
+        if self.is_mdp and self.expert is not None and not (self.label == "dpt" and self.target == "probs"):
+            raise ValueError(
+                "an MDP expert is the posterior of soft DPT labels: it needs label 'dpt' and target 'probs'"
+            )
 
     @property
     def is_mdp(self) -> bool:

@@ -91,9 +91,11 @@ def test_errors():
         MDPTransformerConfig(horizon=0)
 
 
-@pytest.mark.parametrize("label", ["ad", "dpt"])
+@pytest.mark.parametrize("label", ["ad", "dpt", "dpt-soft"])
 def test_mdp_pretraining_end_to_end(tmp_path, label):
-    """collect (PSRL context) -> pretrain -> checkpoint -> online agent (cache) on fresh MDPs."""
+    """collect (PSRL context) -> pretrain -> checkpoint -> online agent (cache) on fresh MDPs.
+
+    "dpt-soft" trains on the Rao-Blackwellised target P(a* | D) with ``prev_tokens=2``."""
     import numpy as np
 
     from agents import make_agent
@@ -102,14 +104,21 @@ def test_mdp_pretraining_end_to_end(tmp_path, label):
     from icrl_gym.pretrain import PretrainConfig, export, pretrain
 
     spec = MDPSpec(num_states=3, num_actions=2, horizon=3, episodes=3)
+    soft = label == "dpt-soft"
+    label = "dpt" if soft else label
     cfg = PretrainConfig(
         name="tiny-mdp", env=spec.to_dict(), context={"name": "psrl"}, label=label,
-        model={"n_layer": 2, "n_head": 2, "n_embd": 16}, trajectories_per_chunk=256, steps=30, batch_size=32,
-        lr=1e-2, warmup_steps=5, val_trajectories=64, eval_every=15, device="cpu", out_dir=str(tmp_path / "run"),
+        model={"n_layer": 2, "n_head": 2, "n_embd": 16, "prev_tokens": 2 if soft else 0}, trajectories_per_chunk=256,
+        steps=30, batch_size=32, lr=1e-2, warmup_steps=5, val_trajectories=64, eval_every=15, device="cpu",
+        out_dir=str(tmp_path / "run"), target="probs" if soft else "label",
+        expert={"name": "psrl", "posterior_samples": 4} if soft else None,
     )  # fmt: skip
     model, meta = pretrain(cfg, echo=False)
     history = meta["training"]["history"]
-    if label == "dpt":  # the optimal action is learnable; PSRL's AD labels are nearly random this early
+    if soft:  # trained on P(a* | D): the loss (soft cross-entropy) is not the NLL of the hard label
+        assert meta["pretrain"]["expert"]["name"] == "psrl"
+        assert abs(history[-1]["loss"] - history[-1]["nll"]) > 1e-4
+    elif label == "dpt":  # the optimal action is learnable; PSRL's AD labels are nearly random this early
         assert history[-1]["nll"] < history[0]["nll"]
     assert history[-1]["nll"] < np.log(2) + 0.05
     export(model, meta, tmp_path / "tiny-mdp")

@@ -193,3 +193,14 @@ def test_command_line_takes_several_overrides_and_bare_strings(tmp_path):
     assert meta["training"]["step"] == 3 and meta["pretrain"]["out_dir"] == str(out)  # both overrides applied
     with pytest.raises(SystemExit):
         main([str(config), "--set", "no_such_field=1"])
+
+
+def test_mdp_soft_dpt_config_checks():
+    from icrl_gym.envs import MDPSpec
+
+    env = MDPSpec(num_states=3, num_actions=2, horizon=3, episodes=2).to_dict()
+    PretrainConfig(env=env, label="dpt", target="probs", expert={"name": "psrl"})  # the Rao-Blackwellised target
+    with pytest.raises(ValueError, match="posterior"):
+        PretrainConfig(env=env, label="dpt", target="probs")  # no posterior to take P(a* | D) from
+    with pytest.raises(ValueError, match="needs label 'dpt' and target 'probs'"):
+        PretrainConfig(env=env, label="dpt", target="label", expert={"name": "psrl"})  # the expert would be ignored

@@ -79,20 +79,16 @@ class PSRL(GreedyQAgent):
 
         The M draws are kept between calls and only the posterior rows that changed are redrawn
         (the posterior factorises over (h, s, a), so every call still sees M exact posterior draws).
-        Each draw is solved by backward induction from H down to h (V_H = 0,
-        V_j(s) = max_a R_j(s, a) + P_j(s, a) . V_{j+1}) and votes for its first maximiser at (s, h).
+        Each draw is solved by backward induction from H down to h and votes for its first maximiser
+        of Q_h(s, .).
         """
         M, B, A = self.posterior_samples, self.batch_size, self.num_actions
         c = self.counts
         if self._draws is None:
             self._draws = self._draw(c.n_sas, c.n_sa, c.reward_sum, (M,))
-        P, R = self._draws  # (M, B, H', S, A, S), (M, B, H', S, A)
-        v = np.zeros((M, B, self.num_states))
-        for j in range(self.horizon - 1, h, -1):
-            i = c.index(j)
-            v = (R[:, :, i] + (P[:, :, i] * v[:, :, None, None, :]).sum(-1)).max(-1)
-        rows, i = np.arange(B), c.index(h)
-        q = R[:, rows, i, states] + (P[:, rows, i, states] * v[:, rows, None, :]).sum(-1)  # (M, B, A)
+        P, R = self._draws  # (M, B, H', S, A, S), (M, B, H', S, A): solved as M B instances from step h on
+        q, _ = backward_induction(P.reshape(M * B, *P.shape[2:]), R.reshape(M * B, *R.shape[2:]), self.horizon, h)
+        q = q.reshape(M, B, *q.shape[1:])[:, np.arange(B), h, states]  # (M, B, A)
         votes = np.eye(A)[q.argmax(-1)]  # (M, B, A)
         return votes.mean(axis=0)
 

@@ -129,15 +129,18 @@ def sample_mdps(spec: MDPSpec, rng: np.random.Generator, n: int) -> dict[str, np
     return {"P": P, "R": R, "mu": mu}
 
 
-def backward_induction(P: np.ndarray, R: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+def backward_induction(
+    P: np.ndarray, R: np.ndarray, horizon: int, first_step: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Optimal Q*_h (B, H, S, A) and V*_h (B, H + 1, S) of B instances (V*_{H+1} = 0).
 
     ``P`` (B, H_P, S, A, S) and ``R`` (B, H_R, S, A) with H_P, H_R in {1, H} (stationary when 1).
+    Only the steps h >= ``first_step`` are solved (the rows below it stay 0).
     """
     B, _, S, A = R.shape
     Q = np.zeros((B, horizon, S, A))
     V = np.zeros((B, horizon + 1, S))
-    for h in range(horizon - 1, -1, -1):
+    for h in range(horizon - 1, first_step - 1, -1):
         Ph = P[:, h if P.shape[1] > 1 else 0]
         Rh = R[:, h if R.shape[1] > 1 else 0]
         Q[:, h] = Rh + np.einsum("bsat,bt->bsa", Ph, V[:, h + 1])

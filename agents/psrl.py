@@ -43,7 +43,6 @@ class PSRL(GreedyQAgent):
 
     def _reset(self, instance: Any) -> None:
         self.counts = self._new_counts(self.stationary)
-        self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
         self._draws: tuple[np.ndarray, np.ndarray] | None = None  # M posterior MDPs kept for the labels
 
     def _draw(self, n_sas: np.ndarray, n_sa: np.ndarray, reward_sum: np.ndarray, samples: tuple[int, ...] = ()):
@@ -122,7 +121,6 @@ class DarkRoomPSRL(GreedyQAgent):
         P = instance[0]
         self.next_state = P[:, 0].argmax(axis=-1)  # (B, S, A) deterministic successor
         self.candidates = np.ones((self.batch_size, self.num_states), dtype=bool)
-        self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
         self._q_by_goal: np.ndarray | None = None
 
     def _goal_values(self) -> np.ndarray:

@@ -38,7 +38,6 @@ class UCBVI(GreedyQAgent):
 
     def _reset(self, instance: Any) -> None:
         self.counts = self._new_counts(self.stationary)
-        self.q = np.zeros((self.batch_size, self.horizon, self.num_states, self.num_actions))
 
     def plan(self) -> np.ndarray:
         """Optimistic Q_h (B, H, S, A) from the current counts (the backward pass above)."""

@@ -52,6 +52,14 @@ def bayes_dpt(posterior: str, greedy: bool) -> dict[str, Any]:
     return {"name": "posterior_optimal_action", "posterior": {"name": posterior}, "greedy": greedy}
 
 
+TABULAR_REFERENCES = {
+    **TABULAR_EXPERTS,
+    "UCB-VI (paper bonus)": {"name": "ucbvi"},
+    "Uniform": {"name": "mdp_uniform"},
+    "Optimal": {"name": "mdp_optimal"},
+}
+"""The algorithm rows of both tabular-MDP experiments (the rows after the transformers)."""
+
 BERNOULLI_STRONG = {
     "KL-UCB": {"name": "kl_ucb"},
     "Bayes-UCB": {"name": "bayes_ucb"},
@@ -212,10 +220,7 @@ MDP_EXPERIMENTS = (
             "TF (DPT, greedy)": mdp_transformer("tabular-mdp-dpt-psrl-uniform", greedy=True),
             "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt("psrl", greedy=False),
             "Bayes DPT policy (greedy)": bayes_dpt("psrl", greedy=True),
-            **TABULAR_EXPERTS,
-            "UCB-VI (paper bonus)": {"name": "ucbvi"},
-            "Uniform": {"name": "mdp_uniform"},
-            "Optimal": {"name": "mdp_optimal"},
+            **TABULAR_REFERENCES,
         },
         default=False,
     ),
@@ -224,10 +229,7 @@ MDP_EXPERIMENTS = (
         title="Tabular MDP with P_h, R_h per step (S=5, A=3, H=10, K=20): 150 unknowns for 200 steps",
         spec=MDPSpec(stationary=False),
         algorithms={
-            **TABULAR_EXPERTS,
-            "UCB-VI (paper bonus)": {"name": "ucbvi"},
-            "Uniform": {"name": "mdp_uniform"},
-            "Optimal": {"name": "mdp_optimal"},
+            **TABULAR_REFERENCES,
         },
         default=False,
     ),

@@ -33,6 +33,11 @@ from typing import Any
 import numpy as np
 
 
+def child_rng(rng: np.random.Generator) -> np.random.Generator:
+    """A generator seeded from ``rng``: agents built from others stay reproducible under one seed."""
+    return np.random.default_rng(rng.integers(2**63))
+
+
 def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Draw one index per row of ``probs`` (B, A) by inverse-CDF sampling."""
     cdf = np.cumsum(probs, axis=1)

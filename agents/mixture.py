@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import BanditAgent
+from agents.base import BanditAgent, child_rng
 from agents.mdp_base import MDPAgent
 
 
@@ -36,8 +36,7 @@ class _TrajectoryMixture:
         self.assignment: np.ndarray | None = None
 
     def _child_rng(self) -> np.random.Generator:
-        # Child generators drawn from ours keep the whole mixture reproducible under one seed.
-        return np.random.default_rng(self.rng.integers(2**63))
+        return child_rng(self.rng)
 
     def _assign(self) -> None:
         self.assignment = self.rng.choice(len(self.components), size=self.batch_size, p=self.weights)

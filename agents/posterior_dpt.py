@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.base import child_rng
 from agents.mdp_base import MDPAgent, uniform_over_maximisers
 
 
@@ -41,7 +42,7 @@ class PosteriorOptimalAction(MDPAgent):
     def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
         """Reset the runs and the posterior model (on a child generator of this agent's)."""
         super().reset(info, rng)
-        self.posterior.reset(info, rng=np.random.default_rng(self.rng.integers(2**63)))
+        self.posterior.reset(info, rng=child_rng(self.rng))
 
     def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
         probs = self.posterior.optimal_action_probs(states, h)

@@ -1,4 +1,4 @@
-"""A pretrained MDP transformer (icrl_gym.mdp_transformer) as a tabular-MDP algorithm.
+"""A pretrained MDP transformer (icrl_gym.models.mdp_transformer) as a tabular-MDP algorithm.
 
 Alg_theta(. | D_{t-1}, s_t) = softmax of the read-out at the state token of step t; online rollout
 appends each step's tokens (and the empty token at an episode's end) to the key/value cache.
@@ -19,14 +19,14 @@ from agents.transformer_agent import resolve_checkpoint
 
 
 class MDPTransformerAgent(MDPAgent):
-    """Batched online rollout of an :class:`icrl_gym.mdp_transformer.MDPTransformer` checkpoint."""
+    """Batched online rollout of an :class:`icrl_gym.models.mdp_transformer.MDPTransformer` checkpoint."""
 
     name = "mdp_transformer"
 
     def __init__(self, checkpoint: str | Path, greedy: bool = False, device: str = "cpu", seed: int | None = None):
         from icrl_gym.checkpoint import CheckpointError, load_checkpoint
-        from icrl_gym.mdp_transformer import MDPTransformer
-        from icrl_gym.pretrain import resolve_device
+        from icrl_gym.models.mdp_transformer import MDPTransformer
+        from icrl_gym.training.pretrain import resolve_device
 
         super().__init__(seed)
         self.checkpoint, self.greedy = str(checkpoint), bool(greedy)

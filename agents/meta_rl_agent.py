@@ -1,4 +1,4 @@
-"""A shipped online meta-RL policy (PPO across the prior, :mod:`icrl_gym.meta_rl`) as a bandit agent.
+"""A shipped online meta-RL policy (PPO across the prior, :mod:`icrl_gym.training.meta_rl`) as a bandit agent.
 
 The agent keeps the same history features the policy was trained on (:class:`HistoryFeatures`,
 batched over runs) and, for the recurrent (RL^2) policy, one LSTM state per run.  ``policy``
@@ -17,8 +17,8 @@ from agents.base import BanditAgent
 from agents.transformer_agent import resolve_checkpoint
 from icrl_gym.checkpoint import CheckpointError
 from icrl_gym.envs.bandit_core import BanditSpec
-from icrl_gym.meta_rl import HistoryFeatures, load_policy
-from icrl_gym.pretrain import resolve_device
+from icrl_gym.training.meta_rl import HistoryFeatures, load_policy
+from icrl_gym.training.pretrain import resolve_device
 
 
 class MetaRLAgent(BanditAgent):

@@ -50,7 +50,7 @@ def pretrained_names(model_class: str | None = None) -> list[str]:
 
 
 class TransformerAgent(BanditAgent):
-    """Batched online rollout of a :class:`icrl_gym.transformer.BanditTransformer`."""
+    """Batched online rollout of a :class:`icrl_gym.models.transformer.BanditTransformer`."""
 
     name = "transformer"
 
@@ -62,7 +62,7 @@ class TransformerAgent(BanditAgent):
         seed: int | None = None,
     ) -> None:
         from icrl_gym.checkpoint import load_checkpoint
-        from icrl_gym.pretrain import resolve_device
+        from icrl_gym.training.pretrain import resolve_device
 
         super().__init__(seed)
         device_ = resolve_device(device)

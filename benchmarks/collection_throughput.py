@@ -3,7 +3,7 @@
 For LinUCB (lambda=1, alpha=2) on the paper's linear bandit (d=5, A=10, T=200) this measures
 env-steps per second at batch sizes 1, 100 and 10,000 for
 
-- ``batched``: :func:`icrl_gym.trajectories.collect_trajectories` (AD labels recorded), B runs
+- ``batched``: :func:`icrl_gym.data.trajectories.collect_trajectories` (AD labels recorded), B runs
   stepped as arrays, incremental Sherman-Morrison statistics;
 - ``plain``: a ``gymnasium.vector.SyncVectorEnv`` of B single environments and B per-instance
   LinUCB agents stepped in a Python loop (the same work, done the usual way).  At large B the
@@ -27,8 +27,8 @@ import numpy as np
 
 import icrl_gym  # noqa: F401  (registers the environments)
 from agents import LinUCB
+from icrl_gym.data.trajectories import collect_trajectories
 from icrl_gym.envs import linear_bandit_spec
-from icrl_gym.trajectories import collect_trajectories
 
 
 def batched_rate(batch: int, horizon: int, seed: int) -> float:

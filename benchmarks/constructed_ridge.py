@@ -1,6 +1,6 @@
 """Constructed transformers (Lemma approx_ridge): error to the exact ridge estimate per layer count.
 
-Builds the explicit-weight GD and AGD transformers of :mod:`icrl_gym.constructions` with
+Builds the explicit-weight GD and AGD transformers of :mod:`icrl_gym.models.constructions` with
 ``--max-layers`` layers, runs them once on linear-bandit trajectories (uniform actions, the
 paper's prior, T = ``--horizon``) and records after every layer the largest distance
 max_{runs, t} ||w_hat_t - w_ridge_t||.  Prints the layers each needs to reach 1e-1, 1e-2 and 1e-3
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icrl_gym.constructions import _layout, exact_ridge_estimates, ridge_transformer
+from icrl_gym.data.trajectories import collect_trajectories
 from icrl_gym.envs import linear_bandit_spec
-from icrl_gym.trajectories import collect_trajectories
+from icrl_gym.models.constructions import _layout, exact_ridge_estimates, ridge_transformer
 
 
 def error_per_layer(model, sets, actions, rewards, exact) -> np.ndarray:

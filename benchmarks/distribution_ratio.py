@@ -20,9 +20,9 @@ import torch
 
 from agents import make_agent, ts_uniform_mixture
 from agents.transformer_agent import TransformerAgent
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.diagnostics import distribution_ratio
 from icrl_gym.envs import bernoulli_bandit_spec
-from icrl_gym.trajectories import evaluate_regret
 
 ALPHAS = ("0", "0.1", "0.5", "1")
 

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.trajectories import evaluate_regret
 
 SUITES: dict[str, tuple[BanditSpec, dict[str, dict]]] = {
     "linear (d=5, A=10, sigma=1.5)": (

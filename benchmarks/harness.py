@@ -29,9 +29,9 @@ import numpy as np
 
 from agents import make_agent
 from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
+from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import MDPSpec
-from icrl_gym.mdp_rollout import optimal_values, rollout_mdp
-from icrl_gym.trajectories import evaluate_regret
 
 FIELDS = {
     "experiments": "comma-separated experiment names, 'default' (the paper's) or 'all' (see --list)",
@@ -316,7 +316,7 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
     fine-tuning of another model, otherwise supervised pretraining.
     """
     from agents.transformer_agent import PRETRAINED_DIR
-    from icrl_gym.pretrain import PretrainConfig, export, pretrain
+    from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
 
     config_dir = PRETRAINED_DIR / "configs"
     names = sorted({s["checkpoint"] for e in experiments for s in e.algorithms.values() if s["name"] in LEARNED})
@@ -325,7 +325,7 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
         data = json.loads((config_dir / f"{name}.json").read_text())
         command = f"icrl-bench --retrain ({name})"
         if "algo" in data:  # an online meta-RL policy: steps cap its environment steps
-            from icrl_gym.meta_rl import MetaRLConfig, export_policy, train
+            from icrl_gym.training.meta_rl import MetaRLConfig, export_policy, train
 
             data["device"] = device
             if steps > 0:  # a quick pipeline check: `steps` rollouts of 8 runs
@@ -337,7 +337,7 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
             continue
         if "base" in data:  # online fine-tuning of another model (retrained first when it is listed)
             from icrl_gym.checkpoint import save_checkpoint
-            from icrl_gym.finetune import FinetuneConfig, finetune
+            from icrl_gym.training.finetune import FinetuneConfig, finetune
 
             data.update(out_dir=str(out / "training" / name), device=device, base=paths.get(data["base"], data["base"]))
             if steps > 0:  # a quick pipeline check

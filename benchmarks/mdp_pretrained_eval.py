@@ -26,8 +26,8 @@ import torch
 from agents import make_agent
 from agents.transformer_agent import pretrained_names
 from benchmarks.pretrained_eval import EVAL_SEED
+from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPSpec
-from icrl_gym.mdp_rollout import rollout_mdp
 
 BATCH = 500
 """Runs per batch for every algorithm (the instances a seed draws depend on it)."""

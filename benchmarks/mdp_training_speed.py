@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
+from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
 VARIANTS = {
     "relu, prev_tokens=0 (paper)": {"attention": "relu", "prev_tokens": 0},

@@ -24,9 +24,9 @@ import torch
 
 from agents import make_agent
 from agents.transformer_agent import TransformerAgent, pretrained_names
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.diagnostics import imitation_error
 from icrl_gym.envs import BanditSpec
-from icrl_gym.trajectories import evaluate_regret
 
 EVAL_SEED = 10**7
 BATCH = 1000

@@ -31,7 +31,7 @@ import torch
 from agents.transformer_agent import TransformerAgent
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import BanditBatch, linear_bandit_spec
-from icrl_gym.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 
 def cached_rollout(agent: TransformerAgent, n: int, steps: int) -> float:

@@ -22,8 +22,8 @@ from safetensors.torch import save as save_safetensors
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.fileio import atomic_write_bytes
-from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
-from icrl_gym.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
+from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 MODEL_CLASSES = {
     "BanditTransformer": (BanditTransformer, TransformerConfig),

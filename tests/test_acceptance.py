@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from agents.transformer_agent import TransformerAgent
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.trajectories import evaluate_regret
 
 RUNS, SEED = 2000, 10**7
 
@@ -72,8 +72,8 @@ def test_fine_tuned_model_beats_the_expert_it_imitated():
 def test_tabular_mdp_models_within_10_percent_of_their_expert(name, expert, greedy):
     """AD is played as it was trained (sampled, like its softmax expert); DPT greedily on P(a* | D)."""
     from agents import make_agent
+    from icrl_gym.data.mdp_rollout import rollout_mdp
     from icrl_gym.envs import MDPSpec
-    from icrl_gym.mdp_rollout import rollout_mdp
 
     spec = MDPSpec()
 
@@ -89,8 +89,8 @@ def test_tabular_mdp_models_within_10_percent_of_their_expert(name, expert, gree
 def test_dark_room_dpt_improves_over_episodes_and_beats_psrl():
     """Measured on 2,000 instances: 251.9 +- 3.3 against DarkRoom-PSRL's 344.8; returns 15.2 -> 44.2 over K = 4."""
     from agents import make_agent
+    from icrl_gym.data.mdp_rollout import rollout_mdp
     from icrl_gym.envs import MDPSpec
-    from icrl_gym.mdp_rollout import rollout_mdp
 
     name = "dark-room-dpt-psrl-uniform"
     agent = make_agent({"name": "mdp_transformer", "checkpoint": name}, seed=0)

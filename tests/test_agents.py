@@ -18,8 +18,8 @@ from agents import (
     ts_uniform_mixture,
 )
 from agents.statistics import RidgeStatistics
+from icrl_gym.data.trajectories import collect_trajectories, evaluate_regret
 from icrl_gym.envs import LinearBanditVectorEnv, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.trajectories import collect_trajectories, evaluate_regret
 
 
 # ----------------------------------------------------------------------------- slow references

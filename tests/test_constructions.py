@@ -1,9 +1,9 @@
 import numpy as np
 import torch
 
-from icrl_gym.constructions import exact_ridge_estimates, read_ridge_estimates, ridge_transformer
+from icrl_gym.data.trajectories import collect_trajectories
 from icrl_gym.envs import linear_bandit_spec
-from icrl_gym.trajectories import collect_trajectories
+from icrl_gym.models.constructions import exact_ridge_estimates, read_ridge_estimates, ridge_transformer
 
 T = 12
 

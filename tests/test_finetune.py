@@ -6,8 +6,8 @@ import torch
 
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
-from icrl_gym.finetune import FinetuneConfig, finetune, policy_gradient_loss
-from icrl_gym.pretrain import PretrainConfig, export, pretrain
+from icrl_gym.training.finetune import FinetuneConfig, finetune, policy_gradient_loss
+from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_policy_gradient_is_unbiased_against_exact_enumeration(tiny_model):
     import itertools
 
     from icrl_gym.checkpoint import load_checkpoint
-    from icrl_gym.finetune import rollout
+    from icrl_gym.training.finetune import rollout
 
     model, _ = load_checkpoint(tiny_model)
     spec = bernoulli_bandit_spec(num_arms=2, horizon=2)

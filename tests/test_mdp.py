@@ -9,8 +9,8 @@ import icrl_gym  # noqa: F401
 from agents.mdp_base import MDPOptimal, MDPUniform
 from agents.psrl import PSRL
 from agents.ucbvi import UCBVI
+from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPBatch, MDPSpec, backward_induction, dark_room_spec
-from icrl_gym.mdp_rollout import rollout_mdp
 
 
 def _policy_value(P, R, mu, policy, H):

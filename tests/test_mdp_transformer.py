@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from agents.transformer_agent import pretrained_names
-from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
+from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
 CFG = dict(n_layer=2, n_head=2, n_embd=16, num_states=4, num_actions=3, horizon=3, episodes=3)
 
@@ -99,9 +99,9 @@ def test_mdp_pretraining_end_to_end(tmp_path, label):
     import numpy as np
 
     from agents import make_agent
+    from icrl_gym.data.mdp_rollout import rollout_mdp
     from icrl_gym.envs import MDPSpec
-    from icrl_gym.mdp_rollout import rollout_mdp
-    from icrl_gym.pretrain import PretrainConfig, export, pretrain
+    from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
 
     spec = MDPSpec(num_states=3, num_actions=2, horizon=3, episodes=3)
     soft = label == "dpt-soft"
@@ -140,8 +140,8 @@ def test_shipped_mdp_checkpoint_beats_uniform(name):
     import numpy as np
 
     from agents import make_agent
+    from icrl_gym.data.mdp_rollout import rollout_mdp
     from icrl_gym.envs import MDPSpec
-    from icrl_gym.mdp_rollout import rollout_mdp
 
     agent = make_agent({"name": "mdp_transformer", "checkpoint": name, "greedy": name in GREEDY_MODELS})
     spec = MDPSpec.from_dict(agent.meta["env"])

@@ -8,9 +8,16 @@ from stable_baselines3 import PPO
 import icrl_gym  # noqa: F401
 from agents import make_agent
 from icrl_gym.checkpoint import CheckpointError
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditBatch, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.meta_rl import BanditFeatureVecEnv, HistoryFeatures, MetaRLConfig, export_policy, load_policy, train
-from icrl_gym.trajectories import evaluate_regret
+from icrl_gym.training.meta_rl import (
+    BanditFeatureVecEnv,
+    HistoryFeatures,
+    MetaRLConfig,
+    export_policy,
+    load_policy,
+    train,
+)
 
 
 @pytest.mark.parametrize(

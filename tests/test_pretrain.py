@@ -5,10 +5,10 @@ import torch
 from agents import make_agent
 from agents.transformer_agent import TransformerAgent, pretrained_names
 from icrl_gym.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.pretrain import PretrainConfig, learning_rate, pretrain, resolve_device
-from icrl_gym.trajectories import evaluate_regret
-from icrl_gym.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.training.pretrain import PretrainConfig, learning_rate, pretrain, resolve_device
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 16, "layout": "compact"}
 
@@ -183,7 +183,7 @@ def test_shipped_checkpoint_beats_uniform(name):
 def test_command_line_takes_several_overrides_and_bare_strings(tmp_path):
     import json
 
-    from icrl_gym.pretrain import main
+    from icrl_gym.training.pretrain import main
 
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(tiny_config(tmp_path).to_dict()))

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from agents import LinUCB, ts_uniform_mixture
-from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.trajectories import (
+from icrl_gym.data.trajectories import (
     DatasetError,
     collect_trajectories,
     load_trajectories,
     save_trajectories,
 )
+from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 
 
 @pytest.fixture

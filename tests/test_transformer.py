@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.transformer import (
+from icrl_gym.models.transformer import (
     BanditTransformer,
     CausalSelfAttention,
     KVCache,

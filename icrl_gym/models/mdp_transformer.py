@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_gym.transformer import Block, DecoderConfig, KVCache, count_parameters, init_gpt_weights
+from icrl_gym.models.transformer import Block, DecoderConfig, KVCache, count_parameters, init_gpt_weights
 
 
 @dataclass

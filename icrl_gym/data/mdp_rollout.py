@@ -1,6 +1,6 @@
 """Run MDP algorithms on fresh instances: trajectories and Bayes regret per episode.
 
-The loop mirrors :func:`icrl_gym.trajectories.collect_trajectories` for tabular MDPs: batch i of
+The loop mirrors :func:`icrl_gym.data.trajectories.collect_trajectories` for tabular MDPs: batch i of
 runs uses ``np.random.default_rng([seed, i])`` for the instances and noise and ``[seed, i, 1]`` for
 the algorithm, so every algorithm under one seed meets the same MDPs and noise (common random
 numbers).  The regret of episode k is V*_1(mu) - (return of episode k); summed over the K

@@ -24,7 +24,7 @@ present), never from a global.
 
 Under ``torchrun --nproc_per_node=N`` the same script and config train with
 DistributedDataParallel: each rank takes 1/N of every global batch and only rank 0 validates
-and writes (see :mod:`icrl_gym.distributed`).
+and writes (see :mod:`icrl_gym.training.distributed`).
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
-from icrl_gym.distributed import close_distributed, init_distributed
+from icrl_gym.data.mdp_rollout import MDPRollouts, rollout_mdp
+from icrl_gym.data.trajectories import TrajectoryData, collect_trajectories
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
-from icrl_gym.mdp_rollout import MDPRollouts, rollout_mdp
-from icrl_gym.mdp_transformer import MDPTransformer, MDPTransformerConfig
-from icrl_gym.trajectories import TrajectoryData, collect_trajectories
-from icrl_gym.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
+from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.training.distributed import close_distributed, init_distributed
 
 VALIDATION_SEED_OFFSET = 900_000
 """Validation data use seed ``10**6 * seed + VALIDATION_SEED_OFFSET``; chunks use smaller offsets."""
@@ -78,7 +78,7 @@ class PretrainConfig(DictConfig):
     context: dict[str, Any] = field(default_factory=lambda: {"name": "linucb"})
     """Context algorithm Alg_0 that generates the trajectories (an ``agents.make_agent`` spec)."""
     label: str = "ad"
-    """Label mode: "ad", "dpt", "approx_dpt" or "expert" (see icrl_gym.trajectories)."""
+    """Label mode: "ad", "dpt", "approx_dpt" or "expert" (see icrl_gym.data.trajectories)."""
     expert: dict[str, Any] | None = None
     """Expert algorithm for label mode "expert" (for MDP "dpt" with target "probs": the posterior, e.g. PSRL)."""
     target: str = "label"
@@ -331,7 +331,7 @@ def pretrain(
     if ctx.enabled:
         log(f"DDP: {ctx.world_size} processes, {cfg.batch_size // ctx.world_size} trajectories each per step")
     net = model
-    if ctx.enabled:  # gradients are averaged over ranks (see icrl_gym.distributed)
+    if ctx.enabled:  # gradients are averaged over ranks (see icrl_gym.training.distributed)
         # the bandit model's value head gets no gradient without the value loss
         unused = not cfg.is_mdp and cfg.value_loss_weight == 0
         device_ids = [device.index] if device.type == "cuda" else None
@@ -387,7 +387,7 @@ def export(model: BanditTransformer, meta: dict[str, Any], path: str | os.PathLi
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m icrl_gym.pretrain CONFIG.json [--set key=value ...] [--export PATH]``."""
+    """Command line: ``python -m icrl_gym.training.pretrain CONFIG.json [--set key=value ...] [--export PATH]``."""
     import argparse
 
     parser = argparse.ArgumentParser(description="Pretrain an in-context bandit transformer (resumable).")
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
         except json.JSONDecodeError:  # a bare word such as out_dir=runs/x is a string
             data[key] = value
     cfg = PretrainConfig.from_dict(data)
-    command = "python -m icrl_gym.pretrain " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m icrl_gym.training.pretrain " + " ".join(argv if argv is not None else sys.argv[1:])
     model, meta = pretrain(cfg, command=command)
     if args.export:
         print(export(model, meta, args.export))

@@ -1,7 +1,7 @@
 """Constructed transformers: explicit weights that run in-context ridge regression (Lemma approx_ridge).
 
 No training: :func:`ridge_transformer` writes the weights of the package's own
-:class:`~icrl_gym.transformer.BanditTransformer` (paper layout, ReLU attention, the paper's
+:class:`~icrl_gym.models.transformer.BanditTransformer` (paper layout, ReLU attention, the paper's
 (i, i^2, 1) positions, ``norm="none"`` as in Def. decoder-tf) so that layer l carries out step l
 of an optimiser on
 
@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from icrl_gym.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 # Slots of the hidden state (D = 32 for d = 5); everything not listed stays zero.
 _A, _R, _P1, _P2, _P3 = 0, 1, 2, 3, 4  # offsets: a (d), r, i/N, (i/N)^2, 1  (see _layout)

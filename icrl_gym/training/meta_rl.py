@@ -20,7 +20,7 @@ B runs step as arrays.  :func:`train` runs PPO under a wall-clock and an environ
 and :func:`export_policy` writes the policy as a safetensors + JSON checkpoint (no pickle); the
 agent :class:`agents.meta_rl_agent.MetaRLAgent` plays it in the harness.
 
-Command line: ``python -m icrl_gym.meta_rl CONFIG.json --export PATH``.
+Command line: ``python -m icrl_gym.training.meta_rl CONFIG.json --export PATH``.
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class MetaRLConfig(DictConfig):
 
 def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlgorithm:
     """The SB3 algorithm of ``cfg`` on ``env`` (fresh weights)."""
-    from icrl_gym.pretrain import resolve_device
+    from icrl_gym.training.pretrain import resolve_device
 
     common = dict(
         n_steps=cfg.n_steps,
@@ -363,9 +363,9 @@ def load_policy(path: str | Path, device: str = "cpu") -> tuple[BaseAlgorithm, d
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m icrl_gym.meta_rl CONFIG.json [--export PATH]``."""
+    """Command line: ``python -m icrl_gym.training.meta_rl CONFIG.json [--export PATH]``."""
     description = "Train an online meta-RL baseline (PPO across the prior)."
-    cfg, export_path, command = config_command("icrl_gym.meta_rl", description, MetaRLConfig, argv)
+    cfg, export_path, command = config_command("icrl_gym.training.meta_rl", description, MetaRLConfig, argv)
     algo, meta = train(cfg, command=command)
     if export_path:
         print(export_policy(algo, meta, export_path))

@@ -1,6 +1,6 @@
 """Multi-process pretraining with PyTorch DistributedDataParallel (``torchrun``).
 
-``torchrun --nproc_per_node=N -m icrl_gym.pretrain CONFIG.json`` starts N copies of the same
+``torchrun --nproc_per_node=N -m icrl_gym.training.pretrain CONFIG.json`` starts N copies of the same
 script; each reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` from its environment.  The global
 batch of ``batch_size`` trajectories is drawn exactly as in a single process and split into N
 equal shards, one per rank.  Every rank's loss is the mean over its shard; DDP averages the

@@ -18,7 +18,7 @@ An optional KL penalty beta * KL(Alg_theta || Alg_theta0) keeps the policy near 
 one.  Validation regret on a fixed set of instances picks the checkpoint; the final comparison
 uses other fresh instances (the harness's seed).
 
-Command line: ``python -m icrl_gym.finetune CONFIG.json --export PATH`` (resumable from out_dir).
+Command line: ``python -m icrl_gym.training.finetune CONFIG.json --export PATH`` (resumable from out_dir).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes, config_command
-from icrl_gym.trajectories import evaluate_regret
-from icrl_gym.transformer import BanditTransformer
+from icrl_gym.models.transformer import BanditTransformer
 
 
 @dataclass
@@ -151,7 +151,7 @@ def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneC
 def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True) -> tuple[BanditTransformer, dict]:
     """Run (or resume) the fine-tuning; returns the best model on validation and its record."""
     from agents.transformer_agent import resolve_checkpoint
-    from icrl_gym.pretrain import resolve_device
+    from icrl_gym.training.pretrain import resolve_device
 
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.threads)
@@ -223,9 +223,9 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m icrl_gym.finetune CONFIG.json [--export PATH]``."""
+    """Command line: ``python -m icrl_gym.training.finetune CONFIG.json [--export PATH]``."""
     description = "Fine-tune a pretrained bandit transformer online on regret."
-    cfg, export_path, command = config_command("icrl_gym.finetune", description, FinetuneConfig, argv)
+    cfg, export_path, command = config_command("icrl_gym.training.finetune", description, FinetuneConfig, argv)
     model, meta = finetune(cfg, command=command)
     if export_path:
         print(save_checkpoint(export_path, model, meta))

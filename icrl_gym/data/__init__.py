@@ -1,0 +1,1 @@
+"""Offline trajectories: collection with a context algorithm, expert labels, storage."""

@@ -1,0 +1,1 @@
+"""Sequence models: the GPT-style bandit and MDP transformers and the explicit-weight constructions."""

@@ -1,0 +1,1 @@
+"""Training: supervised pretraining, online fine-tuning, the meta-RL baselines, DDP set-up."""

@@ -11,17 +11,25 @@ from icrl_gym.envs import BanditSpec, BernoulliBanditEnv, LinearBanditEnv, Linea
 
 ENV_IDS = icrl_gym.ENV_IDS
 BANDIT_IDS = ("ICRL-LinearBandit-v0", "ICRL-BernoulliBandit-v0")
+VARIANTS = [(env_id, {}) for env_id in ENV_IDS] + [
+    ("ICRL-LinearBandit-v0", {"arms": "gaussian"}),
+    ("ICRL-LinearBandit-v0", {"arms": "gaussian", "action_set": "per_step"}),
+    ("ICRL-LinearBandit-v0", {"prior": "beta", "prior_a": 2.0, "prior_b": 3.0}),
+    ("ICRL-BernoulliBandit-v0", {"prior": "beta", "prior_a": 0.5, "prior_b": 2.0}),
+]
+"""Every registered id with its defaults, plus the non-default priors and arm distributions."""
+VARIANT_IDS = [env_id + "".join(f"-{k}={v}" for k, v in kw.items()) for env_id, kw in VARIANTS]
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
-def test_gymnasium_checker(env_id):
-    env = gym.make(env_id)
+@pytest.mark.parametrize("env_id, kwargs", VARIANTS, ids=VARIANT_IDS)
+def test_gymnasium_checker(env_id, kwargs):
+    env = gym.make(env_id, **kwargs)
     check_env(env.unwrapped, skip_render_check=True)
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
-def test_sb3_checker_without_warnings(env_id, recwarn):
-    sb3_check_env(gym.make(env_id).unwrapped, warn=True)
+@pytest.mark.parametrize("env_id, kwargs", VARIANTS, ids=VARIANT_IDS)
+def test_sb3_checker_without_warnings(env_id, kwargs, recwarn):
+    sb3_check_env(gym.make(env_id, **kwargs).unwrapped, warn=True)
     assert not [w for w in recwarn if "observation" in str(w.message).lower()]
 
 
@@ -34,9 +42,9 @@ def _rollout(env, seed, actions):
     return trace
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
-def test_same_seed_same_rollout(env_id):
-    env = gym.make(env_id, horizon=30)  # for the MDPs: 30 steps per episode
+@pytest.mark.parametrize("env_id, kwargs", VARIANTS, ids=VARIANT_IDS)
+def test_same_seed_same_rollout(env_id, kwargs):
+    env = gym.make(env_id, horizon=30, **kwargs)  # for the MDPs: 30 steps per episode
     actions = np.random.default_rng(0).integers(0, env.action_space.n, size=30)
     a, b = _rollout(env, 7, actions), _rollout(env, 7, actions)
     for x, y in zip(a, b, strict=True):
@@ -130,7 +138,13 @@ def test_step_before_reset():
     [
         (dict(noise_std=-1.0), "noise_std"),
         (dict(num_actions=0), "num_actions"),
-        (dict(prior="beta"), "prior"),
+        (dict(prior="laplace"), "prior must be one of .*'laplace'"),
+        (dict(arms="sphere"), "arms must be one of .*'sphere'"),
+        (dict(noise_std=float("nan")), "noise_std must be a finite number >= 0, got nan"),
+        (dict(prior_high=float("inf")), "prior_high must be a finite number, got inf"),
+        (dict(prior="beta", prior_a=0.0), "prior_a must be a finite number > 0, got 0.0"),
+        (dict(prior="beta", prior_b=-1.0), "prior_b must be a finite number > 0, got -1.0"),
+        (dict(prior_var=float("nan")), "prior_var"),
         (dict(action_set="sometimes"), "action_set"),
     ],
 )
@@ -148,6 +162,51 @@ def test_inconsistent_bernoulli_kwargs():
         BanditSpec(reward="bernoulli")
     with pytest.raises(ValueError, match="inside"):
         gym.make("ICRL-BernoulliBandit-v0", prior_high=2.0)
+    with pytest.raises(ValueError, match="prior_a must be a finite number > 0, got nan"):
+        gym.make("ICRL-BernoulliBandit-v0", prior="beta", prior_a=float("nan"))
+    with pytest.raises(ValueError, match="Bernoulli rewards need arm means in"):
+        BanditSpec(arms="one_hot", reward="bernoulli", prior="gaussian")
+
+
+def test_existing_specs_draw_the_same_numbers():
+    """The default priors and arms consume the generator exactly as before the new options."""
+    from icrl_gym.envs import BanditBatch, bernoulli_bandit_spec, linear_bandit_spec
+
+    batch = BanditBatch(linear_bandit_spec(), 3, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(batch.w_star, rng.uniform(0.0, 1.0, size=(3, 5)))
+    np.testing.assert_array_equal(batch.action_sets, rng.uniform(-1.0, 1.0, size=(3, 10, 5)))
+    noise = batch.step(np.zeros(3, dtype=int))["reward"] - batch.means[:, 0]
+    np.testing.assert_allclose(noise, 1.5 * rng.standard_normal(3))
+    bern = BanditBatch(bernoulli_bandit_spec(), 4, np.random.default_rng(1))
+    np.testing.assert_array_equal(bern.w_star, np.random.default_rng(1).uniform(0.0, 1.0, size=(4, 5)))
+
+
+def test_beta_prior_and_gaussian_arms_have_their_moments():
+    from icrl_gym.envs import BanditBatch, bernoulli_bandit_spec, linear_bandit_spec
+
+    spec = bernoulli_bandit_spec(prior="beta", prior_a=2.0, prior_b=5.0)
+    w = BanditBatch(spec, 20_000, np.random.default_rng(0)).w_star
+    mean, var = 2 / 7, 2 * 5 / (7**2 * 8)  # Beta(a, b): a / (a + b), a b / ((a + b)^2 (a + b + 1))
+    assert w.mean() == pytest.approx(mean, abs=4 * np.sqrt(var / w.size))
+    assert w.var() == pytest.approx(var, rel=0.03)
+    assert spec.prior_moments() == pytest.approx((mean, var))
+    arms = BanditBatch(linear_bandit_spec(arms="gaussian", dim=4), 5_000, np.random.default_rng(1)).action_sets
+    cov = np.einsum("bai,baj->ij", arms, arms) / (arms.shape[0] * arms.shape[1])
+    np.testing.assert_allclose(cov, np.eye(4) / 4, atol=0.01)
+    assert linear_bandit_spec(prior_low=-1.0, prior_high=3.0).prior_moments() == pytest.approx((1.0, 16 / 12))
+
+
+@pytest.mark.parametrize("env_id, kwargs", VARIANTS, ids=VARIANT_IDS)
+def test_reset_info_carries_the_model(env_id, kwargs):
+    env = gym.make(env_id, **kwargs).unwrapped
+    model = env.reset(seed=0)[1]["model"]
+    spec = getattr(env, "bandit_spec", None) or env.mdp_spec
+    assert model == spec.to_dict() and type(spec).from_dict(model) == spec
+    for key, value in kwargs.items():
+        assert model[key] == value
+    venv = gym.make_vec(env_id, num_envs=2, vectorization_mode="vector_entry_point", **kwargs)
+    assert venv.reset(seed=0)[1]["model"] == model
 
 
 @pytest.mark.parametrize("env_id", BANDIT_IDS)

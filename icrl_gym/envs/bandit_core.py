@@ -21,7 +21,7 @@ import numpy as np
 
 from icrl_gym.fileio import DictConfig
 
-ARM_KINDS = ("uniform", "one_hot")
+ARM_KINDS = ("uniform", "one_hot", "gaussian")
 
 
 def check_action_batch(actions: Any, batch_size: int, num_actions: int, what: str = "the actions") -> np.ndarray:
@@ -41,7 +41,7 @@ def check_action_batch(actions: Any, batch_size: int, num_actions: int, what: st
 
 
 REWARD_KINDS = ("gaussian", "bernoulli")
-PRIOR_KINDS = ("uniform", "gaussian")
+PRIOR_KINDS = ("uniform", "gaussian", "beta")
 ACTION_SET_KINDS = ("fixed", "per_step")
 
 
@@ -61,13 +61,15 @@ class BanditSpec(DictConfig):
     horizon: int = 200
     """Number of steps T of one in-context run (one Gymnasium episode)."""
     arms: str = "uniform"
-    """'uniform': action vectors iid Unif([-1,1]^d); 'one_hot': the standard basis (A = d)."""
+    """'uniform': action vectors iid Unif([-1,1]^d); 'one_hot': the standard basis (A = d);
+    'gaussian': action vectors iid N(0, I_d / d) (so E ||a||^2 = 1)."""
     reward: str = "gaussian"
     """'gaussian': r = <a, w*> + N(0, noise_std^2); 'bernoulli': r ~ Bern(<a, w*>)."""
     noise_std: float = 1.5
     """Standard deviation of the Gaussian reward noise (ignored for Bernoulli rewards)."""
     prior: str = "uniform"
-    """'uniform': w* ~ Unif([prior_low, prior_high]^d); 'gaussian': w* ~ N(0, prior_var I_d)."""
+    """'uniform': w* ~ Unif([prior_low, prior_high]^d); 'gaussian': w* ~ N(0, prior_var I_d);
+    'beta': coordinates of w* iid Beta(prior_a, prior_b) (the conjugate prior of Bernoulli arms)."""
     prior_low: float = 0.0
     """Lower end of the uniform prior on each coordinate of w*."""
     prior_high: float = 1.0
@@ -76,6 +78,10 @@ class BanditSpec(DictConfig):
     """Variance lambda of the Gaussian prior N(0, lambda I_d) (Appendix ts_algorithm_formula)."""
     action_set: str = "fixed"
     """'fixed': one action set for the whole run; 'per_step': a fresh set every step."""
+    prior_a: float = 1.0
+    """First parameter a of the Beta(a, b) prior (prior='beta'); Beta(1, 1) is Unif([0, 1])."""
+    prior_b: float = 1.0
+    """Second parameter b of the Beta(a, b) prior (prior='beta')."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -93,11 +99,23 @@ class BanditSpec(DictConfig):
         ):
             if value not in allowed:
                 problems.append(f"{field} must be one of {allowed}, got {value!r}")
-        if not np.isfinite(self.noise_std) or self.noise_std < 0:
-            problems.append(f"noise_std must be a finite number >= 0, got {self.noise_std}")
-        if self.prior_var <= 0:
-            problems.append(f"prior_var must be > 0, got {self.prior_var}")
-        if not self.prior_low < self.prior_high:
+        # (field, value, smallest allowed value, whether that value itself is allowed)
+        for field, value, low, closed in (
+            ("noise_std", self.noise_std, 0.0, True),
+            ("prior_var", self.prior_var, 0.0, False),
+            ("prior_a", self.prior_a, 0.0, False),
+            ("prior_b", self.prior_b, 0.0, False),
+            ("prior_low", self.prior_low, -np.inf, False),
+            ("prior_high", self.prior_high, -np.inf, False),
+        ):
+            if not _is_finite_number(value) or value < low or (value == low and not closed):
+                bound = "" if low == -np.inf else f" {'>=' if closed else '>'} {low:g}"
+                problems.append(f"{field} must be a finite number{bound}, got {value!r}")
+        if (
+            _is_finite_number(self.prior_low)
+            and _is_finite_number(self.prior_high)
+            and not self.prior_low < self.prior_high
+        ):
             problems.append(f"prior_low must be < prior_high, got [{self.prior_low}, {self.prior_high}]")
         if self.arms == "one_hot" and self.num_actions != self.dim:
             problems.append(
@@ -109,8 +127,11 @@ class BanditSpec(DictConfig):
         if self.reward == "bernoulli":
             if self.arms != "one_hot":
                 problems.append("Bernoulli rewards need one-hot arms so that <a, w*> is a probability")
-            if self.prior != "uniform" or self.prior_low < 0 or self.prior_high > 1:
-                problems.append("Bernoulli rewards need a uniform prior inside [0, 1] on the arm means")
+            if self.prior == "gaussian" or (self.prior == "uniform" and (self.prior_low < 0 or self.prior_high > 1)):
+                problems.append(
+                    f"Bernoulli rewards need arm means in [0, 1]: prior must be 'beta' or 'uniform' inside [0, 1], "
+                    f"got prior={self.prior!r} on [{self.prior_low}, {self.prior_high}]"
+                )
         if problems:
             raise ValueError("invalid bandit specification: " + "; ".join(problems))
 
@@ -121,14 +142,33 @@ class BanditSpec(DictConfig):
 
     @property
     def action_bounds(self) -> tuple[float, float]:
-        """Elementwise bounds of the action vectors."""
-        return (0.0, 1.0) if self.arms == "one_hot" else (-1.0, 1.0)
+        """Elementwise bounds of the action vectors (unbounded for Gaussian arms)."""
+        return {"one_hot": (0.0, 1.0), "gaussian": (-np.inf, np.inf)}.get(self.arms, (-1.0, 1.0))
+
+    def prior_moments(self) -> tuple[float, float]:
+        """Mean and variance of every coordinate of w* under the prior (the moment-matched Gaussian).
+
+        Unif([l, h]): ((l + h) / 2, (h - l)^2 / 12); N(0, lambda): (0, lambda);
+        Beta(a, b): (a / (a + b), a b / ((a + b)^2 (a + b + 1))).
+        """
+        if self.prior == "gaussian":
+            return 0.0, self.prior_var
+        if self.prior == "beta":
+            a, b = self.prior_a, self.prior_b
+            return a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1.0))
+        return (self.prior_low + self.prior_high) / 2, (self.prior_high - self.prior_low) ** 2 / 12
+
+
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and bool(np.isfinite(value))
 
 
 def sample_w_star(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     """Draw n parameters w* from the prior, shape (n, d)."""
     if spec.prior == "gaussian":
         return rng.normal(0.0, np.sqrt(spec.prior_var), size=(n, spec.dim))
+    if spec.prior == "beta":
+        return rng.beta(spec.prior_a, spec.prior_b, size=(n, spec.dim))
     return rng.uniform(spec.prior_low, spec.prior_high, size=(n, spec.dim))
 
 
@@ -136,6 +176,8 @@ def sample_action_sets(spec: BanditSpec, rng: np.random.Generator, n: int) -> np
     """Draw n action sets, shape (n, A, d)."""
     if spec.arms == "one_hot":
         return np.broadcast_to(np.eye(spec.dim), (n, spec.dim, spec.dim)).copy()
+    if spec.arms == "gaussian":
+        return rng.normal(0.0, 1.0 / np.sqrt(spec.dim), size=(n, spec.num_actions, spec.dim))
     return rng.uniform(-1.0, 1.0, size=(n, spec.num_actions, spec.dim))
 
 

@@ -6,6 +6,12 @@ prior at ``reset``; it ends with ``terminated=True``.  The observation is the cu
 needs without knowing the instance: ``expected_reward`` <a_t, w*>, ``best_expected_reward``
 max_k <a_{t,k}, w*>, ``regret`` (their difference), ``optimal_action`` and ``w_star``.
 
+The reset ``info`` also carries ``"model"``: the environment's :class:`BanditSpec` as a plain
+dict (``spec.to_dict()``: horizon, reward kind, noise_std, prior kind and its parameters
+prior_low/prior_high, prior_var or prior_a/prior_b, arms, action_set, dim, num_actions).  It is the
+model that Bayesian algorithms assume (Thompson sampling, Bayes-UCB read noise and prior from it),
+so that parameters of the world are never typed a second time by hand.
+
 A fixed instance is replayed by seeding ``reset`` or by passing it in
 ``options={"w_star": ..., "action_set": ...}``.
 """
@@ -72,6 +78,7 @@ class BanditEnv(gym.Env):
             "best_expected_reward": float(batch.best_mean[0]),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
+            "model": self.bandit_spec.to_dict(),
         }
         return self._obs(), info
 
@@ -129,6 +136,7 @@ class BanditVectorEnv(VectorEnv):
             "best_expected_reward": batch.best_mean.copy(),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
+            "model": self.bandit_spec.to_dict(),
         }
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -11,6 +11,9 @@ def bernoulli_bandit_spec(
     horizon: int = 200,
     prior_low: float = 0.0,
     prior_high: float = 1.0,
+    prior: str = "uniform",
+    prior_a: float = 1.0,
+    prior_b: float = 1.0,
     dim: int | None = None,
     num_actions: int | None = None,
 ) -> BanditSpec:
@@ -31,9 +34,11 @@ def bernoulli_bandit_spec(
         arms="one_hot",
         reward="bernoulli",
         noise_std=0.0,
-        prior="uniform",
+        prior=prior,
         prior_low=prior_low,
         prior_high=prior_high,
+        prior_a=prior_a,
+        prior_b=prior_b,
     )
 
 
@@ -42,7 +47,7 @@ class BernoulliBanditEnv(BanditEnv):
 
     ## Description
     K arms with means w* ~ Unif([prior_low, prior_high]^K) (default Unif([0,1]^K), K=5,
-    T=200 as in Section experiments).  The action vectors are one-hot e_1..e_K, so this is
+    T=200 as in Section experiments) or, with ``prior="beta"``, w*_k iid Beta(prior_a, prior_b).  The action vectors are one-hot e_1..e_K, so this is
     the linear bandit with <e_k, w*> = w*_k and r_t ~ Bern(w*_{a_t}).
 
     ## Action Space
@@ -59,14 +64,21 @@ class BernoulliBanditEnv(BanditEnv):
     ``terminated=True`` after T pulls.
 
     ## Arguments
-    num_arms, horizon, prior_low, prior_high.  ``reset(options={"w_star": p})`` replays a
-    given instance.
+    - ``num_arms`` (5): K.  ``horizon`` (200): T.
+    - ``prior`` ('uniform'): 'uniform', means iid Unif([prior_low, prior_high]) with
+      0 <= prior_low < prior_high <= 1 (defaults 0, 1); or 'beta', means iid Beta(prior_a, prior_b),
+      prior_a, prior_b > 0 (defaults 1, 1).
+
+    ``reset(options={"w_star": p})`` replays a given instance.  The reset ``info["model"]`` is the
+    :class:`BanditSpec` as a dict (prior kind and parameters, horizon, ...), read by the Bayesian
+    algorithms (Beta-Bernoulli Thompson sampling, Bayes-UCB, the Bayes-optimal policy).
 
     ## References
     Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024, Section 5.
 
     ## Version History
-    v0: initial version.
+    v0: initial version; Beta prior and ``info["model"]`` added without changing any draw of the
+    uniform prior.
     """
 
     def __init__(self, **kwargs) -> None:

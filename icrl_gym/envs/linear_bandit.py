@@ -16,13 +16,16 @@ def linear_bandit_spec(
     prior_high: float = 1.0,
     prior_var: float = 1.0,
     action_set: str = "fixed",
+    arms: str = "uniform",
+    prior_a: float = 1.0,
+    prior_b: float = 1.0,
 ) -> BanditSpec:
     """The :class:`BanditSpec` of a linear bandit with Gaussian noise (keywords as the env's)."""
     return BanditSpec(
         dim=dim,
         num_actions=num_actions,
         horizon=horizon,
-        arms="uniform",
+        arms=arms,
         reward="gaussian",
         noise_std=noise_std,
         prior=prior,
@@ -30,6 +33,8 @@ def linear_bandit_spec(
         prior_high=prior_high,
         prior_var=prior_var,
         action_set=action_set,
+        prior_a=prior_a,
+        prior_b=prior_b,
     )
 
 
@@ -38,7 +43,7 @@ class LinearBanditEnv(BanditEnv):
 
     ## Description
     An instance is w* in R^d and an action set A_t = {a_{t,1}, ..., a_{t,A}}, rows iid
-    Unif([-1, 1]^d), fixed for the whole run (default) or redrawn at every step.  Pulling arm
+    Unif([-1, 1]^d) (or N(0, I_d / d) with ``arms="gaussian"``), fixed for the whole run (default) or redrawn at every step.  Pulling arm
     k returns r_t = <a_{t,k}, w*> + eps_t with eps_t ~ N(0, noise_std^2).  Defaults are the
     paper's experiment (Section experiments): d=5, A=10, T=200, w* ~ Unif([0,1]^d), noise 1.5.
 
@@ -46,8 +51,8 @@ class LinearBanditEnv(BanditEnv):
     ``Discrete(A)``: the index of the arm pulled.
 
     ## Observation Space
-    ``Box(-1, 1, (A*d,), float32)``: the current action set flattened row-major;
-    ``obs.reshape(A, d)`` has one arm per row.
+    ``Box(-1, 1, (A*d,), float32)`` (unbounded ``Box(-inf, inf)`` for Gaussian arms): the current
+    action set flattened row-major; ``obs.reshape(A, d)`` has one arm per row.
 
     ## Reward
     The noisy reward r_t.  Regret uses ``info``: pseudo-regret sum_t max_k <a_{t,k}, w*> -
@@ -57,16 +62,24 @@ class LinearBanditEnv(BanditEnv):
     ``terminated=True`` after T pulls (one episode = one in-context run).
 
     ## Arguments
-    dim, num_actions, horizon, noise_std; ``prior`` 'uniform' (w* ~ Unif([prior_low,
-    prior_high]^d)) or 'gaussian' (w* ~ N(0, prior_var I_d), Appendix ts_algorithm_formula);
-    ``action_set`` 'fixed' or 'per_step'.  ``reset(options={"w_star": w, "action_set": X})``
-    replays a given instance.
+    - ``dim`` (5), ``num_actions`` (10), ``horizon`` (200), ``noise_std`` (1.5, finite, >= 0).
+    - ``prior`` ('uniform'): 'uniform', w* ~ Unif([prior_low, prior_high]^d) (defaults 0, 1);
+      'gaussian', w* ~ N(0, prior_var I_d) (Appendix ts_algorithm_formula); or 'beta', coordinates
+      iid Beta(prior_a, prior_b).
+    - ``arms`` ('uniform'): rows of the action sets iid Unif([-1, 1]^d), or 'gaussian', iid N(0, I_d / d).
+    - ``action_set`` ('fixed'): one action set per run, or 'per_step', a fresh one every step.
+
+    Invalid values raise a ``ValueError`` naming the field, the value and what is allowed.
+    ``reset(options={"w_star": w, "action_set": X})`` replays a given instance.  The reset
+    ``info["model"]`` is the :class:`BanditSpec` as a dict (noise_std, prior and its parameters,
+    ...): Thompson sampling and Bayes-UCB read their noise level and prior from it.
 
     ## References
     Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024, Sections 4.1 and 5.
 
     ## Version History
-    v0: initial version.
+    v0: initial version; Gaussian arms, the Beta prior and ``info["model"]`` added without changing
+    any draw of the existing settings.
     """
 
     def __init__(self, **kwargs) -> None:

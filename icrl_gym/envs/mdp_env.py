@@ -39,7 +39,11 @@ def _instance_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def reset_info(spec: MDPSpec, batch: MDPBatch, index: Any = slice(None)) -> dict[str, Any]:
-    """What an agent's ``reset`` reads: V*, the instance (for the oracle), the sizes and the stationarity."""
+    """What an agent's ``reset`` reads: V*, the instance (for the oracle), the sizes and the stationarity.
+
+    ``"model"`` is the :class:`MDPSpec` as a dict (kind, Dirichlet ``concentration`` of the transition
+    prior, ``stationary``, ``random_start``, sizes): the prior that PSRL assumes is read from it.
+    """
     return {
         "v_star": batch.v_star[index],
         "P": batch.P[index],
@@ -50,6 +54,7 @@ def reset_info(spec: MDPSpec, batch: MDPBatch, index: Any = slice(None)) -> dict
         "horizon": spec.horizon,
         "episodes": spec.episodes,
         "stationary": spec.is_stationary,
+        "model": spec.to_dict(),
     }
 
 

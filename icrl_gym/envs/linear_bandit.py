@@ -43,9 +43,10 @@ class LinearBanditEnv(BanditEnv):
 
     ## Description
     An instance is w* in R^d and an action set A_t = {a_{t,1}, ..., a_{t,A}}, rows iid
-    Unif([-1, 1]^d) (or N(0, I_d / d) with ``arms="gaussian"``), fixed for the whole run (default) or redrawn at every step.  Pulling arm
-    k returns r_t = <a_{t,k}, w*> + eps_t with eps_t ~ N(0, noise_std^2).  Defaults are the
-    paper's experiment (Section experiments): d=5, A=10, T=200, w* ~ Unif([0,1]^d), noise 1.5.
+    Unif([-1, 1]^d) (or N(0, I_d / d) with ``arms="gaussian"``), fixed for the whole run
+    (default) or redrawn at every step.  Pulling arm k returns r_t = <a_{t,k}, w*> + eps_t with
+    eps_t ~ N(0, noise_std^2).  Defaults are the paper's experiment (Section experiments): d=5,
+    A=10, T=200, w* ~ Unif([0,1]^d), noise 1.5.
 
     ## Action Space
     ``Discrete(A)``: the index of the arm pulled.

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.special import betaincinv
 
 from agents.index_agent import IndexAgent
-from agents.statistics import ArmStatistics
+from icrl_gym.statistics import ArmStatistics
 
 
 class BayesUCB(IndexAgent):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from agents.index_agent import IndexAgent
-from agents.statistics import ArmStatistics
+from icrl_gym.statistics import ArmStatistics
 
 
 class EmpiricalMean(IndexAgent):

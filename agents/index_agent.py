@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import BanditAgent, one_hot
+from icrl_gym.algorithm import BanditAgent, one_hot
 
 
 def softmax_policy(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -28,7 +28,12 @@ def softmax_policy(scores: np.ndarray, temperature: float) -> np.ndarray:
 
 
 class IndexAgent(BanditAgent):
-    """Argmax of an index (``temperature == 0``) or softmax(index / temperature) (``> 0``)."""
+    """Argmax of an index (``temperature == 0``) or softmax(index / temperature) (``> 0``).
+
+    Subclasses implement :meth:`index`, the per-arm index v (B, A) at the action sets (B, A, d).
+    """
+
+    has_index = True
 
     def __init__(self, temperature: float = 0.0, seed: int | None = None) -> None:
         super().__init__(seed)
@@ -36,10 +41,6 @@ class IndexAgent(BanditAgent):
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         self.temperature = float(temperature)
         self.deterministic = self.temperature == 0.0
-
-    def index(self, action_sets: np.ndarray) -> np.ndarray:
-        """The per-arm index v (B, A) given the current action sets (B, A, d)."""
-        raise NotImplementedError
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:
         scores = self.index(action_sets)

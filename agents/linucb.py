@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from agents.index_agent import IndexAgent
-from agents.statistics import RidgeStatistics
+from icrl_gym.statistics import RidgeStatistics
 
 
 class LinUCB(IndexAgent):

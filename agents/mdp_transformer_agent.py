@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.base import sample_categorical
-from agents.mdp_base import MDPAgent
 from agents.transformer_agent import resolve_checkpoint
+from icrl_gym.algorithm import MDPAgent, sample_categorical
+from icrl_gym.device import resolve_device
 
 
 class MDPTransformerAgent(MDPAgent):
@@ -26,7 +26,6 @@ class MDPTransformerAgent(MDPAgent):
     def __init__(self, checkpoint: str | Path, greedy: bool = False, device: str = "cpu", seed: int | None = None):
         from icrl_gym.checkpoint import CheckpointError, load_checkpoint
         from icrl_gym.models.mdp_transformer import MDPTransformer
-        from icrl_gym.training.pretrain import resolve_device
 
         super().__init__(seed)
         self.checkpoint, self.greedy = str(checkpoint), bool(greedy)

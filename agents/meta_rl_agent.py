@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.base import BanditAgent
 from agents.transformer_agent import resolve_checkpoint
+from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import CheckpointError
+from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.training.meta_rl import HistoryFeatures, load_policy
-from icrl_gym.training.pretrain import resolve_device
 
 
 class MetaRLAgent(BanditAgent):

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import BanditAgent, child_rng
-from agents.mdp_base import MDPAgent
+from icrl_gym.algorithm import BanditAgent, MDPAgent, child_rng
 
 
 class _TrajectoryMixture:
@@ -45,6 +44,10 @@ class _TrajectoryMixture:
         stacked = np.stack(per_component)  # (C, B, ...)
         return stacked[self.assignment, np.arange(self.batch_size)]
 
+    def trajectory_components(self) -> list[tuple[float, Any]]:
+        """(weight, component) pairs: the law of a run is sum_c w_c (law of a run of component c)."""
+        return list(zip(self.weights.tolist(), self.components, strict=True))
+
     def _mixture_config(self, base: dict[str, Any]) -> dict[str, Any]:
         return {**base, "components": [c.config() for c in self.components], "weights": self.weights.tolist()}
 
@@ -56,9 +59,19 @@ class Mixture(_TrajectoryMixture, BanditAgent):
         BanditAgent.__init__(self, seed)
         self._init_mixture(components, weights)
 
+    @staticmethod
+    def of(
+        components: Sequence[BanditAgent] | Sequence[MDPAgent], weights: Sequence[float], seed: int | None = None
+    ) -> Mixture | MDPMixture:
+        """The mixture of ``components``: an :class:`MDPMixture` when all are MDP algorithms, else a bandit one."""
+        if all(isinstance(c, MDPAgent) for c in components):
+            return MDPMixture(components, weights, seed=seed)
+        return Mixture(components, weights, seed=seed)
+
     def _reset(self, w_star: np.ndarray | None) -> None:
         for comp in self.components:
             comp.reset(
+                {"model": self.env_model},  # every component assumes the same environment
                 batch_size=self.batch_size,
                 dim=self.dim,
                 num_actions=self.num_actions,

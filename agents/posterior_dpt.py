@@ -20,18 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import child_rng
-from agents.mdp_base import MDPAgent, uniform_over_maximisers
+from agents.mdp_base import uniform_over_maximisers
+from icrl_gym.algorithm import MDPAgent, child_rng
+from icrl_gym.registry import make_agent
 
 
 class PosteriorOptimalAction(MDPAgent):
-    """Acts on P(a* = a | D) of a Bayesian ``posterior`` agent (an ``agents.make_agent`` spec)."""
+    """Acts on P(a* = a | D) of a Bayesian ``posterior`` agent (a ``make_agent`` specification)."""
 
     name = "posterior_optimal_action"
 
     def __init__(self, posterior: Mapping[str, Any] | None = None, greedy: bool = False, seed: int | None = None):
-        from agents import make_agent  # the registry imports this module
-
         super().__init__(seed)
         self.posterior_spec = dict(posterior or {"name": "psrl"})
         self.posterior = make_agent(self.posterior_spec)

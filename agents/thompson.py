@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import BanditAgent
-from agents.statistics import ArmStatistics, RidgeStatistics
+from icrl_gym.algorithm import BanditAgent
+from icrl_gym.statistics import ArmStatistics, RidgeStatistics
 
 
 def argmax_frequencies(scores: np.ndarray, num_actions: int) -> np.ndarray:

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.base import BanditAgent, sample_categorical
+from icrl_gym.algorithm import BanditAgent, sample_categorical
+from icrl_gym.device import resolve_device
 
 PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "icrl_gym" / "pretrained"
 
@@ -62,7 +63,6 @@ class TransformerAgent(BanditAgent):
         seed: int | None = None,
     ) -> None:
         from icrl_gym.checkpoint import load_checkpoint
-        from icrl_gym.training.pretrain import resolve_device
 
         super().__init__(seed)
         device_ = resolve_device(device)

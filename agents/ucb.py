@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from agents.index_agent import IndexAgent
-from agents.statistics import ArmStatistics
+from icrl_gym.statistics import ArmStatistics
 
 
 class UCB(IndexAgent):

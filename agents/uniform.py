@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.base import BanditAgent
+from icrl_gym.algorithm import BanditAgent
 
 
 class Uniform(BanditAgent):

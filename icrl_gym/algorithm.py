@@ -1,4 +1,10 @@
-"""The one interface every bandit algorithm implements, batched over B runs.
+"""The algorithm contracts: the one interface every bandit and every tabular-MDP algorithm implements.
+
+Both are batched over B runs (a single run is a batch of one).  The algorithms themselves live in
+``agents/`` and are built by name through :mod:`icrl_gym.registry`; nothing here knows any of them.
+
+Bandits
+-------
 
 An algorithm (Section framework of the paper) maps the history D_{t-1} and the current
 action set A_t to a distribution over arms.  :class:`BanditAgent` holds the history of B
@@ -23,6 +29,25 @@ A plain Gymnasium loop::
 Collectors skip the shape handling with ``act_batch``, ``policy_batch`` and ``update_batch`` on
 (B, A, d) arrays.  Subclasses implement ``_reset``, ``_policy`` and ``_update``; ``_act``
 defaults to sampling from ``_policy`` and is overridden by deterministic (argmax) algorithms.
+
+Tabular MDPs (Section Tabular-MDP-statement)
+--------------------------------------------
+:class:`MDPAgent` runs in a plain Gymnasium loop too::
+
+    obs, info = env.reset(seed=0); agent.reset(info)
+    while True:
+        a = agent.act(obs)
+        obs, r, terminated, truncated, info = env.step(a)
+        agent.update(a, r)
+        if terminated: break
+
+The observation is the one-hot state followed by the one-hot step h; a transition (h, s, a, r, s')
+is complete when the next observation arrives (or the episode ends, after step H, where the
+paper's counts record no next state).  The batched core works on arrays:
+``act_batch(states, h)``, ``policy_batch(states, h)`` and
+``update_batch(states, h, actions, rewards, next_states)`` with ``next_states = -1`` after step H.
+Subclasses implement ``_reset``, ``_begin_episode`` (called at h = 0, e.g. to re-plan) and the
+per-step hooks.  ``episode`` counts the episodes started.
 """
 
 from __future__ import annotations
@@ -58,6 +83,8 @@ class BanditAgent:
     name = "agent"
     deterministic = False
     """True when ``act`` is a deterministic function of the history (argmax algorithms)."""
+    has_index = False
+    """True when :meth:`index` gives the per-arm index v (B, A) whose argmax or softmax is the policy."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
@@ -67,6 +94,9 @@ class BanditAgent:
         self.t = 0
         self._single = False
         self._last_action_sets: np.ndarray | None = None
+        self.env_model: dict[str, Any] | None = None
+        """The environment's model (``info["model"]`` at reset: its BanditSpec as a dict), or None.
+        Bayesian algorithms read their noise level and prior from it."""
 
     # ------------------------------------------------------------------ public API
     def reset(
@@ -104,6 +134,7 @@ class BanditAgent:
         self._single = single
         self.t = 0
         self._last_action_sets = None
+        self.env_model = info.get("model")
         self._reset(w_star)
 
     def act(self, obs: Any) -> Any:
@@ -149,6 +180,17 @@ class BanditAgent:
         self._update(action_sets, actions, rewards)
         self.t += 1
 
+    def index(self, action_sets: np.ndarray) -> np.ndarray:
+        """The per-arm index v (B, A) at the current action sets (B, A, d), where ``has_index``."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-arm index")
+
+    def trajectory_components(self) -> list[tuple[float, BanditAgent]]:
+        """(weight, algorithm) pairs of a trajectory-level mixture, whose runs each follow one component.
+
+        A plain algorithm is its own single component: [(1.0, self)].
+        """
+        return [(1.0, self)]
+
     # ------------------------------------------------------------------ helpers
     def _action_sets(self, obs: Any) -> np.ndarray:
         """Bring an observation to (B, A, d): accepts (A*d,), (A, d), (B, A*d) or (B, A, d)."""
@@ -184,4 +226,138 @@ class BanditAgent:
 
     def config(self) -> dict[str, Any]:
         """The hyper-parameters that define this algorithm (recorded with every artefact)."""
+        return {"name": self.name}
+
+
+class MDPAgent:
+    """Base class of tabular-MDP algorithms (a single run is a batch of one)."""
+
+    name = "mdp_agent"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.batch_size = self.num_states = self.num_actions = self.horizon = self.episodes = 0
+        self.env_stationary = False
+        self.env_model: dict[str, Any] | None = None
+        """The environment's model (``info["model"]``: its MDPSpec as a dict, e.g. the Dirichlet concentration)."""
+        self.episode = 0
+        self._single = False
+        self._pending: tuple[np.ndarray, int, np.ndarray, np.ndarray] | None = None
+        self._last: tuple[np.ndarray, int] | None = None
+        self._planned_episode = -1
+
+    # ------------------------------------------------------------------ public API
+    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
+        """Start runs sized from the environment's reset ``info`` (P, R for the oracle only)."""
+        v_star = np.asarray(info["v_star"])
+        self._single = v_star.ndim == 0
+        self.batch_size = 1 if self._single else v_star.shape[0]
+        self.num_states, self.num_actions = int(info["num_states"]), int(info["num_actions"])
+        self.horizon, self.episodes = int(info["horizon"]), int(info["episodes"])
+        self.env_stationary = bool(info.get("stationary", False))
+        self.env_model = info.get("model")
+        if rng is not None:
+            self.rng = rng
+        self.episode = 0
+        self._planned_episode = -1
+        self._pending = None
+        instance = None
+        if "P" in info:
+            P, R = np.asarray(info["P"]), np.asarray(info["R"])
+            instance = (P[None], R[None]) if self._single else (P, R)
+        self._reset(instance)
+
+    def act(self, obs: Any) -> Any:
+        """An action for every run (an ``int`` for a single run)."""
+        states, h = self._decode(obs)
+        self._complete(states, h)
+        actions = self.act_batch(states, h)
+        self._last = (states, h)
+        return int(actions[0]) if self._single else actions
+
+    def policy(self, obs: Any) -> np.ndarray:
+        """Action probabilities at the current observation, (A,) or (B, A)."""
+        states, h = self._decode(obs)
+        self._complete(states, h)
+        probs = self.policy_batch(states, h)
+        return probs[0] if self._single else probs
+
+    def update(self, action: Any, reward: Any) -> None:
+        """Record the outcome of the last ``act``; the next state comes with the next observation."""
+        if self._last is None:
+            raise RuntimeError("update() needs a previous act(obs)")
+        states, h = self._last
+        actions = np.asarray(action).reshape(-1).astype(np.int64)
+        rewards = np.asarray(reward, dtype=np.float64).reshape(-1)
+        if actions.shape != (self.batch_size,) or rewards.shape != (self.batch_size,):
+            raise ValueError(f"update expects {self.batch_size} actions and rewards")
+        self._pending = (states, h, actions, rewards)
+        self._last = None
+        if h == self.horizon - 1:  # episode over: no next state is recorded (N_H(s, a, s') = 0)
+            self._complete(None, 0)
+
+    # ------------------------------------------------------------------ batched array API
+    def act_batch(self, states: np.ndarray, h: int) -> np.ndarray:
+        """(B,) states at step h -> (B,) actions."""
+        self._plan_once()
+        return self._act(states, h)
+
+    def policy_batch(self, states: np.ndarray, h: int) -> np.ndarray:
+        """(B,) states at step h -> (B, A) action probabilities."""
+        self._plan_once()
+        return self._policy(states, h)
+
+    def _plan_once(self) -> None:
+        """Call ``_begin_episode`` once per episode, before its first action or policy."""
+        if self._planned_episode != self.episode:
+            self._planned_episode = self.episode
+            self._begin_episode()
+
+    def update_batch(
+        self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray
+    ) -> None:
+        """Add the transitions (h, s, a, r, s') of every run; ``next_states`` is -1 after step H."""
+        self._update(states, h, actions, rewards, next_states)
+        if h == self.horizon - 1:
+            self.episode += 1
+
+    # ------------------------------------------------------------------ helpers
+    def _decode(self, obs: Any) -> tuple[np.ndarray, int]:
+        if self.batch_size == 0:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before act()")
+        arr = np.asarray(obs, dtype=np.float32).reshape(-1, self.num_states + self.horizon)
+        if arr.shape[0] != self.batch_size:
+            raise ValueError(f"observation holds {arr.shape[0]} runs but the agent was reset for {self.batch_size}")
+        hs = arr[:, self.num_states :].argmax(axis=1)
+        if np.any(hs != hs[0]):
+            raise ValueError("all runs of a batch must be at the same step h")
+        return arr[:, : self.num_states].argmax(axis=1), int(hs[0])
+
+    def _complete(self, next_states: np.ndarray | None, h: int) -> None:
+        if self._pending is None:
+            return
+        states, h_prev, actions, rewards = self._pending
+        if next_states is None or h != h_prev + 1:
+            next_states = np.full(self.batch_size, -1)
+        self._pending = None
+        self.update_batch(states, h_prev, actions, rewards, next_states)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _reset(self, instance: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """Allocate statistics for ``batch_size`` runs."""
+
+    def _begin_episode(self) -> None:
+        """Called once per episode, before its first action (e.g. to re-plan)."""
+
+    def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _act(self, states: np.ndarray, h: int) -> np.ndarray:
+        return sample_categorical(self._policy(states, h), self.rng)
+
+    def _update(self, states, h, actions, rewards, next_states) -> None:
+        """Add one transition per run."""
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters (recorded with every artefact)."""
         return {"name": self.name}

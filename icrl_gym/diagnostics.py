@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agents import BanditAgent
+from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 
 _EPS = 1e-12
@@ -61,12 +61,7 @@ def imitation_error(
 
 def _components(agent: BanditAgent) -> list[tuple[float, BanditAgent]]:
     """(log weight, algorithm) pairs: a trajectory-level mixture is sum_c w_c prod_t p_c."""
-    from agents import Mixture
-
-    if isinstance(agent, Mixture):
-        pairs = zip(agent.weights, agent.components, strict=True)
-        return [(float(np.log(w)) if w > 0 else -np.inf, c) for w, c in pairs]
-    return [(0.0, agent)]
+    return [(float(np.log(w)) if w > 0 else -np.inf, c) for w, c in agent.trajectory_components()]
 
 
 def distribution_ratio(

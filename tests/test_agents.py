@@ -17,9 +17,9 @@ from agents import (
     make_agent,
     ts_uniform_mixture,
 )
-from agents.statistics import RidgeStatistics
 from icrl_gym.data.trajectories import collect_trajectories, evaluate_regret
 from icrl_gym.envs import LinearBanditVectorEnv, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.statistics import RidgeStatistics
 
 
 # ----------------------------------------------------------------------------- slow references

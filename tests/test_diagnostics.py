@@ -24,7 +24,7 @@ def test_uniform_against_a_deterministic_expert_is_closed_form():
 
 
 def _fixed(probs):
-    from agents.base import BanditAgent
+    from icrl_gym.algorithm import BanditAgent
 
     class Fixed(BanditAgent):
         name = "fixed"

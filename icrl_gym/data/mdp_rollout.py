@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.mdp_base import MDPAgent
+from icrl_gym.algorithm import MDPAgent
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 

@@ -48,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from agents import BanditAgent, IndexAgent, make_agent
-from agents.statistics import RidgeStatistics
+from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.fileio import atomic_write
+from icrl_gym.registry import make_agent
+from icrl_gym.statistics import RidgeStatistics
 
 FORMAT_VERSION = 1
 LABEL_MODES = ("none", "ad", "dpt", "approx_dpt", "expert")
@@ -230,7 +231,7 @@ def collect_trajectories(
     elif expert is not None:
         raise ValueError(f"an expert algorithm is only used with label='expert', not {label!r}")
     labeller = context if label == "ad" else expert
-    if store_values and not isinstance(labeller, IndexAgent):
+    if store_values and not (labeller is not None and labeller.has_index):
         raise ValueError("store_values needs an index expert (LinUCB, UCB, ...) with label 'ad' or 'expert'")
     if store_probs and label in ("none", "dpt", "approx_dpt"):
         raise ValueError(f"label mode {label!r} has no expert distribution to store (labels are argmaxes)")
@@ -253,9 +254,10 @@ def collect_trajectories(
         b = rows.stop - rows.start
         batch = BanditBatch(spec, b, np.random.default_rng([seed, i]))
         agent_rng = np.random.default_rng([seed, i, 1])
-        context.reset(batch_size=b, dim=d, num_actions=a, w_star=batch.w_star, rng=agent_rng)
+        model = {"model": spec.to_dict()}  # what the env's reset info carries: Bayesian agents read noise and prior
+        context.reset(model, batch_size=b, dim=d, num_actions=a, w_star=batch.w_star, rng=agent_rng)
         if label == "expert":
-            expert.reset(batch_size=b, dim=d, num_actions=a, w_star=batch.w_star, rng=agent_rng.spawn(1)[0])
+            expert.reset(model, batch_size=b, dim=d, num_actions=a, w_star=batch.w_star, rng=agent_rng.spawn(1)[0])
         out.w_star[rows] = batch.w_star
         if fixed:
             out.action_sets[rows] = batch.action_sets

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes, config_command
 from icrl_gym.models.transformer import BanditTransformer
@@ -151,7 +152,6 @@ def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneC
 def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True) -> tuple[BanditTransformer, dict]:
     """Run (or resume) the fine-tuning; returns the best model on validation and its record."""
     from agents.transformer_agent import resolve_checkpoint
-    from icrl_gym.training.pretrain import resolve_device
 
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.threads)

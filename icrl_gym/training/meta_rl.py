@@ -38,11 +38,12 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from agents.base import one_hot
-from agents.statistics import ArmStatistics, RidgeStatistics
+from icrl_gym.algorithm import one_hot
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
+from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.fileio import DictConfig, RunLog, config_command
+from icrl_gym.statistics import ArmStatistics, RidgeStatistics
 
 FEATURES = ("statistics", "prev_action_reward")
 ALGOS = ("ppo", "recurrent_ppo")
@@ -255,8 +256,6 @@ class MetaRLConfig(DictConfig):
 
 def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlgorithm:
     """The SB3 algorithm of ``cfg`` on ``env`` (fresh weights)."""
-    from icrl_gym.training.pretrain import resolve_device
-
     common = dict(
         n_steps=cfg.n_steps,
         batch_size=cfg.batch_size,

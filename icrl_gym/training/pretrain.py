@@ -49,22 +49,17 @@ from torch.nn.parallel import DistributedDataParallel
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.data.mdp_rollout import MDPRollouts, rollout_mdp
 from icrl_gym.data.trajectories import TrajectoryData, collect_trajectories
+from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.registry import make_agent
 from icrl_gym.training.distributed import close_distributed, init_distributed
 
 VALIDATION_SEED_OFFSET = 900_000
 """Validation data use seed ``10**6 * seed + VALIDATION_SEED_OFFSET``; chunks use smaller offsets."""
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 @dataclass
@@ -76,7 +71,7 @@ class PretrainConfig(DictConfig):
     env: dict[str, Any] = field(default_factory=lambda: BanditSpec().to_dict())
     """The environment prior (a :class:`BanditSpec` as a dict)."""
     context: dict[str, Any] = field(default_factory=lambda: {"name": "linucb"})
-    """Context algorithm Alg_0 that generates the trajectories (an ``agents.make_agent`` spec)."""
+    """Context algorithm Alg_0 that generates the trajectories (a ``make_agent`` specification)."""
     label: str = "ad"
     """Label mode: "ad", "dpt", "approx_dpt" or "expert" (see icrl_gym.data.trajectories)."""
     expert: dict[str, Any] | None = None
@@ -178,8 +173,6 @@ def build_model(config: TransformerConfig | MDPTransformerConfig) -> BanditTrans
 def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData | MDPRollouts:
     """Collect ``num`` labelled trajectories for ``cfg`` with ``seed``."""
     if cfg.is_mdp:
-        from agents import make_agent
-
         soft = cfg.target == "probs"
         labeller = make_agent(cfg.expert) if soft and cfg.label == "dpt" else None
         return rollout_mdp(

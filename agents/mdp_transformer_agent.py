@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.transformer_agent import resolve_checkpoint
 from icrl_gym.algorithm import MDPAgent, sample_categorical
+from icrl_gym.checkpoint import CheckpointError, CheckpointKind, load_checkpoint, read_record, resolve_checkpoint
 from icrl_gym.device import resolve_device
 
 
@@ -24,23 +24,18 @@ class MDPTransformerAgent(MDPAgent):
     name = "mdp_transformer"
 
     def __init__(self, checkpoint: str | Path, greedy: bool = False, device: str = "cpu", seed: int | None = None):
-        from icrl_gym.checkpoint import CheckpointError, load_checkpoint
-        from icrl_gym.models.mdp_transformer import MDPTransformer
-
         super().__init__(seed)
         self.checkpoint, self.greedy = str(checkpoint), bool(greedy)
         self.device = resolve_device(device)
-        self.model, self.meta = load_checkpoint(resolve_checkpoint(checkpoint), device=self.device)
-        if not isinstance(self.model, MDPTransformer):
-            raise CheckpointError(f"{checkpoint} holds a {type(self.model).__name__}, not an MDP transformer")
+        path = resolve_checkpoint(checkpoint)
+        read_record(path).expect(CheckpointKind.MDP_TRANSFORMER, name=str(checkpoint))
+        self.model, self.meta = load_checkpoint(path, device=self.device)
         self._cache = None
         self._logits: np.ndarray | None = None
         self._prev: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def check_environment(self, spec: Any) -> None:
         """Raise a clear error when S, A, H or K differ from the model's."""
-        from icrl_gym.checkpoint import CheckpointError
-
         cfg = self.model.config
         for key in ("num_states", "num_actions", "horizon", "episodes"):
             if getattr(cfg, key) != getattr(spec, key):

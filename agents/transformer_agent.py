@@ -5,7 +5,8 @@ the agent feeds one step at a time into the model's key/value cache, so step t c
 instead of re-running the whole prefix.  ``greedy=False`` samples from the policy (the
 paper's deployment); ``greedy=True`` takes its argmax.
 
-Shipped checkpoints live in ``icrl_gym/pretrained`` and load by name::
+Shipped checkpoints live in ``icrl_gym/pretrained`` (see :func:`icrl_gym.checkpoint.pretrained_names`)
+and load by name::
 
     agent = TransformerAgent.pretrained("bernoulli-dpt-ts-uniform")
 """
@@ -19,35 +20,17 @@ import numpy as np
 import torch
 
 from icrl_gym.algorithm import BanditAgent, sample_categorical
+from icrl_gym.checkpoint import (
+    PRETRAINED_DIR,
+    CheckpointError,
+    CheckpointKind,
+    check_compatible,
+    load_checkpoint,
+    pretrained_names,
+    read_record,
+    resolve_checkpoint,
+)
 from icrl_gym.device import resolve_device
-
-PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "icrl_gym" / "pretrained"
-
-
-def resolve_checkpoint(checkpoint: str | Path) -> Path:
-    """A checkpoint path, or the name of a model shipped in ``icrl_gym/pretrained``."""
-    from icrl_gym.checkpoint import checkpoint_files
-
-    path = Path(checkpoint)
-    if not checkpoint_files(path)[1].exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
-        return PRETRAINED_DIR / str(checkpoint)
-    return path
-
-
-def pretrained_names(model_class: str | None = None) -> list[str]:
-    """Names of the checkpoints shipped with the package, optionally only those of one model class.
-
-    Classes: "BanditTransformer", "MDPTransformer", and the SB3 policies of the meta-RL baselines
-    ("ActorCriticPolicy", "RecurrentActorCriticPolicy").
-    """
-    import json
-
-    names = sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))
-    if model_class is None:
-        return names
-    # records written before model_class existed hold bandit transformers
-    classes = {n: json.loads((PRETRAINED_DIR / f"{n}.json").read_text()).get("model_class") for n in names}
-    return [n for n in names if (classes[n] or "BanditTransformer") == model_class]
 
 
 class TransformerAgent(BanditAgent):
@@ -62,11 +45,11 @@ class TransformerAgent(BanditAgent):
         device: str = "cpu",
         seed: int | None = None,
     ) -> None:
-        from icrl_gym.checkpoint import load_checkpoint
-
         super().__init__(seed)
         device_ = resolve_device(device)
-        model, meta = load_checkpoint(resolve_checkpoint(checkpoint), device=device_)
+        path = resolve_checkpoint(checkpoint)
+        read_record(path).expect(CheckpointKind.BANDIT_TRANSFORMER, name=str(checkpoint))
+        model, meta = load_checkpoint(path, device=device_)
         self._setup(model, meta, str(checkpoint), greedy)
 
     def _setup(self, model: Any, meta: dict[str, Any], checkpoint: str, greedy: bool) -> None:
@@ -91,22 +74,18 @@ class TransformerAgent(BanditAgent):
     @classmethod
     def pretrained(cls, name: str, **kwargs: Any) -> TransformerAgent:
         """Load a checkpoint shipped with the package by name (see :func:`pretrained_names`)."""
-        shipped = pretrained_names("BanditTransformer")
+        shipped = pretrained_names(CheckpointKind.BANDIT_TRANSFORMER)
         if name not in shipped:
             raise ValueError(f"no pretrained bandit transformer {name!r}; shipped models: {shipped}")
         return cls(PRETRAINED_DIR / name, **kwargs)
 
     def check_environment(self, spec: Any) -> None:
         """Raise a clear error when the environment's d, A or T differ from the training prior."""
-        from icrl_gym.checkpoint import check_compatible
-
         check_compatible(self.meta, spec, name=f"model {self.checkpoint!r}")
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         cfg = self.model.config
         if (self.dim, self.num_actions) != (cfg.dim, cfg.num_actions):
-            from icrl_gym.checkpoint import CheckpointError
-
             raise CheckpointError(
                 f"model {self.checkpoint!r} was trained for d={cfg.dim}, A={cfg.num_actions} "
                 f"but the environment has d={self.dim}, A={self.num_actions}"

@@ -29,6 +29,7 @@ import numpy as np
 
 from agents import make_agent
 from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
+from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record, resolve_checkpoint, save_checkpoint
 from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import MDPSpec
@@ -248,13 +249,11 @@ def training_budget(checkpoint: str) -> dict[str, Any]:
     algorithm; meta-RL policies count their online steps; a fine-tuned model adds its online
     steps to its base model's.
     """
-    from agents.transformer_agent import resolve_checkpoint
-    from icrl_gym.checkpoint import checkpoint_files
-
-    meta = json.loads(checkpoint_files(resolve_checkpoint(checkpoint))[1].read_text())
-    horizon = meta["env"].get("horizon", 0) * meta["env"].get("episodes", 1)
+    record = read_record(resolve_checkpoint(checkpoint))
+    meta = record.meta
+    horizon = record.env.get("horizon", 0) * record.env.get("episodes", 1)
     training = meta.get("training", {})
-    if "meta_rl" in meta:
+    if record.kind is CheckpointKind.META_RL_POLICY:
         return {
             "how": f"online {meta['meta_rl']['algo']}",
             "env_steps": training["env_steps"],
@@ -315,7 +314,7 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
     The config's fields tell the kind: ``algo`` an online meta-RL policy, ``base`` an online
     fine-tuning of another model, otherwise supervised pretraining.
     """
-    from agents.transformer_agent import PRETRAINED_DIR
+    # the training code is imported only when retraining: evaluating shipped models never loads it
     from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
 
     config_dir = PRETRAINED_DIR / "configs"
@@ -336,7 +335,6 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
             paths[name] = str(export_policy(algo, meta, out / "models" / name))
             continue
         if "base" in data:  # online fine-tuning of another model (retrained first when it is listed)
-            from icrl_gym.checkpoint import save_checkpoint
             from icrl_gym.training.finetune import FinetuneConfig, finetune
 
             data.update(out_dir=str(out / "training" / name), device=device, base=paths.get(data["base"], data["base"]))

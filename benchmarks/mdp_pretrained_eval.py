@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from agents import make_agent
-from agents.transformer_agent import pretrained_names
 from benchmarks.pretrained_eval import EVAL_SEED
+from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPSpec
 
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Evaluate the shipped MDP models; print Markdown tables and JSON."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
-    parser.add_argument("--models", default=",".join(pretrained_names("MDPTransformer")), help="comma-separated")
+    models = ",".join(pretrained_names(CheckpointKind.MDP_TRANSFORMER))
+    parser.add_argument("--models", default=models, help="comma-separated")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

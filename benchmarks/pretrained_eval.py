@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from agents import make_agent
-from agents.transformer_agent import TransformerAgent, pretrained_names
+from agents.transformer_agent import TransformerAgent
+from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.diagnostics import imitation_error
 from icrl_gym.envs import BanditSpec
@@ -115,9 +116,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
     parser.add_argument("--imitation-runs", type=int, default=500, help="expert rollouts for the imitation error")
-    parser.add_argument(
-        "--models", default=",".join(pretrained_names("BanditTransformer")), help="comma-separated model names"
-    )
+    models = ",".join(pretrained_names(CheckpointKind.BANDIT_TRANSFORMER))
+    parser.add_argument("--models", default=models, help="comma-separated model names")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -4,14 +4,22 @@ A checkpoint ``<stem>`` is two files: ``<stem>.safetensors`` (tensors only: load
 code) and ``<stem>.json``, which records the model configuration, the environment prior, the
 pretraining configuration (context algorithm, labels, data size, seed), the training state
 (steps, wall time, final validation loss, the exact command) and the SHA-256 of the weights
-file, so a truncated, corrupt or mismatched pair is detected on load.
+file, so a truncated, corrupt or mismatched pair is detected on load.  Its ``kind``
+(:class:`CheckpointKind`) says what the weights are; :class:`CheckpointRecord` is the typed view
+every consumer reads, and :func:`checkpoint_kind` maps records written before ``kind`` existed.
+
+The models shipped with the package live in :data:`PRETRAINED_DIR` and load by name
+(:func:`resolve_checkpoint`, :func:`pretrained_names`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import json
 import os
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +33,111 @@ from icrl_gym.fileio import atomic_write_bytes
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
-MODEL_CLASSES = {
-    "BanditTransformer": (BanditTransformer, TransformerConfig),
-    "MDPTransformer": (MDPTransformer, MDPTransformerConfig),
-}
-
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 1
+
+PRETRAINED_DIR = Path(str(importlib.resources.files("icrl_gym") / "pretrained"))
+"""The models shipped with the package (``<name>.safetensors`` + ``<name>.json``) and their ``configs/``."""
 
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, truncated or made for another environment."""
+
+
+class CheckpointKind(str, Enum):
+    """What the weights of a checkpoint are, and so which agent plays them."""
+
+    BANDIT_TRANSFORMER = "bandit_transformer"
+    """A :class:`BanditTransformer` (agent ``"transformer"``)."""
+    MDP_TRANSFORMER = "mdp_transformer"
+    """An :class:`MDPTransformer` (agent ``"mdp_transformer"``)."""
+    META_RL_POLICY = "meta_rl_policy"
+    """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
+
+
+_KIND_OF_MODEL_CLASS = {
+    "BanditTransformer": CheckpointKind.BANDIT_TRANSFORMER,
+    "MDPTransformer": CheckpointKind.MDP_TRANSFORMER,
+    "ActorCriticPolicy": CheckpointKind.META_RL_POLICY,
+    "RecurrentActorCriticPolicy": CheckpointKind.META_RL_POLICY,
+}
+
+
+def checkpoint_kind(meta: dict[str, Any]) -> CheckpointKind:
+    """The kind of a checkpoint record: its ``kind``, or for older records, the one of its ``model_class``.
+
+    The one place where records written before ``kind`` existed are mapped; the oldest have no
+    ``model_class`` either and hold bandit transformers.
+    """
+    if "kind" in meta:
+        try:
+            return CheckpointKind(meta["kind"])
+        except ValueError as err:
+            raise CheckpointError(f"unknown checkpoint kind {meta['kind']!r}") from err
+    model_class = meta.get("model_class", "BanditTransformer")
+    if model_class not in _KIND_OF_MODEL_CLASS:
+        raise CheckpointError(f"checkpoint record of unknown model class {model_class!r} and no kind")
+    return _KIND_OF_MODEL_CLASS[model_class]
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """The JSON record of a checkpoint, typed: its kind and the environment it was made for."""
+
+    kind: CheckpointKind
+    """What the weights are (see :class:`CheckpointKind`)."""
+    meta: dict[str, Any]
+    """The whole record as stored (model configuration, training state, ...)."""
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> CheckpointRecord:
+        """The typed view of a record read from disk (older records mapped by :func:`checkpoint_kind`)."""
+        return cls(kind=checkpoint_kind(meta), meta=meta)
+
+    @property
+    def env(self) -> dict[str, Any]:
+        """The environment prior the model was trained on (a spec as a dict)."""
+        return self.meta.get("env", {})
+
+    def expect(self, kind: CheckpointKind, name: str = "checkpoint") -> None:
+        """Raise :class:`CheckpointError` unless the record is of ``kind``."""
+        if self.kind is not kind:
+            raise CheckpointError(f"{name} holds a {self.kind.value}, not a {kind.value}")
+
+
+def read_record(path: str | os.PathLike) -> CheckpointRecord:
+    """The record of a checkpoint alone (the weights are neither read nor checked)."""
+    record_path = checkpoint_files(path)[1]
+    if not record_path.exists():
+        raise CheckpointError(f"checkpoint file {record_path} does not exist")
+    try:
+        return CheckpointRecord.from_meta(json.loads(record_path.read_text()))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{record_path} is corrupt or truncated: {err}") from err
+
+
+def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """A checkpoint path, or the name of a model shipped in :data:`PRETRAINED_DIR`."""
+    path = Path(checkpoint)
+    if not checkpoint_files(path)[1].exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
+        return PRETRAINED_DIR / str(checkpoint)
+    return path
+
+
+def pretrained_names(kind: CheckpointKind | str | None = None) -> list[str]:
+    """Names of the checkpoints shipped with the package, optionally only those of one kind."""
+    names = sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))
+    if kind is None:
+        return names
+    kind = CheckpointKind(kind)
+    return [n for n in names if read_record(PRETRAINED_DIR / n).kind is kind]
+
+
+MODEL_CLASSES = {
+    CheckpointKind.BANDIT_TRANSFORMER: (BanditTransformer, TransformerConfig),
+    CheckpointKind.MDP_TRANSFORMER: (MDPTransformer, MDPTransformerConfig),
+}
+"""The model and configuration classes of the transformer kinds (meta-RL policies load with SB3)."""
 
 
 def _stem(path: str | os.PathLike) -> Path:
@@ -50,12 +152,22 @@ def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
 
 
 def save_checkpoint(
-    path: str | os.PathLike, model: torch.nn.Module, meta: dict[str, Any], config: dict[str, Any] | None = None
+    path: str | os.PathLike,
+    model: torch.nn.Module,
+    meta: dict[str, Any],
+    config: dict[str, Any] | None = None,
+    kind: CheckpointKind | None = None,
 ) -> Path:
     """Save ``model`` and ``meta`` as ``<stem>.safetensors`` + ``<stem>.json``; returns the stem.
 
-    ``config`` is the model's configuration record (default: ``model.config.to_dict()``).
+    ``config`` is the model's configuration record (default: ``model.config.to_dict()``); ``kind``
+    defaults to the one of the model's class.
     """
+    model_class = type(model).__name__
+    if kind is None:
+        if model_class not in _KIND_OF_MODEL_CLASS:
+            raise ValueError(f"no checkpoint kind for a {model_class}: pass kind=")
+        kind = _KIND_OF_MODEL_CLASS[model_class]
     stem = _stem(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     blob = save_safetensors(tensors)
@@ -63,8 +175,9 @@ def save_checkpoint(
         **meta,
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
+        "kind": CheckpointKind(kind).value,
         "model": model.config.to_dict() if config is None else config,
-        "model_class": type(model).__name__,
+        "model_class": model_class,
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
     # Weights first, record last: a record always describes weights that are fully on disk.
@@ -100,13 +213,16 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
 
 def load_checkpoint(
     path: str | os.PathLike, device: torch.device | str = "cpu", expect: BanditSpec | None = None
-) -> tuple[BanditTransformer, dict[str, Any]]:
+) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
     """Build the model of a checkpoint and load its weights; check the environment if given."""
     state, meta = read_checkpoint(path)
+    kind = checkpoint_kind(meta)
+    if kind not in MODEL_CLASSES:
+        raise CheckpointError(f"checkpoint {_stem(path)} holds a {kind.value}, not a transformer")
     if expect is not None:
         check_compatible(meta, expect, name=str(_stem(path)))
     try:
-        model_cls, config_cls = MODEL_CLASSES[meta.get("model_class", "BanditTransformer")]
+        model_cls, config_cls = MODEL_CLASSES[kind]
         model = model_cls(config_cls.from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
     except (KeyError, ValueError, RuntimeError) as err:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from agents.transformer_agent import pretrained_names
+from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
 CFG = dict(n_layer=2, n_head=2, n_embd=16, num_states=4, num_actions=3, horizon=3, episodes=3)
@@ -134,7 +134,7 @@ GREEDY_MODELS = ("tabular-mdp-dpt-psrl-uniform",)
 posterior sampling, which explores where the greedy posterior mode stalls: docs/results.md)."""
 
 
-@pytest.mark.parametrize("name", pretrained_names("MDPTransformer"))
+@pytest.mark.parametrize("name", pretrained_names(CheckpointKind.MDP_TRANSFORMER))
 def test_shipped_mdp_checkpoint_beats_uniform(name):
     """Every shipped MDP model, played as documented, loses clearly less than the uniform policy on fresh instances."""
     import numpy as np

@@ -3,8 +3,15 @@ import pytest
 import torch
 
 from agents import make_agent
-from agents.transformer_agent import TransformerAgent, pretrained_names
-from icrl_gym.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from agents.transformer_agent import TransformerAgent
+from icrl_gym.checkpoint import (
+    CheckpointError,
+    CheckpointKind,
+    load_checkpoint,
+    pretrained_names,
+    read_checkpoint,
+    save_checkpoint,
+)
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.device import resolve_device
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
@@ -169,7 +176,7 @@ def test_corrupt_and_mismatched_checkpoints(tmp_path):
         TransformerAgent.pretrained("does-not-exist")
 
 
-@pytest.mark.parametrize("name", pretrained_names("BanditTransformer"))
+@pytest.mark.parametrize("name", pretrained_names(CheckpointKind.BANDIT_TRANSFORMER))
 def test_shipped_checkpoint_beats_uniform(name):
     agent = TransformerAgent.pretrained(name, seed=0)
     spec = agent.meta["env"]

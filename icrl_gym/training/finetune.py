@@ -35,12 +35,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, resolve_checkpoint, save_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes, config_command
 from icrl_gym.models.transformer import BanditTransformer
+from icrl_gym.registry import agent_class
 
 
 @dataclass
@@ -91,9 +92,7 @@ def rollout(
 
     ``instance`` may fix ``w_star`` (and ``action_sets``) instead of drawing them from the prior.
     """
-    from agents.transformer_agent import TransformerAgent
-
-    agent = TransformerAgent.from_model(model, seed=rng)  # the agent's cached rollout around our model
+    agent = agent_class("transformer").from_model(model, seed=rng)  # the agent's cached rollout around our model
     batch = BanditBatch(spec, num_runs, rng, **(instance or {}))
     agent.reset(batch_size=num_runs, dim=spec.dim, num_actions=spec.num_actions)
     T = spec.horizon
@@ -141,9 +140,7 @@ def policy_gradient_loss(
 
 def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneConfig, device) -> float:
     """Mean regret of the sampled policy on the fixed validation instances."""
-    from agents.transformer_agent import TransformerAgent
-
-    agent = TransformerAgent.from_model(model, seed=VALIDATION_SEED + cfg.seed)
+    agent = agent_class("transformer").from_model(model, seed=VALIDATION_SEED + cfg.seed)
     model.eval()
     regret = evaluate_regret(spec, agent, cfg.val_runs, seed=VALIDATION_SEED + cfg.seed, batch_size=cfg.val_runs)
     return float(regret.sum(axis=1).mean())
@@ -151,8 +148,6 @@ def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneC
 
 def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True) -> tuple[BanditTransformer, dict]:
     """Run (or resume) the fine-tuning; returns the best model on validation and its record."""
-    from agents.transformer_agent import resolve_checkpoint
-
     device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out_dir)

@@ -1,4 +1,4 @@
-"""A shipped online meta-RL policy (PPO across the prior, :mod:`icrl_gym.training.meta_rl`) as a bandit agent.
+"""A shipped online meta-RL policy (PPO across the prior, :mod:`icrl_gym.meta_policy`) as a bandit agent.
 
 The agent keeps the same history features the policy was trained on (:class:`HistoryFeatures`,
 batched over runs) and, for the recurrent (RL^2) policy, one LSTM state per run.  ``policy``
@@ -13,12 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.transformer_agent import resolve_checkpoint
 from icrl_gym.algorithm import BanditAgent
-from icrl_gym.checkpoint import CheckpointError
+from icrl_gym.checkpoint import CheckpointError, resolve_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditSpec
-from icrl_gym.training.meta_rl import HistoryFeatures, load_policy
+from icrl_gym.meta_policy import HistoryFeatures, load_policy
 
 
 class MetaRLAgent(BanditAgent):

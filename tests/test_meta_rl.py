@@ -10,14 +10,8 @@ from agents import make_agent
 from icrl_gym.checkpoint import CheckpointError
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditBatch, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.training.meta_rl import (
-    BanditFeatureVecEnv,
-    HistoryFeatures,
-    MetaRLConfig,
-    export_policy,
-    load_policy,
-    train,
-)
+from icrl_gym.meta_policy import BanditFeatureVecEnv, HistoryFeatures, MetaRLConfig, load_policy
+from icrl_gym.training.meta_rl import export_policy, train
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,287 @@
+"""The online meta-RL baselines at play time: history features, their VecEnv, the policy's configuration and loading.
+
+In-context pretraining is usually compared with meta-RL trained *online* (PPO across the prior,
+:mod:`icrl_gym.training.meta_rl`).  The policy sees the history in a fixed-size form; two forms
+are offered (``features``):
+
+- ``"statistics"``: an MLP on the experts' sufficient statistics (one estimator, shared with the
+  experts in :mod:`icrl_gym.statistics`).  Bernoulli (one-hot arms): per arm N_k / T, the mean
+  S_k / N_k (1/2 before the first pull) and 1 / sqrt(N_k + 1), and t / T.  Linear: the action
+  set, the ridge estimate w_t = V_t^{-1} b_t (lambda = 1), per arm <a_k, w_t> and
+  sqrt(a_k^T V_t^{-1} a_k), and t / T.
+- ``"prev_action_reward"``: RL^2 (Duan et al. 2016; Wang et al. 2016), an LSTM policy
+  (sb3-contrib's RecurrentPPO) fed the action set, the previous action (one-hot), the previous
+  reward and t / T; the history lives in its recurrent state.
+
+:class:`HistoryFeatures` computes them for B runs; :class:`BanditFeatureVecEnv` is a
+Stable-Baselines3 ``VecEnv`` over a :class:`BanditBatch` that serves them, so B runs step as
+arrays; :func:`load_policy` rebuilds an exported policy (no pickle), which the agent
+:class:`agents.meta_rl_agent.MetaRLAgent` plays.  Nothing here trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.vec_env import VecEnv
+
+from icrl_gym.algorithm import one_hot
+from icrl_gym.checkpoint import CheckpointError, CheckpointKind, CheckpointRecord, read_checkpoint
+from icrl_gym.device import resolve_device
+from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.fileio import DictConfig
+from icrl_gym.statistics import ArmStatistics, RidgeStatistics
+
+FEATURES = ("statistics", "prev_action_reward")
+ALGOS = ("ppo", "recurrent_ppo")
+
+
+class HistoryFeatures:
+    """Fixed-size features of the histories of B bandit runs, updated incrementally."""
+
+    def __init__(self, spec: BanditSpec, kind: str, batch_size: int = 1) -> None:
+        if kind not in FEATURES:
+            raise ValueError(f"features must be one of {FEATURES}, got {kind!r}")
+        self.spec, self.kind = spec, kind
+        self.reset(batch_size)
+
+    @property
+    def size(self) -> int:
+        """Length F of a feature vector."""
+        A, d = self.spec.num_actions, self.spec.dim
+        if self.kind == "prev_action_reward":
+            return A * d + A + 2
+        if self.spec.arms == "one_hot":
+            return 3 * A + 1
+        return A * d + d + 2 * A + 1
+
+    def reset(self, batch_size: int) -> None:
+        """Empty histories for ``batch_size`` runs."""
+        A, d = self.spec.num_actions, self.spec.dim
+        self.batch_size, self.t = batch_size, 0
+        statistics, one_hot_arms = self.kind == "statistics", self.spec.arms == "one_hot"
+        self.arms = ArmStatistics(batch_size, A) if statistics and one_hot_arms else None
+        self.ridge = RidgeStatistics(batch_size, d, reg=1.0) if statistics and not one_hot_arms else None
+        self.prev_action = np.full(batch_size, -1)
+        self.prev_reward = np.zeros(batch_size)
+
+    def update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Add (a_t, r_t) of every run."""
+        if self.arms is not None:
+            self.arms.update(actions, rewards)
+        if self.ridge is not None:
+            self.ridge.update(action_sets[np.arange(self.batch_size), actions], rewards)
+        self.prev_action, self.prev_reward = np.asarray(actions), np.asarray(rewards, dtype=np.float64)
+        self.t += 1
+
+    def features(self, action_sets: np.ndarray) -> np.ndarray:
+        """(B, A, d) current action sets -> (B, F) float32 features."""
+        B, T = self.batch_size, self.spec.horizon
+        clock = np.full((B, 1), self.t / T)
+        if self.kind == "prev_action_reward":
+            prev = one_hot(np.maximum(self.prev_action, 0), self.spec.num_actions) * (self.prev_action >= 0)[:, None]
+            parts = [action_sets.reshape(B, -1), prev, self.prev_reward[:, None], clock]
+        elif self.arms is not None:
+            counts = self.arms.counts
+            means = np.nan_to_num(self.arms.means(), nan=0.5)
+            parts = [counts / T, means, 1.0 / np.sqrt(counts + 1.0), clock]
+        else:
+            w = self.ridge.estimate()
+            parts = [
+                action_sets.reshape(B, -1),
+                w,
+                np.einsum("bkd,bd->bk", action_sets, w),
+                np.sqrt(self.ridge.widths(action_sets)),
+                clock,
+            ]
+        return np.concatenate(parts, axis=1).astype(np.float32)
+
+
+class BanditFeatureVecEnv(VecEnv):
+    """B bandit runs with history features as a Stable-Baselines3 ``VecEnv`` (arrays, no Python loop).
+
+    All runs last T steps and end together; the step that ends them resets every run to a new
+    instance and reports ``terminal_observation`` and ``episode`` (return r, length l, regret) in
+    the infos, as SB3's Monitor would.
+    """
+
+    def __init__(self, spec: BanditSpec, kind: str, num_envs: int, seed: int = 0) -> None:
+        self.spec = spec
+        self.features = HistoryFeatures(spec, kind, num_envs)
+        obs_space = spaces.Box(-np.inf, np.inf, shape=(self.features.size,), dtype=np.float32)
+        self.render_mode = None  # read by VecEnv.__init__
+        super().__init__(num_envs, obs_space, spaces.Discrete(spec.num_actions))
+        self.rng = np.random.default_rng(seed)
+        self.batch: BanditBatch | None = None
+        self._actions: np.ndarray | None = None
+        self._return = np.zeros(num_envs)
+        self._regret = np.zeros(num_envs)
+
+    def reset(self) -> np.ndarray:
+        """New instances for every run."""
+        self.batch = BanditBatch(self.spec, self.num_envs, self.rng)
+        self.features.reset(self.num_envs)
+        self._return[:] = 0.0
+        self._regret[:] = 0.0
+        return self.features.features(self.batch.action_sets)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Store the actions of the next step."""
+        self._actions = np.asarray(actions).reshape(self.num_envs).astype(np.int64)
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        """Pull the stored arms; reset every run at the end of the horizon."""
+        if self.batch is None or self._actions is None:
+            raise RuntimeError("call reset() and step_async() before step_wait()")
+        action_sets = self.batch.action_sets
+        out = self.batch.step(self._actions)
+        self.features.update(action_sets, self._actions, out["reward"])
+        self._return += out["reward"]
+        self._regret += out["best_expected_reward"] - out["expected_reward"]
+        obs = self.features.features(self.batch.action_sets)
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        done = self.batch.done
+        if done:
+            for i, info in enumerate(infos):
+                info["terminal_observation"] = obs[i]
+                info["episode"] = {"r": self._return[i], "l": self.spec.horizon, "regret": self._regret[i]}
+            obs = self.reset()
+        return obs, out["reward"].astype(np.float32), np.full(self.num_envs, done), infos
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def seed(self, seed: int | None = None) -> list[int | None]:
+        """Reseed the instance generator."""
+        self.rng = np.random.default_rng(seed)
+        return [seed] * self.num_envs
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        """The attribute of the (shared) batch, once per selected run."""
+        return [getattr(self, attr_name)] * len(self._get_indices(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        """Set an attribute of the shared batch."""
+        setattr(self, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list:
+        """Call a method of the shared batch once per selected run."""
+        return [getattr(self, method_name)(*method_args, **method_kwargs) for _ in self._get_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: Any = None) -> list[bool]:
+        """No Gymnasium wrappers are involved."""
+        return [False] * len(self._get_indices(indices))
+
+
+@dataclass
+class MetaRLConfig(DictConfig):
+    """A meta-RL training run (saved with the exported policy)."""
+
+    name: str = "bernoulli-ppo-statistics"
+    """Name of the exported model."""
+    env: dict[str, Any] = field(default_factory=lambda: BanditSpec().to_dict())
+    """The environment prior (a :class:`BanditSpec` as a dict)."""
+    algo: str = "ppo"
+    """"ppo" (MLP policy) or "recurrent_ppo" (sb3-contrib's LSTM policy, RL^2)."""
+    features: str = "statistics"
+    """"statistics" or "prev_action_reward" (see the module docstring)."""
+    wall_minutes: float = 20.0
+    """Training stops after this wall-clock time ..."""
+    max_env_steps: int = 50_000_000
+    """... or this many environment steps, whichever comes first."""
+    num_envs: int = 64
+    """Parallel runs per rollout."""
+    n_steps: int = 200
+    """Steps per run per rollout (T: one whole in-context run)."""
+    batch_size: int = 3200
+    """PPO minibatch size."""
+    n_epochs: int = 4
+    """PPO epochs per rollout."""
+    learning_rate: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount.  1 is the regret's own objective, but PPO's regret oscillated between 20 and 60
+    with it on the Bernoulli bandit (measured, 2.5 min runs); 0.99 with the entropy bonus
+    learned steadily (12 after 2.5 min)."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    ent_coef: float = 0.01
+    """Entropy bonus (keeps the policy from committing to an arm too early)."""
+    normalize_reward: bool = True
+    """Divide rewards by a running standard deviation of the return (SB3's VecNormalize, training
+    only): undiscounted returns of ~100 otherwise give value losses whose gradients swamp the policy's
+    under PPO's gradient-norm clipping."""
+    net_arch: list[int] = field(default_factory=lambda: [128, 128])
+    """Hidden layers of the policy and value MLPs."""
+    lstm_hidden_size: int = 128
+    """LSTM width (recurrent_ppo)."""
+    seed: int = 0
+    """Seed of the instances and of the policy."""
+    threads: int = 1
+    """torch CPU threads."""
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu" or "cuda"."""
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        if self.features not in FEATURES:
+            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
+
+    @property
+    def spec(self) -> BanditSpec:
+        """The prior."""
+        return BanditSpec.from_dict(self.env)
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the SB3 policy."""
+        kwargs: dict[str, Any] = {"net_arch": list(self.net_arch)}
+        if self.algo == "recurrent_ppo":
+            kwargs["lstm_hidden_size"] = self.lstm_hidden_size
+        return kwargs
+
+
+def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlgorithm:
+    """The SB3 algorithm of ``cfg`` on ``env`` (fresh weights)."""
+    common = dict(
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=cfg.n_epochs,
+        learning_rate=cfg.learning_rate,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        ent_coef=cfg.ent_coef,
+        policy_kwargs=cfg.policy_kwargs(),
+        seed=cfg.seed,
+        device=resolve_device(cfg.device),
+        verbose=verbose,
+    )
+    if cfg.algo == "recurrent_ppo":
+        from sb3_contrib import RecurrentPPO
+
+        return RecurrentPPO("MlpLstmPolicy", env, **common)
+    from stable_baselines3 import PPO
+
+    return PPO("MlpPolicy", env, **common)
+
+
+def load_policy(path: str | Path, device: str = "cpu") -> tuple[BaseAlgorithm, dict[str, Any]]:
+    """Rebuild the SB3 algorithm of an exported policy and load its weights (no pickle)."""
+    weights, meta = read_checkpoint(path)
+    kind = CheckpointRecord.from_meta(meta).kind
+    if kind is not CheckpointKind.META_RL_POLICY:
+        raise CheckpointError(f"{path} is not a meta-RL policy checkpoint (it holds a {kind.value})")
+    cfg = MetaRLConfig.from_dict({**meta["meta_rl"], "device": device})
+    algo = build_algorithm(cfg, BanditFeatureVecEnv(cfg.spec, cfg.features, cfg.num_envs, seed=0))
+    try:
+        algo.policy.load_state_dict(weights, strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path} does not fit its policy configuration: {err}") from err
+    algo.policy.set_training_mode(False)
+    return algo, meta

@@ -10,9 +10,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Self, TypeVar
+from typing import IO, Any, TypeVar
 
 T = TypeVar("T")
+C = TypeVar("C", bound="DictConfig")  # typing.Self needs Python 3.11; the package supports 3.10
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
@@ -60,7 +61,7 @@ class DictConfig:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
         """Inverse of :meth:`to_dict` (unknown keys are an error, not silently dropped)."""
         return dataclass_from_dict(cls, data)
 

@@ -5,7 +5,9 @@ rewards -- the posterior is conjugate: Dirichlet(c + N_h(s, a, .)) and Beta(1 + 
 At the start of every episode PSRL samples an MDP from the posterior, solves it by backward
 induction and follows its greedy policy for the episode.  This is exactly what DPT's reduced expert
 (posterior sampling) does, so it is the reference for DPT-pretrained MDP transformers.
-``stationary=True`` pools the counts over h (the default ``None`` follows the environment's ``info``).
+``stationary=True`` pools the counts over h (the default ``None`` follows the environment's ``info``);
+the concentration c is likewise the environment's (``info["model"]["concentration"]``, the prior it
+draws P from) unless given, and 1 when the agent is reset without a model.
 
 Both classes also give the posterior of the optimal action, P(a* = a | D_{t-1}) at the current
 (s_t, h_t), with a* the first maximiser of Q*_h(s_t, .) (the convention of the hard DPT label): the
@@ -15,6 +17,7 @@ the same minimiser as against the hard label a* of the true instance, with less 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -30,18 +33,25 @@ class PSRL(GreedyQAgent):
 
     def __init__(
         self,
-        concentration: float = 1.0,
+        concentration: float | None = None,
         stationary: bool | None = None,
         posterior_samples: int = 32,
+        model_used: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
+        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(temperature=0.0, seed=seed)
         if posterior_samples < 1:
             raise ValueError(f"posterior_samples must be >= 1, got {posterior_samples}")
-        self.concentration, self.stationary = float(concentration), stationary
+        if concentration is not None and not concentration > 0:
+            raise ValueError(f"concentration must be > 0 (or None: the environment's), got {concentration}")
+        self.concentration, self.stationary = concentration, stationary
         self.posterior_samples = int(posterior_samples)
+        self.used_concentration: float | None = None
 
     def _reset(self, instance: Any) -> None:
+        env_c = 1.0 if self.env_model is None else float(self.env_model["concentration"])
+        self.used_concentration = env_c if self.concentration is None else float(self.concentration)
         self.counts = self._new_counts(self.stationary)
         self._draws: tuple[np.ndarray, np.ndarray] | None = None  # M posterior MDPs kept for the labels
 
@@ -50,7 +60,7 @@ class PSRL(GreedyQAgent):
 
         ``n_sas`` (..., S), ``n_sa`` and ``reward_sum`` (...); ``samples`` prepends draw axes (e.g. (M,)).
         """
-        gamma = self.rng.gamma(self.concentration + np.broadcast_to(n_sas, (*samples, *n_sas.shape)))
+        gamma = self.rng.gamma(self.used_concentration + np.broadcast_to(n_sas, (*samples, *n_sas.shape)))
         succ = np.broadcast_to(reward_sum, (*samples, *reward_sum.shape))
         R = self.rng.beta(1.0 + succ, 1.0 + np.broadcast_to(n_sa, succ.shape) - succ)
         return gamma / gamma.sum(axis=-1, keepdims=True), R
@@ -98,6 +108,7 @@ class PSRL(GreedyQAgent):
             "concentration": self.concentration,
             "stationary": self.stationary,
             "posterior_samples": self.posterior_samples,
+            **({} if self.used_concentration is None else {"model_used": {"concentration": self.used_concentration}}),
         }
 
 

@@ -5,27 +5,33 @@ V_t = (s2/lambda) I + sum_{j<t} a_j a_j^T,
 
     mu_t = V_t^{-1} ((s2/lambda) m 1 + sum_{j<t} a_j r_j),   w~ ~ N(mu_t, s2 V_t^{-1}),   a_t = argmax_k <a_{t,k}, w~>,
 
-which is exact posterior sampling when w* ~ N(m 1, lambda I) and eps ~ N(0, s2).  With m = 1/2
-and lambda = 1/12 the prior has the moments of the paper's Unif([0,1]^d) prior (the "matched
-prior" baseline of the benchmark).  Defaults: the
-paper's runs, sigma = 1.5 and lambda = 1, although w* ~ Unif([0,1]^d) there (so TS is
-misspecified).  Appendix exp_details writes "Tpsparn = sigma = 1.5" for the parameter that
-plays the noise *variance*; we read sigma as the noise standard deviation of the environment
-(s2 = 2.25), which gives regret 52.1 +- 0.5 at T=200 against the reference level of about 51;
-s2 = 1.5 gives 46.2 +- 0.5 (2,000 runs each, seed 123).
+which is exact posterior sampling when w* ~ N(m 1, lambda I) and eps ~ N(0, s2).  sigma, m and
+lambda are read from the environment the agent is reset on (:mod:`agents.linear_posterior`):
+the noise level, and the prior itself (prior='gaussian') or the Gaussian with its moments
+(Unif([low, high]^d): m = (low+high)/2, lambda = (high-low)^2/12), the "matched prior".  Explicit
+constructor values override them: the paper's TS baseline is ``prior_mean=0, prior_var=1``
+(:data:`~agents.linear_posterior.PAPER_TS_PRIOR`), misspecified for its w* ~ Unif([0,1]^d).
+Appendix exp_details writes "Tpsparn = sigma = 1.5" for the parameter that plays the noise
+*variance*; we read sigma as the noise standard deviation of the environment (s2 = 2.25), which
+gives regret 52.1 +- 0.5 at T=200 against the reference level of about 51; s2 = 1.5 gives
+46.2 +- 0.5 (2,000 runs each, seed 123).
 
-Bernoulli: Beta(1, 1) priors; p~_k ~ Beta(1 + S_k, 1 + N_k - S_k), a_t = argmax_k p~_k
-(Algorithm 3.2 of Russo et al., "A tutorial on Thompson sampling").
+Bernoulli: Beta(a, b) priors on every arm; p~_k ~ Beta(a + S_k, b + N_k - S_k), a_t = argmax_k p~_k
+(Algorithm 3.2 of Russo et al., "A tutorial on Thompson sampling").  (a, b) is the environment's
+Beta prior (prior='beta'), Beta(1, 1) for its uniform prior (exact on Unif([0,1]); on a narrower
+Unif([low, high]) Beta(1, 1) ignores the bounds), or the constructor's values.
 
 ``policy`` returns P(k = argmax) estimated from ``num_policy_samples`` posterior draws.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from agents.linear_posterior import GaussianModelMixin
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.statistics import ArmStatistics, RidgeStatistics
 
@@ -38,37 +44,33 @@ def argmax_frequencies(scores: np.ndarray, num_actions: int) -> np.ndarray:
     return counts / scores.shape[0]
 
 
-class LinearThompson(BanditAgent):
-    """Gaussian Thompson sampling for linear bandits."""
+class LinearThompson(GaussianModelMixin, BanditAgent):
+    """Gaussian Thompson sampling for linear bandits (noise and prior from the environment unless given)."""
 
     name = "linear_ts"
 
     def __init__(
         self,
-        noise_std: float = 1.5,
-        prior_var: float = 1.0,
-        prior_mean: float = 0.0,
+        noise_std: float | None = None,
+        prior_var: float | None = None,
+        prior_mean: float | None = None,
         num_policy_samples: int = 1000,
+        model_used: Mapping[str, float] | None = None,
         seed: int | None = None,
     ) -> None:
+        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
-        if noise_std <= 0 or prior_var <= 0:
-            raise ValueError(f"noise_std and prior_var must be > 0, got {noise_std}, {prior_var}")
-        self.noise_std, self.prior_var = float(noise_std), float(prior_var)
-        self.noise_var = self.noise_std**2
-        self.prior_mean = float(prior_mean)
+        self._init_model(noise_std, prior_mean, prior_var)
         self.num_policy_samples = int(num_policy_samples)
         self.stats: RidgeStatistics | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
-        center = np.full(self.dim, self.prior_mean)
-        self.stats = RidgeStatistics(self.batch_size, self.dim, self.noise_var / self.prior_var, center=center)
+        self.stats = self._resolve_model().statistics(self.batch_size, self.dim)
 
     def _posterior(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean (B, d) and Cholesky factor (B, d, d) of the covariance s2 V^{-1}."""
-        cov = self.noise_var * self.stats.gram_inv
-        cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))  # keep it symmetric under rank-one updates
-        return self.stats.estimate(), np.linalg.cholesky(cov)
+        mean, cov = self.model.posterior(self.stats)
+        return mean, np.linalg.cholesky(cov)
 
     def _sample_scores(self, action_sets: np.ndarray, num_samples: int) -> np.ndarray:
         mean, chol = self._posterior()
@@ -87,35 +89,52 @@ class LinearThompson(BanditAgent):
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""
-        return {
-            **super().config(),
-            "noise_std": self.noise_std,
-            "prior_var": self.prior_var,
-            "prior_mean": self.prior_mean,
-        }
+        return {**super().config(), **self._model_config()}
+
+
+def beta_prior(model: Mapping[str, Any] | None, prior_a: float | None, prior_b: float | None) -> tuple[float, float]:
+    """The Beta(a, b) prior on each arm mean: explicit values, else the environment's, else Beta(1, 1).
+
+    A 'beta' environment gives its (prior_a, prior_b); its uniform prior gives Beta(1, 1) (= Unif([0, 1])).
+    """
+    env_a = env_b = 1.0
+    if model is not None and model.get("prior") == "beta":
+        env_a, env_b = float(model["prior_a"]), float(model["prior_b"])
+    return float(env_a if prior_a is None else prior_a), float(env_b if prior_b is None else prior_b)
 
 
 class BernoulliThompson(BanditAgent):
-    """Beta-Bernoulli Thompson sampling with Beta(prior_a, prior_b) priors on every arm."""
+    """Beta-Bernoulli Thompson sampling with Beta(a, b) priors on every arm (the environment's unless given)."""
 
     name = "bernoulli_ts"
 
     def __init__(
-        self, prior_a: float = 1.0, prior_b: float = 1.0, num_policy_samples: int = 1000, seed: int | None = None
+        self,
+        prior_a: float | None = None,
+        prior_b: float | None = None,
+        num_policy_samples: int = 1000,
+        model_used: Mapping[str, float] | None = None,
+        seed: int | None = None,
     ) -> None:
+        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
-        if prior_a <= 0 or prior_b <= 0:
-            raise ValueError(f"Beta prior parameters must be > 0, got ({prior_a}, {prior_b})")
-        self.prior_a, self.prior_b = float(prior_a), float(prior_b)
+        for name, value in (("prior_a", prior_a), ("prior_b", prior_b)):
+            if value is not None and not value > 0:
+                raise ValueError(f"Beta prior parameter {name} must be > 0 (or None: the environment's), got {value}")
+        self.prior_a, self.prior_b = prior_a, prior_b
+        self.a, self.b = beta_prior(None, prior_a, prior_b)
         self.num_policy_samples = int(num_policy_samples)
         self.stats: ArmStatistics | None = None
+        self._reset_done = False
 
     def _reset(self, w_star: np.ndarray | None) -> None:
+        self.a, self.b = beta_prior(self.env_model, self.prior_a, self.prior_b)
+        self._reset_done = True
         self.stats = ArmStatistics(self.batch_size, self.num_actions)
 
     def _sample(self, num_samples: int) -> np.ndarray:
-        a = self.prior_a + self.stats.sums
-        b = self.prior_b + self.stats.counts - self.stats.sums
+        a = self.a + self.stats.sums
+        b = self.b + self.stats.counts - self.stats.sums
         return self.rng.beta(a, b, size=(num_samples, *a.shape))  # (M, B, A)
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
@@ -131,4 +150,7 @@ class BernoulliThompson(BanditAgent):
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""
-        return {**super().config(), "prior_a": self.prior_a, "prior_b": self.prior_b}
+        out = {**super().config(), "prior_a": self.prior_a, "prior_b": self.prior_b}
+        if self._reset_done:
+            out["model_used"] = {"prior_a": self.a, "prior_b": self.b}
+        return out

@@ -1,9 +1,10 @@
 """The benchmark's experiments as plain data (Section experiments and Appendix exp_details).
 
 Each experiment names an environment prior and the algorithms it compares, each an
-``agents.make_agent`` specification; transformers are ``{"name": "transformer", "checkpoint": ...}``
-with a shipped model name.  ``paper`` holds the regret at T=200 read from the paper's figures,
-for the results page.
+``agents.make_agent`` specification (Bayesian algorithms read the noise level and prior from the
+environment they run on, so an experiment only names them); transformers are
+``{"name": "transformer", "checkpoint": ...}`` with a shipped model name.  ``paper`` holds the
+regret at T=200 read from the paper's figures, for the results page.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import ts_uniform_mixture
+from agents.linear_posterior import PAPER_TS_PRIOR
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, dark_room_spec, linear_bandit_spec
+
+PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
+"""The paper's linear TS: its N(0, I_d) prior on w* ~ Unif([0,1]^d) (misspecified); the noise level is the env's.
+``{"name": "linear_ts"}`` alone is TS with the prior matched to the environment's."""
 
 LEARNED = ("transformer", "mdp_transformer", "meta_rl")
 """Agent names whose specification carries a ``checkpoint`` (shipped in icrl_gym/pretrained)."""
@@ -95,9 +101,9 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "TF (AD LinUCB, greedy)": transformer("linear-bandit-ad-linucb", greedy=True),
                 "PPO meta-RL (ridge statistics)": meta_rl("linear-bandit-ppo-statistics"),
                 "LinUCB": {"name": "linucb"},
-                "TS": {"name": "linear_ts"},
+                "TS": PAPER_TS,
                 "Emp": {"name": "emp"},
-                "TS (matched prior)": {"name": "linear_ts", "prior_mean": 0.5, "prior_var": 1 / 12},
+                "TS (matched prior)": {"name": "linear_ts"},
             },
             paper={"TF (AD LinUCB)": 39.5, "LinUCB": 32.8, "TS": 51.5, "Emp": 57.0},
         ),
@@ -162,7 +168,7 @@ OOD = (
         algorithms={
             "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb", greedy=True),
             "LinUCB": {"name": "linucb"},
-            "TS (sigma=3)": {"name": "linear_ts", "noise_std": 3.0},
+            "TS (sigma=3)": PAPER_TS,
             "Emp": {"name": "emp"},
         },
         default=False,
@@ -174,7 +180,7 @@ OOD = (
         algorithms={
             "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb", greedy=True),
             "LinUCB": {"name": "linucb"},
-            "TS": {"name": "linear_ts"},
+            "TS": PAPER_TS,
             "Emp": {"name": "emp"},
         },
         default=False,

@@ -23,7 +23,7 @@ SUITES: dict[str, tuple[BanditSpec, dict[str, dict]]] = {
         {
             "LinUCB (lambda=1, alpha=2)": {"name": "linucb"},
             "soft LinUCB (tau=0.1)": {"name": "soft_linucb", "temperature": 0.1},
-            "TS (N(0,I) prior, sigma=1.5)": {"name": "linear_ts"},
+            "TS (N(0,I) prior, sigma=1.5)": {"name": "linear_ts", "prior_mean": 0.0, "prior_var": 1.0},
             "Emp": {"name": "emp"},
             "Uniform": {"name": "uniform"},
             "Optimal": {"name": "optimal"},

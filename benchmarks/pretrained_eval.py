@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from agents import make_agent
+from agents.linear_posterior import PAPER_TS_PRIOR
 from agents.transformer_agent import TransformerAgent
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.trajectories import evaluate_regret
@@ -42,14 +43,14 @@ def reduced_expert(meta: dict) -> dict:
     if pre["label"] == "expert":
         return pre["expert"]
     spec = BanditSpec.from_dict(meta["env"])
-    return {"name": "bernoulli_ts"} if spec.reward == "bernoulli" else {"name": "linear_ts"}
+    return {"name": "bernoulli_ts"} if spec.reward == "bernoulli" else {"name": "linear_ts", **PAPER_TS_PRIOR}
 
 
 def baselines(spec: BanditSpec) -> dict[str, dict]:
     """The paper's comparison algorithms for a prior."""
     if spec.reward == "bernoulli":
         return {"UCB": {"name": "ucb"}, "TS": {"name": "bernoulli_ts"}, "Emp": {"name": "emp"}}
-    return {"LinUCB": {"name": "linucb"}, "TS": {"name": "linear_ts"}, "Emp": {"name": "emp"}}
+    return {"LinUCB": {"name": "linucb"}, "TS": {"name": "linear_ts", **PAPER_TS_PRIOR}, "Emp": {"name": "emp"}}
 
 
 def summarize(regret: np.ndarray) -> dict:

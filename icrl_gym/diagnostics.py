@@ -34,7 +34,14 @@ def imitation_error(
         batch = BanditBatch(spec, b, np.random.default_rng([seed, i]))
         rng = np.random.default_rng([seed, i, 1])
         for agent, child in ((expert, rng), (model, rng.spawn(1)[0])):
-            agent.reset(batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=child)
+            agent.reset(
+                {"model": spec.to_dict()},
+                batch_size=b,
+                dim=spec.dim,
+                num_actions=spec.num_actions,
+                w_star=batch.w_star,
+                rng=child,
+            )
         sums = {k: np.zeros(b) for k in per_run}
         for _ in range(spec.horizon):
             sets = batch.action_sets
@@ -88,7 +95,8 @@ def distribution_ratio(
         b = min(batch_size, num_runs - start)
         batch = BanditBatch(spec, b, np.random.default_rng([seed, i]))
         rng = np.random.default_rng([seed, i, 1])
-        alg1.reset(batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng)
+        model = {"model": spec.to_dict()}  # the env's reset info: Bayesian components read noise and prior
+        alg1.reset(model, batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng)
         parts = {1: _components(alg1), 2: _components(alg2)}
         # A component of Alg_2 that is the same algorithm as one of Alg_1 has the same policy on the
         # same history: share it, so that Monte-Carlo policies (TS) cancel exactly in the ratio.
@@ -98,7 +106,12 @@ def distribution_ratio(
         extra = {id(c): c for _, c in parts[2] if id(c) not in known}
         for comp in extra.values():
             comp.reset(
-                batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng.spawn(1)[0]
+                model,
+                batch_size=b,
+                dim=spec.dim,
+                num_actions=spec.num_actions,
+                w_star=batch.w_star,
+                rng=rng.spawn(1)[0],
             )
         loglik = {k: np.zeros((len(v), b)) for k, v in parts.items()}
         rows = np.arange(b)

@@ -159,7 +159,7 @@ def test_bernoulli_ts_policy_matches_numerical_integral():
 
 def test_linear_ts_posterior_is_the_closed_form():
     rng = np.random.default_rng(2)
-    agent = LinearThompson(noise_std=1.5, prior_var=2.0)
+    agent = LinearThompson(noise_std=1.5, prior_var=2.0, prior_mean=0.0)  # no env model: every value given
     agent.reset(batch_size=1, dim=3, num_actions=5)
     X = rng.uniform(-1, 1, size=(5, 3))
     hist = []
@@ -189,7 +189,7 @@ def test_mixture_assigns_runs_with_the_given_weights():
 # of our 2,000-run estimate plus the stated uncertainty of the reference level.
 LEVELS = [
     (linear_bandit_spec(), "linucb", 33.0, 1.0),
-    (linear_bandit_spec(), "linear_ts", 51.0, 1.5),
+    (linear_bandit_spec(), {"name": "linear_ts", "prior_mean": 0.0, "prior_var": 1.0}, 51.0, 1.5),  # paper's TS
     (linear_bandit_spec(), "emp", 57.0, 1.5),
     (bernoulli_bandit_spec(), "ucb", 8.6, 0.3),
     (bernoulli_bandit_spec(), "bernoulli_ts", 10.6, 0.3),
@@ -197,7 +197,10 @@ LEVELS = [
 ]
 
 
-@pytest.mark.parametrize("spec, name, level, ref_err", LEVELS, ids=[f"{s.reward}-{n}" for s, n, *_ in LEVELS])
+LEVEL_IDS = [f"{s.reward}-{n if isinstance(n, str) else 'paper_' + n['name']}" for s, n, *_ in LEVELS]
+
+
+@pytest.mark.parametrize("spec, name, level, ref_err", LEVELS, ids=LEVEL_IDS)
 def test_regret_levels(spec, name, level, ref_err):
     regret = evaluate_regret(spec, name, 2000, seed=2024).sum(axis=1)
     se = regret.std(ddof=1) / np.sqrt(regret.size)
@@ -265,7 +268,7 @@ def test_bayes_ucb_index_is_the_posterior_quantile():
     from agents import BayesUCB
 
     pulls = [(0, 1), (0, 0), (1, 1), (1, 1), (2, 0)]
-    index = _feed(BayesUCB(), pulls)
+    index = _feed(BayesUCB(horizon=200), pulls)  # no env model: T given
     level = 1 - 1 / (len(pulls) + 1)
     a = 1 + np.array([1, 2, 0])
     b = 1 + np.array([1, 0, 1])

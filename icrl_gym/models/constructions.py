@@ -27,16 +27,31 @@ GD's layers for the same error.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import torch
+from torch import nn
 
-from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.models.transformer import BanditTransformer, Block, TransformerConfig
 
 # Slots of the hidden state (D = 32 for d = 5); everything not listed stays zero.
 _A, _R, _P1, _P2, _P3 = 0, 1, 2, 3, 4  # offsets: a (d), r, i/N, (i/N)^2, 1  (see _layout)
 
 
-def _layout(d: int) -> dict[str, slice | int]:
+class _Slots(TypedDict):
+    """Where each quantity sits in the hidden state: a slice for a vector, an int for a scalar."""
+
+    a: slice
+    r: int
+    p1: int
+    p2: int
+    p3: int
+    w: slice
+    wb: slice
+    v: slice
+
+
+def _layout(d: int) -> _Slots:
     """Index of every quantity in the hidden state of width D."""
     return {
         "a": slice(0, d),
@@ -97,11 +112,13 @@ def ridge_transformer(
         emb = model.input_embed.weight  # (D, F)
         emb[slots["a"], 0:d] = torch.eye(d, dtype=emb.dtype)
         emb[slots["r"], d] = 1.0
+        assert isinstance(model.pos_embed, nn.Linear)  # positional="poly"
         pos = model.pos_embed.weight  # (D, 3) acting on (i/N, (i/N)^2, 1)
         pos[slots["p1"], 0] = pos[slots["p2"], 1] = pos[slots["p3"], 2] = 1.0
 
         iterate = slots["v"] if accelerated else slots["w"]  # the point where the gradient is taken
         for block in model.blocks:
+            assert isinstance(block, Block)  # nn.ModuleList yields nn.Module
             W = block.attn.c_attn.weight  # (3D, D): rows [q | k | v], head h at h*head:(h+1)*head
             q, k, v = W[:D], W[D : 2 * D], W[2 * D :]
             proj = block.attn.c_proj.weight  # (D, D)

@@ -94,7 +94,14 @@ class MDPTransformer(nn.Module):
         return count_parameters(self)
 
     # ----------------------------------------------------------------- tokens
-    def _token(self, kind: int, t: Tensor, state=None, action=None, reward=None) -> Tensor:
+    def _token(
+        self,
+        kind: int,
+        t: Tensor,
+        state: Tensor | None = None,
+        action: Tensor | None = None,
+        reward: Tensor | None = None,
+    ) -> Tensor:
         """Features (B, F) of one token of step index ``t`` (B,) (for the empty token: the episode's last step)."""
         cfg = self.config
         B = t.shape[0]

@@ -169,7 +169,7 @@ class CausalSelfAttention(nn.Module):
     The residual connection and LayerNorm are applied in :class:`Block`.
     """
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.head_size = config.n_embd // config.n_head
@@ -229,7 +229,7 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     """Two-layer ReLU MLP (Def. mlp): ``W_2 ReLU(W_1 h)``."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, config.mlp_ratio * config.n_embd)
         self.c_proj = nn.Linear(config.mlp_ratio * config.n_embd, config.n_embd)
@@ -243,7 +243,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Post-LN transformer block: ``x = LN1(x + attn(x)); x = LN2(x + mlp(x))`` (Appendix exp_details)."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.attn = CausalSelfAttention(config)
         self.mlp = MLP(config)
@@ -262,8 +262,9 @@ def init_gpt_weights(module: nn.Module) -> None:
     """GPT-2 style initialisation: N(0, 0.02) weights, zero biases, identity LayerNorm."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
+        bias = getattr(module, "bias", None)  # nn.Embedding has none, nn.Linear(bias=False) has None
+        if bias is not None:
+            nn.init.zeros_(bias)
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)
@@ -315,6 +316,11 @@ class BanditTransformer(nn.Module):
       ``(V_t - lambda I)/t`` and ``b_t/t``, the ridge-regression statistics (Lemma approx_ridge).
     """
 
+    _triu: Tensor
+    """Row/column indices (2, d(d+1)/2) of the upper triangle of a d x d matrix (a non-persistent buffer)."""
+    construction: dict[str, float]
+    """Only on models built by :func:`~icrl_gym.models.constructions.ridge_transformer`: its parameters."""
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config
@@ -326,7 +332,8 @@ class BanditTransformer(nn.Module):
             self.n_features = A * d + d + 1 + A + 1 + self.n_quadratic
         self.register_buffer("_triu", torch.triu_indices(d, d), persistent=False)
         self.input_embed = nn.Linear(self.n_features, D)
-        self.pos_embed: nn.Module | None = None  # "none": time enters only through attention (extrapolates)
+        # "none": time enters only through attention (extrapolates)
+        self.pos_embed: nn.Embedding | nn.Linear | None = None
         if config.positional == "learned":
             self.pos_embed = nn.Embedding(config.max_tokens, D)
         elif config.positional == "poly":
@@ -393,7 +400,7 @@ class BanditTransformer(nn.Module):
         """Map raw features (B, n, F) at absolute token offset ``offset`` to embeddings (B, n, D)."""
         n = features.shape[1]
         pos = torch.arange(offset, offset + n, device=features.device)  # (n,)
-        if self.config.positional == "none":
+        if self.pos_embed is None:  # positional == "none"
             return self.drop(self.input_embed(features))
         if self.config.positional == "learned":
             p = self.pos_embed(pos)  # (n, D)

@@ -13,9 +13,10 @@ programming over the counts, with n = sum_k (s_k + f_k) steps taken and T - n re
 and the action table argmax_k (first maximiser) is precomputed for every state once per (K, T, a, b).
 
 States and sizes: a state is a composition of n into 2K counts, so layer n holds C(n + 2K - 1, 2K - 1)
-states and the table C(T + 2K, 2K) bytes (one uint8 action per state): K=2: T=50 0.3 MB, T=100 4.6 MB,
-T=200 72 MB, T=300 0.35 GB, T=500 2.7 GB; K=3: T=30 0.9 MB (wait: 38 MB at T=50), T=70 0.28 GB,
-T=100 1.9 GB.  Larger tables than ``max_table_bytes`` (default 512 MiB) are refused with the estimate.
+states and the table C(T + 2K, 2K) bytes (one uint8 action per state): K=2: T=50 0.3 MiB, T=100
+4.4 MiB, T=200 67 MiB (45 s to build on one core), T=300 333 MiB, T=500 2.5 GiB; K=3: T=30 1.9 MiB,
+T=50 31 MiB, T=70 208 MiB, T=100 1.6 GiB.  Tables larger than ``max_table_bytes`` (default 512 MiB)
+are refused with the estimate in the error.  The build time grows like the table (about T^4 for K=2).
 States are ranked within a layer by the combinatorial number system (stars and bars), so lookups
 of B runs are one vectorised rank computation.
 """
@@ -160,7 +161,7 @@ class BernoulliBayesOptimal(BanditAgent):
                 raise ValueError(
                     f"the Bayes-optimal action table for K={self.num_actions} arms and T={horizon} has "
                     f"{need:,} states and needs {need / 2**20:,.0f} MiB (max_table_bytes={self.max_table_bytes:,}); "
-                    "feasible: K=2 up to T~250, K=3 up to T~80 at 512 MiB"
+                    "feasible at 512 MiB: K=2 up to T=334, K=3 up to T=81"
                 )
             self.tables, self.value = bayes_optimal_table(self.num_actions, horizon, a, b)
             self.ranker = CompositionRanker(horizon + 1, 2 * self.num_actions)

@@ -14,11 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agents.bayes_ucb import BayesUCB
+from agents.bayes_ucb import BayesUCB, LinearBayesUCB
+from agents.bernoulli_bayes_optimal import BernoulliBayesOptimal
+from agents.box_posterior import BoxPosteriorMC
 from agents.empirical_mean import EmpiricalMean
 from agents.gittins import Gittins
 from agents.index_agent import IndexAgent
 from agents.kl_ucb import KLUCB
+from agents.linear_posterior import PosteriorMeanGreedy
 from agents.linucb import LinUCB, SoftLinUCB
 from agents.mdp_base import MDPOptimal, MDPUniform
 from agents.mixture import MDPMixture, Mixture
@@ -45,13 +48,16 @@ def ts_uniform_mixture(alpha: float, thompson: Mapping[str, Any] | None = None) 
 __all__ = [
     "BanditAgent",
     "BayesUCB",
+    "BernoulliBayesOptimal",
     "BernoulliThompson",
+    "BoxPosteriorMC",
     "DarkRoomPSRL",
     "EmpiricalMean",
     "Gittins",
     "IndexAgent",
     "KLUCB",
     "LinUCB",
+    "LinearBayesUCB",
     "LinearThompson",
     "MDPAgent",
     "MDPMixture",
@@ -60,6 +66,7 @@ __all__ = [
     "Mixture",
     "Optimal",
     "PSRL",
+    "PosteriorMeanGreedy",
     "PosteriorOptimalAction",
     "SoftLinUCB",
     "UCB",

@@ -71,6 +71,11 @@ def _components(agent: BanditAgent) -> list[tuple[float, BanditAgent]]:
     return [(float(np.log(w)) if w > 0 else -np.inf, c) for w, c in agent.trajectory_components()]
 
 
+def _identity(agent: BanditAgent) -> str:
+    """The algorithm an agent is: its config() without ``model_used`` (recorded only once it has been reset)."""
+    return repr({k: v for k, v in agent.config().items() if k != "model_used"})
+
+
 def distribution_ratio(
     alg1: BanditAgent,
     alg2: BanditAgent,
@@ -101,8 +106,8 @@ def distribution_ratio(
         # A component of Alg_2 that is the same algorithm as one of Alg_1 has the same policy on the
         # same history: share it, so that Monte-Carlo policies (TS) cancel exactly in the ratio.
         known = {id(c): c for _, c in parts[1]}
-        by_config = {repr(c.config()): c for c in known.values()}
-        parts[2] = [(w, by_config.get(repr(c.config()), c)) for w, c in parts[2]]
+        by_config = {_identity(c): c for c in known.values()}
+        parts[2] = [(w, by_config.get(_identity(c), c)) for w, c in parts[2]]
         extra = {id(c): c for _, c in parts[2] if id(c) not in known}
         for comp in extra.values():
             comp.reset(

@@ -38,6 +38,14 @@ class _HorizonMixin:
     """The horizon T of the quantile level: given, or the environment's."""
 
     env_model: dict[str, Any] | None
+    _used_horizon: int | None
+
+    @property
+    def used_horizon(self) -> int:
+        """The horizon T resolved at the last reset."""
+        if self._used_horizon is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() first")
+        return self._used_horizon
 
     def _resolve_horizon(self) -> int:
         given = getattr(self, "horizon", None)
@@ -52,6 +60,7 @@ class BayesUCB(_HorizonMixin, IndexAgent):
     """Posterior-quantile index with Beta(a, b) priors (the environment's unless given)."""
 
     name = "bayes_ucb"
+    stats: ArmStatistics
 
     def __init__(
         self,
@@ -66,12 +75,18 @@ class BayesUCB(_HorizonMixin, IndexAgent):
         super().__init__(temperature=0.0, seed=seed)
         self.c, self.horizon = float(c), horizon
         self.prior_a, self.prior_b = prior_a, prior_b
-        self.stats: ArmStatistics | None = None
-        self.used: dict[str, Any] | None = None
+        self._used: dict[str, Any] | None = None
+
+    @property
+    def used(self) -> dict[str, Any]:
+        """The horizon and prior resolved at the last reset."""
+        if self._used is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() first")
+        return self._used
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         a, b = beta_prior(self.env_model, self.prior_a, self.prior_b)
-        self.used = {"horizon": self._resolve_horizon(), "prior_a": a, "prior_b": b}
+        self._used = {"horizon": self._resolve_horizon(), "prior_a": a, "prior_b": b}
         self.stats = ArmStatistics(self.batch_size, self.num_actions)
 
     def index(self, action_sets: np.ndarray) -> np.ndarray:
@@ -93,7 +108,7 @@ class BayesUCB(_HorizonMixin, IndexAgent):
             "prior_a": self.prior_a,
             "prior_b": self.prior_b,
         }
-        return out if self.used is None else {**out, "model_used": dict(self.used)}
+        return out if self._used is None else {**out, "model_used": dict(self._used)}
 
 
 class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
@@ -115,11 +130,11 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
         super().__init__(temperature=0.0, seed=seed)
         self._init_model(noise_std, prior_mean, prior_var)
         self.c, self.horizon = float(c), horizon
-        self.used_horizon: int | None = None
+        self._used_horizon = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = self._resolve_model().statistics(self.batch_size, self.dim)
-        self.used_horizon = self._resolve_horizon()
+        self._used_horizon = self._resolve_horizon()
 
     def index(self, action_sets: np.ndarray) -> np.ndarray:
         """<a, mu_t> + Phi^{-1}(level) sigma ||a||_{V_t^{-1}}, shape (B, A)."""
@@ -133,6 +148,6 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
     def config(self) -> dict[str, Any]:
         """Hyper-parameters (None: the environment's) and, after a reset, the model used."""
         out = {"name": self.name, "c": self.c, "horizon": self.horizon, **self._model_config()}
-        if self.used_horizon is not None:
-            out["model_used"] = {**out["model_used"], "horizon": self.used_horizon}
+        if self._used_horizon is not None:
+            out["model_used"] = {**out["model_used"], "horizon": self._used_horizon}
         return out

@@ -125,7 +125,7 @@ class BernoulliBayesOptimal(BanditAgent):
         super().__init__(seed)
         self.prior_a, self.prior_b, self.horizon = prior_a, prior_b, horizon
         self.max_table_bytes = int(max_table_bytes)
-        self.used: dict[str, Any] | None = None
+        self._used: dict[str, Any] | None = None
         self._key: tuple | None = None
         self.value = float("nan")
         """V(0): the Bayes-optimal expected total reward under the prior."""
@@ -152,6 +152,13 @@ class BernoulliBayesOptimal(BanditAgent):
             )
         return int(horizon), float(a), float(b)
 
+    @property
+    def used(self) -> dict[str, Any]:
+        """The horizon and prior resolved at the last reset."""
+        if self._used is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() first")
+        return self._used
+
     def _reset(self, w_star: np.ndarray | None) -> None:
         horizon, a, b = self._resolve()
         key = (self.num_actions, horizon, a, b)
@@ -166,7 +173,7 @@ class BernoulliBayesOptimal(BanditAgent):
             self.tables, self.value = bayes_optimal_table(self.num_actions, horizon, a, b)
             self.ranker = CompositionRanker(horizon + 1, 2 * self.num_actions)
             self._key = key
-        self.used = {"horizon": horizon, "prior_a": a, "prior_b": b}
+        self._used = {"horizon": horizon, "prior_a": a, "prior_b": b}
         self.stats = ArmStatistics(self.batch_size, self.num_actions)
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
@@ -193,4 +200,4 @@ class BernoulliBayesOptimal(BanditAgent):
             "horizon": self.horizon,
             "max_table_bytes": self.max_table_bytes,
         }
-        return out if self.used is None else {**out, "model_used": dict(self.used)}
+        return out if self._used is None else {**out, "model_used": dict(self._used)}

@@ -58,7 +58,7 @@ class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
             raise ValueError(f"num_particles must be >= 1, got {num_particles}")
         self.rule, self.num_particles, self.c, self.horizon = rule, int(num_particles), float(c), horizon
         self._init_model(None, None, None)
-        self.used_horizon: int | None = None
+        self._used_horizon = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         if self.env_model is None:
@@ -70,7 +70,7 @@ class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
             )
         self.low, self.high = spec.prior_low, spec.prior_high
         self.stats = self._resolve_model().statistics(self.batch_size, self.dim)
-        self.used_horizon = self._resolve_horizon() if self.rule == "quantile" else spec.horizon
+        self._used_horizon = self._resolve_horizon() if self.rule == "quantile" else spec.horizon
 
     def particles(self) -> tuple[np.ndarray, np.ndarray]:
         """M weighted posterior draws per run: w (B, M, d) and normalised weights (B, M)."""

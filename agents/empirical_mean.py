@@ -17,10 +17,10 @@ class EmpiricalMean(IndexAgent):
     """Greedy on per-arm average rewards after one pull of every arm."""
 
     name = "emp"
+    stats: ArmStatistics
 
     def __init__(self, temperature: float = 0.0, seed: int | None = None) -> None:
         super().__init__(temperature=temperature, seed=seed)
-        self.stats: ArmStatistics | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

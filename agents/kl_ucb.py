@@ -29,11 +29,11 @@ class KLUCB(IndexAgent):
     """KL-UCB with exploration function log(t) + c log(log(t))."""
 
     name = "kl_ucb"
+    stats: ArmStatistics
 
     def __init__(self, c: float = 0.0, iterations: int = 30, seed: int | None = None) -> None:
         super().__init__(temperature=0.0, seed=seed)
         self.c, self.iterations = float(c), int(iterations)
-        self.stats: ArmStatistics | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

@@ -52,14 +52,15 @@ class GaussianModel:
         prior_var: float | None = None,
     ) -> GaussianModel:
         """Explicit values where given, the environment's (matched) values otherwise."""
-        given = {"noise_std": noise_std, "prior_mean": prior_mean, "prior_var": prior_var}
-        missing = [name for name, value in given.items() if value is None]
-        if model is None and missing:
-            raise ValueError(
-                f"no environment model to read {missing} from: reset the agent with the environment's "
-                "reset info (info['model']) or pass them to the constructor"
-            )
-        if model is not None:
+        if model is None:
+            if noise_std is None or prior_mean is None or prior_var is None:
+                given = {"noise_std": noise_std, "prior_mean": prior_mean, "prior_var": prior_var}
+                missing = [name for name, value in given.items() if value is None]
+                raise ValueError(
+                    f"no environment model to read {missing} from: reset the agent with the environment's "
+                    "reset info (info['model']) or pass them to the constructor"
+                )
+        else:
             spec = BanditSpec.from_dict(dict(model))
             if spec.reward != "gaussian" and noise_std is None:
                 raise ValueError(f"a Gaussian linear model needs Gaussian rewards, the environment has {spec.reward!r}")
@@ -90,23 +91,31 @@ class GaussianModelMixin:
     """Constructor overrides (None: read from the environment), the resolved model, and their config."""
 
     env_model: dict[str, Any] | None
+    _model: GaussianModel | None
 
     def _init_model(self, noise_std: float | None, prior_mean: float | None, prior_var: float | None) -> None:
         for name, value in (("noise_std", noise_std), ("prior_var", prior_var)):
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 (or None: read from the environment), got {value}")
         self.noise_std, self.prior_mean, self.prior_var = noise_std, prior_mean, prior_var
-        self.model: GaussianModel | None = None
+        self._model = None
+
+    @property
+    def model(self) -> GaussianModel:
+        """The model resolved at the last reset."""
+        if self._model is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() first")
+        return self._model
 
     def _resolve_model(self) -> GaussianModel:
-        self.model = GaussianModel.resolve(self.env_model, self.noise_std, self.prior_mean, self.prior_var)
-        return self.model
+        self._model = GaussianModel.resolve(self.env_model, self.noise_std, self.prior_mean, self.prior_var)
+        return self._model
 
     def _model_config(self) -> dict[str, Any]:
         """The overrides (None: the environment's) and, after a reset, the values in use (``model_used``)."""
-        out = {"noise_std": self.noise_std, "prior_mean": self.prior_mean, "prior_var": self.prior_var}
-        if self.model is not None:
-            out["model_used"] = asdict(self.model)
+        out: dict[str, Any] = {"noise_std": self.noise_std, "prior_mean": self.prior_mean, "prior_var": self.prior_var}
+        if self._model is not None:
+            out["model_used"] = asdict(self._model)
         return out
 
 

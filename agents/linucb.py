@@ -21,13 +21,13 @@ class LinUCB(IndexAgent):
     """LinUCB with ridge parameter ``lam`` and width ``alpha``; soft when ``temperature > 0``."""
 
     name = "linucb"
+    stats: RidgeStatistics
 
     def __init__(self, alpha: float = 2.0, lam: float = 1.0, temperature: float = 0.0, seed: int | None = None):
         super().__init__(temperature=temperature, seed=seed)
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         self.alpha, self.lam = float(alpha), float(lam)
-        self.stats: RidgeStatistics | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = RidgeStatistics(self.batch_size, self.dim, self.lam)

@@ -23,12 +23,14 @@ def uniform_over_maximisers(values: np.ndarray) -> np.ndarray:
 class GreedyQAgent(MDPAgent):
     """Greedy on a Q table (B, H, S, A), ties broken at random (``temperature == 0``), or softmax(Q / temperature)."""
 
+    q: np.ndarray
+    """The Q table (B, H, S, A), set by the subclass at reset or at each episode's start."""
+
     def __init__(self, temperature: float = 0.0, seed: int | None = None) -> None:
         super().__init__(seed)
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         self.temperature = float(temperature)
-        self.q: np.ndarray | None = None
 
     def _q_rows(self, states: np.ndarray, h: int) -> np.ndarray:
         return self.q[np.arange(self.batch_size), h, states]  # (B, A)

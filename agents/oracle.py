@@ -15,10 +15,10 @@ class Optimal(IndexAgent):
     """Pulls the arm with the highest expected reward under the true w*."""
 
     name = "optimal"
+    w_star: np.ndarray
 
     def __init__(self, temperature: float = 0.0, seed: int | None = None) -> None:
         super().__init__(temperature=temperature, seed=seed)
-        self.w_star: np.ndarray | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         if w_star is None:

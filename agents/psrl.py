@@ -81,7 +81,8 @@ class PSRL(GreedyQAgent):
             c, rows, i = self.counts, np.arange(self.batch_size), self.counts.index(h)
             index = (rows, i, states, actions)
             draws = self._draw(c.n_sas[index], c.n_sa[index], c.reward_sum[index], (self.posterior_samples,))
-            P[(slice(None), *index)], R[(slice(None), *index)] = draws
+            full = (slice(None), *index)
+            P[full], R[full] = draws
 
     def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
         """P(a* = a | D) at (states, h), (B, A), by Monte-Carlo over ``posterior_samples`` posterior MDPs.

@@ -48,6 +48,7 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
     """Gaussian Thompson sampling for linear bandits (noise and prior from the environment unless given)."""
 
     name = "linear_ts"
+    stats: RidgeStatistics
 
     def __init__(
         self,
@@ -62,7 +63,6 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
         super().__init__(seed)
         self._init_model(noise_std, prior_mean, prior_var)
         self.num_policy_samples = int(num_policy_samples)
-        self.stats: RidgeStatistics | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = self._resolve_model().statistics(self.batch_size, self.dim)
@@ -107,6 +107,7 @@ class BernoulliThompson(BanditAgent):
     """Beta-Bernoulli Thompson sampling with Beta(a, b) priors on every arm (the environment's unless given)."""
 
     name = "bernoulli_ts"
+    stats: ArmStatistics
 
     def __init__(
         self,
@@ -124,7 +125,6 @@ class BernoulliThompson(BanditAgent):
         self.prior_a, self.prior_b = prior_a, prior_b
         self.a, self.b = beta_prior(None, prior_a, prior_b)
         self.num_policy_samples = int(num_policy_samples)
-        self.stats: ArmStatistics | None = None
         self._reset_done = False
 
     def _reset(self, w_star: np.ndarray | None) -> None:

@@ -24,6 +24,7 @@ class UCB(IndexAgent):
     """UCB with bonus ``bonus * sqrt(1 / N_k)``; soft when ``temperature > 0``."""
 
     name = "ucb"
+    stats: ArmStatistics
 
     def __init__(
         self, bonus: float = 1.0, temperature: float = 0.0, count_offset: float = 0.0, seed: int | None = None
@@ -32,7 +33,6 @@ class UCB(IndexAgent):
         if not count_offset >= 0:
             raise ValueError(f"count_offset must be >= 0, got {count_offset}")
         self.bonus, self.count_offset = float(bonus), float(count_offset)
-        self.stats: ArmStatistics | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

@@ -99,8 +99,8 @@ class BanditSpec(DictConfig):
         ):
             if value not in allowed:
                 problems.append(f"{field} must be one of {allowed}, got {value!r}")
-        # (field, value, smallest allowed value, whether that value itself is allowed)
-        for field, value, low, closed in (
+        # (field, number, smallest allowed value, whether that value itself is allowed)
+        for field, number, low, closed in (
             ("noise_std", self.noise_std, 0.0, True),
             ("prior_var", self.prior_var, 0.0, False),
             ("prior_a", self.prior_a, 0.0, False),
@@ -108,9 +108,9 @@ class BanditSpec(DictConfig):
             ("prior_low", self.prior_low, -np.inf, False),
             ("prior_high", self.prior_high, -np.inf, False),
         ):
-            if not _is_finite_number(value) or value < low or (value == low and not closed):
+            if not _is_finite_number(number) or number < low or (number == low and not closed):
                 bound = "" if low == -np.inf else f" {'>=' if closed else '>'} {low:g}"
-                problems.append(f"{field} must be a finite number{bound}, got {value!r}")
+                problems.append(f"{field} must be a finite number{bound}, got {number!r}")
         if (
             _is_finite_number(self.prior_low)
             and _is_finite_number(self.prior_high)

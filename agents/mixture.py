@@ -9,7 +9,7 @@ the conditional policy given the latent assignment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,13 +25,13 @@ class _TrajectoryMixture:
     rng: np.random.Generator
 
     def _init_mixture(self, components: Sequence[Any], weights: Sequence[float]) -> None:
-        weights = np.asarray(weights, dtype=np.float64)
-        if len(components) == 0 or weights.shape != (len(components),):
-            raise ValueError(f"need one weight per component, got {len(components)} and {weights.shape}")
-        if np.any(weights < 0) or not np.isclose(weights.sum(), 1.0):
-            raise ValueError(f"mixture weights must be >= 0 and sum to 1, got {weights.tolist()}")
+        probs = np.asarray(weights, dtype=np.float64)
+        if len(components) == 0 or probs.shape != (len(components),):
+            raise ValueError(f"need one weight per component, got {len(components)} and {probs.shape}")
+        if np.any(probs < 0) or not np.isclose(probs.sum(), 1.0):
+            raise ValueError(f"mixture weights must be >= 0 and sum to 1, got {probs.tolist()}")
         self.components = list(components)
-        self.weights = weights
+        self.weights = probs
         self.assignment: np.ndarray | None = None
 
     def _child_rng(self) -> np.random.Generator:
@@ -64,9 +64,13 @@ class Mixture(_TrajectoryMixture, BanditAgent):
         components: Sequence[BanditAgent] | Sequence[MDPAgent], weights: Sequence[float], seed: int | None = None
     ) -> Mixture | MDPMixture:
         """The mixture of ``components``: an :class:`MDPMixture` when all are MDP algorithms, else a bandit one."""
-        if all(isinstance(c, MDPAgent) for c in components):
-            return MDPMixture(components, weights, seed=seed)
-        return Mixture(components, weights, seed=seed)
+        mdp = [c for c in components if isinstance(c, MDPAgent)]
+        if len(mdp) == len(components):
+            return MDPMixture(mdp, weights, seed=seed)
+        bandit = [c for c in components if isinstance(c, BanditAgent)]
+        if len(bandit) != len(components):
+            raise TypeError(f"mixture components must be all bandit or all MDP algorithms, got {list(components)}")
+        return Mixture(bandit, weights, seed=seed)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         for comp in self.components:
@@ -102,9 +106,9 @@ class MDPMixture(_TrajectoryMixture, MDPAgent):
         MDPAgent.__init__(self, seed)
         self._init_mixture(components, weights)
 
-    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
+    def _start(self, info: dict[str, Any]) -> None:
         """Reset every component on the same runs, then draw each run's component."""
-        super().reset(info, rng)
+        super()._start(info)
         for comp in self.components:
             comp.reset(info, rng=self._child_rng())
         self._assign()

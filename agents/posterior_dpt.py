@@ -16,13 +16,38 @@ It is the reference a DPT transformer should be measured against besides PSRL.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 
 from agents.mdp_base import uniform_over_maximisers
 from icrl_gym.algorithm import MDPAgent, child_rng
 from icrl_gym.registry import make_agent
+
+
+class OptimalActionPosterior(Protocol):
+    """What the policy needs from its ``posterior`` model: an MDP algorithm with P(a* = a | D)."""
+
+    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
+        """Start new runs described by the environment's reset ``info``."""
+
+    def update_batch(
+        self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray
+    ) -> None:
+        """Add step h of every run."""
+
+    def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
+        """P(a* = a | D) at (states, h), shape (B, A)."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters."""
+        ...
+
+
+def has_optimal_action_posterior(agent: object) -> TypeGuard[OptimalActionPosterior]:
+    """Whether ``agent`` computes the posterior of the optimal action (``optimal_action_probs``)."""
+    return hasattr(agent, "optimal_action_probs")
 
 
 class PosteriorOptimalAction(MDPAgent):
@@ -33,14 +58,15 @@ class PosteriorOptimalAction(MDPAgent):
     def __init__(self, posterior: Mapping[str, Any] | None = None, greedy: bool = False, seed: int | None = None):
         super().__init__(seed)
         self.posterior_spec = dict(posterior or {"name": "psrl"})
-        self.posterior = make_agent(self.posterior_spec)
-        if not hasattr(self.posterior, "optimal_action_probs"):
+        model = make_agent(self.posterior_spec)
+        if not has_optimal_action_posterior(model):
             raise ValueError(f"{self.posterior_spec['name']!r} has no posterior of the optimal action")
+        self.posterior = model
         self.greedy = bool(greedy)
 
-    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
+    def _start(self, info: dict[str, Any]) -> None:
         """Reset the runs and the posterior model (on a child generator of this agent's)."""
-        super().reset(info, rng)
+        super()._start(info)
         self.posterior.reset(info, rng=child_rng(self.rng))
 
     def _policy(self, states: np.ndarray, h: int) -> np.ndarray:

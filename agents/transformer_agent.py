@@ -1,9 +1,14 @@
-"""The pretrained in-context transformer as a bandit algorithm (Section framework, Eq. transformer-algorithm).
+"""The pretrained in-context transformer as an algorithm (Section framework, Eq. transformer-algorithm).
 
 Alg_theta(. | D_{t-1}, s_t) = softmax(read-out of TF_theta at the state token of step t).  Online,
 the agent feeds one step at a time into the model's key/value cache, so step t costs O(t)
 instead of re-running the whole prefix.  ``greedy=False`` samples from the policy (the
 paper's deployment); ``greedy=True`` takes its argmax.
+
+:class:`TransformerRollout` is that cached rollout, written once for both models; an agent adds only
+the adapter from its decoded observation to the model's ``step`` input: :class:`TransformerAgent`
+(bandits, a :class:`~icrl_gym.models.transformer.BanditTransformer`) here, and
+:class:`~agents.mdp_transformer_agent.MDPTransformerAgent` (tabular MDPs).
 
 Shipped checkpoints live in ``icrl_gym/pretrained`` (see :func:`icrl_gym.checkpoint.pretrained_names`)
 and load by name::
@@ -14,119 +19,152 @@ and load by name::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 
-from icrl_gym.algorithm import BanditAgent, sample_categorical
+from agents.checkpoint_agent import CheckpointAgent
+from icrl_gym.algorithm import BanditAgent, ObsT, sample_categorical
 from icrl_gym.checkpoint import (
     PRETRAINED_DIR,
-    CheckpointError,
     CheckpointKind,
-    check_compatible,
+    CheckpointRecord,
     load_checkpoint,
     pretrained_names,
     read_record,
     resolve_checkpoint,
 )
 from icrl_gym.device import resolve_device
+from icrl_gym.models.mdp_transformer import MDPTransformer
+from icrl_gym.models.transformer import BanditTransformer, KVCache
+
+_SIZES = ("dim", "num_states", "num_actions", "horizon", "episodes")
+
+RolloutT = TypeVar("RolloutT", bound="TransformerRollout[Any]")
 
 
-class TransformerAgent(BanditAgent):
-    """Batched online rollout of a :class:`icrl_gym.models.transformer.BanditTransformer`."""
+class TransformerRollout(CheckpointAgent[ObsT]):
+    """Batched online rollout of a pretrained transformer through its key/value cache.
 
-    name = "transformer"
+    Subclasses name the checkpoint ``kind`` they play and implement :meth:`_model_input` (the
+    decoded observation as the model's ``step`` input) and :meth:`_max_steps`; their batched hooks
+    call :meth:`_rollout_policy`, :meth:`_rollout_act` and :meth:`_rollout_update`.
+    """
 
-    def __init__(
-        self,
-        checkpoint: str | Path,
-        greedy: bool = False,
-        device: str = "cpu",
-        seed: int | None = None,
-    ) -> None:
+    kind: ClassVar[CheckpointKind]
+    """The kind of checkpoint this agent plays."""
+
+    def __init__(self, checkpoint: str | Path, greedy: bool = False, device: str = "cpu", seed: int | None = None):
         super().__init__(seed)
-        device_ = resolve_device(device)
         path = resolve_checkpoint(checkpoint)
-        read_record(path).expect(CheckpointKind.BANDIT_TRANSFORMER, name=str(checkpoint))
-        model, meta = load_checkpoint(path, device=device_)
+        read_record(path).expect(self.kind, name=str(checkpoint))
+        model, meta = load_checkpoint(path, device=resolve_device(device))
         self._setup(model, meta, str(checkpoint), greedy)
 
-    def _setup(self, model: Any, meta: dict[str, Any], checkpoint: str, greedy: bool) -> None:
+    def _setup(
+        self, model: BanditTransformer | MDPTransformer, meta: dict[str, Any], checkpoint: str, greedy: bool
+    ) -> None:
         self.checkpoint, self.model, self.meta = checkpoint, model, meta
+        config = model.config.to_dict()
+        sizes = {k: config[k] for k in _SIZES if k in config}  # an in-memory model: its own sizes
+        self.record = CheckpointRecord(self.kind, {"model": config, "env": sizes, **meta})
         self.device = next(model.parameters()).device
         self.greedy = bool(greedy)
         self.deterministic = self.greedy
-        self._cache = None
+        self._cache: KVCache | None = None
         self._logits: np.ndarray | None = None
         self._prev: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def from_model(
-        cls, model: Any, meta: dict[str, Any] | None = None, greedy: bool = False, seed: Any = None
-    ) -> TransformerAgent:
+        cls: type[RolloutT],
+        model: BanditTransformer | MDPTransformer,
+        meta: dict[str, Any] | None = None,
+        greedy: bool = False,
+        seed: Any = None,
+    ) -> RolloutT:
         """Wrap an in-memory model (e.g. one being fine-tuned) without reading a checkpoint."""
         agent = cls.__new__(cls)
-        BanditAgent.__init__(agent, seed)
+        CheckpointAgent.__init__(agent, seed)
         agent._setup(model, meta or {}, "<in-memory model>", greedy)
         return agent
 
     @classmethod
-    def pretrained(cls, name: str, **kwargs: Any) -> TransformerAgent:
+    def pretrained(cls: type[RolloutT], name: str, **kwargs: Any) -> RolloutT:
         """Load a checkpoint shipped with the package by name (see :func:`pretrained_names`)."""
-        shipped = pretrained_names(CheckpointKind.BANDIT_TRANSFORMER)
+        shipped = pretrained_names(cls.kind)
         if name not in shipped:
-            raise ValueError(f"no pretrained bandit transformer {name!r}; shipped models: {shipped}")
+            raise ValueError(f"no pretrained {cls.kind.value} {name!r}; shipped models: {shipped}")
         return cls(PRETRAINED_DIR / name, **kwargs)
 
-    def check_environment(self, spec: Any) -> None:
-        """Raise a clear error when the environment's d, A or T differ from the training prior."""
-        check_compatible(self.meta, spec, name=f"model {self.checkpoint!r}")
+    # ------------------------------------------------------------------ the per-model adapter
+    def _model_input(self, observation: ObsT) -> torch.Tensor:
+        """The decoded observation as the first argument of the model's ``step``."""
+        raise NotImplementedError
 
-    def _reset(self, w_star: np.ndarray | None) -> None:
-        cfg = self.model.config
-        if (self.dim, self.num_actions) != (cfg.dim, cfg.num_actions):
-            raise CheckpointError(
-                f"model {self.checkpoint!r} was trained for d={cfg.dim}, A={cfg.num_actions} "
-                f"but the environment has d={self.dim}, A={self.num_actions}"
-            )
+    def _max_steps(self) -> int:
+        """The number of steps the model's cache holds (from the model configuration in the record)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the cached rollout
+    def _start(self, info: dict[str, Any]) -> None:
+        super()._start(info)  # checks the environment, sizes the runs
         self._cache = self.model.new_cache(self.batch_size, device=self.device)
-        self._logits = None
-        self._prev = None
+        self._logits, self._prev = None, None
 
-    def _step_logits(self, action_sets: np.ndarray) -> np.ndarray:
-        """Logits of the policy at the current step, computed once per step (cached)."""
+    def _step_logits(self, observation: ObsT) -> np.ndarray:
+        """Logits (B, A) of the policy at the current step, computed once per step (cached)."""
         if self._logits is None:
-            if self._cache.steps >= self.model.config.horizon:
+            if self._cache is None:
+                raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()")
+            if self._cache.steps >= self._max_steps():
                 raise ValueError(
-                    f"model {self.checkpoint!r} was trained for T={self.model.config.horizon} steps; "
+                    f"model {self.checkpoint!r} was built for T={self._max_steps()} steps; "
                     f"it cannot act at step {self._cache.steps + 1}"
                 )
-            sets = torch.as_tensor(np.asarray(action_sets, dtype=np.float32).copy(), device=self.device)
             prev_a, prev_r = self._prev if self._prev is not None else (None, None)
-            logits, _ = self.model.step(sets, prev_a, prev_r, self._cache)
-            self._logits = logits.double().cpu().numpy()
+            out = self.model.step(self._model_input(observation), prev_a, prev_r, self._cache)
+            self._logits = out.logits.double().cpu().numpy()
         return self._logits
 
-    def _policy(self, action_sets: np.ndarray) -> np.ndarray:
-        z = self._step_logits(action_sets)
+    def _rollout_policy(self, observation: ObsT) -> np.ndarray:
+        z = self._step_logits(observation)
         p = np.exp(z - z.max(axis=1, keepdims=True))
         return p / p.sum(axis=1, keepdims=True)
 
-    def _act(self, action_sets: np.ndarray) -> np.ndarray:
+    def _rollout_act(self, observation: ObsT) -> np.ndarray:
         if self.greedy:
-            return self._step_logits(action_sets).argmax(axis=1)
-        return sample_categorical(self._policy(action_sets), self.rng)
+            return self._step_logits(observation).argmax(axis=1)
+        return sample_categorical(self._rollout_policy(observation), self.rng)
 
-    def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+    def _rollout_update(self, observation: ObsT, actions: np.ndarray, rewards: np.ndarray) -> None:
         if self._logits is None:  # the step's tokens must be in the cache before its outcome
-            self._step_logits(action_sets)
+            self._step_logits(observation)
         self._prev = (
-            torch.as_tensor(actions, dtype=torch.long, device=self.device),
-            torch.as_tensor(rewards, dtype=torch.float32, device=self.device),
+            torch.as_tensor(np.asarray(actions, dtype=np.int64), device=self.device),
+            torch.as_tensor(np.asarray(rewards, dtype=np.float32), device=self.device),
         )
         self._logits = None
 
-    def config(self) -> dict[str, Any]:
-        """The checkpoint and the deployment mode."""
-        return {"name": self.name, "checkpoint": self.checkpoint, "greedy": self.greedy}
+
+class TransformerAgent(TransformerRollout[np.ndarray], BanditAgent):
+    """Batched online rollout of a :class:`icrl_gym.models.transformer.BanditTransformer`."""
+
+    name = "transformer"
+    kind = CheckpointKind.BANDIT_TRANSFORMER
+
+    def _model_input(self, observation: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(observation, dtype=np.float32).copy(), device=self.device)
+
+    def _max_steps(self) -> int:
+        return int(self.record.meta["model"]["horizon"])
+
+    def _policy(self, action_sets: np.ndarray) -> np.ndarray:
+        return self._rollout_policy(action_sets)
+
+    def _act(self, action_sets: np.ndarray) -> np.ndarray:
+        return self._rollout_act(action_sets)
+
+    def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        self._rollout_update(action_sets, actions, rewards)

@@ -7,7 +7,8 @@ differences are differences of algorithms, not of luck.  Outputs in ``--out``:
 - ``regret.csv``: per experiment, algorithm and step t, mean / std / standard error of the
   cumulative regret and of the per-step suboptimality <a*_t - a_t, w*> (for MDP experiments t is
   the episode k and the suboptimality is V* - the return of episode k);
-- ``<experiment>.png``: cumulative regret (shaded +-1 std, as in the paper) and suboptimality;
+- ``<experiment>.png``: cumulative regret (+-1 standard error) and per-step suboptimality, learned
+  models solid, experts dashed (``benchmarks/plots.py``);
   ``distribution-ratio-difference.png``: regret(TF) - regret(TS) per alpha;
 - ``summary.md``: regret at T/4, T/2 and T with standard errors, next to the paper's numbers;
 - ``config.json``: the configuration, seed and model records that reproduce the run.
@@ -29,40 +30,41 @@ import numpy as np
 
 from agents import make_agent
 from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
+from benchmarks.plots import plot
 from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record, resolve_checkpoint, save_checkpoint
+from icrl_gym.cli import add_field_flags
 from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import MDPSpec
 
-FIELDS = {
-    "experiments": "comma-separated experiment names, 'default' (the paper's) or 'all' (see --list)",
-    "runs": "instances per algorithm (the paper uses 500)",
-    "seed": "seed of the instances and noise, shared by all algorithms",
-    "out": "results folder (created; existing files are replaced)",
-    "threads": "torch CPU threads for the transformers",
-    "device": "device of the transformers: cpu, cuda or auto",
-    "list": "list the experiments and exit",
-    "plot_only": "re-draw plots and summary from the results folder --out, running nothing",
-    "retrain": "retrain every learned model with its shipped config first (slow: tens of minutes each on a CPU)",
-    "retrain_steps": "with --retrain: a quick check -- N optimizer steps, fine-tuning iterations or PPO rollouts "
-    "per model (0: the shipped configs' own budgets)",
-}
-
 
 @dataclass
 class BenchConfig:
-    """Options of ``python -m benchmarks`` (each field is a command-line flag)."""
+    """Options of ``python -m benchmarks`` (each field is a command-line flag, its docstring the help)."""
 
     experiments: str = "default"
+    """Comma-separated experiment names, 'default' (the paper's) or 'all' (see --list)."""
     runs: int = 500
+    """Instances per algorithm (the paper uses 500; at least 2 for standard errors)."""
     seed: int = 0
+    """Seed of the instances and noise, shared by all algorithms."""
     out: str = "results/latest"
-    threads: int = 2
+    """Results folder (created; existing files are replaced)."""
+    threads: int = 1
+    """torch CPU threads for the transformers.  1 is the default because more were slower: on the
+    2-core CI machine with one core busy, the default suite took 186-358 s with 2 threads and
+    14-23 s with 1, with identical CSVs."""
     device: str = "cpu"
+    """Device of the transformers: cpu, cuda or auto."""
     list: bool = False
+    """List the experiments and exit."""
     plot_only: bool = False
+    """Re-draw plots and summary from the results folder --out, running nothing."""
     retrain: bool = False
+    """Retrain every learned model with its shipped config first (slow: tens of minutes each on a CPU)."""
     retrain_steps: int = 0
+    """With --retrain: a quick check -- N optimizer steps, fine-tuning iterations or PPO rollouts per
+    model (0: the shipped configs' own budgets)."""
 
     def selected(self) -> list[Experiment]:
         """The experiments named in ``experiments`` (clear error for unknown names)."""
@@ -79,9 +81,12 @@ class BenchConfig:
         return [EXPERIMENTS[n] for n in names]
 
     def validate(self) -> None:
-        """Reject option values that cannot work."""
+        """Reject option values that cannot work (``ValueError`` naming the flag, the value and what is allowed)."""
         if self.runs < 2:
-            raise ValueError(f"--runs must be >= 2 (standard errors need two runs), got {self.runs}")
+            raise ValueError(
+                f"--runs must be >= 2, got {self.runs}: the standard error std/sqrt(n) uses the sample "
+                "standard deviation (ddof=1), which needs at least two runs"
+            )
         if self.retrain_steps < 0:
             raise ValueError(f"--retrain-steps must be >= 0, got {self.retrain_steps}")
         if self.threads < 1:
@@ -89,22 +94,26 @@ class BenchConfig:
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"--device must be cpu, cuda or auto, got {self.device!r}")
         self.selected()
+        out = Path(self.out)
+        missing = [name for name in ("regret.csv", "config.json") if not (out / name).is_file()]
+        if self.plot_only and missing:
+            raise ValueError(
+                f"--plot-only re-draws saved results, but {out} has no {' or '.join(missing)}; "
+                f"run the benchmark with --out {out} first"
+            )
 
 
 def parse_args(argv: list[str] | None = None) -> BenchConfig:
-    """Turn the dataclass fields into flags with help text and defaults."""
+    """The options as a :class:`BenchConfig`; values that cannot work are an argparse error (exit status 2)."""
     parser = argparse.ArgumentParser(
         prog="icrl-bench", description="Regret experiments of icrl-gym (Lin, Bai, Mei, ICLR 2024)."
     )
-    for f in dataclasses.fields(BenchConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_true", help=FIELDS[f.name])
-        else:
-            kind = {"int": int, "str": str}[str(f.type)] if isinstance(f.type, str) else f.type
-            parser.add_argument(flag, type=kind, default=f.default, help=f"{FIELDS[f.name]} (default: {f.default})")
+    add_field_flags(parser, BenchConfig)
     cfg = BenchConfig(**vars(parser.parse_args(argv)))
-    cfg.validate()
+    try:
+        cfg.validate()
+    except ValueError as err:
+        parser.error(str(err))
     return cfg
 
 
@@ -130,9 +139,7 @@ def run_experiment(
         if learned:
             spec["checkpoint"] = (checkpoints or {}).get(spec["checkpoint"], spec["checkpoint"])
             spec["device"] = device
-        agent = make_agent(spec)
-        if learned:
-            agent.check_environment(exp.spec)
+        agent = make_agent(spec)  # a learned agent checks its checkpoint against the environment at reset
         if isinstance(exp.spec, MDPSpec):  # regret per episode: V* - return of episode k
             regret = rollout_mdp(exp.spec, agent, runs, seed=seed, batch_size=runs).episode_regret
         else:  # regret per step: max_k <a_k, w*> - <a_t, w*>
@@ -165,55 +172,6 @@ def read_csv(path: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
                 if k not in ("experiment", "algorithm", "t"):
                     c.setdefault(k, []).append(float(v))
     return {e: {a: {k: np.array(v) for k, v in c.items()} for a, c in algs.items()} for e, algs in rows.items()}
-
-
-def plot(out: Path, exp: Experiment, curves: dict[str, dict[str, np.ndarray]], runs: int, seed: int) -> list[Path]:
-    """Cumulative regret and suboptimality (mean +- 1 std), and the difference plot where defined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files = []
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label, c in curves.items():
-        t = np.arange(1, c["cumulative_regret_mean"].size + 1)
-        for ax, key in zip(axes, ("cumulative_regret", "suboptimality"), strict=True):
-            mean, std = c[f"{key}_mean"], c[f"{key}_std"]
-            (line,) = ax.plot(t, mean, label=label, lw=1.6)
-            ax.fill_between(t, mean - std, mean + std, color=line.get_color(), alpha=0.12)
-    mdp = isinstance(exp.spec, MDPSpec)
-    xlabel = "episode k" if mdp else "time t"
-    axes[0].set(xlabel=xlabel, ylabel="cumulative regret", title="Regret (mean +- 1 std)")
-    axes[1].set(
-        xlabel=xlabel,
-        ylabel="V* - return of episode k" if mdp else "<a*_t - a_t, w*>",
-        title="Per-episode regret (mean +- 1 std)" if mdp else "Suboptimality (mean +- 1 std)",
-    )
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"{exp.title}\n{runs} runs, seed {seed}", fontsize=10)
-    fig.tight_layout()
-    files.append(out / f"{exp.name}.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
-    if exp.difference:
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        ref = curves[exp.reference]["cumulative_regret_mean"]
-        for label in exp.difference:
-            diff = curves[label]["cumulative_regret_mean"] - ref
-            ax.plot(np.arange(1, diff.size + 1), diff, label=label)
-        ax.axhline(0, color="k", lw=0.8)
-        ax.set(xlabel="time t", ylabel=f"regret(TF) - regret({exp.reference})", title=f"{exp.title}\n{runs} runs")
-        ax.title.set_fontsize(9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        files.append(out / f"{exp.name}-difference.png")
-        fig.savefig(files[-1], dpi=110)
-        plt.close(fig)
-    return files
 
 
 def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int) -> str:
@@ -361,9 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     out = Path(cfg.out)
     experiments = cfg.selected()
-    if cfg.plot_only:
-        if not (out / "regret.csv").exists():
-            raise FileNotFoundError(f"--plot-only needs {out / 'regret.csv'} from an earlier run")
+    if cfg.plot_only:  # parse_args checked that the saved results are there
         saved = json.loads((out / "config.json").read_text())
         results = read_csv(out / "regret.csv")
         for name, curves in results.items():

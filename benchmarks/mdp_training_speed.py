@@ -32,7 +32,7 @@ def step_seconds(model: MDPTransformer, optimizer: torch.optim.Optimizer, batch:
     """Wall seconds of one training step (mean NLL of random labels, backward, AdamW)."""
     states, actions, rewards, labels = batch
     start = time.perf_counter()
-    logits = model(states, actions, rewards)
+    logits = model(states, actions, rewards).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

@@ -1,50 +1,40 @@
-"""The algorithm contracts: the one interface every bandit and every tabular-MDP algorithm implements.
+"""The algorithm contract: the one interface every bandit and every tabular-MDP algorithm implements.
 
-Both are batched over B runs (a single run is a batch of one).  The algorithms themselves live in
-``agents/`` and are built by name through :mod:`icrl_gym.registry`; nothing here knows any of them.
-
-Bandits
--------
-
-An algorithm (Section framework of the paper) maps the history D_{t-1} and the current
-action set A_t to a distribution over arms.  :class:`BanditAgent` holds the history of B
-independent runs as incremental statistics (arrays with a leading batch axis) and exposes:
-
-- ``reset(info)``: start B new runs; ``info`` is what the environment's ``reset`` returned
-  (a single env gives B = 1, a vector env B = num_envs; only the oracle reads ``w_star``).
-- ``act(obs)``: an arm index (single env) or an array of B indices (vector env).
-- ``update(action, reward)``: feed back the outcome of the last ``act``.
-- ``policy(obs)``: the action probabilities Alg(. | D_{t-1}, A_t), shape (A,) or (B, A), in
-  closed form where the algorithm has one, by Monte-Carlo for Thompson sampling.
-
-A plain Gymnasium loop::
+:class:`Agent` owns everything the two kinds share: the generator, the batch of B runs (a single
+run is a batch of one, and a single environment's ``int`` actions and (A,) policies are unwrapped
+from it), ``reset(info)``, ``act(obs)``, ``policy(obs)``, ``update(action, reward)`` and
+``config()``.  The algorithms themselves live in ``agents/`` and are built by name through
+:mod:`icrl_gym.registry`; nothing here knows any of them.  A plain Gymnasium loop drives either kind::
 
     obs, info = env.reset(seed=0)
     agent.reset(info)
-    for _ in range(T):
+    for _ in range(T):  # for an MDP: T = K H steps, or until terminated
         a = agent.act(obs)
         obs, r, terminated, truncated, info = env.step(a)
         agent.update(a, r)
 
-Collectors skip the shape handling with ``act_batch``, ``policy_batch`` and ``update_batch`` on
-(B, A, d) arrays.  Subclasses implement ``_reset``, ``_policy`` and ``_update``; ``_act``
-defaults to sampling from ``_policy`` and is overridden by deterministic (argmax) algorithms.
+``info`` is what the environment's ``reset`` returned: a single env gives B = 1, a vector env
+B = num_envs; ``info["model"]`` (the environment's spec as a dict) is kept as ``env_model``.  The
+two kinds differ only in how an observation is decoded and in the batched hooks a subclass implements.
+
+Bandits
+-------
+An algorithm (Section framework of the paper) maps the history D_{t-1} and the current action set
+A_t to a distribution over arms.  :class:`BanditAgent` decodes an observation to the action sets
+(B, A, d) and holds the history of B independent runs as incremental statistics.  ``policy(obs)``
+is Alg(. | D_{t-1}, A_t), shape (A,) or (B, A), in closed form where the algorithm has one, by
+Monte-Carlo for Thompson sampling.  Collectors skip the decoding with ``act_batch``,
+``policy_batch`` and ``update_batch`` on (B, A, d) arrays.  Subclasses implement ``_reset``,
+``_policy`` and ``_update``; ``_act`` defaults to sampling from ``_policy`` and is overridden by
+deterministic (argmax) algorithms.  ``reset`` also takes the fields ``batch_size``, ``dim``,
+``num_actions`` and ``w_star`` as keywords (they replace those of ``info``).
 
 Tabular MDPs (Section Tabular-MDP-statement)
 --------------------------------------------
-:class:`MDPAgent` runs in a plain Gymnasium loop too::
-
-    obs, info = env.reset(seed=0); agent.reset(info)
-    while True:
-        a = agent.act(obs)
-        obs, r, terminated, truncated, info = env.step(a)
-        agent.update(a, r)
-        if terminated: break
-
-The observation is the one-hot state followed by the one-hot step h; a transition (h, s, a, r, s')
-is complete when the next observation arrives (or the episode ends, after step H, where the
-paper's counts record no next state).  The batched core works on arrays:
-``act_batch(states, h)``, ``policy_batch(states, h)`` and
+:class:`MDPAgent` decodes an observation (the one-hot state followed by the one-hot step h) to
+(states (B,), h); a transition (h, s, a, r, s') is complete when the next observation arrives (or
+the episode ends, after step H, where the paper's counts record no next state).  The batched core
+works on arrays: ``act_batch(states, h)``, ``policy_batch(states, h)`` and
 ``update_batch(states, h, actions, rewards, next_states)`` with ``next_states = -1`` after step H.
 Subclasses implement ``_reset``, ``_begin_episode`` (called at h = 0, e.g. to re-plan) and the
 per-step hooks.  ``episode`` counts the episodes started.
@@ -53,7 +43,7 @@ per-step hooks.  ``episode`` counts the episodes started.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -77,83 +67,64 @@ def one_hot(index: np.ndarray, num_classes: int) -> np.ndarray:
     return out
 
 
-class BanditAgent:
-    """Base class of all bandit algorithms (batched; a single run is a batch of one)."""
+ObsT = TypeVar("ObsT")
+"""A decoded observation: the action sets (B, A, d) of a bandit, (states (B,), h) of an MDP."""
+
+
+class Agent(Generic[ObsT]):
+    """Base class of all algorithms, bandit and MDP (batched; a single run is a batch of one)."""
 
     name = "agent"
     deterministic = False
     """True when ``act`` is a deterministic function of the history (argmax algorithms)."""
-    has_index = False
-    """True when :meth:`index` gives the per-arm index v (B, A) whose argmax or softmax is the policy."""
+    reset_fields: tuple[str, ...] = ()
+    """Fields of the reset ``info`` that ``reset`` also accepts as keywords."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
         self.batch_size = 0
-        self.dim = 0
         self.num_actions = 0
-        self.t = 0
-        self._single = False
-        self._last_action_sets: np.ndarray | None = None
         self.env_model: dict[str, Any] | None = None
-        """The environment's model (``info["model"]`` at reset: its BanditSpec as a dict), or None.
+        """The environment's model (``info["model"]`` at reset: its spec as a dict), or None.
         Bayesian algorithms read their noise level and prior from it."""
+        self._single = False
+        self._last: ObsT | None = None
 
     # ------------------------------------------------------------------ public API
     def reset(
-        self,
-        info: Mapping[str, Any] | None = None,
-        *,
-        batch_size: int | None = None,
-        dim: int | None = None,
-        num_actions: int | None = None,
-        w_star: np.ndarray | None = None,
-        rng: np.random.Generator | None = None,
+        self, info: Mapping[str, Any] | None = None, rng: np.random.Generator | None = None, **fields: Any
     ) -> None:
-        """Start new runs, sized from the environment's reset ``info`` or from keywords."""
-        info = dict(info or {})
-        if w_star is None:
-            w_star = info.get("w_star")
-        dim = dim if dim is not None else info.get("dim")
-        num_actions = num_actions if num_actions is not None else info.get("num_actions")
-        single = False
-        if w_star is not None:
-            w_star = np.asarray(w_star, dtype=np.float64)
-            single = w_star.ndim == 1
-            w_star = np.atleast_2d(w_star)
-            batch_size = batch_size if batch_size is not None else w_star.shape[0]
-            dim = dim if dim is not None else w_star.shape[1]
-            if w_star.shape != (batch_size, dim):
-                raise ValueError(f"w_star has shape {w_star.shape}, expected ({batch_size}, {dim})")
-        if batch_size is None:
-            batch_size, single = 1, True
-        if dim is None or num_actions is None:
-            raise ValueError("reset needs dim and num_actions (pass the env's reset info, or keywords)")
+        """Start new runs described by the environment's reset ``info``; keyword ``fields`` replace its entries."""
+        unknown = sorted(set(fields) - set(self.reset_fields))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.reset() takes the fields {self.reset_fields}, got {unknown}")
+        merged = {**(info or {}), **{k: v for k, v in fields.items() if v is not None}}
         if rng is not None:
             self.rng = rng
-        self.batch_size, self.dim, self.num_actions = int(batch_size), int(dim), int(num_actions)
-        self._single = single
-        self.t = 0
-        self._last_action_sets = None
-        self.env_model = info.get("model")
-        self._reset(w_star)
+        self.env_model = merged.get("model")
+        self._last = None
+        self._start(merged)
 
     def act(self, obs: Any) -> Any:
-        """Choose an arm for every run: an ``int`` for a single run, else a (B,) array."""
-        action_sets = self._action_sets(obs)
-        actions = self._act(action_sets)
-        self._last_action_sets = action_sets
+        """An action for every run: an ``int`` for a single run, else a (B,) array."""
+        observation = self._read(obs)
+        self._observe(observation)
+        actions = self._act_on(observation)
+        self._last = observation
         return int(actions[0]) if self._single else actions
 
     def policy(self, obs: Any) -> np.ndarray:
-        """Action probabilities Alg(. | D_{t-1}, A_t): (A,) for a single run, else (B, A)."""
-        probs = self._policy(self._action_sets(obs))
+        """Action probabilities Alg(. | D_{t-1}, s_t): (A,) for a single run, else (B, A)."""
+        observation = self._read(obs)
+        self._observe(observation)
+        probs = self._policy_on(observation)
         return probs[0] if self._single else probs
 
     def update(self, action: Any, reward: Any, obs: Any = None) -> None:
-        """Feed back the arm pulled and the reward; ``obs`` defaults to the last one acted on."""
-        action_sets = self._last_action_sets if obs is None else self._action_sets(obs)
-        if action_sets is None:
-            raise RuntimeError("update() needs the action set: call act(obs) first or pass obs")
+        """Feed back the action taken and the reward; ``obs`` (where it was taken) defaults to the last one acted on."""
+        observation = self._last if obs is None else self._read(obs)
+        if observation is None:
+            raise RuntimeError("update() needs the observation acted on: call act(obs) first or pass obs")
         actions = np.asarray(action).reshape(-1)
         rewards = np.asarray(reward, dtype=np.float64).reshape(-1)
         if actions.shape != (self.batch_size,) or rewards.shape != (self.batch_size,):
@@ -163,8 +134,66 @@ class BanditAgent:
             )
         if actions.dtype.kind not in "iu" or actions.min() < 0 or actions.max() >= self.num_actions:
             raise ValueError(f"actions must be integer arm indices in [0, {self.num_actions}), got {action}")
-        self.update_batch(action_sets, actions.astype(np.int64), rewards)
-        self._last_action_sets = None
+        self._last = None
+        self._record(observation, actions.astype(np.int64), rewards)
+
+    def config(self) -> dict[str, Any]:
+        """The hyper-parameters that define this algorithm (recorded with every artefact)."""
+        return {"name": self.name}
+
+    def trajectory_components(self) -> list[tuple[float, Agent[Any]]]:
+        """(weight, algorithm) pairs of a trajectory-level mixture, whose runs each follow one component.
+
+        A plain algorithm is its own single component: [(1.0, self)].
+        """
+        return [(1.0, self)]
+
+    # ------------------------------------------------------------------ helpers
+    def _read(self, obs: Any) -> ObsT:
+        if self.batch_size == 0:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()")
+        return self._decode(obs)
+
+    def _check_runs(self, runs: int) -> None:
+        if runs != self.batch_size:
+            raise ValueError(f"observation holds {runs} runs but the agent was reset for {self.batch_size}")
+
+    # ------------------------------------------------------------------ what a kind of algorithm defines
+    def _start(self, info: dict[str, Any]) -> None:
+        """Size the runs from the (merged) reset ``info``, set ``_single`` and start the statistics."""
+        raise NotImplementedError
+
+    def _decode(self, obs: Any) -> ObsT:
+        """An observation (single or batched) in the form the batched hooks take."""
+        raise NotImplementedError
+
+    def _observe(self, observation: ObsT) -> None:
+        """What seeing a new observation implies before acting on it (nothing, for a bandit)."""
+
+    def _act_on(self, observation: ObsT) -> np.ndarray:
+        """(B,) actions at a decoded observation."""
+        raise NotImplementedError
+
+    def _policy_on(self, observation: ObsT) -> np.ndarray:
+        """(B, A) action probabilities at a decoded observation."""
+        raise NotImplementedError
+
+    def _record(self, observation: ObsT, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Add the outcome (actions (B,), rewards (B,)) of acting at ``observation``."""
+        raise NotImplementedError
+
+
+class BanditAgent(Agent[np.ndarray]):
+    """Base class of all bandit algorithms: an observation is the action sets (B, A, d)."""
+
+    has_index = False
+    """True when :meth:`index` gives the per-arm index v (B, A) whose argmax or softmax is the policy."""
+    reset_fields = ("batch_size", "dim", "num_actions", "w_star")
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.dim = 0
+        self.t = 0
 
     # ------------------------------------------------------------------ batched array API
     def act_batch(self, action_sets: np.ndarray) -> np.ndarray:
@@ -184,32 +213,50 @@ class BanditAgent:
         """The per-arm index v (B, A) at the current action sets (B, A, d), where ``has_index``."""
         raise NotImplementedError(f"{type(self).__name__} has no per-arm index")
 
-    def trajectory_components(self) -> list[tuple[float, BanditAgent]]:
-        """(weight, algorithm) pairs of a trajectory-level mixture, whose runs each follow one component.
+    # ------------------------------------------------------------------ the bandit side of the contract
+    def _start(self, info: dict[str, Any]) -> None:
+        w_star, batch_size = info.get("w_star"), info.get("batch_size")
+        dim, num_actions = info.get("dim"), info.get("num_actions")
+        single = False
+        if w_star is not None:
+            w_star = np.asarray(w_star, dtype=np.float64)
+            single = w_star.ndim == 1
+            w_star = np.atleast_2d(w_star)
+            batch_size = batch_size if batch_size is not None else w_star.shape[0]
+            dim = dim if dim is not None else w_star.shape[1]
+            if w_star.shape != (batch_size, dim):
+                raise ValueError(f"w_star has shape {w_star.shape}, expected ({batch_size}, {dim})")
+        if batch_size is None:
+            batch_size, single = 1, True
+        if dim is None or num_actions is None:
+            raise ValueError("reset needs dim and num_actions (pass the env's reset info, or keywords)")
+        self.batch_size, self.dim, self.num_actions = int(batch_size), int(dim), int(num_actions)
+        self._single = single
+        self.t = 0
+        self._reset(w_star)
 
-        A plain algorithm is its own single component: [(1.0, self)].
-        """
-        return [(1.0, self)]
-
-    # ------------------------------------------------------------------ helpers
-    def _action_sets(self, obs: Any) -> np.ndarray:
+    def _decode(self, obs: Any) -> np.ndarray:
         """Bring an observation to (B, A, d): accepts (A*d,), (A, d), (B, A*d) or (B, A, d)."""
-        if self.batch_size == 0:
-            raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()")
         arr = np.asarray(obs, dtype=np.float64)
-        a, d, b = self.num_actions, self.dim, self.batch_size
-        if arr.shape[-2:] == (a, d) and arr.ndim in (2, 3):
-            arr = arr.reshape(-1, a, d)
-        elif arr.shape[-1] == a * d and arr.ndim in (1, 2):
+        a, d = self.num_actions, self.dim
+        if (arr.shape[-2:] == (a, d) and arr.ndim in (2, 3)) or (arr.shape[-1] == a * d and arr.ndim in (1, 2)):
             arr = arr.reshape(-1, a, d)
         else:
             raise ValueError(
                 f"observation of shape {arr.shape} does not match A={a} arms of dimension d={d} "
                 f"(expected ({a * d},), ({a}, {d}) or a batch of those)"
             )
-        if arr.shape[0] != b:
-            raise ValueError(f"observation holds {arr.shape[0]} runs but the agent was reset for {b}")
+        self._check_runs(arr.shape[0])
         return arr
+
+    def _act_on(self, observation: np.ndarray) -> np.ndarray:
+        return self._act(observation)
+
+    def _policy_on(self, observation: np.ndarray) -> np.ndarray:
+        return self._policy(observation)
+
+    def _record(self, observation: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        self.update_batch(observation, actions, rewards)
 
     # ------------------------------------------------------------------ subclass hooks
     def _reset(self, w_star: np.ndarray | None) -> None:
@@ -224,77 +271,23 @@ class BanditAgent:
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         """Add (a_t, r_t) of every run to its statistics."""
 
-    def config(self) -> dict[str, Any]:
-        """The hyper-parameters that define this algorithm (recorded with every artefact)."""
-        return {"name": self.name}
+
+MDPObservation = tuple[np.ndarray, int]
+"""A decoded tabular-MDP observation: the states (B,) of the runs and their common step h."""
 
 
-class MDPAgent:
-    """Base class of tabular-MDP algorithms (a single run is a batch of one)."""
+class MDPAgent(Agent[MDPObservation]):
+    """Base class of tabular-MDP algorithms: an observation is (states (B,), h)."""
 
     name = "mdp_agent"
 
     def __init__(self, seed: int | None = None) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.batch_size = self.num_states = self.num_actions = self.horizon = self.episodes = 0
+        super().__init__(seed)
+        self.num_states = self.horizon = self.episodes = 0
         self.env_stationary = False
-        self.env_model: dict[str, Any] | None = None
-        """The environment's model (``info["model"]``: its MDPSpec as a dict, e.g. the Dirichlet concentration)."""
         self.episode = 0
-        self._single = False
         self._pending: tuple[np.ndarray, int, np.ndarray, np.ndarray] | None = None
-        self._last: tuple[np.ndarray, int] | None = None
         self._planned_episode = -1
-
-    # ------------------------------------------------------------------ public API
-    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
-        """Start runs sized from the environment's reset ``info`` (P, R for the oracle only)."""
-        v_star = np.asarray(info["v_star"])
-        self._single = v_star.ndim == 0
-        self.batch_size = 1 if self._single else v_star.shape[0]
-        self.num_states, self.num_actions = int(info["num_states"]), int(info["num_actions"])
-        self.horizon, self.episodes = int(info["horizon"]), int(info["episodes"])
-        self.env_stationary = bool(info.get("stationary", False))
-        self.env_model = info.get("model")
-        if rng is not None:
-            self.rng = rng
-        self.episode = 0
-        self._planned_episode = -1
-        self._pending = None
-        instance = None
-        if "P" in info:
-            P, R = np.asarray(info["P"]), np.asarray(info["R"])
-            instance = (P[None], R[None]) if self._single else (P, R)
-        self._reset(instance)
-
-    def act(self, obs: Any) -> Any:
-        """An action for every run (an ``int`` for a single run)."""
-        states, h = self._decode(obs)
-        self._complete(states, h)
-        actions = self.act_batch(states, h)
-        self._last = (states, h)
-        return int(actions[0]) if self._single else actions
-
-    def policy(self, obs: Any) -> np.ndarray:
-        """Action probabilities at the current observation, (A,) or (B, A)."""
-        states, h = self._decode(obs)
-        self._complete(states, h)
-        probs = self.policy_batch(states, h)
-        return probs[0] if self._single else probs
-
-    def update(self, action: Any, reward: Any) -> None:
-        """Record the outcome of the last ``act``; the next state comes with the next observation."""
-        if self._last is None:
-            raise RuntimeError("update() needs a previous act(obs)")
-        states, h = self._last
-        actions = np.asarray(action).reshape(-1).astype(np.int64)
-        rewards = np.asarray(reward, dtype=np.float64).reshape(-1)
-        if actions.shape != (self.batch_size,) or rewards.shape != (self.batch_size,):
-            raise ValueError(f"update expects {self.batch_size} actions and rewards")
-        self._pending = (states, h, actions, rewards)
-        self._last = None
-        if h == self.horizon - 1:  # episode over: no next state is recorded (N_H(s, a, s') = 0)
-            self._complete(None, 0)
 
     # ------------------------------------------------------------------ batched array API
     def act_batch(self, states: np.ndarray, h: int) -> np.ndarray:
@@ -307,12 +300,6 @@ class MDPAgent:
         self._plan_once()
         return self._policy(states, h)
 
-    def _plan_once(self) -> None:
-        """Call ``_begin_episode`` once per episode, before its first action or policy."""
-        if self._planned_episode != self.episode:
-            self._planned_episode = self.episode
-            self._begin_episode()
-
     def update_batch(
         self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray
     ) -> None:
@@ -321,17 +308,56 @@ class MDPAgent:
         if h == self.horizon - 1:
             self.episode += 1
 
-    # ------------------------------------------------------------------ helpers
-    def _decode(self, obs: Any) -> tuple[np.ndarray, int]:
-        if self.batch_size == 0:
-            raise RuntimeError(f"{type(self).__name__}: call reset() before act()")
+    def _plan_once(self) -> None:
+        """Call ``_begin_episode`` once per episode, before its first action or policy."""
+        if self._planned_episode != self.episode:
+            self._planned_episode = self.episode
+            self._begin_episode()
+
+    # ------------------------------------------------------------------ the MDP side of the contract
+    def _start(self, info: dict[str, Any]) -> None:
+        """Size the runs from the environment's reset ``info`` (P, R for the oracle only)."""
+        if "v_star" not in info:
+            raise ValueError(f"{type(self).__name__}.reset needs the reset info of a tabular-MDP environment")
+        v_star = np.asarray(info["v_star"])
+        self._single = v_star.ndim == 0
+        self.batch_size = 1 if self._single else v_star.shape[0]
+        self.num_states, self.num_actions = int(info["num_states"]), int(info["num_actions"])
+        self.horizon, self.episodes = int(info["horizon"]), int(info["episodes"])
+        self.env_stationary = bool(info.get("stationary", False))
+        self.episode = 0
+        self._planned_episode = -1
+        self._pending = None
+        instance = None
+        if "P" in info:
+            P, R = np.asarray(info["P"]), np.asarray(info["R"])
+            instance = (P[None], R[None]) if self._single else (P, R)
+        self._reset(instance)
+
+    def _decode(self, obs: Any) -> MDPObservation:
         arr = np.asarray(obs, dtype=np.float32).reshape(-1, self.num_states + self.horizon)
-        if arr.shape[0] != self.batch_size:
-            raise ValueError(f"observation holds {arr.shape[0]} runs but the agent was reset for {self.batch_size}")
+        self._check_runs(arr.shape[0])
         hs = arr[:, self.num_states :].argmax(axis=1)
         if np.any(hs != hs[0]):
             raise ValueError("all runs of a batch must be at the same step h")
         return arr[:, : self.num_states].argmax(axis=1), int(hs[0])
+
+    def _observe(self, observation: MDPObservation) -> None:
+        """A new state completes the pending transition (when it is the next step of the same episode)."""
+        self._complete(*observation)
+
+    def _act_on(self, observation: MDPObservation) -> np.ndarray:
+        return self.act_batch(*observation)
+
+    def _policy_on(self, observation: MDPObservation) -> np.ndarray:
+        return self.policy_batch(*observation)
+
+    def _record(self, observation: MDPObservation, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """The next state comes with the next observation; after step H there is none."""
+        states, h = observation
+        self._pending = (states, h, actions, rewards)
+        if h == self.horizon - 1:  # episode over: no next state is recorded (N_H(s, a, s') = 0)
+            self._complete(None, 0)
 
     def _complete(self, next_states: np.ndarray | None, h: int) -> None:
         if self._pending is None:
@@ -350,14 +376,12 @@ class MDPAgent:
         """Called once per episode, before its first action (e.g. to re-plan)."""
 
     def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines no action probabilities")
 
     def _act(self, states: np.ndarray, h: int) -> np.ndarray:
         return sample_categorical(self._policy(states, h), self.rng)
 
-    def _update(self, states, h, actions, rewards, next_states) -> None:
+    def _update(
+        self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray
+    ) -> None:
         """Add one transition per run."""
-
-    def config(self) -> dict[str, Any]:
-        """Hyper-parameters (recorded with every artefact)."""
-        return {"name": self.name}

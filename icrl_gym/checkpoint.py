@@ -18,6 +18,7 @@ import hashlib
 import importlib.resources
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -29,6 +30,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.fileio import atomic_write_bytes
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
@@ -53,6 +55,18 @@ class CheckpointKind(str, Enum):
     """An :class:`MDPTransformer` (agent ``"mdp_transformer"``)."""
     META_RL_POLICY = "meta_rl_policy"
     """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
+
+    @property
+    def agent(self) -> str:
+        """The registered name of the agent that plays checkpoints of this kind."""
+        return _AGENT_OF_KIND[self]
+
+
+_AGENT_OF_KIND = {
+    CheckpointKind.BANDIT_TRANSFORMER: "transformer",
+    CheckpointKind.MDP_TRANSFORMER: "mdp_transformer",
+    CheckpointKind.META_RL_POLICY: "meta_rl",
+}
 
 
 _KIND_OF_MODEL_CLASS = {
@@ -102,7 +116,10 @@ class CheckpointRecord:
     def expect(self, kind: CheckpointKind, name: str = "checkpoint") -> None:
         """Raise :class:`CheckpointError` unless the record is of ``kind``."""
         if self.kind is not kind:
-            raise CheckpointError(f"{name} holds a {self.kind.value}, not a {kind.value}")
+            raise CheckpointError(
+                f"{name} holds a {self.kind.value}, not a {kind.value}: "
+                f"play it with make_agent({self.kind.agent!r}, checkpoint=...)"
+            )
 
 
 def read_record(path: str | os.PathLike) -> CheckpointRecord:
@@ -151,6 +168,13 @@ def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
     return Path(stem + ".safetensors"), Path(stem + ".json")
 
 
+def _model_config(model: torch.nn.Module) -> dict[str, Any]:
+    """The configuration record of a transformer (other models pass theirs to :func:`save_checkpoint`)."""
+    if not isinstance(model, BanditTransformer | MDPTransformer):
+        raise ValueError(f"no model configuration for a {type(model).__name__}: pass config=")
+    return model.config.to_dict()
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     model: torch.nn.Module,
@@ -176,7 +200,7 @@ def save_checkpoint(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "kind": CheckpointKind(kind).value,
-        "model": model.config.to_dict() if config is None else config,
+        "model": _model_config(model) if config is None else config,
         "model_class": model_class,
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
     }
@@ -212,40 +236,82 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
 
 
 def load_checkpoint(
-    path: str | os.PathLike, device: torch.device | str = "cpu", expect: BanditSpec | None = None
+    path: str | os.PathLike, device: torch.device | str = "cpu", expect: BanditSpec | MDPSpec | None = None
 ) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
-    """Build the model of a checkpoint and load its weights; check the environment if given."""
+    """Build the model of a checkpoint and load its weights; check the environment ``expect`` if given."""
     state, meta = read_checkpoint(path)
     kind = checkpoint_kind(meta)
     if kind not in MODEL_CLASSES:
-        raise CheckpointError(f"checkpoint {_stem(path)} holds a {kind.value}, not a transformer")
+        raise CheckpointError(
+            f"checkpoint {_stem(path)} holds a {kind.value}, not a transformer: "
+            f"play it with make_agent({kind.agent!r}, checkpoint=...)"
+        )
     if expect is not None:
-        check_compatible(meta, expect, name=str(_stem(path)))
+        check_compatible(meta, {"model": expect.to_dict()}, name=str(_stem(path)))
     try:
-        model_cls, config_cls = MODEL_CLASSES[kind]
-        model = model_cls(config_cls.from_dict(meta["model"]))
+        model: BanditTransformer | MDPTransformer
+        if kind is CheckpointKind.MDP_TRANSFORMER:
+            model = MDPTransformer(MDPTransformerConfig.from_dict(meta["model"]))
+        else:
+            model = BanditTransformer(TransformerConfig.from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
     except (KeyError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {_stem(path)} does not fit its model configuration: {err}") from err
     return model.to(device).eval(), meta
 
 
-def check_compatible(meta: dict[str, Any], spec: BanditSpec, name: str = "checkpoint") -> None:
-    """Raise :class:`CheckpointError` when a checkpoint cannot run on ``spec``.
+_EXACT_FIELDS = {
+    "bandit": ("arms", "reward", "dim", "num_actions"),
+    "tabular MDP": ("kind", "num_states", "num_actions", "horizon"),
+}
+"""Fields of the environment's spec a checkpoint must match exactly, per family of environments."""
+_LENGTH_FIELD = {"bandit": "horizon", "tabular MDP": "episodes"}
+"""The field of a run's length, which may be shorter than the model's capacity but not longer."""
+_INFO_FIELDS = ("dim", "num_states", "num_actions", "horizon", "episodes")
+"""Sizes a reset ``info`` may carry itself (a bandit reset by keywords has no ``model``)."""
 
-    d, A and the kind of arms must equal the training prior's; the horizon may exceed the
-    training T (an out-of-distribution use) up to the model's capacity ``meta["model"]["horizon"]``.
+
+def _family(env: Mapping[str, Any]) -> str | None:
+    if "num_states" in env:
+        return "tabular MDP"
+    if "dim" in env or "arms" in env:
+        return "bandit"
+    return None
+
+
+def check_compatible(
+    record: CheckpointRecord | dict[str, Any], info: Mapping[str, Any], name: str = "checkpoint"
+) -> None:
+    """Raise :class:`CheckpointError` naming every field where the environment of ``info`` differs from the checkpoint.
+
+    ``info`` is an environment's reset info: its ``model`` (the spec as a dict), completed by the sizes
+    ``info`` carries itself.  The family (bandit or tabular MDP) must be the checkpoint's; a bandit
+    must have the kind of arms, of rewards, d and A of the training prior, an MDP its kind, S, A and H.
+    A run may be shorter than the model's capacity (T for a bandit, K episodes for an MDP), as an
+    out-of-distribution use, but not longer.  Fields the environment does not state are not compared.
     """
-    trained = meta.get("env", {})
-    for key in ("dim", "num_actions", "arms"):
-        if trained.get(key) != getattr(spec, key):
-            raise CheckpointError(
-                f"{name} was trained for {key}={trained.get(key)!r} but the environment has "
-                f"{key}={getattr(spec, key)!r}"
-            )
-    capacity = meta.get("model", {}).get("horizon", trained.get("horizon"))
-    if spec.horizon > capacity:
+    record = record if isinstance(record, CheckpointRecord) else CheckpointRecord.from_meta(record)
+    env = {k: info[k] for k in _INFO_FIELDS if info.get(k) is not None}
+    env.update(info.get("model") or {})
+    trained = record.env
+    family = "tabular MDP" if record.kind is CheckpointKind.MDP_TRANSFORMER else "bandit"
+    seen = _family(env)
+    if seen is not None and seen != family:
         raise CheckpointError(
-            f"{name} was built for horizon={capacity} steps at most (trained with T={trained.get('horizon')}) "
-            f"but the environment has horizon={spec.horizon}"
+            f"{name} does not fit the environment: environment={family!r} in the checkpoint "
+            f"(a {record.kind.value}), environment={seen!r} in the environment"
         )
+    problems = [
+        f"{key}={trained[key]!r} in the checkpoint, {key}={env[key]!r} in the environment"
+        for key in _EXACT_FIELDS[family]
+        if key in env and key in trained and env[key] != trained[key]
+    ]
+    length = _LENGTH_FIELD[family]
+    capacity = record.meta.get("model", {}).get(length, trained.get(length))
+    if length in env and capacity is not None and env[length] > capacity:
+        problems.append(
+            f"{length}<={capacity} in the checkpoint (trained with {length}={trained.get(length)}), "
+            f"{length}={env[length]} in the environment"
+        )
+    if problems:
+        raise CheckpointError(f"{name} does not fit the environment: " + "; ".join(problems))

@@ -18,10 +18,10 @@ algorithms that made it::
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, cast
 
-from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.algorithm import Agent
 
 MIXTURE = "mixture"
 """The trajectory-level mixture, whose specification nests its components' (see ``make_agent``)."""
@@ -84,7 +84,15 @@ def entry_points() -> dict[str, str]:
     return dict(_ENTRY_POINTS)
 
 
-def agent_class(name: str) -> type[BanditAgent] | type[MDPAgent]:
+class _MixtureClass(Protocol):
+    """The registered mixture: built from its components by ``of`` (a bandit or an MDP mixture, as they are)."""
+
+    def of(self, components: Sequence[Agent[Any]], weights: Sequence[float], seed: int | None = None) -> Agent[Any]:
+        """The mixture of ``components`` with the given weights."""
+        ...
+
+
+def agent_class(name: str) -> type[Agent[Any]]:
     """The class registered under ``name``, imported on first use."""
     if name not in _ENTRY_POINTS:
         raise ValueError(f"unknown agent {name!r}; known agents: {agent_names()}")
@@ -92,7 +100,7 @@ def agent_class(name: str) -> type[BanditAgent] | type[MDPAgent]:
     return getattr(importlib.import_module(module), attr)
 
 
-def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs: Any) -> BanditAgent | MDPAgent:
+def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs: Any) -> Agent[Any]:
     """Build an agent from its name or its ``config()`` dictionary (plus keyword overrides).
 
     A mixture's ``components`` are specifications themselves; its class is the bandit or the MDP
@@ -105,7 +113,7 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
     cls = agent_class(name)
     if name == MIXTURE:
         components = [make_agent(c) for c in params.pop("components")]
-        return cls.of(components, params.pop("weights"), seed=seed, **params)
+        return cast(_MixtureClass, cls).of(components, params.pop("weights"), seed=seed, **params)
     params = {**_DEFAULTS.get(name, {}), **params}
     try:
         return cls(seed=seed, **params)

@@ -44,12 +44,15 @@ def test_cached_rollout_equals_full_forward(positional, attention, prev_tokens):
     model = _model(positional=positional, attention=attention, prev_tokens=prev_tokens)
     states, actions, rewards = _batch(B=3)
     with torch.no_grad():
-        full = model(states, actions, rewards)
+        full, values = model(states, actions, rewards)
     cache = model.new_cache(3)
     online = []
     for t in range(9):
         prev_a, prev_r = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
-        online.append(model.step(states[:, t], prev_a, prev_r, cache))
+        out = model.step(states[:, t], prev_a, prev_r, cache)
+        assert out.values is None
+        online.append(out.logits)
+    assert values is None
     torch.testing.assert_close(torch.stack(online, 1), full, atol=1e-5, rtol=1e-5)
     assert cache.length == model.config.max_tokens - 2  # all but the last action-reward and empty tokens
 
@@ -59,11 +62,11 @@ def test_no_step_sees_the_future(prev_tokens):
     model = _model(prev_tokens=prev_tokens)
     states, actions, rewards = _batch()
     with torch.no_grad():
-        base = model(states, actions, rewards)
+        base = model(states, actions, rewards).logits
         r2, s2 = rewards.clone(), states.clone()
         r2[:, 4] += 1.0
         s2[:, 5] = (s2[:, 5] + 1) % 4
-        out = model(s2, actions, r2)
+        out = model(s2, actions, r2).logits
     torch.testing.assert_close(out[:, :5], base[:, :5], atol=0, rtol=0)
     assert (out[:, 5:] - base[:, 5:]).abs().max() > 1e-4
 
@@ -111,12 +114,12 @@ def test_mdp_pretraining_end_to_end(tmp_path, label):
         model={"n_layer": 2, "n_head": 2, "n_embd": 16, "prev_tokens": 2 if soft else 0}, trajectories_per_chunk=256,
         steps=30, batch_size=32, lr=1e-2, warmup_steps=5, val_trajectories=64, eval_every=15, device="cpu",
         out_dir=str(tmp_path / "run"), target="probs" if soft else "label",
-        expert={"name": "psrl", "posterior_samples": 4} if soft else None,
+        posterior={"name": "psrl", "posterior_samples": 4} if soft else None,
     )  # fmt: skip
     model, meta = pretrain(cfg, echo=False)
     history = meta["training"]["history"]
     if soft:  # trained on P(a* | D): the loss (soft cross-entropy) is not the NLL of the hard label
-        assert meta["pretrain"]["expert"]["name"] == "psrl"
+        assert meta["pretrain"]["posterior"]["name"] == "psrl" and meta["pretrain"]["expert"] is None
         assert abs(history[-1]["loss"] - history[-1]["nll"]) > 1e-4
     elif label == "dpt":  # the optimal action is learnable; PSRL's AD labels are nearly random this early
         assert history[-1]["nll"] < history[0]["nll"]
@@ -125,8 +128,8 @@ def test_mdp_pretraining_end_to_end(tmp_path, label):
     agent = make_agent({"name": "mdp_transformer", "checkpoint": str(tmp_path / "tiny-mdp")})
     runs = rollout_mdp(spec, agent, 16, seed=3)
     assert runs.episode_regret.shape == (16, 3) and np.isfinite(runs.episode_regret).all()
-    with pytest.raises(ValueError, match="horizon"):
-        agent.check_environment(MDPSpec(num_states=3, num_actions=2, horizon=4, episodes=3))
+    with pytest.raises(ValueError, match="horizon=3 in the checkpoint, horizon=4 in the environment"):
+        agent.reset({"model": MDPSpec(num_states=3, num_actions=2, horizon=4, episodes=3).to_dict()})
 
 
 GREEDY_MODELS = ("tabular-mdp-dpt-psrl-uniform",)

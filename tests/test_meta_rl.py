@@ -139,8 +139,8 @@ def test_train_export_and_play(tmp_path, algo, features):
         greedy.update_batch(sets, ours, out["reward"])
         feats.update(sets, ours, out["reward"])
         start = np.zeros(2, dtype=bool)
-    with pytest.raises(CheckpointError, match="environment has dim=5"):
-        greedy.check_environment(bernoulli_bandit_spec(num_arms=5, horizon=20))
+    with pytest.raises(CheckpointError, match="dim=5 in the environment"):
+        greedy.reset({"model": bernoulli_bandit_spec(num_arms=5, horizon=20).to_dict()})
 
 
 def test_bad_config_and_not_a_policy(tmp_path):

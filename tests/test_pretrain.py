@@ -165,14 +165,14 @@ def test_corrupt_and_mismatched_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="horizon=12"):
         load_checkpoint(tmp_path / "m", expect=bernoulli_bandit_spec(horizon=200))
     agent = TransformerAgent(tmp_path / "m")
-    with pytest.raises(CheckpointError, match="d=5, A=5"):
+    with pytest.raises(CheckpointError, match="dim=5 in the checkpoint, dim=4 in the environment"):
         agent.reset(batch_size=1, dim=4, num_actions=4)
     agent.reset(batch_size=1, dim=5, num_actions=5)
     for _ in range(12):
         agent.update(agent.act(np.eye(5)), 1.0)
-    with pytest.raises(ValueError, match="trained for T=12"):
+    with pytest.raises(ValueError, match="built for T=12"):
         agent.act(np.eye(5))
-    with pytest.raises(ValueError, match="no pretrained bandit transformer"):
+    with pytest.raises(ValueError, match="no pretrained bandit_transformer"):
         TransformerAgent.pretrained("does-not-exist")
 
 

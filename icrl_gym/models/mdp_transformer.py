@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icrl_gym.models.policy_output import PolicyOutput
 from icrl_gym.models.transformer import Block, DecoderConfig, KVCache, count_parameters, init_gpt_weights
 
 
@@ -155,8 +156,11 @@ class MDPTransformer(nn.Module):
         return x
 
     # ----------------------------------------------------------------- training / rollout
-    def forward(self, states: Tensor, actions: Tensor, rewards: Tensor) -> Tensor:
-        """Logits (B, T, A) of the policy at every step from one pass (states, actions (B, T) long, rewards (B, T))."""
+    def forward(self, states: Tensor, actions: Tensor, rewards: Tensor) -> PolicyOutput:
+        """Logits (B, T, A) of the policy at every step from one pass (states, actions (B, T) long, rewards (B, T)).
+
+        Returned as ``PolicyOutput(logits, None)``: the MDP model has no value head.
+        """
         cfg = self.config
         B, T = states.shape
         if T > cfg.episodes * cfg.horizon:
@@ -169,7 +173,7 @@ class MDPTransformer(nn.Module):
             raise ValueError(f"states must lie in [0, {cfg.num_states}) and actions in [0, {cfg.num_actions})")
         h = self._run(self.token_features(states, actions, rewards), 0)
         index = torch.tensor([cfg.state_token(t) for t in range(T)], device=states.device)
-        return self.lm_head(h[:, index])
+        return PolicyOutput(self.lm_head(h[:, index]), None)
 
     def new_cache(self, batch_size: int, device: torch.device | str | None = None) -> KVCache:
         """An empty key/value cache for ``batch_size`` runs."""
@@ -183,8 +187,10 @@ class MDPTransformer(nn.Module):
         )
 
     @torch.no_grad()
-    def step(self, state: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None, cache: KVCache) -> Tensor:
-        """Logits (B, A) at the next step, from the cache plus this step's new tokens.
+    def step(
+        self, state: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None, cache: KVCache
+    ) -> PolicyOutput:
+        """``PolicyOutput(logits (B, A), None)`` at the next step, from the cache plus this step's new tokens.
 
         Appends the previous step's action-reward token (and the empty token after the last step of
         an episode), then the new state token, to ``cache``.
@@ -208,4 +214,4 @@ class MDPTransformer(nn.Module):
         x = self._run(torch.stack(tokens, dim=1), cache.length, cache)
         cache.length += len(tokens)
         cache.steps += 1
-        return self.lm_head(x[:, -1])
+        return PolicyOutput(self.lm_head(x[:, -1]), None)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icrl_gym.fileio import DictConfig
+from icrl_gym.models.policy_output import PolicyOutput
 
 _ATTENTIONS = ("relu", "softmax")
 _LAYOUTS = ("paper", "compact")
@@ -439,8 +440,8 @@ class BanditTransformer(nn.Module):
             raise ValueError(f"{name} must lie in [0, {self.config.num_actions}), got values outside")
 
     # ----------------------------------------------------------------- training
-    def forward(self, action_sets: Tensor, actions: Tensor, rewards: Tensor) -> tuple[Tensor, Tensor]:
-        """Return ``(logits, values)``, both (B, T, A): the policy at every step from one pass.
+    def forward(self, action_sets: Tensor, actions: Tensor, rewards: Tensor) -> PolicyOutput:
+        """Return ``PolicyOutput(logits, values)``, both (B, T, A): the policy at every step from one pass.
 
         Args:
             action_sets: float (B, T, A, d), the action set ``A_t`` at each step.
@@ -463,7 +464,7 @@ class BanditTransformer(nn.Module):
         h = self.encode(feats)
         if cfg.layout == "paper":
             h = h[:, ::2]  # (B, T, D) outputs at the state tokens
-        return self._readout(h, action_sets)
+        return PolicyOutput(*self._readout(h, action_sets))
 
     def token_features(self, action_sets: Tensor, actions: Tensor, rewards: Tensor) -> Tensor:
         """Raw token features (B, N, F) of whole trajectories in the model's layout (N = 2T-1 or T)."""
@@ -513,8 +514,8 @@ class BanditTransformer(nn.Module):
         prev_action: Tensor | None,
         prev_reward: Tensor | None,
         cache: KVCache,
-    ) -> tuple[Tensor, Tensor]:
-        """Advance an online rollout by one step and return ``(logits, values)``, both (B, A).
+    ) -> PolicyOutput:
+        """Advance an online rollout by one step and return ``PolicyOutput(logits, values)``, both (B, A).
 
         Appends this step's tokens to ``cache`` (paper layout: the action-reward token of step
         ``t-1``, then the state token of step ``t``; compact: one token) and returns the policy at
@@ -561,4 +562,4 @@ class BanditTransformer(nn.Module):
         cache.steps += 1
         cache.last_action_set = action_set_t
         h = x[:, -1]  # (B, D) output at the state token of step t
-        return self._readout(h, action_set_t)
+        return PolicyOutput(*self._readout(h, action_set_t))

@@ -35,7 +35,16 @@ from icrl_gym.algorithm import one_hot
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, CheckpointRecord, read_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import DictConfig
+from icrl_gym.fileio import (
+    DEVICE,
+    NONNEGATIVE,
+    NONNEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    Allowed,
+    DictConfig,
+    check_fields,
+)
 from icrl_gym.statistics import ArmStatistics, RidgeStatistics
 
 FEATURES = ("statistics", "prev_action_reward")
@@ -91,7 +100,7 @@ class HistoryFeatures:
             counts = self.arms.counts
             means = np.nan_to_num(self.arms.means(), nan=0.5)
             parts = [counts / T, means, 1.0 / np.sqrt(counts + 1.0), clock]
-        else:
+        elif self.ridge is not None:
             w = self.ridge.estimate()
             parts = [
                 action_sets.reshape(B, -1),
@@ -100,6 +109,8 @@ class HistoryFeatures:
                 np.sqrt(self.ridge.widths(action_sets)),
                 clock,
             ]
+        else:  # unreachable: reset() sets arms or ridge for the statistics features
+            raise RuntimeError("HistoryFeatures: no statistics to read; call reset() first")
         return np.concatenate(parts, axis=1).astype(np.float32)
 
 
@@ -164,7 +175,7 @@ class BanditFeatureVecEnv(VecEnv):
 
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
         """The attribute of the (shared) batch, once per selected run."""
-        return [getattr(self, attr_name)] * len(self._get_indices(indices))
+        return [getattr(self, attr_name)] * len(self._selected(indices))
 
     def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
         """Set an attribute of the shared batch."""
@@ -176,7 +187,11 @@ class BanditFeatureVecEnv(VecEnv):
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: Any = None) -> list[bool]:
         """No Gymnasium wrappers are involved."""
-        return [False] * len(self._get_indices(indices))
+        return [False] * len(self._selected(indices))
+
+    def _selected(self, indices: Any) -> list[int]:
+        """The runs that ``indices`` selects (every run for None), as a list."""
+        return list(self._get_indices(indices))
 
 
 @dataclass
@@ -229,10 +244,30 @@ class MetaRLConfig(DictConfig):
     """"auto" (CUDA when present), "cpu" or "cuda"."""
 
     def __post_init__(self) -> None:
-        if self.algo not in ALGOS:
-            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        if self.features not in FEATURES:
-            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
+        check_fields(
+            self,
+            {
+                "algo": Allowed(choices=ALGOS),
+                "features": Allowed(choices=FEATURES),
+                "wall_minutes": POSITIVE,
+                "max_env_steps": POSITIVE_INT,
+                "num_envs": POSITIVE_INT,
+                "n_steps": POSITIVE_INT,
+                "batch_size": POSITIVE_INT,
+                "n_epochs": POSITIVE_INT,
+                "learning_rate": POSITIVE,
+                "gamma": Allowed(low=0, high=1),
+                "gae_lambda": Allowed(low=0, high=1),
+                "ent_coef": NONNEGATIVE,
+                "lstm_hidden_size": POSITIVE_INT,
+                "seed": NONNEGATIVE_INT,
+                "threads": POSITIVE_INT,
+                "device": DEVICE,
+            },
+        )
+        if not self.net_arch or not all(POSITIVE_INT.admits(width) for width in self.net_arch):
+            raise ValueError(f"MetaRLConfig.net_arch must be a non-empty list of integers >= 1, got {self.net_arch!r}")
+        _ = self.spec  # the prior checks itself
 
     @property
     def spec(self) -> BanditSpec:
@@ -249,7 +284,7 @@ class MetaRLConfig(DictConfig):
 
 def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlgorithm:
     """The SB3 algorithm of ``cfg`` on ``env`` (fresh weights)."""
-    common = dict(
+    common: dict[str, Any] = dict(
         n_steps=cfg.n_steps,
         batch_size=cfg.batch_size,
         n_epochs=cfg.n_epochs,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from benchmarks.experiments import Experiment
-from benchmarks.harness import main, parse_args, read_csv, run_experiment
+from benchmarks.harness import main, read_csv, run_experiment
 from icrl_gym.envs import bernoulli_bandit_spec
 
 
@@ -72,27 +72,7 @@ def test_common_random_numbers():
     assert not np.array_equal(curves["TS a"]["cumulative_regret_mean"], curves["UCB"]["cumulative_regret_mean"])
 
 
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--experiments", "nope"], "unknown experiment"),
-        (["--runs", "1"], "--runs"),
-        (["--device", "tpu"], "--device"),
-    ],
-)
-def test_bad_options(argv, message):
-    with pytest.raises(ValueError, match=message):
-        parse_args(argv)
-
-
-def test_bad_option_type_exits():
-    with pytest.raises(SystemExit):
-        parse_args(["--runs", "many"])
-
-
-def test_plot_only_without_results(tmp_path):
-    with pytest.raises(FileNotFoundError, match="regret.csv"):
-        main(["--plot-only", "--out", str(tmp_path)])
+# bad options (exit status 2 with a message naming the flag) are tested in tests/test_cli.py
 
 
 def test_retrain_runs_the_whole_pipeline(tmp_path):

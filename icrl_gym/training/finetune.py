@@ -18,7 +18,8 @@ An optional KL penalty beta * KL(Alg_theta || Alg_theta0) keeps the policy near 
 one.  Validation regret on a fixed set of instances picks the checkpoint; the final comparison
 uses other fresh instances (the harness's seed).
 
-Command line: ``python -m icrl_gym.training.finetune CONFIG.json --export PATH`` (resumable from out_dir).
+Command line: ``python -m icrl_gym.training.finetune CONFIG.json [--set key=value ...] --export PATH`` (resumable
+from out_dir).
 """
 
 from __future__ import annotations
@@ -36,10 +37,22 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, resolve_checkpoint, save_checkpoint
+from icrl_gym.cli import ConfigParser
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes, config_command
+from icrl_gym.fileio import (
+    DEVICE,
+    NONNEGATIVE,
+    NONNEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    Allowed,
+    DictConfig,
+    RunLog,
+    atomic_write_bytes,
+    check_fields,
+)
 from icrl_gym.models.transformer import BanditTransformer
 from icrl_gym.registry import agent_class
 
@@ -74,6 +87,24 @@ class FinetuneConfig(DictConfig):
     """"auto" (CUDA when present), "cpu" or "cuda"."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
     """Folder of the resumable state and the log."""
+
+    def __post_init__(self) -> None:
+        check_fields(
+            self,
+            {
+                "iterations": POSITIVE_INT,
+                # the leave-one-out baseline of a run is the mean over the B - 1 others
+                "runs_per_iteration": Allowed(low=2, integer=True),
+                "lr": POSITIVE,
+                "kl_weight": NONNEGATIVE,
+                "grad_clip": POSITIVE,
+                "val_runs": POSITIVE_INT,
+                "eval_every": POSITIVE_INT,
+                "seed": NONNEGATIVE_INT,
+                "threads": POSITIVE_INT,
+                "device": DEVICE,
+            },
+        )
 
 
 VALIDATION_SEED = 777_000
@@ -218,12 +249,15 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m icrl_gym.training.finetune CONFIG.json [--export PATH]``."""
-    description = "Fine-tune a pretrained bandit transformer online on regret."
-    cfg, export_path, command = config_command("icrl_gym.training.finetune", description, FinetuneConfig, argv)
-    model, meta = finetune(cfg, command=command)
-    if export_path:
-        print(save_checkpoint(export_path, model, meta))
+    """Command line: ``python -m icrl_gym.training.finetune [CONFIG.json] [--set key=value ...] [--export PATH]``."""
+    parser = ConfigParser(
+        FinetuneConfig, "icrl_gym.training.finetune", "Fine-tune a pretrained bandit transformer online on regret."
+    )
+    parser.add_argument("--export", metavar="PATH", help="write the best model to PATH.safetensors + PATH.json")
+    cfg, args = parser.parse_config(argv)
+    model, meta = finetune(cfg, command=parser.command(argv))
+    if args.export:
+        print(save_checkpoint(args.export, model, meta))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ holds the configuration :class:`MetaRLConfig` and the play-time :func:`load_poli
 environment-step budget and :func:`export_policy` writes the policy as a safetensors + JSON
 checkpoint (no pickle); the agent :class:`agents.meta_rl_agent.MetaRLAgent` plays it in the harness.
 
-Command line: ``python -m icrl_gym.training.meta_rl CONFIG.json --export PATH``.
+Command line: ``python -m icrl_gym.training.meta_rl CONFIG.json [--set key=value ...] --export PATH``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
-from icrl_gym.fileio import RunLog, config_command
+from icrl_gym.cli import ConfigParser
+from icrl_gym.fileio import RunLog
 from icrl_gym.meta_policy import BanditFeatureVecEnv, MetaRLConfig, build_algorithm
 
 
@@ -98,12 +99,15 @@ def export_policy(algo: BaseAlgorithm, meta: dict[str, Any], path: str | Path) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m icrl_gym.training.meta_rl CONFIG.json [--export PATH]``."""
-    description = "Train an online meta-RL baseline (PPO across the prior)."
-    cfg, export_path, command = config_command("icrl_gym.training.meta_rl", description, MetaRLConfig, argv)
-    algo, meta = train(cfg, command=command)
-    if export_path:
-        print(export_policy(algo, meta, export_path))
+    """Command line: ``python -m icrl_gym.training.meta_rl [CONFIG.json] [--set key=value ...] [--export PATH]``."""
+    parser = ConfigParser(
+        MetaRLConfig, "icrl_gym.training.meta_rl", "Train an online meta-RL baseline (PPO across the prior)."
+    )
+    parser.add_argument("--export", metavar="PATH", help="write the policy to PATH.safetensors + PATH.json")
+    cfg, args = parser.parse_config(argv)
+    algo, meta = train(cfg, command=parser.command(argv))
+    if args.export:
+        print(export_policy(algo, meta, args.export))
 
 
 if __name__ == "__main__":

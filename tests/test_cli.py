@@ -1,0 +1,184 @@
+"""One command-line style: typed ``--set`` overrides, field docstrings as ``--help``, argparse errors for bad input."""
+
+import dataclasses
+import json
+
+import pytest
+
+from benchmarks import harness
+from icrl_gym.cli import ConfigParser, field_docs, parse_value
+from icrl_gym.meta_policy import MetaRLConfig
+from icrl_gym.training import finetune, meta_rl, pretrain
+from icrl_gym.training.finetune import FinetuneConfig
+from icrl_gym.training.pretrain import PretrainConfig
+
+ENTRY_POINTS = [  # (module, its config class)
+    (pretrain, PretrainConfig),
+    (finetune, FinetuneConfig),
+    (meta_rl, MetaRLConfig),
+]
+CONFIGS = [cls for _, cls in ENTRY_POINTS] + [harness.BenchConfig]
+
+
+def parse(cls, argv):
+    return ConfigParser(cls, "test", "test").parse_config(argv)[0]
+
+
+def exit_message(capsys, call):
+    """Run ``call``, expect an argparse error (exit status 2) and return its message."""
+    with pytest.raises(SystemExit) as exc:
+        call()
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_overrides_parse_to_the_field_types(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"steps": 10, "expert": {"name": "ucb"}, "label": "expert"}))
+    argv = [str(config), "--set", "steps=7", "lr=3e-4", "expert=none", "label=ad", "model={}", "out_dir=runs/x"]
+    cfg = parse(PretrainConfig, [*argv, "--set", "env.horizon=50", "env.noise_std=2", "value_loss_weight=1"])
+    assert cfg.steps == 7 and type(cfg.steps) is int
+    assert cfg.lr == 3e-4 and type(cfg.lr) is float
+    assert cfg.expert is None and cfg.label == "ad" and cfg.model == {} and cfg.out_dir == "runs/x"
+    assert cfg.value_loss_weight == 1.0 and type(cfg.value_loss_weight) is float  # an int text for a float field
+    assert cfg.env["horizon"] == 50 and cfg.env["noise_std"] == 2  # one entry changed, the others kept
+    assert {k: v for k, v in cfg.env.items() if k not in ("horizon", "noise_std")} == {
+        k: v for k, v in PretrainConfig().env.items() if k not in ("horizon", "noise_std")
+    }
+    meta = parse(MetaRLConfig, ["--set", "normalize_reward=false", "net_arch=[64, 32]", "gamma=1"])
+    assert meta.normalize_reward is False and meta.net_arch == [64, 32] and meta.gamma == 1.0
+    assert parse(MetaRLConfig, ["--set", "normalize_reward=True"]).normalize_reward is True
+
+
+def test_without_config_file_the_defaults_apply():
+    assert parse(FinetuneConfig, []) == FinetuneConfig()
+    assert parse(FinetuneConfig, ["--set", "iterations=3"]) == FinetuneConfig(iterations=3)
+
+
+@pytest.mark.parametrize(
+    "text, hint, value",
+    [("3", int, 3), ("2.5", float, 2.5), ("no", bool, False), ("null", int | None, None), ("4", int | None, 4)],
+)
+def test_parse_value(text, hint, value):
+    assert parse_value(text, hint) == value and type(parse_value(text, hint)) is type(value)
+
+
+@pytest.mark.parametrize("module, cls", ENTRY_POINTS)
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("no_such_field=1", ["unknown", "'no_such_field'", "known fields:", "seed", "device"]),
+        ("seed=abc", ["'seed'", "'abc'", "expects int"]),
+        ("seed=-1", ["seed", "-1", "integer >= 0"]),
+        ("device=gpu", ["device", "'gpu'", "'auto', 'cpu'"]),
+        ("seed", ["expected key=value"]),
+    ],
+)
+def test_bad_overrides_exit_2_naming_the_field(capsys, module, cls, override, expected):
+    err = exit_message(capsys, lambda: module.main(["--set", override]))
+    assert all(part in err for part in expected), err
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("steps=abc", "--set steps=abc: field 'steps' expects int, got 'abc' (not an integer)"),
+        ("eval_every=0", "PretrainConfig.eval_every must be an integer >= 1, got 0"),
+        ("lr=nan", "PretrainConfig.lr must be a finite number > 0, got nan"),
+        ("lr=inf", "PretrainConfig.lr must be a finite number > 0, got inf"),
+        ("batch_size=0", "PretrainConfig.batch_size must be an integer >= 1, got 0"),
+        ("stpes=3", "unknown PretrainConfig field 'stpes' (did you mean 'steps'?)"),
+        ("env.horizon=x", "entry 'env.horizon' holds 200, so 'x' does not fit"),
+        ("env.horizon=0", "horizon must be >= 1, got 0"),
+        ("steps.x=1", "field 'steps' has type int, not a dict"),
+        ('context={"name":"nope"}', "PretrainConfig.context must name a registered agent"),
+        ("expert=ucb", "field 'expert' expects dict[str, Any] | None, got 'ucb'"),
+    ],
+)
+def test_pretrain_refuses_before_collecting_data(capsys, monkeypatch, override, expected):
+    def no_collection(*args, **kwargs):
+        raise AssertionError("data collection started before the configuration was checked")
+
+    monkeypatch.setattr(pretrain, "collect", no_collection)
+    err = exit_message(capsys, lambda: pretrain.main(["--set", override]))
+    assert expected in err, err
+
+
+def test_finetune_and_meta_rl_limits(capsys):
+    err = exit_message(capsys, lambda: finetune.main(["--set", "runs_per_iteration=1", "eval_every=0"]))
+    assert "FinetuneConfig.runs_per_iteration must be an integer >= 2, got 1" in err
+    assert "FinetuneConfig.eval_every must be an integer >= 1, got 0" in err
+    err = exit_message(capsys, lambda: meta_rl.main(["--set", "gamma=1.5", "net_arch=[0]"]))
+    assert "MetaRLConfig.gamma must be a finite number in [0, 1], got 1.5" in err
+    err = exit_message(capsys, lambda: meta_rl.main(["--set", "net_arch=[0]"]))
+    assert "MetaRLConfig.net_arch must be a non-empty list of integers >= 1, got [0]" in err
+
+
+def test_config_file_errors(capsys, tmp_path):
+    bad_type = tmp_path / "bad_type.json"
+    bad_type.write_text(json.dumps({"steps": "many"}))
+    assert "field 'steps' expects int, got \"many\"" in exit_message(capsys, lambda: pretrain.main([str(bad_type)]))
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"step": 3}))
+    assert "unknown PretrainConfig field 'step'" in exit_message(capsys, lambda: pretrain.main([str(unknown)]))
+    assert "cannot read CONFIG.json" in exit_message(capsys, lambda: pretrain.main([str(tmp_path / "none.json")]))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{steps: 3}")
+    assert "is not valid JSON" in exit_message(capsys, lambda: pretrain.main([str(broken)]))
+
+
+@pytest.mark.parametrize("cls", CONFIGS, ids=lambda c: c.__name__)
+def test_every_field_has_a_docstring(cls):
+    docs = field_docs(cls)
+    assert set(docs) == {f.name for f in dataclasses.fields(cls)}
+    assert all(doc.strip() for doc in docs.values())
+
+
+def test_field_docs_reads_the_source():
+    assert field_docs(PretrainConfig)["steps"] == "Optimizer steps."
+    # a docstring over several lines reads as one paragraph
+    assert field_docs(MetaRLConfig)["gamma"].startswith("Discount. 1 is the regret's own objective, but PPO's regret")
+    assert field_docs(harness.BenchConfig)["list"] == "List the experiments and exit."
+
+
+@pytest.mark.parametrize("module, cls", ENTRY_POINTS)
+def test_help_lists_every_field_with_type_default_and_docstring(capsys, module, cls):
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        assert f"{f.name}: " in text and json.dumps(default) in text
+        assert field_docs(cls)[f.name] in text, f.name
+    assert "--set KEY=VALUE" in text and "--export PATH" in text
+
+
+def test_harness_help_is_the_field_docstrings(capsys):
+    with pytest.raises(SystemExit):
+        harness.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name, doc in field_docs(harness.BenchConfig).items():
+        assert "--" + name.replace("_", "-") in text and doc in text
+    assert "186-358 s with 2 threads and 14-23 s with 1" in text
+    assert harness.parse_args([]).threads == 1
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--runs", "1"], ["--runs must be >= 2, got 1", "standard error", "two runs"]),
+        (["--runs", "many"], ["--runs", "invalid int value: 'many'"]),
+        (["--experiments", "bernoulli-ad-ucb,nope"], ["unknown experiment(s) ['nope']", "'bernoulli-ad-ucb'", "'all'"]),
+        (["--device", "tpu"], ["--device must be cpu, cuda or auto, got 'tpu'"]),
+        (["--threads", "0"], ["--threads must be >= 1, got 0"]),
+    ],
+)
+def test_harness_errors(capsys, argv, expected):
+    err = exit_message(capsys, lambda: harness.main(argv))
+    assert all(part in err for part in expected), err
+
+
+def test_harness_plot_only_needs_saved_results(capsys, tmp_path):
+    err = exit_message(capsys, lambda: harness.main(["--plot-only", "--out", str(tmp_path)]))
+    assert f"--plot-only re-draws saved results, but {tmp_path} has no regret.csv or config.json" in err

@@ -9,7 +9,7 @@ the conditional policy given the latent assignment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -106,9 +106,9 @@ class MDPMixture(_TrajectoryMixture, MDPAgent):
         MDPAgent.__init__(self, seed)
         self._init_mixture(components, weights)
 
-    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
+    def _start(self, info: dict[str, Any]) -> None:
         """Reset every component on the same runs, then draw each run's component."""
-        super().reset(info, rng)
+        super()._start(info)
         for comp in self.components:
             comp.reset(info, rng=self._child_rng())
         self._assign()

@@ -64,9 +64,9 @@ class PosteriorOptimalAction(MDPAgent):
         self.posterior = model
         self.greedy = bool(greedy)
 
-    def reset(self, info: Mapping[str, Any], rng: np.random.Generator | None = None) -> None:
+    def _start(self, info: dict[str, Any]) -> None:
         """Reset the runs and the posterior model (on a child generator of this agent's)."""
-        super().reset(info, rng)
+        super()._start(info)
         self.posterior.reset(info, rng=child_rng(self.rng))
 
     def _policy(self, states: np.ndarray, h: int) -> np.ndarray:

@@ -1,14 +1,16 @@
-"""Small shared helpers for artefacts: atomic writes and strict dataclass (de)serialisation."""
+"""Small shared helpers for artefacts: atomic writes, strict dataclass (de)serialisation and field checks."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import os
+import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -84,16 +86,63 @@ class RunLog:
             print(line, file=sys.stderr, flush=True)
 
 
-def config_command(
-    module: str, description: str, config_cls: type[T], argv: list[str] | None
-) -> tuple[T, str | None, str]:
-    """The command line ``python -m MODULE CONFIG.json [--export PATH]``: (config, export path, command)."""
-    import argparse
+@dataclass(frozen=True)
+class Allowed:
+    """The values a configuration field accepts: a number in a range, one of a few words, or a pattern."""
 
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("config", help=f"JSON file with {config_cls.__name__} fields")
-    parser.add_argument("--export", default=None, help="write the result to this path (no suffix)")
-    args = parser.parse_args(argv)
-    cfg = config_cls.from_dict(json.loads(Path(args.config).read_text()))  # type: ignore[attr-defined]
-    command = f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:])
-    return cfg, args.export, command
+    low: float = -math.inf
+    """Smallest allowed number (excluded when ``strict``)."""
+    high: float = math.inf
+    """Largest allowed number."""
+    strict: bool = False
+    """Whether ``low`` itself is refused."""
+    integer: bool = False
+    """Whether the number must be an int."""
+    choices: tuple[str, ...] = ()
+    """The allowed words (then the bounds do not apply)."""
+    pattern: str = ""
+    """A regular expression the whole string must match, described by ``text``."""
+    text: str = ""
+    """How the allowed values read in the error (for ``pattern``)."""
+
+    def admits(self, value: Any) -> bool:
+        """Whether ``value`` is allowed (never a bool for a number, never NaN or an infinity)."""
+        if self.choices:
+            return value in self.choices
+        if self.pattern:
+            return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
+        kind = int if self.integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+            return False
+        return (value > self.low if self.strict else value >= self.low) and value <= self.high
+
+    def __str__(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(map(repr, self.choices))
+        if self.pattern:
+            return self.text or f"a string matching {self.pattern!r}"
+        what = "an integer" if self.integer else "a finite number"
+        if self.low > -math.inf and self.high < math.inf:
+            return f"{what} in {'(' if self.strict else '['}{self.low:g}, {self.high:g}]"
+        if self.low > -math.inf:
+            return f"{what} {'>' if self.strict else '>='} {self.low:g}"
+        return f"{what} <= {self.high:g}" if self.high < math.inf else what
+
+
+POSITIVE_INT = Allowed(low=1, integer=True)
+NONNEGATIVE_INT = Allowed(low=0, integer=True)
+POSITIVE = Allowed(low=0, strict=True)
+NONNEGATIVE = Allowed(low=0)
+DEVICE = Allowed(pattern=r"auto|cpu|mps|cuda(:\d+)?", text="'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'")
+
+
+def check_fields(config: Any, allowed: dict[str, Allowed]) -> None:
+    """One ``ValueError`` naming every field of ``config`` that ``allowed`` refuses, its value and what is allowed."""
+    name = type(config).__name__
+    problems = [
+        f"{name}.{field} must be {rule}, got {getattr(config, field)!r}"
+        for field, rule in allowed.items()
+        if not rule.admits(getattr(config, field))
+    ]
+    if problems:
+        raise ValueError("; ".join(problems))

@@ -35,7 +35,16 @@ from icrl_gym.algorithm import one_hot
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, CheckpointRecord, read_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import DictConfig
+from icrl_gym.fileio import (
+    DEVICE,
+    NONNEGATIVE,
+    NONNEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    Allowed,
+    DictConfig,
+    check_fields,
+)
 from icrl_gym.statistics import ArmStatistics, RidgeStatistics
 
 FEATURES = ("statistics", "prev_action_reward")
@@ -235,10 +244,30 @@ class MetaRLConfig(DictConfig):
     """"auto" (CUDA when present), "cpu" or "cuda"."""
 
     def __post_init__(self) -> None:
-        if self.algo not in ALGOS:
-            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        if self.features not in FEATURES:
-            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
+        check_fields(
+            self,
+            {
+                "algo": Allowed(choices=ALGOS),
+                "features": Allowed(choices=FEATURES),
+                "wall_minutes": POSITIVE,
+                "max_env_steps": POSITIVE_INT,
+                "num_envs": POSITIVE_INT,
+                "n_steps": POSITIVE_INT,
+                "batch_size": POSITIVE_INT,
+                "n_epochs": POSITIVE_INT,
+                "learning_rate": POSITIVE,
+                "gamma": Allowed(low=0, high=1),
+                "gae_lambda": Allowed(low=0, high=1),
+                "ent_coef": NONNEGATIVE,
+                "lstm_hidden_size": POSITIVE_INT,
+                "seed": NONNEGATIVE_INT,
+                "threads": POSITIVE_INT,
+                "device": DEVICE,
+            },
+        )
+        if not self.net_arch or not all(POSITIVE_INT.admits(width) for width in self.net_arch):
+            raise ValueError(f"MetaRLConfig.net_arch must be a non-empty list of integers >= 1, got {self.net_arch!r}")
+        _ = self.spec  # the prior checks itself
 
     @property
     def spec(self) -> BanditSpec:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from icrl_gym.algorithm import BanditAgent
+from icrl_gym.data.crn import crn_batches
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 
 _EPS = 1e-12
@@ -28,12 +29,11 @@ def imitation_error(
     model: BanditAgent, expert: BanditAgent, spec: BanditSpec, num_runs: int, seed: int = 0, batch_size: int = 1000
 ) -> dict[str, Any]:
     """Per-step CE, KL, Hellinger^2 and agreement of ``model`` against ``expert`` on expert rollouts."""
-    per_run = {k: [] for k in ("ce", "kl", "hellinger2", "agreement")}
-    for i, start in enumerate(range(0, num_runs, batch_size)):
-        b = min(batch_size, num_runs - start)
-        batch = BanditBatch(spec, b, np.random.default_rng([seed, i]))
-        rng = np.random.default_rng([seed, i, 1])
-        for agent, child in ((expert, rng), (model, rng.spawn(1)[0])):
+    per_run: dict[str, list[np.ndarray]] = {k: [] for k in ("ce", "kl", "hellinger2", "agreement")}
+    for crn in crn_batches(num_runs, batch_size, seed):  # the expert acts, the model observes (observer 0)
+        b = crn.size
+        batch = BanditBatch(spec, b, crn.env_rng)
+        for agent, child in ((expert, crn.agent_rng), (model, crn.observer_rng(0))):
             agent.reset(
                 {"model": spec.to_dict()},
                 batch_size=b,
@@ -68,7 +68,12 @@ def imitation_error(
 
 def _components(agent: BanditAgent) -> list[tuple[float, BanditAgent]]:
     """(log weight, algorithm) pairs: a trajectory-level mixture is sum_c w_c prod_t p_c."""
-    return [(float(np.log(w)) if w > 0 else -np.inf, c) for w, c in agent.trajectory_components()]
+    out = []
+    for w, c in agent.trajectory_components():
+        if not isinstance(c, BanditAgent):
+            raise TypeError(f"{agent.name}: component {c!r} is not a bandit algorithm")
+        out.append((float(np.log(w)) if w > 0 else -np.inf, c))
+    return out
 
 
 def _identity(agent: BanditAgent) -> str:
@@ -96,12 +101,13 @@ def distribution_ratio(
     a component of Alg_2 whose config equals one of Alg_1's shares its policy.
     """
     log_weights = []
-    for i, start in enumerate(range(0, num_runs, batch_size)):
-        b = min(batch_size, num_runs - start)
-        batch = BanditBatch(spec, b, np.random.default_rng([seed, i]))
-        rng = np.random.default_rng([seed, i, 1])
+    for crn in crn_batches(num_runs, batch_size, seed):  # Alg_1 acts; Alg_2's own components observe
+        b = crn.size
+        batch = BanditBatch(spec, b, crn.env_rng)
         model = {"model": spec.to_dict()}  # the env's reset info: Bayesian components read noise and prior
-        alg1.reset(model, batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng)
+        alg1.reset(
+            model, batch_size=b, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=crn.agent_rng
+        )
         parts = {1: _components(alg1), 2: _components(alg2)}
         # A component of Alg_2 that is the same algorithm as one of Alg_1 has the same policy on the
         # same history: share it, so that Monte-Carlo policies (TS) cancel exactly in the ratio.
@@ -109,14 +115,14 @@ def distribution_ratio(
         by_config = {_identity(c): c for c in known.values()}
         parts[2] = [(w, by_config.get(_identity(c), c)) for w, c in parts[2]]
         extra = {id(c): c for _, c in parts[2] if id(c) not in known}
-        for comp in extra.values():
+        for j, comp in enumerate(extra.values()):
             comp.reset(
                 model,
                 batch_size=b,
                 dim=spec.dim,
                 num_actions=spec.num_actions,
                 w_star=batch.w_star,
-                rng=rng.spawn(1)[0],
+                rng=crn.observer_rng(j),
             )
         loglik = {k: np.zeros((len(v), b)) for k, v in parts.items()}
         rows = np.arange(b)

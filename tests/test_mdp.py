@@ -234,15 +234,15 @@ def test_soft_dpt_labels_average_to_the_hard_labels():
 
     spec = MDPSpec(num_states=3, num_actions=3, horizon=4, episodes=3)
     runs = rollout_mdp(
-        spec, MDPUniform(), 3000, seed=0, label="dpt", store_probs=True, labeller=PSRL(posterior_samples=8)
+        spec, MDPUniform(), 3000, seed=0, label="dpt", store_probs=True, posterior=PSRL(posterior_samples=8)
     )
     hard = np.eye(3)[runs.labels]
     np.testing.assert_allclose(runs.label_probs.mean(axis=0), hard.mean(axis=0), atol=0.04)
-    assert runs.meta["labeller"]["name"] == "psrl"
-    with pytest.raises(ValueError, match="labeller"):
+    assert runs.meta["posterior"]["name"] == "psrl"
+    with pytest.raises(ValueError, match="with a posterior"):
         rollout_mdp(spec, MDPUniform(), 2, label="dpt", store_probs=True)
     with pytest.raises(ValueError, match="optimal_action_probs"):
-        rollout_mdp(spec, MDPUniform(), 2, label="dpt", store_probs=True, labeller=make_agent("mdp_uniform"))
+        rollout_mdp(spec, MDPUniform(), 2, label="dpt", store_probs=True, posterior=make_agent("mdp_uniform"))
 
 
 def test_posterior_optimal_action_policy_is_the_bayes_dpt_target_and_beats_psrl():

@@ -1,19 +1,24 @@
 """Run MDP algorithms on fresh instances: trajectories and Bayes regret per episode.
 
-The loop mirrors :func:`icrl_gym.data.trajectories.collect_trajectories` for tabular MDPs: batch i of
-runs uses ``np.random.default_rng([seed, i])`` for the instances and noise and ``[seed, i, 1]`` for
-the algorithm, so every algorithm under one seed meets the same MDPs and noise (common random
-numbers).  The regret of episode k is V*_1(mu) - (return of episode k); summed over the K
-episodes it is the run's Bayes regret K V* - sum of rewards.
+:func:`rollout_mdp` is the collection loop of :mod:`icrl_gym.data.pipeline` on an
+:class:`MDPRecorder`; batches follow the common-random-numbers convention of
+:mod:`icrl_gym.data.crn` (instances and noise from ``[seed, i]``, the algorithm from
+``[seed, i, 1]``), so every algorithm under one seed meets the same MDPs and noise.  The regret
+of episode k is V*_1(mu) - (return of episode k); summed over the K episodes it is the run's
+Bayes regret K V* - sum of rewards.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from icrl_gym.algorithm import MDPAgent
+from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.data.crn import CRNBatch, crn_batches
+from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
+from icrl_gym.data.pipeline import Labels, Step, run_collection
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 
@@ -25,7 +30,7 @@ class MDPRollouts:
     With labels (pretraining data): ``labels`` (N, T) -- the action taken ("ad") or the optimal
     action argmax_a Q*_h(s, a) of the instance ("dpt") -- and optionally ``label_probs`` (N, T, A):
     the context algorithm's action distribution ("ad") or the posterior P(a* = a | D_{t-1}) at
-    (s_t, h_t) of a Bayesian ``labeller`` ("dpt", the Rao-Blackwellised DPT target).
+    (s_t, h_t) of a Bayesian ``posterior`` ("dpt", the Rao-Blackwellised DPT target).
     """
 
     states: np.ndarray
@@ -35,7 +40,7 @@ class MDPRollouts:
     spec: MDPSpec
     labels: np.ndarray | None = None
     label_probs: np.ndarray | None = None
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_trajectories(self) -> int:
@@ -53,79 +58,95 @@ class MDPRollouts:
         return self.v_star[:, None] - self.episode_returns
 
 
+class MDPRecorder:
+    """The MDP side of :func:`~icrl_gym.data.pipeline.run_collection`: instances, :class:`MDPRollouts`."""
+
+    default_batch_size = 1000
+
+    def __init__(self, spec: MDPSpec, num_runs: int) -> None:
+        T = spec.total_steps
+        self.spec, self.num_steps, self.num_actions = spec, T, spec.num_actions
+        self.data = MDPRollouts(
+            states=np.zeros((num_runs, T), np.int16),
+            actions=np.zeros((num_runs, T), np.int16),
+            rewards=np.zeros((num_runs, T), np.float32),
+            v_star=np.zeros(num_runs),
+            spec=spec,
+        )
+        self._rows = slice(0, 0)
+        self._batch: MDPBatch | None = None
+        self._info: dict[str, Any] = {}
+        self._obs: tuple[np.ndarray, int] = (np.zeros(0, np.int64), 0)
+
+    @property
+    def batch(self) -> MDPBatch:
+        """The environments of the current batch."""
+        if self._batch is None:
+            raise RuntimeError("begin() a batch first")
+        return self._batch
+
+    def begin(self, batch: CRNBatch) -> None:
+        """Draw the batch's MDPs from its environment generator; records V*_1(mu)."""
+        self._rows, self._batch = batch.rows, MDPBatch(self.spec, batch.size, batch.env_rng)
+        self._info = reset_info(self.spec, self._batch)
+        self.data.v_star[batch.rows] = self._batch.v_star
+
+    def reset(self, agent: BanditAgent | MDPAgent, rng: np.random.Generator) -> None:
+        """Reset an MDP algorithm on the batch with the environment's reset info."""
+        if not isinstance(agent, MDPAgent):
+            raise TypeError(f"an MDP prior needs MDP algorithms, got {type(agent).__name__}")
+        agent.reset(self._info, rng=rng)
+
+    def observe(self, t: int) -> tuple[np.ndarray, int]:
+        """(states s_t, step h) of step t, recorded."""
+        self._obs = (self.batch.state.copy(), self.batch.h)
+        self.data.states[self._rows, t] = self._obs[0]
+        return self._obs
+
+    def step(self, t: int, actions: np.ndarray) -> Step:
+        """Take the actions; records a_t and r_t.  The optimal action is argmax_a Q*_h(s_t, a)."""
+        batch, (states, h) = self.batch, self._obs
+        optimal = batch.q_star[np.arange(batch.batch_size), h, states].argmax(axis=1)
+        out = batch.step(actions)
+        self.data.actions[self._rows, t], self.data.rewards[self._rows, t] = actions, out["reward"]
+        return Step(feedback=(out["reward"], out["next_state"]), optimal_action=optimal)
+
+    def hindsight_labels(self, rows: slice, lam: float) -> np.ndarray:
+        """Approximate DPT is a linear-bandit label mode (refused by :meth:`Labelling.check_environment`)."""
+        raise ValueError("approximate-DPT labels need a linear bandit")
+
+    def result(self, labels: Labels, meta: dict[str, Any]) -> MDPRollouts:
+        """The rollouts with their labels and ``meta``."""
+        self.data.labels, self.data.label_probs = labels.labels, labels.probs
+        self.data.meta = {"env": self.spec.to_dict(), **meta}
+        return self.data
+
+
 def rollout_mdp(
     spec: MDPSpec,
-    agent: MDPAgent,
+    agent: AgentSpec,
     num_runs: int,
     seed: int = 0,
-    batch_size: int = 1000,
-    label: str = "none",
+    batch_size: int = MDPRecorder.default_batch_size,
+    label: LabelMode | str = LabelMode.NONE,
     store_probs: bool = False,
-    labeller: MDPAgent | None = None,
+    posterior: AgentSpec | None = None,
 ) -> MDPRollouts:
     """Run ``agent`` for K episodes on ``num_runs`` fresh instances (labelled when ``label`` is "ad" or "dpt").
 
-    ``labeller`` (with ``label="dpt"`` and ``store_probs``) is an agent with ``optimal_action_probs``
-    (e.g. PSRL): it sees the same transitions as ``agent`` and never acts.
+    :func:`icrl_gym.data.pipeline.run_collection` on an :class:`MDPRecorder`.  ``posterior`` (with
+    ``label="dpt"`` and ``store_probs``) is an agent with ``optimal_action_probs`` (e.g. PSRL): it
+    sees the same transitions as ``agent``, never acts, and its P(a* = a | D) are the soft labels.
     """
-    if label not in ("none", "ad", "dpt"):
-        raise ValueError(f"MDP label mode must be 'none', 'ad' or 'dpt', got {label!r}")
-    if store_probs and label == "none":
-        raise ValueError("store_probs keeps soft labels: it needs label='ad' or 'dpt'")
-    if (labeller is not None) != (store_probs and label == "dpt"):
-        raise ValueError("soft DPT labels (label='dpt', store_probs=True) need a labeller, and only they use one")
-    if labeller is not None and not hasattr(labeller, "optimal_action_probs"):
-        raise ValueError(f"labeller {labeller.name!r} has no posterior of the optimal action (optimal_action_probs)")
-    T = spec.total_steps
-    out = MDPRollouts(
-        states=np.zeros((num_runs, T), np.int16),
-        actions=np.zeros((num_runs, T), np.int16),
-        rewards=np.zeros((num_runs, T), np.float32),
-        v_star=np.zeros(num_runs),
-        spec=spec,
-        labels=None if label == "none" else np.zeros((num_runs, T), np.int16),
-        label_probs=np.zeros((num_runs, T, spec.num_actions), np.float16) if store_probs else None,
-    )
-    for i, start in enumerate(range(0, num_runs, batch_size)):
-        rows = slice(start, min(start + batch_size, num_runs))
-        b = rows.stop - rows.start
-        batch = MDPBatch(spec, b, np.random.default_rng([seed, i]))
-        info = reset_info(spec, batch)
-        agent.reset(info, rng=np.random.default_rng([seed, i, 1]))
-        if labeller is not None:
-            labeller.reset(info, rng=np.random.default_rng([seed, i, 2]))
-        out.v_star[rows] = batch.v_star
-        for t in range(T):
-            states, h = batch.state.copy(), batch.h
-            if labeller is not None:
-                out.label_probs[rows, t] = labeller.optimal_action_probs(states, h)
-            elif store_probs:
-                out.label_probs[rows, t] = agent.policy_batch(states, h)
-            actions = agent.act_batch(states, h)
-            if label == "ad":
-                out.labels[rows, t] = actions
-            elif label == "dpt":
-                out.labels[rows, t] = batch.q_star[np.arange(b), h, states].argmax(axis=1)
-            step = batch.step(actions)
-            agent.update_batch(states, h, actions, step["reward"], step["next_state"])
-            if labeller is not None:
-                labeller.update_batch(states, h, actions, step["reward"], step["next_state"])
-            out.states[rows, t], out.actions[rows, t], out.rewards[rows, t] = states, actions, step["reward"]
-    out.meta = {
-        "env": spec.to_dict(),
-        "context": agent.config(),
-        "label": label,
-        "labeller": None if labeller is None else labeller.config(),
-        "seed": seed,
-        "num_trajectories": num_runs,
-    }
-    return out
+    labelling = Labelling(LabelMode.parse(label), posterior=posterior, store_probs=store_probs)
+    labelling.check_environment(mdp=True)
+    return run_collection(MDPRecorder(spec, num_runs), agent, num_runs, labelling, seed=seed, batch_size=batch_size)
 
 
-def optimal_values(spec: MDPSpec, num_runs: int, seed: int = 0, batch_size: int = 1000) -> np.ndarray:
+def optimal_values(
+    spec: MDPSpec, num_runs: int, seed: int = 0, batch_size: int = MDPRecorder.default_batch_size
+) -> np.ndarray:
     """V*_1(mu) (num_runs,) of the instances :func:`rollout_mdp` meets under the same seed and batch size."""
-    parts = []
-    for i, start in enumerate(range(0, num_runs, batch_size)):
-        b = min(start + batch_size, num_runs) - start
-        parts.append(MDPBatch(spec, b, np.random.default_rng([seed, i])).v_star)
-    return np.concatenate(parts)
+    return np.concatenate(
+        [MDPBatch(spec, batch.size, batch.env_rng).v_star for batch in crn_batches(num_runs, batch_size, seed)]
+    )

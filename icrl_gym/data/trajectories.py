@@ -2,15 +2,9 @@
 
 Section supervised-pretraining of the paper: a context algorithm Alg_0 interacts with N
 instances M ~ Lambda for T steps, giving D_T = (A_1, a_1, r_1, ..., A_T, a_T, r_T); an expert
-labels every step t with an action a-bar_t.  Label modes:
-
-- ``"ad"`` (algorithm distillation): Alg_E = Alg_0, the label is the action actually taken.
-- ``"dpt"`` (Decision-Pretrained Transformer): a-bar_t = a*_t = argmax_k <a_{t,k}, w*>.
-- ``"approx_dpt"``: a-bar_t = argmax_k <a_{t,k}, w_hat> with w_hat the ridge estimate from the
-  whole trajectory D_T (no access to w*; Proposition app_opt_diff_reward).
-- ``"expert"``: a separate history-based expert observes Alg_0's trajectory and proposes its
-  own action at every step (e.g. context TS, expert LinUCB).
-- ``"none"``: no labels (evaluation runs).
+labels every step t with an action a-bar_t.  The label modes ("ad", "dpt", "approx_dpt",
+"expert", "none") are :class:`icrl_gym.data.labels.LabelMode`; the loop is
+:func:`icrl_gym.data.pipeline.run_collection`, run here on a :class:`BanditRecorder`.
 
 The same loop evaluates algorithms: :func:`evaluate_regret` is a collection without labels.
 
@@ -41,21 +35,22 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from icrl_gym.algorithm import BanditAgent
+from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.data.crn import CRNBatch
+from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
+from icrl_gym.data.pipeline import Labels, Step, run_collection
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.fileio import atomic_write
-from icrl_gym.registry import make_agent
 from icrl_gym.statistics import RidgeStatistics
 
 FORMAT_VERSION = 1
-LABEL_MODES = ("none", "ad", "dpt", "approx_dpt", "expert")
 _REQUIRED = ("action_sets", "actions", "rewards", "expected_rewards", "best_rewards", "w_star")
 
 
@@ -142,7 +137,7 @@ def save_trajectories(data: TrajectoryData, path: str | os.PathLike) -> Path:
         path = Path(str(path) + ".npz")  # not with_suffix: names may hold dots (alpha0.5)
     meta = {**data.meta, "format_version": FORMAT_VERSION}
     meta_json = json.dumps(meta, indent=2, sort_keys=True)
-    arrays = {**data.arrays(), "meta_json": np.array(meta_json)}
+    arrays: dict[str, Any] = {**data.arrays(), "meta_json": np.array(meta_json)}  # Any: savez takes **kwds
     atomic_write(path, lambda fh: np.savez(fh, **arrays))
     atomic_write(Path(str(path)[: -len(".npz")] + ".json"), lambda fh: fh.write(meta_json.encode()))
     return path
@@ -197,120 +192,120 @@ def _ridge_argmax_labels(step_sets: np.ndarray, actions: np.ndarray, rewards: np
     return np.einsum("ntad,nd->nta", step_sets, w_hat).argmax(axis=-1)
 
 
+class BanditRecorder:
+    """The bandit side of :func:`~icrl_gym.data.pipeline.run_collection`: instances, :class:`TrajectoryData`."""
+
+    default_batch_size = 10_000
+
+    def __init__(self, spec: BanditSpec, num_runs: int) -> None:
+        n, t, a, d = num_runs, spec.horizon, spec.num_actions, spec.dim
+        self.spec, self.num_steps, self.num_actions = spec, t, a
+        self.fixed = spec.action_set == "fixed"
+        self.data = TrajectoryData(
+            action_sets=np.zeros((n, a, d) if self.fixed else (n, t, a, d), np.float32),
+            actions=np.zeros((n, t), np.int16),
+            rewards=np.zeros((n, t), np.float32),
+            expected_rewards=np.zeros((n, t), np.float32),
+            best_rewards=np.zeros((n, t), np.float32),
+            w_star=np.zeros((n, d), np.float32),
+        )
+        self._rows = slice(0, 0)
+        self._batch: BanditBatch | None = None
+
+    @property
+    def batch(self) -> BanditBatch:
+        """The environments of the current batch."""
+        if self._batch is None:
+            raise RuntimeError("begin() a batch first")
+        return self._batch
+
+    def begin(self, batch: CRNBatch) -> None:
+        """Draw w* (and the first action sets) of the batch's instances from its environment generator."""
+        self._rows, self._batch = batch.rows, BanditBatch(self.spec, batch.size, batch.env_rng)
+        self.data.w_star[batch.rows] = self._batch.w_star
+        if self.fixed:
+            self.data.action_sets[batch.rows] = self._batch.action_sets
+
+    def reset(self, agent: BanditAgent | MDPAgent, rng: np.random.Generator) -> None:
+        """Reset a bandit algorithm on the batch; the env's model lets Bayesian agents read noise and prior."""
+        if not isinstance(agent, BanditAgent):
+            raise TypeError(f"a bandit prior needs bandit algorithms, got {type(agent).__name__}")
+        spec, batch = self.spec, self.batch
+        info = {"model": spec.to_dict()}  # what the env's reset info carries
+        agent.reset(
+            info, batch_size=batch.batch_size, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng
+        )
+
+    def observe(self, t: int) -> tuple[np.ndarray]:
+        """The action sets of step t (recorded when they change every step)."""
+        sets = self.batch.action_sets
+        if not self.fixed:
+            self.data.action_sets[self._rows, t] = sets
+        return (sets,)
+
+    def step(self, t: int, actions: np.ndarray) -> Step:
+        """Pull the arms; records a_t, r_t, <a_t, w*> and max_k <a_{t,k}, w*>."""
+        out = self.batch.step(actions)
+        rows, data = self._rows, self.data
+        data.actions[rows, t] = actions
+        data.rewards[rows, t] = out["reward"]
+        data.expected_rewards[rows, t] = out["expected_reward"]
+        data.best_rewards[rows, t] = out["best_expected_reward"]
+        return Step(feedback=(out["reward"],), optimal_action=out["optimal_action"])
+
+    def hindsight_labels(self, rows: slice, lam: float) -> np.ndarray:
+        """Approximate-DPT labels: argmax_k <a_{t,k}, w_hat> with w_hat the ridge fit on all of D_T."""
+        data = self.data
+        return _ridge_argmax_labels(data.step_action_sets(rows), data.actions[rows], data.rewards[rows], lam)
+
+    def result(self, labels: Labels, meta: dict[str, Any]) -> TrajectoryData:
+        """The trajectories with their labels and ``meta``."""
+        self.data.labels, self.data.label_probs, self.data.label_values = labels.labels, labels.probs, labels.values
+        self.data.meta = {"env": self.spec.to_dict(), **meta}
+        return self.data
+
+
 def collect_trajectories(
     spec: BanditSpec,
-    context: BanditAgent | str | Mapping[str, Any],
+    context: AgentSpec,
     num_trajectories: int,
     seed: int = 0,
-    label: str = "none",
-    expert: BanditAgent | str | Mapping[str, Any] | None = None,
+    label: LabelMode | str = LabelMode.NONE,
+    expert: AgentSpec | None = None,
     store_probs: bool = False,
     store_values: bool = False,
-    batch_size: int = 10_000,
+    batch_size: int = BanditRecorder.default_batch_size,
     approx_dpt_lam: float = 1.0,
-    progress: Any = None,
+    progress: Callable[[int], Any] | None = None,
 ) -> TrajectoryData:
-    """Run Alg_0 on ``num_trajectories`` fresh instances and label every step.
+    """Run Alg_0 on ``num_trajectories`` fresh bandit instances and label every step (``label``, a :class:`LabelMode`).
 
-    Instances, noise and the algorithms' randomness come from ``seed`` only: batch i uses
-    ``np.random.default_rng([seed, i])`` for the environments and ``[seed, i, 1]`` for the
-    algorithms, so every algorithm run with the same seed faces the same instances and the same
-    noise (common random numbers).  ``store_probs`` keeps the expert's action distribution;
-    ``store_values`` keeps an index expert's per-arm index values.  ``progress`` is an optional
+    :func:`icrl_gym.data.pipeline.run_collection` on a :class:`BanditRecorder`.  Instances, noise
+    and the algorithms' randomness come from ``seed`` by the common-random-numbers convention of
+    :mod:`icrl_gym.data.crn`: every algorithm run with the same seed and batch size faces the same
+    instances and the same noise.  ``store_probs`` keeps the labeller's action distribution;
+    ``store_values`` keeps an index labeller's per-arm index values.  ``progress`` is an optional
     callable taking the number of runs finished.
     """
-    if label not in LABEL_MODES:
-        raise ValueError(f"unknown label mode {label!r}; choose one of {LABEL_MODES}")
-    if num_trajectories < 1 or batch_size < 1:
-        raise ValueError("num_trajectories and batch_size must be >= 1")
-    context = context if isinstance(context, BanditAgent) else make_agent(context)
-    if label == "expert":
-        if expert is None:
-            raise ValueError("label='expert' needs an expert algorithm")
-        expert = expert if isinstance(expert, BanditAgent) else make_agent(expert)
-    elif expert is not None:
-        raise ValueError(f"an expert algorithm is only used with label='expert', not {label!r}")
-    labeller = context if label == "ad" else expert
-    if store_values and not (labeller is not None and labeller.has_index):
-        raise ValueError("store_values needs an index expert (LinUCB, UCB, ...) with label 'ad' or 'expert'")
-    if store_probs and label in ("none", "dpt", "approx_dpt"):
-        raise ValueError(f"label mode {label!r} has no expert distribution to store (labels are argmaxes)")
-
-    n, t_max, a, d = num_trajectories, spec.horizon, spec.num_actions, spec.dim
-    fixed = spec.action_set == "fixed"
-    out = TrajectoryData(
-        action_sets=np.zeros((n, a, d) if fixed else (n, t_max, a, d), np.float32),
-        actions=np.zeros((n, t_max), np.int16),
-        rewards=np.zeros((n, t_max), np.float32),
-        expected_rewards=np.zeros((n, t_max), np.float32),
-        best_rewards=np.zeros((n, t_max), np.float32),
-        w_star=np.zeros((n, d), np.float32),
-        labels=None if label == "none" else np.zeros((n, t_max), np.int16),
-        label_probs=np.zeros((n, t_max, a), np.float16) if store_probs else None,
-        label_values=np.zeros((n, t_max, a), np.float32) if store_values else None,
+    labelling = Labelling(LabelMode.parse(label), expert=expert, store_probs=store_probs, store_values=store_values)
+    return run_collection(
+        BanditRecorder(spec, num_trajectories),
+        context,
+        num_trajectories,
+        labelling,
+        seed=seed,
+        batch_size=batch_size,
+        approx_dpt_lam=approx_dpt_lam,
+        progress=progress,
     )
-    for i, start in enumerate(range(0, n, batch_size)):
-        rows = slice(start, min(start + batch_size, n))
-        b = rows.stop - rows.start
-        batch = BanditBatch(spec, b, np.random.default_rng([seed, i]))
-        agent_rng = np.random.default_rng([seed, i, 1])
-        model = {"model": spec.to_dict()}  # what the env's reset info carries: Bayesian agents read noise and prior
-        context.reset(model, batch_size=b, dim=d, num_actions=a, w_star=batch.w_star, rng=agent_rng)
-        if label == "expert":
-            expert.reset(model, batch_size=b, dim=d, num_actions=a, w_star=batch.w_star, rng=agent_rng.spawn(1)[0])
-        out.w_star[rows] = batch.w_star
-        if fixed:
-            out.action_sets[rows] = batch.action_sets
-        for t in range(t_max):
-            sets = batch.action_sets
-            if not fixed:
-                out.action_sets[rows, t] = sets
-            if store_values:
-                out.label_values[rows, t] = labeller.index(sets)
-            if store_probs:
-                out.label_probs[rows, t] = labeller.policy_batch(sets)
-            actions = context.act_batch(sets)
-            if label == "expert":
-                out.labels[rows, t] = expert.act_batch(sets)
-            step = batch.step(actions)
-            context.update_batch(sets, actions, step["reward"])
-            if label == "expert":
-                expert.update_batch(sets, actions, step["reward"])
-            out.actions[rows, t] = actions
-            out.rewards[rows, t] = step["reward"]
-            out.expected_rewards[rows, t] = step["expected_reward"]
-            out.best_rewards[rows, t] = step["best_expected_reward"]
-            if label == "ad":
-                out.labels[rows, t] = actions
-            elif label == "dpt":
-                out.labels[rows, t] = step["optimal_action"]
-        if label == "approx_dpt":
-            out.labels[rows] = _ridge_argmax_labels(
-                out.step_action_sets(rows), out.actions[rows], out.rewards[rows], approx_dpt_lam
-            )
-        if progress is not None:
-            progress(rows.stop)
-    out.meta = {
-        "env": spec.to_dict(),
-        "context": context.config(),
-        "label": label,
-        "expert": expert.config() if isinstance(expert, BanditAgent) else None,
-        "num_trajectories": n,
-        "seed": seed,
-        "batch_size": batch_size,
-        "store_probs": store_probs,
-        "store_values": store_values,
-        "approx_dpt_lam": approx_dpt_lam if label == "approx_dpt" else None,
-    }
-    return out
 
 
 def evaluate_regret(
     spec: BanditSpec,
-    agent: BanditAgent | str | Mapping[str, Any],
+    agent: AgentSpec,
     num_runs: int,
     seed: int = 0,
-    batch_size: int = 10_000,
+    batch_size: int = BanditRecorder.default_batch_size,
 ) -> np.ndarray:
     """Per-step pseudo-regret (num_runs, T) of ``agent`` on fresh instances drawn with ``seed``."""
     return collect_trajectories(spec, agent, num_runs, seed=seed, batch_size=batch_size).regret

@@ -7,8 +7,9 @@ in the checkpoint:
 
 - ``target="probs"``: cross-entropy against the expert's full action distribution instead of
   one sampled label (where it is known: soft LinUCB, Thompson sampling by Monte-Carlo); for MDP
-  DPT, against the posterior P(a* = a | D_{t-1}) at (s_t, h_t) of the Bayesian ``expert`` (PSRL's
-  posterior by Monte-Carlo, DarkRoom's exactly), the Rao-Blackwellised optimal-action label;
+  DPT, against the posterior P(a* = a | D_{t-1}) at (s_t, h_t) of the Bayesian ``posterior`` (PSRL's
+  posterior by Monte-Carlo, DarkRoom's exactly), the Rao-Blackwellised optimal-action label (records
+  from before the ``posterior`` field named it ``expert``: :func:`icrl_gym.data.labels.upgrade_label_fields`);
 - ``value_loss_weight > 0``: an auxiliary mean-squared error between the model's value head and
   the expert's per-arm index (LinUCB's v_{t,k}, UCB's index), a richer signal than the argmax;
 - ``trajectories_per_chunk``: the data are collected in chunks with their own seeds and a fresh
@@ -47,15 +48,16 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
-from icrl_gym.data.mdp_rollout import MDPRollouts, rollout_mdp
-from icrl_gym.data.trajectories import TrajectoryData, collect_trajectories
+from icrl_gym.data.collect import collect as collect_runs
+from icrl_gym.data.labels import Labelling, LabelMode, Target, upgrade_label_fields
+from icrl_gym.data.mdp_rollout import MDPRollouts
+from icrl_gym.data.trajectories import TrajectoryData
 from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
-from icrl_gym.registry import make_agent
 from icrl_gym.training.distributed import close_distributed, init_distributed
 
 VALIDATION_SEED_OFFSET = 900_000
@@ -73,11 +75,13 @@ class PretrainConfig(DictConfig):
     context: dict[str, Any] = field(default_factory=lambda: {"name": "linucb"})
     """Context algorithm Alg_0 that generates the trajectories (a ``make_agent`` specification)."""
     label: str = "ad"
-    """Label mode: "ad", "dpt", "approx_dpt" or "expert" (see icrl_gym.data.trajectories)."""
+    """Label mode: "ad", "dpt", "approx_dpt" or "expert" (a :class:`icrl_gym.data.labels.LabelMode`)."""
     expert: dict[str, Any] | None = None
-    """Expert algorithm for label mode "expert" (for MDP "dpt" with target "probs": the posterior, e.g. PSRL)."""
+    """Expert algorithm Alg_E of label mode "expert": its action on Alg_0's history is the label."""
+    posterior: dict[str, Any] | None = None
+    """Bayesian posterior (e.g. PSRL) of the Rao-Blackwellised DPT target P(a* = a | D): label "dpt", target "probs"."""
     target: str = "label"
-    """"label": MLE on the expert's action (Eq. general_mle); "probs": its full distribution."""
+    """"label": MLE on the label (Eq. general_mle); "probs": the soft label (a :class:`icrl_gym.data.labels.Target`)."""
     value_loss_weight: float = 0.0
     """Weight of the auxiliary regression of the expert's per-arm index values (0: off)."""
     model: dict[str, Any] = field(default_factory=lambda: TransformerConfig().to_dict())
@@ -114,23 +118,26 @@ class PretrainConfig(DictConfig):
     """Folder of the resumable training state and the log."""
 
     def __post_init__(self) -> None:
-        if self.target not in ("label", "probs"):
-            raise ValueError(f"target must be 'label' or 'probs', got {self.target!r}")
-        if self.label not in ("ad", "dpt", "approx_dpt", "expert"):
-            raise ValueError(f"label must be one of ad, dpt, approx_dpt, expert; got {self.label!r}")
-        mdp_posterior = self.is_mdp and self.label == "dpt" and self.expert is not None
-        if self.target == "probs" and self.label not in ("ad", "expert") and not mdp_posterior:
-            raise ValueError(
-                "target='probs' needs an expert distribution (label 'ad' or 'expert', or MDP 'dpt' with a posterior)"
-            )
+        legacy = upgrade_label_fields({"env": self.env, "expert": self.expert, "posterior": self.posterior})
+        self.expert, self.posterior = legacy["expert"], legacy["posterior"]
+        labels = tuple(m.value for m in LabelMode if m is not LabelMode.NONE)
+        if self.label not in labels:
+            raise ValueError(f"PretrainConfig.label must be one of {labels}, got {self.label!r}")
+        Target.parse(self.target)
         if self.steps < 1 or self.batch_size < 1 or self.trajectories_per_chunk < self.batch_size:
             raise ValueError("need steps >= 1 and trajectories_per_chunk >= batch_size >= 1")
-        if self.is_mdp and (self.label not in ("ad", "dpt") or self.value_loss_weight > 0):
-            raise ValueError("MDP pretraining supports labels 'ad' and 'dpt' without a value loss")
-        if self.is_mdp and self.expert is not None and not (self.label == "dpt" and self.target == "probs"):
-            raise ValueError(
-                "an MDP expert is the posterior of soft DPT labels: it needs label 'dpt' and target 'probs'"
-            )
+        self.labelling.check_environment(mdp=self.is_mdp)  # label, target, expert and posterior checked together
+
+    @property
+    def labelling(self) -> Labelling:
+        """How the pretraining data are labelled: the label mode, its algorithms, and what the target needs stored."""
+        return Labelling(
+            LabelMode.parse(self.label),
+            expert=self.expert,
+            posterior=self.posterior,
+            store_probs=Target.parse(self.target) is Target.PROBS,
+            store_values=self.value_loss_weight > 0,
+        )
 
     @property
     def is_mdp(self) -> bool:
@@ -172,22 +179,7 @@ def build_model(config: TransformerConfig | MDPTransformerConfig) -> BanditTrans
 
 def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData | MDPRollouts:
     """Collect ``num`` labelled trajectories for ``cfg`` with ``seed``."""
-    if cfg.is_mdp:
-        soft = cfg.target == "probs"
-        labeller = make_agent(cfg.expert) if soft and cfg.label == "dpt" else None
-        return rollout_mdp(
-            cfg.spec, make_agent(cfg.context), num, seed=seed, label=cfg.label, store_probs=soft, labeller=labeller
-        )
-    return collect_trajectories(
-        cfg.spec,
-        cfg.context,
-        num,
-        seed=seed,
-        label=cfg.label,
-        expert=cfg.expert,
-        store_probs=cfg.target == "probs",
-        store_values=cfg.value_loss_weight > 0,
-    )
+    return collect_runs(cfg.spec, cfg.context, num, cfg.labelling, seed=seed)
 
 
 def to_tensors(data: TrajectoryData | MDPRollouts, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
@@ -308,7 +300,7 @@ def pretrain(
     }
     if (out / "checkpoint.json").exists():
         weights, meta = read_checkpoint(out / "checkpoint")
-        saved = {k: v for k, v in meta["pretrain"].items() if k != "steps"}
+        saved = {k: v for k, v in upgrade_label_fields(meta["pretrain"]).items() if k != "steps"}
         if saved != {k: v for k, v in cfg.to_dict().items() if k != "steps"}:
             raise ValueError(f"{out} holds a run with another configuration; use a new out_dir")
         if meta["pretrain"]["steps"] != cfg.steps:  # extending (or shortening) a run is allowed

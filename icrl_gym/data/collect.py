@@ -1,0 +1,41 @@
+"""One entry point for collecting labelled trajectories on any prior: bandit or tabular MDP.
+
+The environment's spec picks its recorder (:class:`~icrl_gym.data.trajectories.BanditRecorder`,
+:class:`~icrl_gym.data.mdp_rollout.MDPRecorder`); the loop, the labelling and the seeding are the
+same for both (:mod:`icrl_gym.data.pipeline`, :mod:`icrl_gym.data.labels`, :mod:`icrl_gym.data.crn`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from icrl_gym.data.labels import AgentSpec, Labelling
+from icrl_gym.data.mdp_rollout import MDPRecorder, MDPRollouts
+from icrl_gym.data.pipeline import run_collection
+from icrl_gym.data.trajectories import BanditRecorder, TrajectoryData
+from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.mdp_core import MDPSpec
+
+
+def collect(
+    spec: BanditSpec | MDPSpec,
+    context: AgentSpec,
+    num_runs: int,
+    labelling: Labelling | None = None,
+    seed: int = 0,
+    batch_size: int | None = None,
+    approx_dpt_lam: float = 1.0,
+    progress: Callable[[int], Any] | None = None,
+) -> TrajectoryData | MDPRollouts:
+    """Run Alg_0 ``context`` on ``num_runs`` instances of ``spec`` under ``seed``, labelled by ``labelling``.
+
+    Bandits give :class:`TrajectoryData`, MDPs :class:`MDPRollouts`; ``batch_size`` defaults to
+    10,000 runs for bandits and 1,000 for MDPs (the instances a seed draws depend on it).
+    """
+    labelling = labelling or Labelling()
+    labelling.check_environment(mdp=isinstance(spec, MDPSpec))
+    options: dict[str, Any] = {"seed": seed, "batch_size": batch_size, "approx_dpt_lam": approx_dpt_lam}
+    if isinstance(spec, MDPSpec):
+        return run_collection(MDPRecorder(spec, num_runs), context, num_runs, labelling, progress=progress, **options)
+    return run_collection(BanditRecorder(spec, num_runs), context, num_runs, labelling, progress=progress, **options)

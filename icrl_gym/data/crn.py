@@ -1,0 +1,63 @@
+"""Common random numbers: N runs in batches of B, seeded so that every algorithm meets the same instances.
+
+Every loop that runs algorithms on fresh instances (collection, evaluation, diagnostics) goes
+through :func:`crn_batches`, one convention for all of them.  Under ``seed``, batch i holds the runs
+[i B, min((i + 1) B, N)) and draws its randomness from three places:
+
+- the environment (instances and reward/transition noise): ``np.random.default_rng([seed, i])``;
+- the acting algorithm Alg_0: ``np.random.default_rng([seed, i, 1])``;
+- the j-th observer, an algorithm that sees the actor's history without acting (an expert or
+  posterior that labels it, a model compared with it, a component of another mixture):
+  child j of the actor's seed, ``SeedSequence([seed, i, 1], spawn_key=(j,))`` -- what
+  ``actor_rng.spawn`` hands out, but fixed whatever the actor does with its own generator.
+
+So two algorithms run with one seed and batch size face the same instances and the same noise, and
+their paired regret differences have the variance of the algorithms alone.  The instances depend
+on B (a batch is drawn at once), so comparisons keep B fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CRNBatch:
+    """Batch ``index`` of a common-random-numbers loop: the runs ``rows`` and their generators."""
+
+    index: int
+    """Batch number i."""
+    rows: slice
+    """The runs [start, stop) of the batch among all N."""
+    seed: int
+    """The loop's seed."""
+    env_rng: np.random.Generator
+    """Instances and noise: ``default_rng([seed, i])``."""
+    agent_rng: np.random.Generator
+    """The acting algorithm: ``default_rng([seed, i, 1])``."""
+
+    @property
+    def size(self) -> int:
+        """Number of runs B_i in the batch (the last one may be smaller)."""
+        return self.rows.stop - self.rows.start
+
+    def observer_rng(self, j: int = 0) -> np.random.Generator:
+        """Generator of observer ``j``: child j of the actor's seed sequence [seed, i, 1]."""
+        return np.random.default_rng(np.random.SeedSequence([self.seed, self.index, 1], spawn_key=(j,)))
+
+
+def crn_batches(num_runs: int, batch_size: int, seed: int = 0) -> Iterator[CRNBatch]:
+    """The batches of ``num_runs`` runs in groups of ``batch_size`` under ``seed`` (module docstring)."""
+    if num_runs < 1 or batch_size < 1:
+        raise ValueError(f"need num_runs >= 1 and batch_size >= 1, got {num_runs} and {batch_size}")
+    for i, start in enumerate(range(0, num_runs, batch_size)):
+        yield CRNBatch(
+            index=i,
+            rows=slice(start, min(start + batch_size, num_runs)),
+            seed=seed,
+            env_rng=np.random.default_rng([seed, i]),
+            agent_rng=np.random.default_rng([seed, i, 1]),
+        )

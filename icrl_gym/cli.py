@@ -262,7 +262,8 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
     def _override(self, data: dict[str, Any], item: str) -> None:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            self.error(f"--set {item!r}: expected key=value, e.g. steps=2000")
+            hint = " (CONFIG.json goes before --set)" if item.endswith(".json") else ""
+            self.error(f"--set {item!r}: expected key=value, e.g. steps=2000{hint}")
         name, *path = key.split(".")
         fields, hints = self._fields(), self._hints()
         if name not in fields:

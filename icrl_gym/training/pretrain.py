@@ -30,12 +30,9 @@ and writes (see :mod:`icrl_gym.training.distributed`).
 
 from __future__ import annotations
 
-import dataclasses
 import io
-import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +45,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
+from icrl_gym.cli import ConfigParser
 from icrl_gym.data.collect import collect as collect_runs
 from icrl_gym.data.labels import Labelling, LabelMode, Target, upgrade_label_fields
 from icrl_gym.data.mdp_rollout import MDPRollouts
@@ -55,9 +53,21 @@ from icrl_gym.data.trajectories import TrajectoryData
 from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
+from icrl_gym.fileio import (
+    DEVICE,
+    NONNEGATIVE,
+    NONNEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    Allowed,
+    DictConfig,
+    RunLog,
+    atomic_write_bytes,
+    check_fields,
+)
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.registry import agent_names
 from icrl_gym.training.distributed import close_distributed, init_distributed
 
 VALIDATION_SEED_OFFSET = 900_000
@@ -120,12 +130,39 @@ class PretrainConfig(DictConfig):
     def __post_init__(self) -> None:
         legacy = upgrade_label_fields({"env": self.env, "expert": self.expert, "posterior": self.posterior})
         self.expert, self.posterior = legacy["expert"], legacy["posterior"]
-        labels = tuple(m.value for m in LabelMode if m is not LabelMode.NONE)
-        if self.label not in labels:
-            raise ValueError(f"PretrainConfig.label must be one of {labels}, got {self.label!r}")
-        Target.parse(self.target)
-        if self.steps < 1 or self.batch_size < 1 or self.trajectories_per_chunk < self.batch_size:
-            raise ValueError("need steps >= 1 and trajectories_per_chunk >= batch_size >= 1")
+        check_fields(
+            self,
+            {
+                "label": Allowed(choices=tuple(m.value for m in LabelMode if m is not LabelMode.NONE)),
+                "target": Allowed(choices=Target.values()),
+                "value_loss_weight": NONNEGATIVE,
+                "trajectories_per_chunk": POSITIVE_INT,
+                "passes_per_chunk": POSITIVE,
+                "steps": POSITIVE_INT,
+                "batch_size": POSITIVE_INT,
+                "lr": POSITIVE,
+                "min_lr_ratio": Allowed(low=0, high=1),
+                "warmup_steps": NONNEGATIVE_INT,
+                "weight_decay": NONNEGATIVE,
+                "grad_clip": POSITIVE,
+                "val_trajectories": POSITIVE_INT,
+                "eval_every": POSITIVE_INT,
+                "seed": NONNEGATIVE_INT,
+                "device": DEVICE,
+                "threads": NONNEGATIVE_INT,
+            },
+        )
+        if self.trajectories_per_chunk < self.batch_size:
+            raise ValueError(
+                f"PretrainConfig.trajectories_per_chunk={self.trajectories_per_chunk} must be >= "
+                f"batch_size={self.batch_size} (a batch is drawn from one chunk)"
+            )
+        for key in ("context", "expert", "posterior"):
+            agent = getattr(self, key)
+            if agent is not None and agent.get("name") not in agent_names():
+                names = ", ".join(agent_names())
+                raise ValueError(f"PretrainConfig.{key} must name a registered agent, got {agent!r}; names: {names}")
+        _ = self.spec  # the environment prior checks itself (the model's sizes come from it at training)
         self.labelling.check_environment(mdp=self.is_mdp)  # label, target, expert and posterior checked together
 
     @property
@@ -212,15 +249,15 @@ def pretraining_loss(
     model: BanditTransformer, batch: dict[str, torch.Tensor], target: str, value_weight: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean negative log-likelihood over all B*T steps (+ the auxiliary value loss)."""
-    if isinstance(getattr(model, "module", model), MDPTransformer):  # a DDP wrapper holds the model as .module
-        logits, values = model(batch["states"], batch["actions"], batch["rewards"]), None
-    else:
-        logits, values = model(batch["action_sets"], batch["actions"], batch["rewards"])
+    mdp = isinstance(getattr(model, "module", model), MDPTransformer)  # a DDP wrapper holds the model as .module
+    logits, values = model(batch["states" if mdp else "action_sets"], batch["actions"], batch["rewards"])
     logp = F.log_softmax(logits, dim=-1)  # (B, T, A)
     nll = -logp.gather(-1, batch["labels"][..., None]).mean()
     loss = -(batch["probs"] * logp).sum(-1).mean() if target == "probs" else nll
     stats = {"nll": float(nll.detach()), "accuracy": float((logits.argmax(-1) == batch["labels"]).float().mean())}
     if value_weight > 0:
+        if values is None:
+            raise ValueError("an auxiliary value loss needs a model with a value head (the bandit transformer)")
         value_loss = F.mse_loss(values, batch["values"])
         loss = loss + value_weight * value_loss
         stats["value_mse"] = float(value_loss.detach())
@@ -372,32 +409,13 @@ def export(model: BanditTransformer, meta: dict[str, Any], path: str | os.PathLi
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m icrl_gym.training.pretrain CONFIG.json [--set key=value ...] [--export PATH]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Pretrain an in-context bandit transformer (resumable).")
-    parser.add_argument("config", help="JSON file with PretrainConfig fields")
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        action="extend",
-        default=[],
-        help="overrides key=value (JSON, or a plain string), e.g. steps=2000 out_dir=runs/x",
+    """Command line: ``python -m icrl_gym.training.pretrain [CONFIG.json] [--set key=value ...] [--export PATH]``."""
+    parser = ConfigParser(
+        PretrainConfig, "icrl_gym.training.pretrain", "Pretrain an in-context transformer (resumable from out_dir)."
     )
-    parser.add_argument("--export", default=None, help="write the final checkpoint to this path (no suffix)")
-    args = parser.parse_args(argv)
-    data = json.loads(Path(args.config).read_text())
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or key not in {f.name for f in dataclasses.fields(PretrainConfig)}:
-            parser.error(f"--set {item!r}: expected key=value with key a PretrainConfig field")
-        try:
-            data[key] = json.loads(value)
-        except json.JSONDecodeError:  # a bare word such as out_dir=runs/x is a string
-            data[key] = value
-    cfg = PretrainConfig.from_dict(data)
-    command = "python -m icrl_gym.training.pretrain " + " ".join(argv if argv is not None else sys.argv[1:])
-    model, meta = pretrain(cfg, command=command)
+    parser.add_argument("--export", metavar="PATH", help="write the final model to PATH.safetensors + PATH.json")
+    cfg, args = parser.parse_config(argv)
+    model, meta = pretrain(cfg, command=parser.command(argv))
     if args.export:
         print(export(model, meta, args.export))
 

@@ -1,0 +1,123 @@
+"""The finite-horizon Gittins index of a Beta-Bernoulli arm, as a compact table.
+
+An arm with Beta(a0 + s, b0 + f) posterior (s successes, f failures) and m pulls left has index
+
+    G(s, f, m) = sup { lambda : V_lambda(s, f, m) > 0 },
+    V_lambda(s, f, m) = max(0, p - lambda + p V_lambda(s+1, f, m-1) + (1-p) V_lambda(s, f+1, m-1)),
+
+p = (a0 + s) / (a0 + b0 + s + f), V_lambda(., ., 0) = 0: the retirement reward lambda per step
+at which playing the arm for up to m more pulls (stopping at will) stops being worth it
+(calibration; Gittins, Glazebrook & Weber, "Multi-armed Bandit Allocation Indices", ch. 7).
+
+For a grid of lambda values one vectorised backward induction over m gives V_lambda(s, f, m) for
+every state, and G is located between the two grid points where V_lambda changes sign (linear
+interpolation).  G depends on (s, f, m) only, not on the horizon T of the game, and in a game of
+T steps only states with s + f + m <= T occur (s + f pulls done, m left).  So the table stores
+the tetrahedron s + f + m <= N + 1 (about N^3 / 6 floats: 84 MB at N = 500, against 500 MB for
+the dense cube), and one table built for the largest horizon serves every smaller one
+(:func:`gittins_table` keeps the largest built per prior and grid).  The values are computed by
+exactly the same float32 operations whatever N, so a table for N >= T holds the same numbers as
+one built for T.
+
+This module is the table math only; the policy playing it is ``agents.gittins.Gittins``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from icrl_gym.fileio import atomic_write
+
+
+class GittinsTable:
+    """G(s, f, m) for s + f + m <= horizon + 1, m >= 1, stored as one flat float32 array.
+
+    The states with m pulls left form the triangle s + f <= R - 1, R = horizon + 2 - m, stored row
+    by row (s, then f): (s, f, m) sits at ``offsets[m] + s R - s (s - 1) / 2 + f``.
+    """
+
+    def __init__(self, horizon: int, prior_a: float, prior_b: float, grid: int, values: np.ndarray) -> None:
+        self.horizon, self.prior_a, self.prior_b, self.grid = int(horizon), float(prior_a), float(prior_b), int(grid)
+        sizes = np.array([0] + [_triangle(horizon + 2 - m) for m in range(1, horizon + 2)], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)])[:-1]  # offsets[m], m = 0..horizon+1
+        if values.shape != (int(sizes.sum()),):
+            raise ValueError(f"a Gittins table for N={horizon} holds {sizes.sum()} values, got {values.shape}")
+        self.values = values
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the values."""
+        return int(self.values.nbytes)
+
+    def lookup(self, s: np.ndarray, f: np.ndarray, m: np.ndarray | int) -> np.ndarray:
+        """G(s, f, m) elementwise (broadcast); every state must satisfy s + f + m <= horizon + 1, m >= 1."""
+        s, f, m = (np.asarray(x, dtype=np.int64) for x in (s, f, m))
+        r = self.horizon + 2 - m
+        if np.any(m < 1) or np.any(s < 0) or np.any(f < 0) or np.any(s + f > r - 1):
+            raise IndexError(f"state outside the Gittins table (s + f + m <= {self.horizon + 1}, m >= 1)")
+        return self.values[self.offsets[m] + s * r - s * (s - 1) // 2 + f]
+
+    def __getitem__(self, key: tuple[np.ndarray | int, np.ndarray | int, np.ndarray | int]) -> np.ndarray:
+        """``table[s, f, m]``, as the dense table was indexed."""
+        s, f, m = key
+        return self.lookup(s, f, m)
+
+
+def _triangle(r: int) -> int:
+    return r * (r + 1) // 2
+
+
+def build_gittins_table(horizon: int, prior_a: float = 1.0, prior_b: float = 1.0, grid: int = 256) -> GittinsTable:
+    """Compute G(s, f, m) for s + f + m <= horizon + 1 (the backward induction of the module docstring)."""
+    n = horizon + 1
+    lam = np.linspace(0.0, 1.0, grid, dtype=np.float32)[:, None, None]  # (L, 1, 1)
+    s = np.arange(n, dtype=np.float32)[:, None]
+    f = np.arange(n, dtype=np.float32)[None, :]
+    p = ((prior_a + s) / (prior_a + prior_b + s + f)).astype(np.float32)[None]  # (1, n, n)
+    ss, ff = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    pieces = [np.zeros(0, dtype=np.float32)]  # m = 0: no values
+    v = np.zeros((grid, n + 1, n + 1), dtype=np.float32)  # V_lambda(., ., m - 1), padded at the far edge
+    for m in range(1, n + 1):
+        r = n - m + 1  # states with s + f <= T - m + 1 can occur with m pulls left: a square is enough
+        cont = p[:, :r, :r] - lam + p[:, :r, :r] * v[:, 1 : r + 1, :r] + (1 - p[:, :r, :r]) * v[:, :r, 1 : r + 1]
+        # index: the largest grid lambda with V > 0, refined by interpolating V's sign change
+        positive = cont > 0
+        k = np.clip(positive.sum(axis=0) - 1, 0, grid - 2)  # V is decreasing in lambda
+        c0 = np.take_along_axis(cont, k[None], 0)[0]
+        c1 = np.take_along_axis(cont, (k + 1)[None], 0)[0]
+        step = lam[1, 0, 0] - lam[0, 0, 0]
+        frac = np.where(c0 > c1, np.clip(c0 / np.maximum(c0 - c1, 1e-12), 0.0, 1.0), 0.0)
+        square = np.where(positive[0], lam[k, 0, 0] + frac * step, 0.0).astype(np.float32)
+        pieces.append(square[(ss[:r, :r] + ff[:r, :r]) <= r - 1])  # row-major: s, then f
+        v[:, :r, :r] = np.maximum(cont, 0.0)
+    return GittinsTable(horizon, prior_a, prior_b, grid, np.concatenate(pieces))
+
+
+_TABLES: dict[tuple[float, float, int], GittinsTable] = {}
+
+
+def gittins_table(horizon: int, prior_a: float = 1.0, prior_b: float = 1.0, grid: int = 256) -> GittinsTable:
+    """The table for games of up to ``horizon`` steps: the largest built so far (per prior and grid) if it covers it."""
+    key = (float(prior_a), float(prior_b), int(grid))
+    table = _TABLES.get(key)
+    if table is None or table.horizon < horizon:
+        table = build_gittins_table(int(horizon), *key)
+        _TABLES[key] = table
+    return table
+
+
+def cached_gittins_table(
+    horizon: int, cache_dir: str | os.PathLike, prior_a: float = 1.0, prior_b: float = 1.0, grid: int = 256
+) -> GittinsTable:
+    """:func:`gittins_table`, kept in ``cache_dir`` as ``.npy`` for later processes (N = 500: 5 min to build)."""
+    path = Path(cache_dir) / f"gittins_N{int(horizon)}_a{float(prior_a):g}_b{float(prior_b):g}_g{int(grid)}.npy"
+    key = (float(prior_a), float(prior_b), int(grid))
+    if path.exists() and (key not in _TABLES or _TABLES[key].horizon < horizon):
+        _TABLES[key] = GittinsTable(horizon, prior_a, prior_b, grid, np.load(path))
+    table = gittins_table(horizon, prior_a, prior_b, grid)
+    if not path.exists() and table.horizon == horizon:
+        atomic_write(path, lambda fh: np.save(fh, table.values))
+    return table

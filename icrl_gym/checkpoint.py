@@ -55,6 +55,8 @@ class CheckpointKind(str, Enum):
     """An :class:`MDPTransformer` (agent ``"mdp_transformer"``)."""
     META_RL_POLICY = "meta_rl_policy"
     """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
+    GENERALIST_TRANSFORMER = "generalist_transformer"
+    """A :class:`GeneralistTransformer`, any K and T of Bernoulli arms (agent ``"generalist"``)."""
 
     @property
     def agent(self) -> str:
@@ -66,6 +68,7 @@ _AGENT_OF_KIND = {
     CheckpointKind.BANDIT_TRANSFORMER: "transformer",
     CheckpointKind.MDP_TRANSFORMER: "mdp_transformer",
     CheckpointKind.META_RL_POLICY: "meta_rl",
+    CheckpointKind.GENERALIST_TRANSFORMER: "generalist",
 }
 
 
@@ -74,6 +77,7 @@ _KIND_OF_MODEL_CLASS = {
     "MDPTransformer": CheckpointKind.MDP_TRANSFORMER,
     "ActorCriticPolicy": CheckpointKind.META_RL_POLICY,
     "RecurrentActorCriticPolicy": CheckpointKind.META_RL_POLICY,
+    "GeneralistTransformer": CheckpointKind.GENERALIST_TRANSFORMER,
 }
 
 

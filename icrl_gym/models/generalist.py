@@ -1,0 +1,250 @@
+"""A generalist in-context bandit transformer: one model for any number of arms K and any horizon T.
+
+Encoder-decoder with one *query token per arm* (issue 16):
+
+* History tokens, one per past step s < t: x_s = W_in [r_s, 1].  Arm identity is not in the token.
+  A stationary bandit's posterior is invariant to the order of the past steps, so there is no
+  positional encoding over the history either (which lets T extrapolate).
+* Arm tokens at decision step t, one per arm k, all initialised from the same per-step features
+  of the horizon, phi(t, T) = (log(1 + T - t), (T - t) / T, log(1 + t), 1) (a fixed transform of the
+  current step, not a statistic of the past).
+* L blocks of  [cross-attention arm -> history  ->  self-attention across the K arm tokens  ->  MLP]
+  (pre-LayerNorm, residual).  In the cross-attention the score of arm query k on history key s
+  gets a fixed per-head bias beta_h 1[a_s = k] (the exact "same arm" relation, for any K), and
+  every head also sees a learned sink key, so a head focused on arm k's n_k pulls puts weight
+  c / (c + n_k) on the sink (a count) and averages the rewards of arm k (a mean).  Nothing here
+  orders the arms: permuting the arm labels of the history permutes the logits.
+* logit_k = w^T LayerNorm(h_k) + b.
+
+History tokens are not updated by the blocks, so each block's key/value of step s is computed once:
+:meth:`GeneralistTransformer.step` appends step t - 1 to a :class:`GeneralistCache` and scores the
+K arms at step t in O(K t); :meth:`GeneralistTransformer.forward` scores a set of query steps of
+whole trajectories at once (query t sees only s < t), for training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from icrl_gym.fileio import DictConfig
+
+NUM_STEP_FEATURES = 4
+"""Length of phi(t, T), the per-step horizon features every arm token starts from."""
+
+
+@dataclass
+class GeneralistConfig(DictConfig):
+    """Architecture of :class:`GeneralistTransformer` (nothing here depends on K or T)."""
+
+    d_model: int = 64
+    """Width D of the arm and history tokens."""
+    n_heads: int = 4
+    """Attention heads H of every cross- and self-attention (D must be a multiple of H)."""
+    n_layers: int = 3
+    """Number L of [cross-attention, self-attention, MLP] blocks."""
+    mlp_ratio: int = 4
+    """Hidden width of the MLPs as a multiple of D."""
+    same_arm_bias: tuple[float, ...] = (0.0, 4.0, 8.0, 16.0)
+    """The same-arm score bias beta_h of each cross-attention head (fixed: a learned one makes the
+    attention mask need a gradient, 4x slower on CPU).  0: a head over every arm's pulls; 16: a
+    head over arm k's pulls only (and the sink)."""
+
+    def __post_init__(self) -> None:
+        self.same_arm_bias = tuple(float(b) for b in self.same_arm_bias)
+        if len(self.same_arm_bias) != self.n_heads:
+            raise ValueError(f"same_arm_bias needs one value per head ({self.n_heads}), got {self.same_arm_bias}")
+
+
+def step_features(t: torch.Tensor, horizon: torch.Tensor) -> torch.Tensor:
+    """phi(t, T) (..., 4) for steps t (0-based: t steps done) of runs of T steps (both (...) tensors)."""
+    t = t.float()
+    horizon = horizon.float().expand_as(t)
+    left = horizon - t
+    return torch.stack([torch.log1p(left) / 5.0, left / horizon, torch.log1p(t) / 5.0, torch.ones_like(t)], dim=-1)
+
+
+class CrossAttention(nn.Module):
+    """Arm queries attend to the history with a per-head same-arm bias and a learned sink."""
+
+    def __init__(self, config: GeneralistConfig) -> None:
+        super().__init__()
+        d, h = config.d_model, config.n_heads
+        self.n_heads, self.head_dim = h, d // h
+        self.query = nn.Linear(d, d)
+        self.key = nn.Linear(d, d)
+        self.value = nn.Linear(d, d)
+        self.out = nn.Linear(d, d)
+        self.sink_key = nn.Parameter(torch.randn(h, self.head_dim) / math.sqrt(self.head_dim))
+        self.sink_value = nn.Parameter(torch.zeros(h, self.head_dim))
+
+    def keys_values(self, history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """History tokens (B, S, D) -> keys and values (B, H, S, dh)."""
+        b, s, _ = history.shape
+        k = self.key(history).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        v = self.value(history).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        return k, v
+
+    def forward(self, arms: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Attend.
+
+        arms (B, Q, K, D) arm tokens at Q steps; k, v (B, H, S, dh) the history; bias (B, H, QK, 1 + S)
+        the scores' additive bias: 0 on the sink, beta_h 1[a_s = k] on s < t_q, -inf on s >= t_q.
+        Returns (B, Q, K, D).
+        """
+        b, nq, na, d = arms.shape
+        q = self.query(arms).view(b, nq * na, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, QK, dh)
+        keys = torch.cat([self.sink_key.view(1, -1, 1, self.head_dim).expand(b, -1, 1, -1), k], dim=2)
+        values = torch.cat([self.sink_value.view(1, -1, 1, self.head_dim).expand(b, -1, 1, -1), v], dim=2)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)  # (B, H, QK, dh)
+        return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
+
+
+class ArmSelfAttention(nn.Module):
+    """Attention across the K arm tokens of one step (no mask, no positions: permutation-equivariant)."""
+
+    def __init__(self, config: GeneralistConfig) -> None:
+        super().__init__()
+        d, h = config.d_model, config.n_heads
+        self.n_heads, self.head_dim = h, d // h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, arms: torch.Tensor) -> torch.Tensor:
+        """(B, Q, K, D) -> (B, Q, K, D)."""
+        b, nq, na, d = arms.shape
+        q, k, v = self.qkv(arms).view(b * nq, na, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v)  # (BQ, H, K, dh)
+        return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
+
+
+class Block(nn.Module):
+    """[cross-attention to the history -> self-attention across arms -> MLP], pre-LayerNorm residuals."""
+
+    def __init__(self, config: GeneralistConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.ln_cross, self.ln_self, self.ln_mlp = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.cross = CrossAttention(config)
+        self.self_attn = ArmSelfAttention(config)
+        self.mlp = nn.Sequential(nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d))
+
+    def forward(self, arms: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """(B, Q, K, D) arm tokens -> (B, Q, K, D); see :meth:`CrossAttention.forward` for the rest."""
+        arms = arms + self.cross(self.ln_cross(arms), k, v, bias)
+        arms = arms + self.self_attn(self.ln_self(arms))
+        return arms + self.mlp(self.ln_mlp(arms))
+
+
+class GeneralistCache:
+    """Per-block keys/values of the history of B runs, filled one step at a time (capacity ``horizon``)."""
+
+    def __init__(self, model: GeneralistTransformer, batch_size: int, horizon: int, device: torch.device) -> None:
+        cfg = model.config
+        h, dh = cfg.n_heads, cfg.d_model // cfg.n_heads
+        shape = (batch_size, h, horizon, dh)
+        self.keys = [torch.zeros(shape, device=device) for _ in model.blocks]
+        self.values = [torch.zeros(shape, device=device) for _ in model.blocks]
+        self.actions = torch.full((batch_size, horizon), -1, dtype=torch.long, device=device)
+        self.horizon = horizon
+        self.steps = 0
+        """Number of history steps stored (the next decision is at step ``steps``)."""
+
+
+class GeneralistTransformer(nn.Module):
+    """Per-arm query transformer over a raw bandit trajectory (see the module docstring)."""
+
+    def __init__(self, config: GeneralistConfig) -> None:
+        super().__init__()
+        if config.d_model % config.n_heads:
+            raise ValueError(f"d_model={config.d_model} is not a multiple of n_heads={config.n_heads}")
+        self.config = config
+        d = config.d_model
+        self.history_in = nn.Linear(2, d)  # [r_s, 1] -> x_s
+        self.arm_in = nn.Linear(NUM_STEP_FEATURES, d)  # phi(t, T) -> initial arm token
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_out = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 1)
+
+    def _history(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Rewards (B, S) -> history tokens (B, S, D)."""
+        return self.history_in(torch.stack([rewards.float(), torch.ones_like(rewards, dtype=torch.float)], dim=-1))
+
+    def _decide(
+        self,
+        features: torch.Tensor,
+        num_arms: int,
+        kv: list[tuple[torch.Tensor, torch.Tensor]],
+        actions: torch.Tensor,
+        visible: torch.Tensor,
+    ) -> torch.Tensor:
+        """Features (B, Q, 4) -> logits (B, Q, K), given every block's history keys/values and actions (B, S)."""
+        b, nq, _ = features.shape
+        s = actions.shape[1]
+        arms = self.arm_in(features).unsqueeze(2).expand(b, nq, num_arms, -1)  # (B, Q, K, D)
+        same = actions.unsqueeze(1) == torch.arange(num_arms, device=actions.device).view(1, -1, 1)  # (B, K, S)
+        beta = torch.tensor(self.config.same_arm_bias, device=actions.device).view(1, -1, 1, 1, 1)
+        bias = (beta * same.view(b, 1, 1, num_arms, s)).masked_fill(~visible.view(b, 1, nq, 1, s), float("-inf"))
+        bias = bias.reshape(b, len(self.config.same_arm_bias), nq * num_arms, s)
+        bias = F.pad(bias, (1, 0))  # (B, H, QK, 1 + S): the sink first
+        for block, (k, v) in zip(self.blocks, kv, strict=True):
+            arms = block(arms, k, v, bias)
+        return self.head(self.ln_out(arms)).squeeze(-1)  # (B, Q, K)
+
+    def forward(
+        self,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        query_steps: torch.Tensor,
+        horizon: torch.Tensor | int,
+        num_arms: int,
+    ) -> torch.Tensor:
+        """Logits (B, Q, K) of the policy at steps ``query_steps`` (B, Q) of trajectories (B, S).
+
+        actions (B, S) long in [0, K) and rewards (B, S) are the trajectory; the decision at step t
+        (0-based, t steps done) sees steps s < t only; ``horizon`` is T (an int or (B,)).
+        """
+        b, s = actions.shape
+        horizon_t = torch.as_tensor(horizon, device=actions.device).reshape(-1, 1).expand(b, 1)
+        features = step_features(query_steps, horizon_t)  # (B, Q, 4)
+        history = self._history(rewards)
+        kv = [block.cross.keys_values(history) for block in self.blocks]
+        visible = (torch.arange(s, device=actions.device).view(1, 1, s) < query_steps.unsqueeze(-1)).unsqueeze(2)
+        return self._decide(features, num_arms, kv, actions, visible)  # visible: (B, Q, 1, S)
+
+    def new_cache(self, batch_size: int, horizon: int, device: torch.device | str = "cpu") -> GeneralistCache:
+        """An empty cache for B runs of up to ``horizon`` steps."""
+        return GeneralistCache(self, batch_size, horizon, torch.device(device))
+
+    @torch.no_grad()
+    def step(
+        self,
+        cache: GeneralistCache,
+        num_arms: int,
+        horizon: int,
+        prev_action: torch.Tensor | None = None,
+        prev_reward: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, K) at step ``cache.steps``, after appending the previous step (B,) if given."""
+        if prev_action is not None and prev_reward is not None:
+            t = cache.steps
+            if t >= cache.horizon:
+                raise ValueError(f"the cache holds {cache.horizon} steps; it cannot take step {t + 1}")
+            token = self._history(prev_reward.view(-1, 1))  # (B, 1, D)
+            for i, block in enumerate(self.blocks):
+                k, v = block.cross.keys_values(token)
+                cache.keys[i][:, :, t : t + 1] = k
+                cache.values[i][:, :, t : t + 1] = v
+            cache.actions[:, t] = prev_action
+            cache.steps = t + 1
+        t = cache.steps
+        b = cache.actions.shape[0]
+        device = cache.actions.device
+        features = step_features(torch.full((b, 1), t, device=device), torch.full((b, 1), horizon, device=device))
+        kv = [(k[:, :, :t], v[:, :, :t]) for k, v in zip(cache.keys, cache.values, strict=True)]
+        visible = torch.ones(b, 1, 1, t, dtype=torch.bool, device=device)
+        return self._decide(features, num_arms, kv, cache.actions[:, :t], visible)[:, 0]

@@ -1,0 +1,407 @@
+"""Supervised pretraining of the generalist Bernoulli-bandit transformer on Gittins labels (issue 16).
+
+Every step draws a fresh batch in numpy: one (K, T) from the training range (K uniform in
+[min_arms, max_arms], T log-uniform in [min_horizon, max_horizon]), arm means iid U[0, 1], and B
+trajectories of a behaviour policy:
+
+* the expert with exploration: the finite-horizon Gittins policy (ties broken at random), replaced
+  at every step with probability eps by a uniform arm, eps ~ U[0, max_epsilon] per trajectory, for
+  coverage of the states an imperfect learner reaches;
+* from ``dagger_start`` on, with probability ``dagger_fraction``, the model itself (greedy, with the
+  same eps exploration): DAgger, the expert labels the states the learner visits.
+
+At Q random query steps t of every trajectory the label is the Gittins action given the counts of
+steps s < t (the expert reads them from the trajectory; the model reads the raw trajectory):
+uniform over the maximisers of G(s_k, f_k, T - t) (``label_temperature = 0``) or
+softmax(G / label_temperature).  The loss is the cross-entropy; the log also reports the KL to the
+target (0 at a perfect imitation) and the fraction of queries whose argmax is a Gittins action.
+
+Resumable bit for bit: every step's randomness is ``default_rng([seed, step])``, and every
+``checkpoint_every`` steps the weights (a checkpoint), the optimiser and torch RNG state and the
+step are written atomically; a restarted run continues from the latest.  Run as::
+
+    OMP_NUM_THREADS=1 python -m icrl_gym.training.generalist icrl_gym/pretrained/configs/bernoulli-generalist.json
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
+from icrl_gym.device import resolve_device
+from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
+from icrl_gym.gittins import GittinsTable, cached_gittins_table
+from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+
+
+@dataclass
+class GeneralistTrainConfig(DictConfig):
+    """Everything that defines a pretraining run of the generalist transformer."""
+
+    run_dir: str = "runs/bernoulli-generalist"
+    """Folder of the log, the checkpoints and the resume state."""
+    seed: int = 0
+    """Seed of the initialisation and of every batch (step i draws from default_rng([seed, i]))."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """:class:`GeneralistConfig` fields (defaults where left out)."""
+    steps: int = 20_000
+    """Optimiser steps (the cosine schedule spans them)."""
+    time_budget_hours: float = 3.5
+    """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
+    min_arms: int = 2
+    """Smallest number of arms K of a batch."""
+    max_arms: int = 20
+    """Largest number of arms K of a batch."""
+    min_horizon: int = 20
+    """Smallest horizon T of a batch (T is log-uniform)."""
+    max_horizon: int = 500
+    """Largest horizon T of a batch (the Gittins table is built for it)."""
+    queries: int = 16
+    """Query steps Q per trajectory at which the loss is computed."""
+    cost_per_batch: float = 2.0e6
+    """Trajectories per batch B = cost_per_batch / (Q K (400 + T)), within [min_batch, max_batch]:
+    about constant compute per step (400 ~ the per-arm-token MLP cost in units of one history key)."""
+    min_batch: int = 4
+    """Fewest trajectories in a batch."""
+    max_batch: int = 256
+    """Most trajectories in a batch."""
+    max_epsilon: float = 0.5
+    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
+    dagger_start: int = 5_000
+    """Step from which batches may be rolled out by the model."""
+    dagger_fraction: float = 0.15
+    """Probability that a batch (after dagger_start) is rolled out by the model."""
+    label_temperature: float = 0.0
+    """0: target uniform over the Gittins maximisers; > 0: softmax(G / label_temperature)."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    warmup: int = 500
+    """Linear warm-up steps."""
+    min_lr_ratio: float = 0.05
+    """Learning rate at the end of the cosine schedule, as a fraction of lr."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Clip of the gradient norm."""
+    log_every: int = 50
+    """Steps between log lines (averages over them)."""
+    checkpoint_every: int = 250
+    """Steps between saved (resumable) states."""
+    eval_every: int = 1_000
+    """Steps between regret evaluations (0: never)."""
+    eval_instances: int = 200
+    """Instances of the in-training regret evaluation at eval_arms, eval_horizon."""
+    eval_arms: int = 5
+    """K of the in-training evaluation."""
+    eval_horizon: int = 200
+    """T of the in-training evaluation."""
+    table_cache: str = "runs/cache"
+    """Folder where the Gittins table is kept between processes (5 min to build for T = 500)."""
+    device: str = "cpu"
+    """'auto' (CUDA when present), 'cpu', 'cuda', ..."""
+    threads: int = 1
+    """torch CPU threads."""
+
+
+@dataclass
+class Batch:
+    """One training batch: B trajectories of one (K, T) and their labels at Q query steps."""
+
+    actions: np.ndarray
+    """(B, T) arms pulled."""
+    rewards: np.ndarray
+    """(B, T) rewards."""
+    query_steps: np.ndarray
+    """(B, Q) decision steps t (0-based) of the loss."""
+    targets: np.ndarray
+    """(B, Q, K) target action distributions at the query steps."""
+    num_arms: int
+    """K."""
+    horizon: int
+    """T."""
+
+
+def gittins_targets(index: np.ndarray, temperature: float) -> np.ndarray:
+    """Target distributions (..., K) from Gittins indices (..., K): uniform over the maximisers or a softmax."""
+    if temperature > 0:
+        z = (index - index.max(axis=-1, keepdims=True)) / temperature
+        p = np.exp(z)
+    else:
+        p = (index == index.max(axis=-1, keepdims=True)).astype(np.float64)
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def rollout(
+    table: GittinsTable,
+    means: np.ndarray,
+    horizon: int,
+    epsilon: np.ndarray,
+    rng: np.random.Generator,
+    model: GeneralistTransformer | None = None,
+    device: torch.device | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Trajectories of eps-Gittins (``model`` None) or eps-greedy model play on arms ``means`` (B, K).
+
+    Returns actions (B, T), rewards (B, T) and the Gittins indices G (B, T, K) before every step.
+    """
+    b, k = means.shape
+    succ = np.zeros((b, k), dtype=np.int64)
+    fail = np.zeros((b, k), dtype=np.int64)
+    actions = np.zeros((b, horizon), dtype=np.int64)
+    rewards = np.zeros((b, horizon))
+    index = np.zeros((b, horizon, k), dtype=np.float32)
+    rows = np.arange(b)
+    cache = model.new_cache(b, horizon, device) if model is not None else None
+    prev: tuple[torch.Tensor, torch.Tensor] | None = None
+    for t in range(horizon):
+        index[:, t] = table.lookup(succ, fail, horizon - t)
+        if model is None:  # Gittins, ties broken at random
+            best = index[:, t] == index[:, t].max(axis=1, keepdims=True)
+            greedy = (best * rng.random((b, k))).argmax(axis=1)
+        else:
+            prev_a, prev_r = prev if prev is not None else (None, None)
+            greedy = model.step(cache, k, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
+        explore = rng.random(b) < epsilon
+        a = np.where(explore, rng.integers(0, k, b), greedy)
+        r = (rng.random(b) < means[rows, a]).astype(np.float64)
+        succ[rows, a] += r.astype(np.int64)
+        fail[rows, a] += 1 - r.astype(np.int64)
+        actions[:, t], rewards[:, t] = a, r
+        if model is not None:
+            prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
+    return actions, rewards, index
+
+
+def sample_batch(
+    cfg: GeneralistTrainConfig,
+    table: GittinsTable,
+    rng: np.random.Generator,
+    model: GeneralistTransformer | None = None,
+    device: torch.device | None = None,
+) -> Batch:
+    """Draw (K, T), B instances and their trajectories (the expert's, or the model's when given)."""
+    k = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
+    horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
+    b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * k * (400 + horizon))), cfg.min_batch, cfg.max_batch))
+    means = rng.random((b, k))
+    epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
+    actions, rewards, index = rollout(table, means, horizon, epsilon, rng, model, device)
+    query_steps = rng.integers(0, horizon, (b, cfg.queries))
+    targets = gittins_targets(index[np.arange(b)[:, None], query_steps].astype(np.float64), cfg.label_temperature)
+    return Batch(actions, rewards, query_steps, targets, k, horizon)
+
+
+def batch_loss(
+    model: GeneralistTransformer, batch: Batch, device: torch.device
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy to the targets, and the KL and argmax-agreement metrics."""
+    logits = model(
+        torch.as_tensor(batch.actions, device=device),
+        torch.as_tensor(batch.rewards, dtype=torch.float32, device=device),
+        torch.as_tensor(batch.query_steps, device=device),
+        batch.horizon,
+        batch.num_arms,
+    )  # (B, Q, K)
+    target = torch.as_tensor(batch.targets, dtype=torch.float32, device=device)
+    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
+    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
+    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
+
+
+def evaluate_regret(
+    model: GeneralistTransformer,
+    table: GittinsTable,
+    num_arms: int,
+    horizon: int,
+    instances: int,
+    seed: int,
+    device: torch.device,
+) -> tuple[float, float, float]:
+    """Mean regret (and its s.e.) of the greedy model and the Gittins mean regret, on common instances."""
+    rng = np.random.default_rng(seed)
+    means = rng.random((instances, num_arms))
+    uniforms = rng.random((instances, horizon))  # common reward noise: r_t = 1[u_t < mu_{a_t}]
+    regrets = []
+    for use_model in (True, False):
+        succ = np.zeros((instances, num_arms), dtype=np.int64)
+        fail = np.zeros_like(succ)
+        rows = np.arange(instances)
+        cache = model.new_cache(instances, horizon, device) if use_model else None
+        prev: tuple[torch.Tensor, torch.Tensor] | None = None
+        regret = np.zeros(instances)
+        for t in range(horizon):
+            if use_model:
+                prev_a, prev_r = prev if prev is not None else (None, None)
+                a = model.step(cache, num_arms, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
+            else:
+                a = table.lookup(succ, fail, horizon - t).argmax(axis=1)
+            r = (uniforms[:, t] < means[rows, a]).astype(np.int64)
+            succ[rows, a] += r
+            fail[rows, a] += 1 - r
+            regret += means.max(axis=1) - means[rows, a]
+            prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
+        regrets.append(regret)
+    return float(regrets[0].mean()), float(regrets[0].std(ddof=1) / math.sqrt(instances)), float(regrets[1].mean())
+
+
+def learning_rate(cfg: GeneralistTrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr at cfg.steps."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _latest(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "latest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _save_state(
+    run_dir: Path,
+    model: GeneralistTransformer,
+    opt: torch.optim.Optimizer,
+    cfg: GeneralistTrainConfig,
+    step: int,
+    wall: float,
+    history: list[dict[str, float]],
+) -> None:
+    """Write the checkpoint, the optimiser state and, last, the pointer to them (each atomically)."""
+    stem = run_dir / "checkpoints" / f"step_{step:07d}"
+    meta = {
+        "env": {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0},
+        "trained_range": {
+            "num_arms": [cfg.min_arms, cfg.max_arms],
+            "horizon": [cfg.min_horizon, cfg.max_horizon],
+        },
+        "pretrain": cfg.to_dict(),
+        "training": {
+            "steps": step,
+            "planned_steps": cfg.steps,
+            "wall_time_s": wall,
+            "time_budget_hours": cfg.time_budget_hours,
+            "threads": torch.get_num_threads(),
+            "device": str(next(model.parameters()).device),
+            "seed": cfg.seed,
+            "command": " ".join([sys.executable, *sys.argv]),
+            "history": history[-200:],
+        },
+    }
+    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    buf = io.BytesIO()
+    torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, buf)
+    atomic_write_bytes(stem.with_suffix(".state.pt"), buf.getvalue())
+    pointer = {"step": step, "checkpoint": stem.name, "wall_time_s": wall, "history": history}
+    atomic_write_bytes(run_dir / "latest.json", json.dumps(pointer).encode())
+    for old in sorted((run_dir / "checkpoints").glob("step_*.json"))[:-2]:  # keep the last two
+        for suffix in (".json", ".safetensors", ".state.pt"):
+            old.with_suffix(suffix).unlink(missing_ok=True)
+
+
+def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
+    """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
+    torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = RunLog(run_dir / "train.log", echo)
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    torch.manual_seed(cfg.seed)
+    model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step, wall, history = 0, 0.0, []
+    latest = _latest(run_dir)
+    if latest is not None:
+        stem = run_dir / "checkpoints" / latest["checkpoint"]
+        state, _ = read_checkpoint(stem)
+        model.load_state_dict(state)
+        extra = torch.load(stem.with_suffix(".state.pt"), weights_only=True)
+        opt.load_state_dict(extra["optimizer"])
+        torch.set_rng_state(extra["torch_rng"])
+        step, wall, history = latest["step"], latest["wall_time_s"], latest["history"]
+        log(f"resumed from {stem} at step {step} ({wall / 3600:.2f} h of training so far)")
+    else:
+        n_params = sum(p.numel() for p in model.parameters())
+        log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
+    table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
+    sums: dict[str, float] = {}
+    count, t_log = 0, time.time()
+    while step < cfg.steps and wall < cfg.time_budget_hours * 3600:
+        t0 = time.time()
+        rng = np.random.default_rng([cfg.seed, step])
+        use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
+        if use_model:
+            model.eval()
+        batch = sample_batch(cfg, table, rng, model if use_model else None, device)
+        model.train()
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(cfg, step)
+        loss, metrics = batch_loss(model, batch, device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        wall += time.time() - t0
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + value
+        sums["dagger"] = sums.get("dagger", 0.0) + use_model
+        count += 1
+        if step % cfg.log_every == 0:
+            avg = {key: value / count for key, value in sums.items()}
+            log(
+                f"step {step} loss {avg['loss']:.4f} kl {avg['kl']:.4f} agree {avg['agree']:.3f} "
+                f"dagger {avg['dagger']:.2f} lr {learning_rate(cfg, step - 1):.2e} "
+                f"{(time.time() - t_log) / count:.3f} s/step wall {wall / 3600:.2f} h"
+            )
+            history.append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
+            sums, count, t_log = {}, 0, time.time()
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            model.eval()
+            mean, se, eval_gittins = evaluate_regret(
+                model, table, cfg.eval_arms, cfg.eval_horizon, cfg.eval_instances, 1, device
+            )
+            log(
+                f"eval step {step}: K={cfg.eval_arms} T={cfg.eval_horizon} regret {mean:.2f} +- {se:.2f} "
+                f"(Gittins {eval_gittins:.2f}, {cfg.eval_instances} instances, seed 1)"
+            )
+            history.append({"step": step, "eval_regret": round(mean, 4), "eval_gittins": round(eval_gittins, 4)})
+        if step % cfg.checkpoint_every == 0 or step >= cfg.steps or wall >= cfg.time_budget_hours * 3600:
+            _save_state(run_dir, model, opt, cfg, step, wall, history)
+    log(f"done at step {step} ({wall / 3600:.2f} h of training)")
+    return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m icrl_gym.training.generalist CONFIG.json [key=value ...]`` (overrides as JSON values)."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        print("fields:", ", ".join(GeneralistTrainConfig().to_dict()))
+        return
+    data = json.loads(Path(args[0]).read_text())
+    for item in args[1:]:
+        key, _, value = item.partition("=")
+        try:
+            data[key] = json.loads(value)
+        except json.JSONDecodeError:
+            data[key] = value
+    train(GeneralistTrainConfig.from_dict(data))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

@@ -56,6 +56,7 @@ _ENTRY_POINTS: dict[str, str] = {
     "transformer": "agents.transformer_agent:TransformerAgent",
     "mdp_transformer": "agents.mdp_transformer_agent:MDPTransformerAgent",
     "meta_rl": "agents.meta_rl_agent:MetaRLAgent",
+    "generalist": "agents.generalist_agent:GeneralistAgent",
 }
 
 _DEFAULTS: dict[str, dict[str, Any]] = {

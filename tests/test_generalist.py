@@ -1,0 +1,191 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import icrl_gym.envs  # noqa: F401  (registers the environments)
+from agents.generalist_agent import GeneralistAgent
+from agents.gittins import Gittins
+from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
+from icrl_gym.gittins import build_gittins_table, gittins_table
+from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from icrl_gym.training.generalist import GeneralistTrainConfig, train
+
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
+
+
+def _model(seed=0, **kw):
+    torch.manual_seed(seed)
+    return GeneralistTransformer(GeneralistConfig(**{**TINY, **kw}))
+
+
+def _trajectory(b, s, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, k, (b, s), generator=g), torch.randint(0, 2, (b, s), generator=g).float()
+
+
+def test_cached_step_equals_forward():
+    model, (b, s, k) = _model(), (3, 25, 4)
+    actions, rewards = _trajectory(b, s, k)
+    full = model(actions, rewards, torch.arange(s).expand(b, s), s, k)  # (B, S, K)
+    cache = model.new_cache(b, s)
+    steps = [model.step(cache, k, s)]
+    for t in range(s - 1):
+        steps.append(model.step(cache, k, s, actions[:, t], rewards[:, t]))
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_permuting_arm_labels_permutes_logits():
+    model, (b, s, k) = _model(), (2, 30, 6)
+    actions, rewards = _trajectory(b, s, k, seed=1)
+    perm = torch.randperm(k, generator=torch.Generator().manual_seed(2))
+    queries = torch.tensor([[0, 7, 29], [3, 15, 20]])
+    logits = model(actions, rewards, queries, s, k)
+    permuted = model(perm[actions], rewards, queries, s, k)  # arm j is now called perm[j]
+    torch.testing.assert_close(permuted[..., perm], logits, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(logits[..., 0], logits[..., 1])  # the history does tell arms apart
+
+
+def test_runs_at_fifty_arms_and_a_thousand_steps():
+    model, (b, k, horizon) = _model(), (2, 50, 1000)
+    actions, rewards = _trajectory(b, horizon, k, seed=3)
+    logits = model(actions, rewards, torch.tensor([[0, 999], [500, 998]]), horizon, k)
+    assert logits.shape == (b, 2, k) and torch.isfinite(logits).all()
+    cache = model.new_cache(b, horizon)
+    cache.steps = 990  # jump to the end of the run: the last steps see 990+ keys
+    for t in range(990, 1000):
+        out = model.step(cache, k, horizon, actions[:, t - 1], rewards[:, t - 1])
+    assert out.shape == (b, k) and torch.isfinite(out).all()
+
+
+def _dense_gittins(horizon, grid=256):
+    """The dense (T+1)^3 table as agents/gittins.py computed it before the compact storage."""
+    n = horizon + 1
+    lam = np.linspace(0.0, 1.0, grid, dtype=np.float32)[:, None, None]
+    s = np.arange(n, dtype=np.float32)[:, None]
+    f = np.arange(n, dtype=np.float32)[None, :]
+    p = ((1.0 + s) / (2.0 + s + f)).astype(np.float32)[None]
+    table = np.zeros((n, n, n), dtype=np.float32)
+    v = np.zeros((grid, n + 1, n + 1), dtype=np.float32)
+    for m in range(1, n):
+        r = n - m + 1
+        cont = p[:, :r, :r] - lam + p[:, :r, :r] * v[:, 1 : r + 1, :r] + (1 - p[:, :r, :r]) * v[:, :r, 1 : r + 1]
+        positive = cont > 0
+        k = np.clip(positive.sum(axis=0) - 1, 0, grid - 2)
+        c0 = np.take_along_axis(cont, k[None], 0)[0]
+        c1 = np.take_along_axis(cont, (k + 1)[None], 0)[0]
+        frac = np.where(c0 > c1, np.clip(c0 / np.maximum(c0 - c1, 1e-12), 0.0, 1.0), 0.0)
+        table[:r, :r, m] = np.where(positive[0], lam[k, 0, 0] + frac * (lam[1, 0, 0] - lam[0, 0, 0]), 0.0)
+        v[:, :r, :r] = np.maximum(cont, 0.0)
+    return table
+
+
+def test_compact_gittins_table_equals_dense_and_serves_smaller_horizons():
+    horizon = 20
+    dense = _dense_gittins(horizon)
+    s, f, m = np.meshgrid(np.arange(horizon + 1), np.arange(horizon + 1), np.arange(1, horizon + 1), indexing="ij")
+    reachable = s + f + m <= horizon + 1
+    s, f, m = s[reachable], f[reachable], m[reachable]
+    small, large = build_gittins_table(horizon), build_gittins_table(horizon + 13)
+    assert np.array_equal(small[s, f, m], dense[s, f, m])
+    assert np.array_equal(large[s, f, m], dense[s, f, m])
+    assert small.nbytes < dense.nbytes / 4
+    with pytest.raises(IndexError):
+        small.lookup(np.array([10]), np.array([10]), 5)
+
+
+def test_gittins_actions_unchanged_by_a_larger_table():
+    rng = np.random.default_rng(0)
+    means = rng.random((64, 4))
+
+    def play(agent, horizon=15):
+        env_rng = np.random.default_rng(1)
+        agent.reset(batch_size=64, dim=4, num_actions=4)
+        actions = []
+        for _ in range(horizon):
+            a = agent.act_batch(np.broadcast_to(np.eye(4), (64, 4, 4)))
+            r = (env_rng.random(64) < means[np.arange(64), a]).astype(float)
+            agent.update_batch(np.broadcast_to(np.eye(4), (64, 4, 4)), a, r)
+            actions.append(a)
+        return np.stack(actions)
+
+    dense = _dense_gittins(15)
+    exact = Gittins(horizon=15)
+    exact.reset(batch_size=64, dim=4, num_actions=4)
+    gittins_table(40)  # cached: the agent at T=15 now reads the T=40 table
+    via_large = play(Gittins(horizon=15))
+    # the same policy from the dense table, played by hand
+    env_rng, succ, fail, ref = np.random.default_rng(1), np.zeros((64, 4), int), np.zeros((64, 4), int), []
+    for t in range(15):
+        a = dense[succ, fail, 15 - t].argmax(axis=1)
+        r = (env_rng.random(64) < means[np.arange(64), a]).astype(int)
+        succ[np.arange(64), a] += r
+        fail[np.arange(64), a] += 1 - r
+        ref.append(a)
+    assert np.array_equal(via_large, np.stack(ref))
+
+
+def _train_cfg(run_dir, tmp_path, steps):
+    return GeneralistTrainConfig(
+        run_dir=str(run_dir),
+        model=TINY,
+        steps=steps,
+        max_arms=4,
+        min_horizon=10,
+        max_horizon=30,
+        queries=4,
+        cost_per_batch=2e4,
+        max_batch=16,
+        dagger_start=2,
+        dagger_fraction=0.5,
+        warmup=2,
+        log_every=2,
+        checkpoint_every=3,
+        eval_every=0,
+        table_cache=str(tmp_path / "cache"),
+    )
+
+
+def test_resume_reproduces_an_uninterrupted_run(tmp_path):
+    whole = train(_train_cfg(tmp_path / "whole", tmp_path, 6), echo=False)
+    train(_train_cfg(tmp_path / "split", tmp_path, 3), echo=False)  # "interrupted" after a saved state at 3
+    resumed = train(_train_cfg(tmp_path / "split", tmp_path, 6), echo=False)
+    assert "resumed from" in (tmp_path / "split" / "train.log").read_text()
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    _, meta = read_checkpoint(tmp_path / "split" / "checkpoints" / "step_0000006")
+    assert meta["kind"] == "generalist_transformer" and meta["training"]["steps"] == 6
+
+
+def _checkpoint(tmp_path):
+    model = _model()
+    return save_checkpoint(
+        tmp_path / "tiny", model, {}, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER
+    )
+
+
+def test_agent_plays_bernoulli_bandits_of_any_size(tmp_path):
+    path = _checkpoint(tmp_path)
+    for k, horizon in ((2, 10), (7, 25)):
+        env = gym.make_vec(
+            "ICRL-BernoulliBandit-v0", num_envs=3, vectorization_mode="vector_entry_point", num_arms=k, horizon=horizon
+        )
+        obs, info = env.reset(seed=0)
+        agent = GeneralistAgent(path)
+        agent.reset(info)
+        for _ in range(horizon):
+            a = agent.act(obs)
+            obs, r, *_ = env.step(a)
+            agent.update(a, r)
+        assert agent.horizon == horizon and a.shape == (3,)
+
+
+def test_agent_rejects_a_linear_bandit(tmp_path):
+    agent = GeneralistAgent(_checkpoint(tmp_path))
+    env = gym.make("ICRL-LinearBandit-v0")
+    _, info = env.reset(seed=0)
+    with pytest.raises(ValueError, match="Bernoulli bandits"):
+        agent.reset(info)
+    with pytest.raises(ValueError, match="one-hot"):  # no model in the info: caught at the first action
+        agent.reset(dim=5, num_actions=10, horizon=20)
+        agent.act(np.random.default_rng(0).uniform(-1, 1, (10, 5)))

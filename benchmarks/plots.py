@@ -36,11 +36,11 @@ PALETTE = (
     "#bcbd22",  # olive
     "#17becf",  # cyan
     "#000000",  # black
+    "#7f7f7f",  # grey
     "#ff9896",  # salmon
     "#98df8a",  # light green
     "#c5b0d5",  # lavender
     "#ffbb78",  # light orange
-    "#7f7f7f",  # grey
 )
 """Enough distinct colours for the largest experiment (12 rows); matplotlib's default cycle has 10."""
 
@@ -212,7 +212,7 @@ def plot(out: Path, exp: Experiment, curves: Curves, runs: int, seed: int) -> li
             ax_cum.annotate(
                 f"{label}: {finals[label][0]:.1f} at {unit}={horizon} (off scale)",
                 xy=(exit_t, top),
-                xytext=(4, -12),
+                xytext=(10, -12),
                 textcoords="offset points",
                 color=colours[label],
                 fontsize=8,

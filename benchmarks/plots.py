@@ -17,11 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
-from icrl_gym.envs import MDPSpec
+from icrl_gym.envs import BanditSpec, MDPSpec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
 Curves = dict[str, dict[str, np.ndarray]]
 
@@ -86,9 +91,9 @@ def is_learned(exp: Experiment, label: str) -> bool:
     return spec["name"] in LEARNED if spec is not None else label.startswith("TF")
 
 
-def describe_env(spec: object) -> str:
+def describe_env(spec: BanditSpec | MDPSpec) -> str:
     """The environment and its prior in one line, for a caption."""
-    d = spec.to_dict()  # type: ignore[attr-defined]
+    d = spec.to_dict()
     if isinstance(spec, MDPSpec):
         dark = d.get("kind") == "dark_room"
         size = f"{d['size']}x{d['size']}" if dark else f"S={d['num_states']}, A={d['num_actions']}"
@@ -136,11 +141,20 @@ def _outliers(finals: dict[str, float]) -> list[str]:
     return out
 
 
-def _legend(fig, exp: Experiment, lines: dict, finals: dict[str, tuple[float, float]], unit: str, horizon: int) -> None:
+def _legend(
+    fig: Figure,
+    exp: Experiment,
+    lines: dict[str, Line2D],
+    finals: dict[str, tuple[float, float]],
+    unit: str,
+    horizon: int,
+) -> None:
     """Legend right of the axes: learned rows, then experts, each ordered by final regret."""
     from matplotlib.lines import Line2D
 
-    handles, texts, headers = [], [], []
+    handles: list[Line2D] = []
+    texts: list[str] = []
+    headers: list[int] = []
     groups = (
         ("learned models (solid)", [lbl for lbl in lines if is_learned(exp, lbl)]),
         ("experts and references (dashed)", [lbl for lbl in lines if not is_learned(exp, lbl)]),

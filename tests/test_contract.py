@@ -56,7 +56,7 @@ def _mdp_model() -> MDPTransformer:
     ("make_env", "make", "steps"),
     [
         (lambda: BernoulliBanditEnv(num_arms=3, horizon=8), lambda: make_agent("bernoulli_ts", seed=1), 8),
-        (lambda: BernoulliBanditEnv(num_arms=3, horizon=8), lambda: TransformerAgent.from_model(_bandit_model()), 8),
+        (lambda: BernoulliBanditEnv(num_arms=3, horizon=8), lambda: TransformerAgent.from_model(_bandit_model(), seed=1), 8),
         (lambda: RandomMDPEnv(**SMALL_MDP), lambda: make_agent("psrl", seed=1), 6),
         (lambda: RandomMDPEnv(**SMALL_MDP), lambda: MDPTransformerAgent.from_model(_mdp_model(), seed=1), 6),
     ],

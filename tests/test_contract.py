@@ -52,13 +52,17 @@ def _mdp_model() -> MDPTransformer:
     return _random_weights(MDPTransformer(MDPTransformerConfig(n_layer=2, n_head=2, n_embd=16, **SMALL_MDP)))
 
 
+def _seeded(agent_cls, model):
+    return agent_cls.from_model(model, seed=1)
+
+
 @pytest.mark.parametrize(
     ("make_env", "make", "steps"),
     [
         (lambda: BernoulliBanditEnv(num_arms=3, horizon=8), lambda: make_agent("bernoulli_ts", seed=1), 8),
-        (lambda: BernoulliBanditEnv(num_arms=3, horizon=8), lambda: TransformerAgent.from_model(_bandit_model(), seed=1), 8),
+        (lambda: BernoulliBanditEnv(num_arms=3, horizon=8), lambda: _seeded(TransformerAgent, _bandit_model()), 8),
         (lambda: RandomMDPEnv(**SMALL_MDP), lambda: make_agent("psrl", seed=1), 6),
-        (lambda: RandomMDPEnv(**SMALL_MDP), lambda: MDPTransformerAgent.from_model(_mdp_model(), seed=1), 6),
+        (lambda: RandomMDPEnv(**SMALL_MDP), lambda: _seeded(MDPTransformerAgent, _mdp_model()), 6),
     ],
     ids=["bernoulli_ts", "transformer", "psrl", "mdp_transformer"],
 )

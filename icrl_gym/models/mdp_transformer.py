@@ -1,4 +1,4 @@
-"""The in-context transformer for tabular MDPs (Appendix tf_embed_mdp), on the bandit model's decoder blocks.
+"""The in-context transformer for tabular MDPs (Appendix G.1), on the bandit model's decoder blocks.
 
 Token layout of a run of K episodes of H steps, as in the paper: for step t = (k, h) a state
 token carrying one-hot(s_{k,h}) and an action-reward token carrying (one-hot(a_{k,h}), r_{k,h}); at
@@ -182,8 +182,8 @@ class MDPTransformer(nn.Module):
         shape = (batch_size, cfg.n_head, cfg.max_tokens, cfg.n_embd // cfg.n_head)
         device = p.device if device is None else device
         return KVCache(
-            k=[torch.zeros(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
-            v=[torch.zeros(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
+            k=[torch.empty(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
+            v=[torch.empty(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
         )
 
     @torch.no_grad()

@@ -3,11 +3,11 @@
 This follows "Transformers as Decision Makers: Provable In-Context RL via Supervised
 Pretraining" (Lin, Bai, Mei; ICLR 2024):
 
-* Def. masked-attention: ReLU attention normalised by the query position,
+* Definition 1: ReLU attention normalised by the query position,
   ``h_i + sum_m (1/i) sum_{j<=i} ReLU(<Q_m h_i, K_m h_j>) V_m h_j``; softmax attention is an option.
-* Appendix exp_details: a GPT-2 model with ReLU MLPs, L=8 layers, M=4 heads, D=32, and
+* Appendix B: a GPT-2 model with ReLU MLPs, L=8 layers, M=4 heads, D=32, and
   LayerNorm after each attention and MLP layer (post-LN).
-* Appendix tf_embed_bandit: two tokens per step, a state token carrying the action set ``A_t``
+* Appendix E.1: two tokens per step, a state token carrying the action set ``A_t``
   and an action-reward token carrying ``(a_t, r_t)``; the policy at step ``t`` is the softmax of a
   linear read-out of the output at the state token of step ``t``.
 
@@ -20,8 +20,10 @@ whole prefix.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +42,7 @@ _NORMS = ("post", "none")
 
 @dataclass
 class DecoderConfig(DictConfig):
-    """The decoder's hyper-parameters, shared by the bandit and the MDP transformers (Appendix exp_details)."""
+    """The decoder's hyper-parameters, shared by the bandit and the MDP transformers (Appendix B)."""
 
     n_layer: int = 8
     """Number of transformer blocks L."""
@@ -51,11 +53,11 @@ class DecoderConfig(DictConfig):
     mlp_ratio: int = 4
     """Hidden width of the MLP as a multiple of D."""
     attention: str = "relu"
-    """"relu" (Def. masked-attention) or "softmax" (standard causal attention)."""
+    """"relu" (Definition 1) or "softmax" (standard causal attention)."""
     dropout: float = 0.0
     """Dropout probability on embeddings, attention weights and residual branches."""
     norm: str = "post"
-    """"post": LayerNorm after each sub-layer (Appendix exp_details); "none": Def. decoder-tf as in the theory."""
+    """"post": LayerNorm after each sub-layer (Appendix B); "none": Definition 3 as in the theory."""
 
     def _check_positive(self, *names: str) -> None:
         for name in names:
@@ -81,10 +83,10 @@ class DecoderConfig(DictConfig):
 
 @dataclass
 class TransformerConfig(DecoderConfig):
-    """Hyper-parameters of :class:`BanditTransformer` (defaults: the paper's Appendix exp_details)."""
+    """Hyper-parameters of :class:`BanditTransformer` (defaults: the paper's Appendix B)."""
 
     layout: str = "paper"
-    """"paper": two tokens per step (Appendix tf_embed_bandit); "compact": one token per step."""
+    """"paper": two tokens per step (Appendix E.1); "compact": one token per step."""
     positional: str = "learned"
     """"learned": absolute embedding; "poly": the paper's (i, i^2, 1) projected; "none": no positional part."""
     dim: int = 5
@@ -156,8 +158,75 @@ class KVCache:
         self.last_tokens = None
 
 
+_QUERY_BLOCK = 48
+"""Query rows per block of :func:`relu_causal_attention` (tuned on a 2-core CPU for T = 399 tokens)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _relu_query_scale(n_past: int, n_new: int, hs: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``1/(sqrt(hs) * i)`` (n_new, 1) for the 1-based query positions ``i = n_past+1 .. n_past+n_new``."""
+    q_pos = torch.arange(n_past, n_past + n_new, device=device)
+    return (1.0 / (math.sqrt(hs) * (q_pos + 1).to(dtype)))[:, None]
+
+
+@functools.lru_cache(maxsize=4096)
+def _future_mask(n_past: int, n_new: int, device: torch.device) -> Tensor:
+    """(n_new, n_past + n_new) bool, True where key j (0-based, absolute) lies after new query i."""
+    q_pos = torch.arange(n_past, n_past + n_new, device=device)
+    return torch.arange(n_past + n_new, device=device)[None, :] > q_pos[:, None]
+
+
+def _relu_scores(q: Tensor, k: Tensor, r0: int, r1: int) -> Tensor:
+    """Causal ReLU scores of query rows r0..r1-1 against keys 0..r1-1: (N, r1-r0, r1), a fresh tensor."""
+    att = torch.bmm(q[:, r0:r1], k[:, :r1].transpose(1, 2)).relu_()
+    att[:, :, r0:].tril_()  # the diagonal block: keys after the query are masked
+    return att
+
+
+class _ReLUCausalAttention(torch.autograd.Function):
+    """``y_i = sum_{j<=i} ReLU(<q_i, k_j>) v_j`` over (N, T, hs) inputs, in blocks of query rows.
+
+    A query block ``[r0, r1)`` only meets keys ``0 .. r1-1`` (the rest are masked), which skips
+    about half of the T x T score matrix, and each block's scores stay small enough for the CPU
+    cache.  The scores are recomputed in backward instead of being stored (one bmm against the
+    write and re-read of an (N, T, T) tensor).  The ReLU derivative at 0 is 0, as for ``relu``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        T = q.shape[1]
+        y = torch.empty_like(v)
+        for r0 in range(0, T, _QUERY_BLOCK):
+            r1 = min(r0 + _QUERY_BLOCK, T)
+            torch.bmm(_relu_scores(q, k, r0, r1), v[:, :r1], out=y[:, r0:r1])
+        ctx.save_for_backward(q, k, v)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = ctx.saved_tensors
+        dy = dy.contiguous()
+        T = q.shape[1]
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for r0 in range(0, T, _QUERY_BLOCK):
+            r1 = min(r0 + _QUERY_BLOCK, T)
+            att = _relu_scores(q, k, r0, r1)  # (N, r1-r0, r1)
+            dv[:, :r1].baddbmm_(att.transpose(1, 2), dy[:, r0:r1])
+            datt = torch.bmm(dy[:, r0:r1], v[:, :r1].transpose(1, 2))  # (N, r1-r0, r1)
+            datt.masked_fill_(att == 0, 0.0)  # ReLU' and the causal mask
+            torch.bmm(datt, k[:, :r1], out=dq[:, r0:r1])
+            dk[:, :r1].baddbmm_(datt.transpose(1, 2), q[:, r0:r1])
+        return dq, dk, dv
+
+
+def relu_causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal ReLU attention without normalisation, (N, T, hs) x3 -> (N, T, hs); scale ``q`` beforehand."""
+    out: Tensor = _ReLUCausalAttention.apply(q.contiguous(), k.contiguous(), v.contiguous())
+    return out
+
+
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention, ReLU (Def. masked-attention) or softmax.
+    """Multi-head causal self-attention, ReLU (Definition 1) or softmax.
 
     ReLU attention, for query position ``i`` (1-based, absolute) and each head::
 
@@ -203,32 +272,37 @@ class CausalSelfAttention(nn.Module):
             k = cache.k[layer][:, :, :n_tot]  # (B, nh, n_tot, hs)
             v = cache.v[layer][:, :, :n_tot]  # (B, nh, n_tot, hs)
         n_tot = k.shape[2]
-        # causal[i, j] is True when key j (0-based, absolute) is visible from new query i
-        q_pos = torch.arange(n_past, n_past + n_new, device=x.device)
-        causal = torch.arange(n_tot, device=x.device)[None, :] <= q_pos[:, None]  # (n_new, n_tot)
+        p = self.dropout if self.training else 0.0
 
         if self.attention == "relu":
-            scale = 1.0 / (math.sqrt(hs) * (q_pos + 1).to(q.dtype))  # (n_new,): 1/(sqrt(hs) * i)
-            # -inf above the diagonal so that ReLU zeroes the masked entries; in place to save memory
-            bias = torch.zeros(causal.shape, dtype=q.dtype, device=x.device).masked_fill_(~causal, -math.inf)
-            att = ((q * scale[:, None]) @ k.transpose(-2, -1)).add_(bias).relu_()  # (B, nh, n_new, n_tot)
-            att = self.attn_dropout(att)
-            y = att @ v  # (B, nh, n_new, hs)
-        else:
-            p = self.dropout if self.training else 0.0
-            if n_past == 0:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            elif n_new == 1:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            # 1/(sqrt(hs) * i) for the 1-based query positions i = n_past+1 .. n_past+n_new, (n_new, 1)
+            scale = _relu_query_scale(n_past, n_new, hs, q.dtype, x.device)
+            if cache is None and p == 0.0 and not torch.is_autocast_enabled(x.device.type):
+                # training / full forward: blocked, causal-skipping kernel that recomputes att in backward
+                flat = (B * nh, n_new, hs)
+                y = relu_causal_attention((q * scale).reshape(flat), k.reshape(flat), v.reshape(flat))
+                y = y.view(B, nh, n_new, hs)
             else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, dropout_p=p)
-            # y: (B, nh, n_new, hs)
+                att = (q * scale) @ k.transpose(-2, -1)  # (B, nh, n_new, n_tot)
+                # causal mask: ReLU first, then zero the keys after each query (equal to adding -inf first)
+                att.relu_()
+                if n_new > 1:
+                    att.masked_fill_(_future_mask(n_past, n_new, x.device), 0.0)
+                att = self.attn_dropout(att)
+                y = att @ v  # (B, nh, n_new, hs)
+        elif n_past == 0:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        elif n_new == 1:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~_future_mask(n_past, n_new, x.device), dropout_p=p)
+        # y: (B, nh, n_new, hs)
         y = y.transpose(1, 2).contiguous().view(B, n_new, D)  # (B, n_new, D)
         return self.resid_dropout(self.c_proj(y))
 
 
 class MLP(nn.Module):
-    """Two-layer ReLU MLP (Def. mlp): ``W_2 ReLU(W_1 h)``."""
+    """Two-layer ReLU MLP (Definition 2): ``W_2 ReLU(W_1 h)``."""
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
@@ -242,13 +316,13 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Post-LN transformer block: ``x = LN1(x + attn(x)); x = LN2(x + mlp(x))`` (Appendix exp_details)."""
+    """Post-LN transformer block: ``x = LN1(x + attn(x)); x = LN2(x + mlp(x))`` (Appendix B)."""
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         self.attn = CausalSelfAttention(config)
         self.mlp = MLP(config)
-        # norm="none" is the theory's residual network (Def. decoder-tf), used by the constructions
+        # norm="none" is the theory's residual network (Definition 3), used by the constructions
         norm = nn.LayerNorm if config.norm == "post" else (lambda _: nn.Identity())
         self.ln_1 = norm(config.n_embd)
         self.ln_2 = norm(config.n_embd)
@@ -286,7 +360,7 @@ def _chosen_vectors(action_sets: Tensor, actions: Tensor) -> Tensor:
 class BanditTransformer(nn.Module):
     """Decoder transformer policy for (linear) bandits: trajectory in, logits over A arms out.
 
-    Embedding (Appendix tf_embed_bandit). Each token is a raw feature vector of fixed size ``F``
+    Embedding (Appendix E.1). Each token is a raw feature vector of fixed size ``F``
     mapped by ``input_embed = Linear(F, D)``, plus a positional part.
 
     * layout "paper", two tokens per step ``t``, features ``[a (d), r (1), vec(A) (A*d), onehot (A),
@@ -314,7 +388,7 @@ class BanditTransformer(nn.Module):
       only has to carry the statistics of the history (for LinUCB: w_t and V_t^{-1}).
     * ``features="quadratic"`` adds the upper triangle of ``a_t a_t^T`` and ``r_t a_t`` to the
       action-reward features; one averaging attention head then holds
-      ``(V_t - lambda I)/t`` and ``b_t/t``, the ridge-regression statistics (Lemma approx_ridge).
+      ``(V_t - lambda I)/t`` and ``b_t/t``, the ridge-regression statistics (Lemma 21).
     """
 
     _triu: Tensor
@@ -503,8 +577,8 @@ class BanditTransformer(nn.Module):
         dtype = p.dtype if dtype is None else dtype
         cfg = self.config
         shape = (batch_size, cfg.n_head, cfg.max_tokens, cfg.n_embd // cfg.n_head)
-        ks = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
-        vs = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        ks = [torch.empty(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        vs = [torch.empty(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
         return KVCache(k=ks, v=vs)
 
     @torch.no_grad()

@@ -1,0 +1,265 @@
+"""Pretraining and rollout speed of the in-context transformers, new kernels against a reference revision.
+
+In one process, for each thread count in ``--threads``:
+
+- ``matmul``: the machine's own fp32 GEMM rate (``--gemm`` square), the yardstick;
+- ``train``: forward + backward (cross-entropy on random labels) of full-length sequences, batch
+  ``--batch``, for the paper model (L=8, D=32, ReLU, two tokens per step, T=200) and the model of
+  every shipped transformer checkpoint (``icrl_gym/pretrained/*.json``, bandit and MDP), in
+  sequences/s and tokens/s, and as GFLOP/s (FLOPs counted by ``torch.utils.flop_counter`` on the
+  reference code, full T x T attention) next to the GEMM rate;
+- ``rollout``: greedy cached rollout (``model.step``) of the paper model over ``--instances`` random
+  linear-bandit action sets for ``--steps`` steps, in env-steps/s.
+
+The reference is the same file at ``--reference`` (default: the revision before the new kernels),
+imported from ``git show``, with the new model's weights copied in.  Old and new run interleaved
+over ``--repeats`` rounds (after one warm-up round) and medians are reported, so that the load of a
+shared machine falls on both alike; the printed ratios are measured in the same run.
+
+``--device auto`` takes CUDA when present; ``--autocast bf16`` and ``--tf32`` are for GPUs (the
+ReLU kernel falls back to the plain ops under autocast).  Untested on CUDA so far.
+
+    python -m benchmarks.training_speed [--threads 1,2] [--repeats 3] [--batch 64] [--instances 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from icrl_gym.device import resolve_device
+from icrl_gym.models import mdp_transformer, transformer
+
+REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
+"""The commit before the blocked ReLU kernel and the rollout clean-up."""
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_reference(rev: str) -> tuple[ModuleType, ModuleType]:
+    """Import ``transformer.py`` and ``mdp_transformer.py`` as they were at ``rev`` (the MDP one on the old blocks)."""
+    modules = []
+    for name in ("transformer", "mdp_transformer"):
+        source = subprocess.run(
+            ["git", "show", f"{rev}:icrl_gym/models/{name}.py"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout
+        source = source.replace("from icrl_gym.models.transformer import", "from _reference_transformer import")
+        spec = importlib.util.spec_from_loader(f"_reference_{name}", loader=None)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        exec(compile(source, f"{rev}:{name}.py", "exec"), module.__dict__)  # noqa: S102 - our own file at rev
+        modules.append(module)
+    return modules[0], modules[1]
+
+
+def shipped_models() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Distinct transformer configurations of the shipped checkpoints: name -> (class name, config dict)."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in sorted((ROOT / "icrl_gym" / "pretrained").glob("*.json")):
+        record = json.loads(path.read_text())
+        cls = record.get("model_class", "BanditTransformer")
+        if cls not in ("BanditTransformer", "MDPTransformer") or not isinstance(record.get("model"), dict):
+            continue
+        if all(record["model"] != cfg for c, cfg in found.values() if c == cls):
+            found[path.stem] = (cls, record["model"])
+    return found
+
+
+def build(module: ModuleType, cls: str, config: dict[str, Any]) -> torch.nn.Module:
+    """A model of class ``cls`` from ``module`` (the new or the reference code) with ``config``."""
+    if cls == "MDPTransformer":
+        return module.MDPTransformer(module.MDPTransformerConfig.from_dict(config))
+    return module.BanditTransformer(module.TransformerConfig.from_dict(config))
+
+
+def random_batch(model: torch.nn.Module, batch: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Full-length random inputs and labels for ``model``."""
+    cfg: Any = model.config
+    g = torch.Generator().manual_seed(0)
+    if hasattr(cfg, "num_states"):
+        T = cfg.horizon * cfg.episodes
+        xs = (
+            torch.randint(0, cfg.num_states, (batch, T), generator=g),
+            torch.randint(0, cfg.num_actions, (batch, T), generator=g),
+            torch.rand(batch, T, generator=g),
+        )
+    else:
+        T = cfg.horizon
+        xs = (
+            torch.rand(batch, T, cfg.num_actions, cfg.dim, generator=g) * 2 - 1,
+            torch.randint(0, cfg.num_actions, (batch, T), generator=g),
+            torch.randn(batch, T, generator=g),
+        )
+    labels = torch.randint(0, cfg.num_actions, (batch, T), generator=g)
+    return tuple(x.to(device) for x in (*xs, labels))
+
+
+def train_step(model: torch.nn.Module, data: tuple[torch.Tensor, ...], autocast: str) -> None:
+    """Forward + backward of the mean cross-entropy."""
+    ctx = torch.autocast(data[0].device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
+    with ctx:
+        logits = model(*data[:3])[0]
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), data[3].flatten())
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int) -> None:
+    """Greedy cached rollout: ``sets`` (steps, B, A, d), rewards a fixed function of the action."""
+    B = sets.shape[1]
+    cache = model.new_cache(B, device=sets.device)
+    prev_a = prev_r = None
+    rows = torch.arange(B, device=sets.device)
+    with torch.inference_mode():
+        for t in range(steps):
+            logits = model.step(sets[t], prev_a, prev_r, cache)[0]
+            prev_a = logits.argmax(-1)
+            prev_r = sets[t, rows, prev_a, 0]
+
+
+def gemm_gflops(n: int, device: torch.device) -> float:
+    """fp32 n x n matmul rate, median of 5."""
+    a = torch.randn(n, n, device=device)
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        a @ a
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / float(np.median(times[1:])) / 1e9
+
+
+def timed(fn: Callable[[], None], device: torch.device) -> float:
+    """Wall seconds of ``fn()``."""
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run with ``n`` torch CPU threads."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Measure and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", default="1,2", help="comma-separated torch CPU thread counts")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds after one warm-up round")
+    parser.add_argument("--batch", type=int, default=64, help="sequences per training step")
+    parser.add_argument("--instances", type=int, default=1000, help="instances of the rollout")
+    parser.add_argument("--steps", type=int, default=200, help="steps of the rollout")
+    parser.add_argument("--gemm", type=int, default=1024, help="size of the yardstick matmul")
+    parser.add_argument("--models", default="paper,shipped", help="'paper', 'shipped' or both")
+    parser.add_argument("--reference", default=REFERENCE, help="git revision of the reference code")
+    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
+    parser.add_argument("--autocast", default="none", choices=("none", "bf16"), help="mixed precision (GPU)")
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (GPU)")
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    ref_tf, ref_mdp = load_reference(args.reference)
+    configs: dict[str, tuple[str, dict[str, Any]]] = {}
+    if "paper" in args.models:
+        configs["paper (L=8, D=32, relu, 2 tokens/step)"] = (
+            "BanditTransformer",
+            transformer.TransformerConfig().to_dict(),
+        )
+    if "shipped" in args.models:
+        configs.update(shipped_models())
+
+    torch.manual_seed(0)
+    pairs: dict[str, tuple[torch.nn.Module, torch.nn.Module, tuple[torch.Tensor, ...], float, int]] = {}
+    for name, (cls, cfg) in configs.items():
+        new = build(mdp_transformer if cls == "MDPTransformer" else transformer, cls, cfg).to(device).train()
+        old = build(ref_mdp if cls == "MDPTransformer" else ref_tf, cls, cfg).to(device).train()
+        old.load_state_dict(new.state_dict())
+        data = random_batch(new, args.batch, device)
+        with FlopCounterMode(display=False) as counter:
+            train_step(old, data, "none")
+        tokens = (data[0].shape[1] * 2 - 1) if getattr(new.config, "layout", "") == "paper" else data[0].shape[1]
+        if cls == "MDPTransformer":
+            tokens = new.config.state_token(data[0].shape[1] - 1) + 1
+        pairs[name] = (old, new, data, counter.get_total_flops() / args.batch, tokens)
+    paper = transformer.BanditTransformer(transformer.TransformerConfig()).to(device).eval()
+    paper_old = ref_tf.BanditTransformer(ref_tf.TransformerConfig()).to(device).eval()
+    paper_old.load_state_dict(paper.state_dict())
+    g = torch.Generator().manual_seed(1)
+    sets = (torch.rand(args.steps, args.instances, 10, 5, generator=g) * 2 - 1).to(device)
+
+    result: dict[str, Any] = {"device": str(device), "batch": args.batch, "reference": args.reference, "runs": []}
+    for n in [int(t) for t in args.threads.split(",")]:
+        with threads(n):
+            gflops = gemm_gflops(args.gemm, device)
+            times: dict[tuple[str, str], list[float]] = {}
+            for round_ in range(args.repeats + 1):
+                for name, (old, new, data, _, _) in pairs.items():
+                    for label, model in (("old", old), ("new", new)):
+                        s = timed(lambda m=model, d=data: train_step(m, d, args.autocast), device)
+                        if round_:
+                            times.setdefault((name, label), []).append(s)
+                for label, model in (("old", paper_old), ("new", paper)):
+                    s = timed(lambda m=model: rollout(m, sets, args.steps), device)
+                    if round_:
+                        times.setdefault(("rollout", label), []).append(s)
+            gflops_after = gemm_gflops(args.gemm, device)
+        run: dict[str, Any] = {"threads": n, "gemm_gflops": [gflops, gflops_after], "train": {}, "rollout": {}}
+        yardstick = (gflops + gflops_after) / 2
+        print(
+            f"\n{n} thread(s), {device}: fp32 {args.gemm}^3 matmul {gflops:.1f} / {gflops_after:.1f} GFLOP/s "
+            f"(before / after); medians of {args.repeats}\n"
+        )
+        print(
+            "| model | tokens | GFLOP/seq | old seq/s | new seq/s | new tokens/s | new GFLOP/s | of matmul | speed-up |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, (_, _, _, flops, tokens) in pairs.items():
+            rate = {lab: args.batch / float(np.median(times[(name, lab)])) for lab in ("old", "new")}
+            achieved = rate["new"] * flops / 1e9
+            run["train"][name] = {
+                "seq_per_s": rate,
+                "tokens": tokens,
+                "gflop_per_seq": flops / 1e9,
+                "gflops": achieved,
+                "fraction_of_matmul": achieved / yardstick,
+            }
+            print(
+                f"| {name} | {tokens} | {flops / 1e9:.3f} | {rate['old']:.1f} | {rate['new']:.1f} | "
+                f"{rate['new'] * tokens:,.0f} | {achieved:.1f} | {achieved / yardstick:.1%} | "
+                f"{rate['new'] / rate['old']:.2f}x |"
+            )
+        roll = {lab: args.instances * args.steps / float(np.median(times[("rollout", lab)])) for lab in ("old", "new")}
+        run["rollout"] = roll
+        print(
+            f"\nrollout, paper model, {args.instances} instances x {args.steps} steps: old {roll['old']:,.0f}, "
+            f"new {roll['new']:,.0f} env-steps/s, speed-up {roll['new'] / roll['old']:.2f}x"
+        )
+        result["runs"].append(run)
+    print("\n" + json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -37,7 +37,7 @@ from icrl_gym.registry import make_agent
 
 
 def ts_uniform_mixture(alpha: float, thompson: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Specification of Alg_0 = alpha * TS + (1 - alpha) * Uniform (Appendix exp_details)."""
+    """Specification of Alg_0 = alpha * TS + (1 - alpha) * Uniform (Appendix B)."""
     return {
         "name": Mixture.name,
         "components": [dict(thompson or {"name": BernoulliThompson.name}), {"name": Uniform.name}],

@@ -1,4 +1,4 @@
-"""Empirical mean (Emp), Appendix exp_details.
+"""Empirical mean (Emp), Appendix B.
 
 For t <= A pull each arm once (in index order); afterwards pull the arm with the highest
 average reward so far, argmax_k S_k / N_k.  Arms are identified by index, so this is meant for a

@@ -1,7 +1,7 @@
 """Index algorithms: score every arm from the history, then take the argmax (or a softmax).
 
 LinUCB, UCB, the empirical mean and the oracle all pick argmax_k v_k of an index v (B, A).
-The soft variants of the paper (soft LinUCB, Appendix soft-LinUCB) instead sample from
+The soft variants of the paper (soft LinUCB, Appendix E.2) instead sample from
 softmax(v / tau), which recovers the argmax as tau -> 0.  An index of +inf (an arm never
 pulled) takes priority; among several such arms the lowest index is pulled first.
 """

@@ -1,6 +1,6 @@
 """The Gaussian model that the Bayesian linear-bandit algorithms assume, read from the environment.
 
-Bayesian linear regression (Appendix ts_algorithm_formula of the paper): with the prior
+Bayesian linear regression (Appendix F.1 of the paper): with the prior
 w* ~ N(m 1, lambda I_d) and noise eps ~ N(0, s2), s2 = sigma^2, the posterior after t-1 steps is
 
     w* | D_{t-1} ~ N(mu_t, s2 V_t^{-1}),   V_t = (s2/lambda) I + sum_{j<t} a_j a_j^T,
@@ -32,7 +32,7 @@ from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.statistics import RidgeStatistics
 
 PAPER_TS_PRIOR = {"prior_mean": 0.0, "prior_var": 1.0}
-"""The prior N(0, I_d) of the paper's linear Thompson sampling baseline (Appendix exp_details)."""
+"""The prior N(0, I_d) of the paper's linear Thompson sampling baseline (Appendix B)."""
 
 
 @dataclass(frozen=True)

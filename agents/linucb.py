@@ -1,4 +1,4 @@
-"""LinUCB and soft LinUCB(tau) (Appendix soft-LinUCB; the paper's runs use lambda=1, alpha=2).
+"""LinUCB and soft LinUCB(tau) (Appendix E.2; the paper's runs use lambda=1, alpha=2).
 
 At step t with V_t = lambda I + sum_{j<t} a_j a_j^T and ridge estimate w_t = V_t^{-1} sum_{j<t} r_j a_j:
 

@@ -1,6 +1,6 @@
 """Trajectory-level mixture of algorithms, e.g. Alg_0 = alpha * TS + (1 - alpha) * Uniform.
 
-Appendix exp_details ("The effect of distribution ratio"): at ``reset`` every run is assigned to
+Appendix B.3 ("The effect of distribution ratio"): at ``reset`` every run is assigned to
 component i with probability weights[i] and follows it for the whole run.  Every component
 observes every run's history (it is cheap and keeps the code batched), but a run's actions come
 only from its own component.  ``policy`` returns the assigned component's probabilities, i.e.

@@ -1,7 +1,8 @@
 """Optimal (oracle) policy: a*_t = argmax_k <a_{t,k}, w*>, the DPT label (regret 0 by definition).
 
 It reads w* from the environment's reset ``info`` and so is not a bandit algorithm in the
-paper's sense; it is the expert of the DPT pretraining mode (Section 1 of SPEC, Prop. TS).
+paper's sense; it is the expert of the DPT pretraining mode (Section 1 of SPEC; in the paper's
+Section 3.2 a transformer pretrained on these labels learns Thompson sampling).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""The Bayes-optimal DPT policy: act on the posterior of the optimal action (Section dpt-main).
+"""The Bayes-optimal DPT policy: act on the posterior of the optimal action (Section 3.2).
 
 DPT pretraining minimises E[-log Alg_theta(a* | D_{t-1}, s_t)], whose minimiser over all
 algorithms is the posterior P(a* = a | D_{t-1}, s_t) under the training prior (Lin, Bai & Mei,
-Theorem dpt).  A perfectly pretrained DPT transformer therefore *is* this policy; the agent here
-computes it from a Bayesian model instead (PSRL's Dirichlet-Beta posterior by Monte-Carlo,
-DarkRoom's goal posterior exactly, see :meth:`agents.psrl.PSRL.optimal_action_probs`):
+Section 3.2, which cites Lee et al. 2023, Theorem 1).  A perfectly pretrained DPT transformer
+therefore *is* this policy; the agent here computes it from a Bayesian model instead (PSRL's
+Dirichlet-Beta posterior by Monte-Carlo, DarkRoom's goal posterior exactly, see
+:meth:`agents.psrl.PSRL.optimal_action_probs`):
 
 - sampled (``greedy=False``): a_t ~ P(a* = . | D_{t-1}, s_t), posterior sampling re-drawn at every
   step (PSRL draws once per episode);

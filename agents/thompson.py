@@ -1,4 +1,4 @@
-"""Thompson sampling for linear and Bernoulli bandits (Appendix ts_algorithm_formula, exp_details).
+"""Thompson sampling for linear and Bernoulli bandits (Appendices F.1 and B).
 
 Linear (Gaussian prior N(m 1, lambda I), noise N(0, s2), s2 = noise_std^2): with
 V_t = (s2/lambda) I + sum_{j<t} a_j a_j^T,
@@ -11,7 +11,7 @@ the noise level, and the prior itself (prior='gaussian') or the Gaussian with it
 (Unif([low, high]^d): m = (low+high)/2, lambda = (high-low)^2/12), the "matched prior".  Explicit
 constructor values override them: the paper's TS baseline is ``prior_mean=0, prior_var=1``
 (:data:`~agents.linear_posterior.PAPER_TS_PRIOR`), misspecified for its w* ~ Unif([0,1]^d).
-Appendix exp_details writes "Tpsparn = sigma = 1.5" for the parameter that plays the noise
+Appendix B writes "Tpsparn = sigma = 1.5" for the parameter that plays the noise
 *variance*; we read sigma as the noise standard deviation of the environment (s2 = 2.25), which
 gives regret 52.1 +- 0.5 at T=200 against the reference level of about 51; s2 = 1.5 gives
 46.2 +- 0.5 (2,000 runs each, seed 123).

@@ -1,4 +1,4 @@
-"""The pretrained in-context transformer as an algorithm (Section framework, Eq. transformer-algorithm).
+"""The pretrained in-context transformer as an algorithm (Section 2, Eq. (2)).
 
 Alg_theta(. | D_{t-1}, s_t) = softmax(read-out of TF_theta at the state token of step t).  Online,
 the agent feeds one step at a time into the model's key/value cache, so step t costs O(t)

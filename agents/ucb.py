@@ -1,4 +1,4 @@
-"""UCB for multi-armed (Bernoulli) bandits, Appendix exp_details.
+"""UCB for multi-armed (Bernoulli) bandits, Appendix B.
 
 a_t = argmax_k  mu_hat_{t,k} + c * sqrt(1 / N_t(k)), every arm pulled once first (N = 0 gives an
 infinite index).  With c = 1 this is the paper's "LinUCB reduces to UCB" baseline (the text's form,

@@ -1,4 +1,4 @@
-"""UCB-VI and soft UCB-VI(tau) for tabular MDPs (Appendix example_ucbvi, after Azar et al. 2017).
+"""UCB-VI and soft UCB-VI(tau) for tabular MDPs (Appendix G.2, after Azar et al. 2017).
 
 At the start of every episode k, backward over h = H..1 with counts from episodes 1..k-1:
 

@@ -1,4 +1,4 @@
-"""Constructed transformers (Lemma approx_ridge): error to the exact ridge estimate per layer count.
+"""Constructed transformers (Lemma 21): error to the exact ridge estimate per layer count.
 
 Builds the explicit-weight GD and AGD transformers of :mod:`icrl_gym.models.constructions` with
 ``--max-layers`` layers, runs them once on linear-bandit trajectories (uniform actions, the
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     ax.set(
         xlabel="layers",
         ylabel="max ||w_hat - w_ridge||",
-        title=f"Lemma approx_ridge: constructed ReLU transformers\nT={args.horizon}, kappa={kappa:.0f}",
+        title=f"Lemma 21: constructed ReLU transformers\nT={args.horizon}, kappa={kappa:.0f}",
     )
     ax.grid(alpha=0.3, which="both")
     ax.legend()

@@ -1,6 +1,6 @@
 """The distribution ratio R(TS, Alg_0) of each context alpha*TS + (1-alpha)*Unif next to the regret gap.
 
-Theorem diff_reward bounds the gap between the learned algorithm and its (reduced) expert by a
+Theorem 6 bounds the gap between the learned algorithm and its (reduced) expert by a
 term growing with sqrt(R(expert, context)).  For every shipped distribution-ratio model
 (``bernoulli-dpt-alpha{0,0.1,0.5,1}``) this prints the Monte-Carlo estimate of log R(TS, Alg_0)
 (icrl_gym.diagnostics.distribution_ratio, with its interval and effective sample size; for

@@ -1,4 +1,4 @@
-"""The benchmark's experiments as plain data (Section experiments and Appendix exp_details).
+"""The benchmark's experiments as plain data (Section 5 and Appendix B).
 
 Each experiment names an environment prior and the algorithms it compares, each an
 ``agents.make_agent`` specification (Bayesian algorithms read the noise level and prior from the

@@ -19,7 +19,7 @@ two kinds differ only in how an observation is decoded and in the batched hooks 
 
 Bandits
 -------
-An algorithm (Section framework of the paper) maps the history D_{t-1} and the current action set
+An algorithm (Section 2 of the paper) maps the history D_{t-1} and the current action set
 A_t to a distribution over arms.  :class:`BanditAgent` decodes an observation to the action sets
 (B, A, d) and holds the history of B independent runs as incremental statistics.  ``policy(obs)``
 is Alg(. | D_{t-1}, A_t), shape (A,) or (B, A), in closed form where the algorithm has one, by
@@ -29,7 +29,7 @@ Monte-Carlo for Thompson sampling.  Collectors skip the decoding with ``act_batc
 deterministic (argmax) algorithms.  ``reset`` also takes the fields ``batch_size``, ``dim``,
 ``num_actions`` and ``w_star`` as keywords (they replace those of ``info``).
 
-Tabular MDPs (Section Tabular-MDP-statement)
+Tabular MDPs (Section 4.3)
 --------------------------------------------
 :class:`MDPAgent` decodes an observation (the one-hot state followed by the one-hot step h) to
 (states (B,), h); a transition (h, s, a, r, s') is complete when the next observation arrives (or

@@ -60,7 +60,7 @@ _ENTRY_POINTS: dict[str, str] = {
 }
 
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "soft_linucb": {"temperature": 0.1},  # the paper's soft LinUCB expert (Appendix soft-LinUCB)
+    "soft_linucb": {"temperature": 0.1},  # the paper's soft LinUCB expert (Appendix E.2)
 }
 """Keyword arguments ``make_agent`` adds when the specification leaves them out."""
 

@@ -39,7 +39,7 @@ def test_backward_induction_matches_brute_force_policy_enumeration(stationary):
 
 
 def _reference_ucbvi_q(n_sas, n_sa, r_sum, H, S, A, K):
-    """UCB-VI's Q from counts with explicit loops (Appendix example_ucbvi); counts of one h are pooled."""
+    """UCB-VI's Q from counts with explicit loops (Appendix G.2); counts of one h are pooled."""
     T, delta = K * H, 1.0 / (K * H)
     Q = np.zeros((H, S, A))
     V = np.zeros(S)

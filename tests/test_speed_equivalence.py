@@ -1,6 +1,6 @@
 """The fast attention kernels equal a slow, per-head reference: losses, gradients and cached rollouts.
 
-The reference below is the definition written out head by head (Def. masked-attention for ReLU:
+The reference below is the definition written out head by head (Definition 1 for ReLU:
 ``(1/i) sum_{j<=i} ReLU(<q_i, k_j>/sqrt(hs)) v_j``; causal softmax otherwise), with no query
 blocking, no score recomputation and no folded scales, so that a bug in the blocked kernel of
 :func:`icrl_gym.models.transformer.relu_causal_attention` cannot hide in both.

@@ -1,8 +1,8 @@
 """What a pretraining trajectory is labelled with: label modes, soft labels, targets, declared once.
 
-Section supervised-pretraining of the paper: a context algorithm Alg_0 collects
+Section 3 of the paper: a context algorithm Alg_0 collects
 D_T = (s_1, a_1, r_1, ..., s_T, a_T, r_T) on an instance M ~ Lambda and every step t gets a label
-a-bar_t; the transformer is trained by maximum likelihood on the labels (Eq. general_mle).  The
+a-bar_t; the transformer is trained by maximum likelihood on the labels (Eq. (3)).  The
 label modes (:class:`LabelMode`) say where a-bar_t comes from, the soft labels (:class:`SoftLabel`)
 what distribution over actions is stored beside it, the targets (:class:`Target`) which of the two
 the loss fits.  :class:`Labelling` bundles one choice with the algorithms it needs and checks the
@@ -58,7 +58,7 @@ class LabelMode(_Choice):
     """Decision-Pretrained Transformer: a-bar_t = a*_t, the instance's optimal action; for a linear
     bandit a*_t = argmax_k <a_{t,k}, w*>, for an MDP argmax_a Q*_h(s_t, a)."""
     APPROX_DPT = "approx_dpt"
-    """Approximate DPT (Proposition app_opt_diff_reward): a-bar_t = argmax_k <a_{t,k}, w_hat> with
+    """Approximate DPT (Proposition 7): a-bar_t = argmax_k <a_{t,k}, w_hat> with
     w_hat the ridge estimate from the whole trajectory D_T (no access to w*; linear bandits only)."""
     EXPERT = "expert"
     """An expert algorithm Alg_E observes Alg_0's history D_{t-1} and a-bar_t is its own action
@@ -81,7 +81,7 @@ class Target(_Choice):
     """Training target: what the pretraining loss fits."""
 
     LABEL = "label"
-    """Maximum likelihood of the label a-bar_t (Eq. general_mle)."""
+    """Maximum likelihood of the label a-bar_t (Eq. (3))."""
     PROBS = "probs"
     """Cross-entropy against the stored soft label (the labeller's whole distribution)."""
 

@@ -1,6 +1,6 @@
 """The collection loop, written once for bandits and MDPs: run Alg_0, label every step, record.
 
-Section supervised-pretraining of the paper: the context algorithm Alg_0 acts on N fresh instances
+Section 3 of the paper: the context algorithm Alg_0 acts on N fresh instances
 for T steps; at every step an expert labels it (:mod:`icrl_gym.data.labels`).  Per batch of the
 common-random-numbers loop (:mod:`icrl_gym.data.crn`) and per step t, in this order:
 

@@ -1,6 +1,6 @@
 """Offline trajectories for supervised pretraining: collect with Alg_0, label with Alg_E, store.
 
-Section supervised-pretraining of the paper: a context algorithm Alg_0 interacts with N
+Section 3 of the paper: a context algorithm Alg_0 interacts with N
 instances M ~ Lambda for T steps, giving D_T = (A_1, a_1, r_1, ..., A_T, a_T, r_T); an expert
 labels every step t with an action a-bar_t.  The label modes ("ad", "dpt", "approx_dpt",
 "expert", "none") are :class:`icrl_gym.data.labels.LabelMode`; the loop is

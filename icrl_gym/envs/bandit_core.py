@@ -1,6 +1,6 @@
 """Batched stochastic bandit simulator shared by the linear and Bernoulli environments.
 
-Section LinUCB-statement and Section experiments of the paper: an instance is a parameter
+Section 4.1 and Section 5 of the paper: an instance is a parameter
 w* in R^d and action sets A_t = {a_{t,1}, ..., a_{t,A}} in R^d; pulling arm k at step t returns
 r_t = <a_{t,k}, w*> + eps_t (Gaussian noise) or r_t ~ Bern(<a_{t,k}, w*>) (one-hot arms).
 
@@ -49,7 +49,7 @@ ACTION_SET_KINDS = ("fixed", "per_step")
 class BanditSpec(DictConfig):
     """The prior over bandit instances: everything needed to draw and simulate one.
 
-    Defaults are the paper's linear-bandit experiment (Section experiments): d=5, A=10,
+    Defaults are the paper's linear-bandit experiment (Section 5): d=5, A=10,
     T=200, w* ~ Unif([0,1]^d), one action set per run with rows iid Unif([-1,1]^d),
     Gaussian noise with standard deviation 1.5.
     """
@@ -75,7 +75,7 @@ class BanditSpec(DictConfig):
     prior_high: float = 1.0
     """Upper end of the uniform prior on each coordinate of w*."""
     prior_var: float = 1.0
-    """Variance lambda of the Gaussian prior N(0, lambda I_d) (Appendix ts_algorithm_formula)."""
+    """Variance lambda of the Gaussian prior N(0, lambda I_d) (Appendix F.1)."""
     action_set: str = "fixed"
     """'fixed': one action set for the whole run; 'per_step': a fresh set every step."""
     prior_a: float = 1.0

@@ -1,4 +1,4 @@
-"""ICRL-BernoulliBandit-v0: the multi-armed Bernoulli bandit of Section experiments."""
+"""ICRL-BernoulliBandit-v0: the multi-armed Bernoulli bandit of Section 5."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class BernoulliBanditEnv(BanditEnv):
 
     ## Description
     K arms with means w* ~ Unif([prior_low, prior_high]^K) (default Unif([0,1]^K), K=5,
-    T=200 as in Section experiments) or, with ``prior="beta"``, w*_k iid Beta(prior_a, prior_b).
+    T=200 as in Section 5) or, with ``prior="beta"``, w*_k iid Beta(prior_a, prior_b).
     The action vectors are one-hot e_1..e_K, so this is the linear bandit with <e_k, w*> = w*_k
     and r_t ~ Bern(w*_{a_t}).
 

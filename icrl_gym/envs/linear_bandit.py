@@ -1,4 +1,4 @@
-"""ICRL-LinearBandit-v0: the stochastic linear bandit of Section LinUCB-statement and Section experiments."""
+"""ICRL-LinearBandit-v0: the stochastic linear bandit of Section 4.1 and Section 5."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class LinearBanditEnv(BanditEnv):
     An instance is w* in R^d and an action set A_t = {a_{t,1}, ..., a_{t,A}}, rows iid
     Unif([-1, 1]^d) (or N(0, I_d / d) with ``arms="gaussian"``), fixed for the whole run
     (default) or redrawn at every step.  Pulling arm k returns r_t = <a_{t,k}, w*> + eps_t with
-    eps_t ~ N(0, noise_std^2).  Defaults are the paper's experiment (Section experiments): d=5,
+    eps_t ~ N(0, noise_std^2).  Defaults are the paper's experiment (Section 5): d=5,
     A=10, T=200, w* ~ Unif([0,1]^d), noise 1.5.
 
     ## Action Space
@@ -65,7 +65,7 @@ class LinearBanditEnv(BanditEnv):
     ## Arguments
     - ``dim`` (5), ``num_actions`` (10), ``horizon`` (200), ``noise_std`` (1.5, finite, >= 0).
     - ``prior`` ('uniform'): 'uniform', w* ~ Unif([prior_low, prior_high]^d) (defaults 0, 1);
-      'gaussian', w* ~ N(0, prior_var I_d) (Appendix ts_algorithm_formula); or 'beta', coordinates
+      'gaussian', w* ~ N(0, prior_var I_d) (Appendix F.1); or 'beta', coordinates
       iid Beta(prior_a, prior_b).
     - ``arms`` ('uniform'): rows of the action sets iid Unif([-1, 1]^d), or 'gaussian', iid N(0, I_d / d).
     - ``action_set`` ('fixed'): one action set per run, or 'per_step', a fresh one every step.

@@ -1,4 +1,4 @@
-"""Batched finite-horizon tabular MDPs (Section Tabular-MDP-statement, Appendix mdp).
+"""Batched finite-horizon tabular MDPs (Section 4.3, Appendix G).
 
 An instance is M = (S, A, H, {P_h}, {R_h}, mu): transitions P_h(s' | s, a), mean rewards
 R_h(s, a) in [0, 1] and an initial distribution mu.  One in-context run is K episodes of H steps

@@ -1,4 +1,4 @@
-"""ICRL-TabularMDP-v0: finite-horizon tabular MDPs drawn from a Dirichlet prior (Section Tabular-MDP-statement)."""
+"""ICRL-TabularMDP-v0: finite-horizon tabular MDPs drawn from a Dirichlet prior (Section 4.3)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class RandomMDPEnv(TabularMDPEnv):
     ``reset(options={"P": P, "R": R, "mu": mu})`` replays a given instance.
 
     ## References
-    Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024, Section 4.3 and Appendix mdp.
+    Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024, Section 4.3 and Appendix G.
 
     ## Version History
     v0: initial version.

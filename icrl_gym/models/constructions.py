@@ -1,8 +1,8 @@
-"""Constructed transformers: explicit weights that run in-context ridge regression (Lemma approx_ridge).
+"""Constructed transformers: explicit weights that run in-context ridge regression (Lemma 21).
 
 No training: :func:`ridge_transformer` writes the weights of the package's own
 :class:`~icrl_gym.models.transformer.BanditTransformer` (paper layout, ReLU attention, the paper's
-(i, i^2, 1) positions, ``norm="none"`` as in Def. decoder-tf) so that layer l carries out step l
+(i, i^2, 1) positions, ``norm="none"`` as in Definition 3) so that layer l carries out step l
 of an optimiser on
 
     L_t(w) = 1/(2(2t-1)) sum_{j<t} (r_j - <a_j, w>)^2 + lambda/(2(2t-1)) ||w||^2,

@@ -1,4 +1,4 @@
-"""Supervised pretraining of the in-context transformer (Section supervised-pretraining, Eq. general_mle).
+"""Supervised pretraining of the in-context transformer (Section 3, Eq. (3)).
 
     theta_hat = argmax_theta  sum_i sum_t log Alg_theta(a-bar_t^i | D_{t-1}^i, s_t^i)
 
@@ -91,7 +91,7 @@ class PretrainConfig(DictConfig):
     posterior: dict[str, Any] | None = None
     """Bayesian posterior (e.g. PSRL) of the Rao-Blackwellised DPT target P(a* = a | D): label "dpt", target "probs"."""
     target: str = "label"
-    """"label": MLE on the label (Eq. general_mle); "probs": the soft label (a :class:`icrl_gym.data.labels.Target`)."""
+    """"label": MLE on the label (Eq. (3)); "probs": the soft label (a :class:`icrl_gym.data.labels.Target`)."""
     value_loss_weight: float = 0.0
     """Weight of the auxiliary regression of the expert's per-arm index values (0: off)."""
     model: dict[str, Any] = field(default_factory=lambda: TransformerConfig().to_dict())

@@ -41,6 +41,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
         raise
 
 
+def describe_size(path: str | os.PathLike) -> str:
+    """``path`` and its size in MB, for the log line of a large artefact."""
+    return f"{path} ({os.path.getsize(path) / 1e6:.1f} MB)"
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Atomically replace ``path`` by ``data``."""
     atomic_write(path, lambda fh: fh.write(data))

@@ -135,3 +135,43 @@ def test_bad_collection_requests(small_linear):
         collect_trajectories(small_linear, "uniform", 2, label="expert")
     with pytest.raises(ValueError, match="index expert"):
         collect_trajectories(small_linear, "linear_ts", 2, label="ad", store_values=True)
+
+
+def test_compact_format_loads_bit_for_bit_and_is_smaller(tmp_path):
+    spec = linear_bandit_spec(horizon=30)
+    data = collect_trajectories(spec, "linucb", 40, seed=7, label="ad", store_values=True)
+    path = save_trajectories(data, tmp_path / "v2.npz")
+    with np.load(path) as npz:
+        stored = set(npz.files)
+        assert npz["actions"].dtype == np.uint8 and npz["arm_means"].shape == (40, 10)
+        assert npz["best_reward"].shape == (40,)
+    assert {"labels", "expected_rewards", "best_rewards"}.isdisjoint(stored)  # labels == actions for "ad"
+    loaded = load_trajectories(path, expect=spec)
+    for k, v in data.arrays().items():
+        assert loaded.arrays()[k].dtype == v.dtype, k
+        np.testing.assert_array_equal(loaded.arrays()[k], v)
+    # the version-1 layout (every array as in memory) of the same data is larger and still loads
+    meta_json = json.dumps({**data.meta, "format_version": 1})
+    np.savez(tmp_path / "v1.npz", **data.arrays(), meta_json=np.array(meta_json))
+    old = load_trajectories(tmp_path / "v1.npz", expect=spec)
+    for k, v in data.arrays().items():
+        np.testing.assert_array_equal(old.arrays()[k], v)
+    assert path.stat().st_size < 0.9 * (tmp_path / "v1.npz").stat().st_size
+    # float16 index values: at most 2^-11 relative error, half the bytes of the float32 ones
+    small = save_trajectories(data, tmp_path / "v2h.npz", compact_values=True)
+    values = load_trajectories(small).label_values
+    assert values.dtype == np.float32
+    np.testing.assert_allclose(values, data.label_values, rtol=2.0**-11, atol=2.0**-24)
+    assert small.stat().st_size < path.stat().st_size - data.label_values.nbytes // 3
+
+
+def test_compact_format_keeps_per_step_action_sets_and_distinct_labels(tmp_path):
+    spec = linear_bandit_spec(horizon=15, action_set="per_step")
+    data = collect_trajectories(spec, "uniform", 8, seed=8, label="dpt")
+    path = save_trajectories(data, tmp_path / "p.npz")
+    with np.load(path) as npz:
+        assert npz["labels"].dtype == np.uint8 and "expected_rewards" in npz.files
+    loaded = load_trajectories(path)
+    for k, v in data.arrays().items():
+        assert loaded.arrays()[k].dtype == v.dtype, k
+        np.testing.assert_array_equal(loaded.arrays()[k], v)

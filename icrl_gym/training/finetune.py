@@ -30,13 +30,14 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.checkpoint import load_checkpoint, read_checkpoint, resolve_checkpoint, save_checkpoint
+from icrl_gym.algorithm import BanditAgent
+from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, read_checkpoint, resolve_checkpoint, save_checkpoint
 from icrl_gym.cli import ConfigParser
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.device import resolve_device
@@ -54,7 +55,9 @@ from icrl_gym.fileio import (
     check_fields,
 )
 from icrl_gym.models.transformer import BanditTransformer
+from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_class
+from icrl_gym.training.curves import TrainingCurves
 
 
 @dataclass
@@ -111,6 +114,31 @@ VALIDATION_SEED = 777_000
 """Validation instances use seed ``VALIDATION_SEED + seed`` (the harness uses 0 and 10**7)."""
 
 
+class _InMemoryAgentClass(Protocol):
+    """An agent class that wraps an in-memory model (the registered ``"transformer"``'s ``from_model``)."""
+
+    def from_model(
+        self, model: BanditTransformer, meta: dict[str, Any] | None = None, greedy: bool = False, seed: Any = None
+    ) -> BanditAgent:
+        """The agent playing ``model`` without reading a checkpoint."""
+        ...
+
+
+def _agent_from_model(model: BanditTransformer, seed: Any) -> BanditAgent:
+    """The registered bandit transformer agent around ``model`` (looked up by name: icrl_gym never imports agents)."""
+    return cast(_InMemoryAgentClass, agent_class("transformer")).from_model(model, seed=seed)
+
+
+def _load_bandit_transformer(path: str | Path, device: torch.device) -> tuple[BanditTransformer, dict[str, Any]]:
+    """Load a checkpoint that must hold a bandit transformer (fine-tuning supports only those)."""
+    model, meta = load_checkpoint(path, device=device)
+    if not isinstance(model, BanditTransformer):
+        raise ValueError(
+            f"fine-tuning needs a bandit transformer checkpoint; {path} holds a {checkpoint_kind(meta).value}"
+        )
+    return model, meta
+
+
 def rollout(
     model: BanditTransformer,
     spec: BanditSpec,
@@ -123,7 +151,7 @@ def rollout(
 
     ``instance`` may fix ``w_star`` (and ``action_sets``) instead of drawing them from the prior.
     """
-    agent = agent_class("transformer").from_model(model, seed=rng)  # the agent's cached rollout around our model
+    agent = _agent_from_model(model, seed=rng)  # the agent's cached rollout around our model
     batch = BanditBatch(spec, num_runs, rng, **(instance or {}))
     agent.reset(batch_size=num_runs, dim=spec.dim, num_actions=spec.num_actions)
     T = spec.horizon
@@ -171,7 +199,7 @@ def policy_gradient_loss(
 
 def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneConfig, device) -> float:
     """Mean regret of the sampled policy on the fixed validation instances."""
-    agent = agent_class("transformer").from_model(model, seed=VALIDATION_SEED + cfg.seed)
+    agent = _agent_from_model(model, seed=VALIDATION_SEED + cfg.seed)
     model.eval()
     regret = evaluate_regret(spec, agent, cfg.val_runs, seed=VALIDATION_SEED + cfg.seed, batch_size=cfg.val_runs)
     return float(regret.sum(axis=1).mean())
@@ -187,7 +215,7 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
     log = RunLog(out / "train.log", echo)
 
     base_path = resolve_checkpoint(cfg.base)
-    model, base_meta = load_checkpoint(base_path, device=device)
+    model, base_meta = _load_bandit_transformer(base_path, device)
     spec = BanditSpec.from_dict(base_meta["env"])
     base = copy.deepcopy(model).eval() if cfg.kl_weight > 0 else None
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -216,6 +244,8 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
         save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
         log(f"pretrained model: validation regret {start:.3f}")
     t_start = time.perf_counter() - state["wall_seconds"]
+    curves = TrainingCurves(out)  # metrics.csv (+ TensorBoard): step = iteration, val = validation regret
+    bar = progress_bar(cfg.iterations, "finetune", unit="it", initial=state["iteration"])
     while state["iteration"] < cfg.iterations:
         it = state["iteration"]
         model.eval()
@@ -227,12 +257,14 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         state["iteration"] = it + 1
+        bar.update(1)
         if state["iteration"] % 5 == 0:
             log(f"iteration {state['iteration']}: batch regret {stats['regret']:.2f}, loss {stats['loss']:.4f}")
         if state["iteration"] % cfg.eval_every == 0 or state["iteration"] == cfg.iterations:
             val = validation_regret(model, spec, cfg, device)
             state["wall_seconds"] = time.perf_counter() - t_start
             state["history"].append({"iteration": state["iteration"], "val_regret": val, **stats})
+            curves.record(state["iteration"], stats["loss"], val, cfg.lr, state["wall_seconds"])
             if val < state["best"]["val_regret"]:
                 state["best"] = {"iteration": state["iteration"], "val_regret": val}
                 save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
@@ -242,7 +274,9 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
             atomic_write_bytes(out / "optimizer.pt", buffer.getvalue())
             atomic_write_bytes(out / "state.json", json.dumps(state, indent=2).encode())
             log(f"iteration {state['iteration']}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
-    best, best_meta = load_checkpoint(out / "best", device=device)
+    bar.close()
+    curves.close()
+    best, best_meta = _load_bandit_transformer(out / "best", device)
     best_meta["name"] = cfg.name
     best_meta["finetune"] = {**state, "base": str(cfg.base), "base_name": base_meta.get("name")}
     return best, best_meta

@@ -67,7 +67,9 @@ from icrl_gym.fileio import (
 )
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_names
+from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import close_distributed, init_distributed
 
 VALIDATION_SEED_OFFSET = 900_000
@@ -190,7 +192,7 @@ class PretrainConfig(DictConfig):
     def model_config(self) -> TransformerConfig | MDPTransformerConfig:
         """The model configuration, with the sizes (d, A, T or S, A, H, K) taken from the environment."""
         spec = self.spec
-        if self.is_mdp:
+        if isinstance(spec, MDPSpec):  # the same test as is_mdp (spec is built from it)
             sizes = {k: getattr(spec, k) for k in ("num_states", "num_actions", "horizon", "episodes")}
             return MDPTransformerConfig.from_dict({**self.model, **sizes})
         # the model's horizon is its capacity: at least the training T, more for longer deployment
@@ -226,8 +228,9 @@ def to_tensors(data: TrajectoryData | MDPRollouts, index: np.ndarray, device: to
             "states": torch.from_numpy(data.states[index].astype(np.int64)),
             "actions": torch.from_numpy(data.actions[index].astype(np.int64)),
             "rewards": torch.from_numpy(data.rewards[index].astype(np.float32)),
-            "labels": torch.from_numpy(data.labels[index].astype(np.int64)),
         }
+        if data.labels is not None:
+            out["labels"] = torch.from_numpy(data.labels[index].astype(np.int64))
         if data.label_probs is not None:
             out["probs"] = torch.from_numpy(data.label_probs[index].astype(np.float32))
         return {k: v.to(device) for k, v in out.items()}
@@ -246,7 +249,10 @@ def to_tensors(data: TrajectoryData | MDPRollouts, index: np.ndarray, device: to
 
 
 def pretraining_loss(
-    model: BanditTransformer, batch: dict[str, torch.Tensor], target: str, value_weight: float
+    model: BanditTransformer | MDPTransformer | DistributedDataParallel,
+    batch: dict[str, torch.Tensor],
+    target: str,
+    value_weight: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean negative log-likelihood over all B*T steps (+ the auxiliary value loss)."""
     mdp = isinstance(getattr(model, "module", model), MDPTransformer)  # a DDP wrapper holds the model as .module
@@ -274,7 +280,12 @@ def learning_rate(cfg: PretrainConfig, step: int) -> float:
 
 
 @torch.no_grad()
-def evaluate_loss(model: BanditTransformer, data: TrajectoryData, cfg: PretrainConfig, device: torch.device) -> dict:
+def evaluate_loss(
+    model: BanditTransformer | MDPTransformer,
+    data: TrajectoryData | MDPRollouts,
+    cfg: PretrainConfig,
+    device: torch.device,
+) -> dict:
     """Validation NLL, accuracy and loss over a whole dataset (in batches)."""
     model.eval()
     totals: dict[str, float] = {}
@@ -307,7 +318,7 @@ def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
 
 def pretrain(
     cfg: PretrainConfig, command: str | None = None, echo: bool = True, callback: Callable | None = None
-) -> tuple[BanditTransformer, dict[str, Any]]:
+) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
     """Train (or resume) the model of ``cfg``; returns the model and its metadata."""
     ctx, device = init_distributed(resolve_device(cfg.device))
     if cfg.threads > 0:
@@ -352,20 +363,22 @@ def pretrain(
     log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
     if ctx.enabled:
         log(f"DDP: {ctx.world_size} processes, {cfg.batch_size // ctx.world_size} trajectories each per step")
-    net = model
+    net: BanditTransformer | MDPTransformer | DistributedDataParallel = model  # what forward runs through
     if ctx.enabled:  # gradients are averaged over ranks (see icrl_gym.training.distributed)
         # the bandit model's value head gets no gradient without the value loss
         unused = not cfg.is_mdp and cfg.value_loss_weight == 0
         device_ids = [device.index] if device.type == "cuda" else None
         net = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=unused)
     val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET) if ctx.is_main else None
-    chunk_index, chunk = -1, None
+    chunk_index, chunk = -1, None  # chunk is collected on the first step (needed >= 0)
     start_time = time.perf_counter() - state["wall_seconds"]
+    curves = TrainingCurves(out) if ctx.is_main else None  # metrics.csv (+ TensorBoard) beside the checkpoint
+    bar = progress_bar(cfg.steps, "pretrain", unit="step", initial=state["step"])
     model.train()
     while state["step"] < cfg.steps:
         step = state["step"]
         needed = step // cfg.steps_per_chunk
-        if needed != chunk_index:
+        if needed != chunk_index or chunk is None:
             chunk_index = needed
             t0 = time.perf_counter()
             chunk = collect(cfg, cfg.trajectories_per_chunk, cfg.data_seed(chunk_index))
@@ -381,13 +394,17 @@ def pretrain(
         optimizer.step()
         state["step"] = step + 1
         state["trajectories_seen"] += cfg.batch_size
+        bar.update(1)
         if state["step"] % 50 == 0:
             log(f"step {state['step']}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
-        if ctx.is_main and (state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps):
+        if ctx.is_main and val is not None and (state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps):
             val_stats = evaluate_loss(model, val, cfg, device)
             state["wall_seconds"] = time.perf_counter() - start_time
             state["history"].append({"step": state["step"], "wall_seconds": state["wall_seconds"], **val_stats})
             state["val"] = val_stats
+            if curves is not None:
+                lr = optimizer.param_groups[0]["lr"]
+                curves.record(state["step"], stats["loss"], val_stats["loss"], lr, state["wall_seconds"])
             state["distinct_trajectories"] = min(
                 state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
             )
@@ -399,11 +416,14 @@ def pretrain(
             )
             if callback is not None:
                 callback(model, state)
+    bar.close()
+    if curves is not None:
+        curves.close()
     close_distributed(ctx)
     return model, _metadata(cfg, state)
 
 
-def export(model: BanditTransformer, meta: dict[str, Any], path: str | os.PathLike) -> Path:
+def export(model: BanditTransformer | MDPTransformer, meta: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write the final model as ``<path>.safetensors`` + ``<path>.json`` (a shippable checkpoint)."""
     return save_checkpoint(Path(path), model, meta)
 

@@ -29,7 +29,7 @@ class GeneralistAgent(BanditAgent):
     """Batched online rollout of a :class:`GeneralistTransformer` on Bernoulli bandits of any size."""
 
     name = "generalist"
-    reset_fields = (*BanditAgent.reset_fields, "horizon")
+    reset_fields: tuple[str, ...] = (*BanditAgent.reset_fields, "horizon")
 
     def __init__(
         self,
@@ -92,6 +92,8 @@ class GeneralistAgent(BanditAgent):
     def _step_logits(self, action_sets: np.ndarray) -> np.ndarray:
         """Logits (B, K) at the current step, computed once per step."""
         if self._logits is None:
+            if self._cache is None:  # unreachable through the public API: act()/policy() check reset() first
+                raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()")
             eye = np.eye(self.num_actions, self.dim)
             if self.dim != self.num_actions or not np.array_equal(action_sets, np.broadcast_to(eye, action_sets.shape)):
                 raise ValueError("the generalist transformer plays one-hot arms e_1..e_K only (not a linear bandit)")

@@ -11,17 +11,21 @@ at which playing the arm for up to m more pulls (stopping at will) stops being w
 step t the policy pulls argmax_k G(s_k, f_k, T - t + 1).
 
 The table (its math and compact storage) lives in :mod:`icrl_gym.gittins`; one table built for the
-largest horizon asked for serves every smaller one.
+largest horizon asked for serves every smaller one.  Building it takes minutes at T = 500, so with a
+cache directory (the ``cache_dir`` argument, else the ``ICRL_GYM_GITTINS_CACHE`` environment
+variable; neither: no disk cache) the table is read from there, or built once and written there for
+later processes (:func:`icrl_gym.gittins.cached_gittins_table`: atomic writes, corrupt files rebuilt).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from agents.index_agent import IndexAgent
-from icrl_gym.gittins import GittinsTable, gittins_table
+from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
 from icrl_gym.statistics import ArmStatistics
 
 
@@ -29,16 +33,30 @@ class Gittins(IndexAgent):
     """Pulls the arm with the largest finite-horizon Gittins index (Beta-Bernoulli model)."""
 
     name = "gittins"
+    stats: ArmStatistics
+    """Successes and pulls of every arm of every run (set by ``reset``; the base class refuses to act before)."""
+    table: GittinsTable
+    """G(s, f, m) for games of up to ``horizon`` steps (set by ``reset``)."""
 
-    def __init__(self, horizon: int = 200, prior_a: float = 1.0, prior_b: float = 1.0, seed: int | None = None):
+    def __init__(
+        self,
+        horizon: int = 200,
+        prior_a: float = 1.0,
+        prior_b: float = 1.0,
+        seed: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ):
         super().__init__(temperature=0.0, seed=seed)
         self.horizon, self.prior_a, self.prior_b = int(horizon), float(prior_a), float(prior_b)
-        self.stats: ArmStatistics | None = None
-        self.table: GittinsTable | None = None
+        self.cache_dir = gittins_cache_dir(cache_dir)
+        """Where the table is kept between processes (None: memory only); not a hyper-parameter, not in config()."""
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)
-        self.table = gittins_table(self.horizon, self.prior_a, self.prior_b)
+        if self.cache_dir is None:
+            self.table = gittins_table(self.horizon, self.prior_a, self.prior_b)
+        else:
+            self.table = cached_gittins_table(self.horizon, self.cache_dir, self.prior_a, self.prior_b)
 
     def index(self, action_sets: np.ndarray) -> np.ndarray:
         """G(s_k, f_k, T - t + 1) for every arm."""

@@ -188,7 +188,7 @@ class BanditAgent(Agent[np.ndarray]):
 
     has_index = False
     """True when :meth:`index` gives the per-arm index v (B, A) whose argmax or softmax is the policy."""
-    reset_fields = ("batch_size", "dim", "num_actions", "w_star")
+    reset_fields: tuple[str, ...] = ("batch_size", "dim", "num_actions", "w_star")
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)

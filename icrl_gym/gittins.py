@@ -20,11 +20,21 @@ exactly the same float32 operations whatever N, so a table for N >= T holds the 
 one built for T.
 
 This module is the table math only; the policy playing it is ``agents.gittins.Gittins``.
+
+Building the table for N = 500 takes about 5 minutes, so :func:`cached_gittins_table` keeps it on
+disk for later processes, in a directory the caller names (nothing is written by default; the
+agent reads its directory from its ``cache_dir`` argument or the ``ICRL_GYM_GITTINS_CACHE``
+environment variable, :func:`gittins_cache_dir`).  A cache file is a ``.npy`` array whose name
+holds the parameters (``gittins_N500_a1_b1_g256.npy``) and whose header holds the shape and dtype;
+it is written atomically and checked when read (float32, the exact length for N, values in
+[0, 1]): a file that fails the check is rebuilt and replaced, never trusted.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +62,7 @@ class GittinsTable:
         """Memory held by the values."""
         return int(self.values.nbytes)
 
-    def lookup(self, s: np.ndarray, f: np.ndarray, m: np.ndarray | int) -> np.ndarray:
+    def lookup(self, s: np.ndarray | int, f: np.ndarray | int, m: np.ndarray | int) -> np.ndarray:
         """G(s, f, m) elementwise (broadcast); every state must satisfy s + f + m <= horizon + 1, m >= 1."""
         s, f, m = (np.asarray(x, dtype=np.int64) for x in (s, f, m))
         r = self.horizon + 2 - m
@@ -109,15 +119,75 @@ def gittins_table(horizon: int, prior_a: float = 1.0, prior_b: float = 1.0, grid
     return table
 
 
+CACHE_ENV = "ICRL_GYM_GITTINS_CACHE"
+"""Environment variable naming the directory the Gittins agent keeps its tables in (unset: none)."""
+
+
+def gittins_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """The table cache directory: ``cache_dir``, else ``$ICRL_GYM_GITTINS_CACHE``, else None (no disk cache)."""
+    if cache_dir is None:
+        cache_dir = os.environ.get(CACHE_ENV) or None
+    return None if cache_dir is None else Path(cache_dir).expanduser()
+
+
+def _cache_suffix(prior_a: float, prior_b: float, grid: int) -> str:
+    return f"_a{float(prior_a):g}_b{float(prior_b):g}_g{int(grid)}.npy"
+
+
+def gittins_cache_path(
+    cache_dir: str | os.PathLike, horizon: int, prior_a: float = 1.0, prior_b: float = 1.0, grid: int = 256
+) -> Path:
+    """The cache file of the table for ``horizon`` (its parameters are in the name)."""
+    return Path(cache_dir) / f"gittins_N{int(horizon)}{_cache_suffix(prior_a, prior_b, grid)}"
+
+
+def load_cached_table(
+    path: str | os.PathLike, horizon: int, prior_a: float = 1.0, prior_b: float = 1.0, grid: int = 256
+) -> GittinsTable | None:
+    """The table stored at ``path`` if it is a valid one for these parameters, else None (missing or corrupt)."""
+    try:
+        values = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):  # missing, truncated, not a .npy, or a pickled object
+        return None
+    if not isinstance(values, np.ndarray) or values.dtype != np.float32 or values.ndim != 1:
+        return None
+    try:
+        table = GittinsTable(horizon, prior_a, prior_b, grid, values)  # checks the length for N
+    except ValueError:
+        return None
+    if values.size and not (np.isfinite(values).all() and values.min() >= 0.0 and values.max() <= 1.0):
+        return None
+    return table
+
+
 def cached_gittins_table(
     horizon: int, cache_dir: str | os.PathLike, prior_a: float = 1.0, prior_b: float = 1.0, grid: int = 256
 ) -> GittinsTable:
-    """:func:`gittins_table`, kept in ``cache_dir`` as ``.npy`` for later processes (N = 500: 5 min to build)."""
-    path = Path(cache_dir) / f"gittins_N{int(horizon)}_a{float(prior_a):g}_b{float(prior_b):g}_g{int(grid)}.npy"
+    """:func:`gittins_table`, kept in ``cache_dir`` as ``.npy`` for later processes (N = 500: 5 min to build).
+
+    A cached table for a horizon N >= ``horizon`` (the smallest there is) serves; if none is valid the
+    table is built and written atomically as ``gittins_cache_path(cache_dir, horizon, ...)``,
+    replacing a corrupt file of that name.
+    """
     key = (float(prior_a), float(prior_b), int(grid))
-    if path.exists() and (key not in _TABLES or _TABLES[key].horizon < horizon):
-        _TABLES[key] = GittinsTable(horizon, prior_a, prior_b, grid, np.load(path))
-    table = gittins_table(horizon, prior_a, prior_b, grid)
-    if not path.exists() and table.horizon == horizon:
+    path = gittins_cache_path(cache_dir, horizon, *key)
+    exact_invalid = False
+    if key not in _TABLES or _TABLES[key].horizon < horizon:
+        suffix = _cache_suffix(*key)
+        pattern = re.compile(r"gittins_N(\d+)" + re.escape(suffix))
+        found = sorted(
+            (int(match.group(1)), candidate)
+            for candidate in (Path(cache_dir).glob(f"gittins_N*{suffix}") if Path(cache_dir).is_dir() else [])
+            if (match := pattern.fullmatch(candidate.name)) is not None and int(match.group(1)) >= horizon
+        )
+        for n, candidate in found:
+            loaded = load_cached_table(candidate, n, *key)
+            if loaded is not None:
+                _TABLES[key] = loaded
+                break
+            warnings.warn(f"ignoring the corrupt Gittins table cache {candidate}", RuntimeWarning, stacklevel=2)
+            exact_invalid |= candidate == path
+    table = gittins_table(horizon, *key)
+    if table.horizon == horizon and (exact_invalid or not path.exists()):
         atomic_write(path, lambda fh: np.save(fh, table.values))
     return table

@@ -125,6 +125,71 @@ def test_gittins_actions_unchanged_by_a_larger_table():
     assert np.array_equal(via_large, np.stack(ref))
 
 
+def _no_build(*args, **kwargs):
+    raise AssertionError("the table should have come from the disk cache")
+
+
+def test_gittins_agent_keeps_its_table_in_a_cache_dir(tmp_path, monkeypatch):
+    import icrl_gym.gittins as gittins_module
+    from icrl_gym.registry import make_agent
+
+    monkeypatch.delenv(gittins_module.CACHE_ENV, raising=False)
+    monkeypatch.setattr(gittins_module, "_TABLES", {})
+    cache = tmp_path / "cache"
+    plain = Gittins(horizon=12)
+    plain.reset(batch_size=2, dim=3, num_actions=3)
+    assert plain.cache_dir is None and not cache.exists()  # no disk cache unless asked for
+
+    agent = make_agent("gittins", horizon=12, cache_dir=str(cache))
+    agent.reset(batch_size=2, dim=3, num_actions=3)
+    assert [p.name for p in cache.iterdir()] == ["gittins_N12_a1_b1_g256.npy"]  # no temporary file left
+    expected = build_gittins_table(12).values
+    assert np.array_equal(np.load(cache / "gittins_N12_a1_b1_g256.npy"), expected)
+    assert "cache_dir" not in agent.config()
+
+    # a new process: nothing in memory, and building is not allowed
+    monkeypatch.setattr(gittins_module, "_TABLES", {})
+    monkeypatch.setattr(gittins_module, "build_gittins_table", _no_build)
+    monkeypatch.setenv(gittins_module.CACHE_ENV, str(cache))
+    again = Gittins(horizon=12)
+    assert again.cache_dir == cache
+    again.reset(batch_size=2, dim=3, num_actions=3)
+    assert again.table.horizon == 12 and np.array_equal(again.table.values, expected)
+    monkeypatch.setattr(gittins_module, "_TABLES", {})
+    smaller = Gittins(horizon=7, cache_dir=cache)  # the cached N = 12 table serves T = 7
+    smaller.reset(batch_size=2, dim=3, num_actions=3)
+    assert smaller.table.horizon == 12 and sorted(p.name for p in cache.iterdir()) == ["gittins_N12_a1_b1_g256.npy"]
+
+
+@pytest.mark.parametrize("corruption", ["truncated", "garbage", "float64", "short", "out_of_range", "pickle"])
+def test_a_corrupt_gittins_cache_file_is_rebuilt(tmp_path, monkeypatch, corruption):
+    import icrl_gym.gittins as gittins_module
+
+    monkeypatch.setattr(gittins_module, "_TABLES", {})
+    expected = build_gittins_table(9).values
+    path = gittins_module.gittins_cache_path(tmp_path, 9)
+    if corruption == "truncated":
+        np.save(path, expected)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif corruption == "garbage":
+        path.write_bytes(b"not a numpy file")
+    elif corruption == "float64":
+        np.save(path, expected.astype(np.float64))
+    elif corruption == "short":
+        np.save(path, expected[:-1])
+    elif corruption == "out_of_range":
+        np.save(path, np.where(np.arange(expected.size) == 5, np.float32(np.nan), expected))
+    else:
+        np.save(path, np.array([expected], dtype=object), allow_pickle=True)
+    assert gittins_module.load_cached_table(path, 9) is None
+    with pytest.warns(RuntimeWarning, match="corrupt Gittins table cache"):
+        table = gittins_module.cached_gittins_table(9, tmp_path)
+    assert np.array_equal(table.values, expected)
+    loaded = gittins_module.load_cached_table(path, 9)  # replaced by a valid file
+    assert loaded is not None and np.array_equal(loaded.values, expected)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
 def _train_cfg(run_dir, tmp_path, steps):
     return GeneralistTrainConfig(
         run_dir=str(run_dir),

@@ -49,6 +49,7 @@ print(json.dumps({{"training": loaded("icrl_gym.training"), "new_distributed": n
     [
         ("agents.transformer_agent", "import torch"),
         ("agents.mdp_transformer_agent", "import torch"),
+        ("agents.generalist_agent", "import torch"),
         # the meta-RL policies are Stable-Baselines3 policies: SB3 is theirs to import
         ("agents.meta_rl_agent", "import torch, stable_baselines3"),
     ],
@@ -77,11 +78,18 @@ def test_agents_package_exports_registered_classes():
     algorithm = BanditAgent | MDPAgent
     exported = {cls for cls in vars(agents).values() if isinstance(cls, type) and issubclass(cls, algorithm)}
     registered = {agent_class(name) for name in agent_names()}
-    learned = {agent_class(name) for name in ("transformer", "mdp_transformer", "meta_rl")}
+    # learned algorithms import torch: not re-exported, so `import agents` stays torch-free (registry docstring)
+    learned = {agent_class(name) for name in ("transformer", "mdp_transformer", "meta_rl", "generalist")}
     abstract = {cls for cls in exported if cls.name in ("agent", "mdp_agent")}
     mdp_mixture = {agents.MDPMixture}  # built by make_agent for a mixture of MDP algorithms
     assert exported - abstract - mdp_mixture <= registered
     assert registered - learned <= exported
+
+
+def test_importing_the_agents_package_imports_no_torch():
+    code = "import sys, agents; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "False"
 
 
 def test_registry_errors_and_registration():

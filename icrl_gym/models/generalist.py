@@ -140,6 +140,13 @@ class Block(nn.Module):
         return arms + self.mlp(self.ln_mlp(arms))
 
 
+def _as_block(module: nn.Module) -> Block:
+    """An entry of ``GeneralistTransformer.blocks`` as its :class:`Block` (``nn.ModuleList`` yields ``nn.Module``)."""
+    if not isinstance(module, Block):
+        raise TypeError(f"expected a Block, got {type(module).__name__}")
+    return module
+
+
 class GeneralistCache:
     """Per-block keys/values of the history of B runs, filled one step at a time (capacity ``horizon``)."""
 
@@ -212,7 +219,7 @@ class GeneralistTransformer(nn.Module):
         horizon_t = torch.as_tensor(horizon, device=actions.device).reshape(-1, 1).expand(b, 1)
         features = step_features(query_steps, horizon_t)  # (B, Q, 4)
         history = self._history(rewards)
-        kv = [block.cross.keys_values(history) for block in self.blocks]
+        kv = [_as_block(block).cross.keys_values(history) for block in self.blocks]
         visible = (torch.arange(s, device=actions.device).view(1, 1, s) < query_steps.unsqueeze(-1)).unsqueeze(2)
         return self._decide(features, num_arms, kv, actions, visible)  # visible: (B, Q, 1, S)
 
@@ -236,7 +243,7 @@ class GeneralistTransformer(nn.Module):
                 raise ValueError(f"the cache holds {cache.horizon} steps; it cannot take step {t + 1}")
             token = self._history(prev_reward.view(-1, 1))  # (B, 1, D)
             for i, block in enumerate(self.blocks):
-                k, v = block.cross.keys_values(token)
+                k, v = _as_block(block).cross.keys_values(token)
                 cache.keys[i][:, :, t : t + 1] = k
                 cache.values[i][:, :, t : t + 1] = v
             cache.actions[:, t] = prev_action

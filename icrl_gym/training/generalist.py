@@ -43,7 +43,7 @@ from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.gittins import GittinsTable, cached_gittins_table
-from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
 
 
 @dataclass
@@ -163,11 +163,15 @@ def rollout(
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, k), dtype=np.float32)
     rows = np.arange(b)
-    cache = model.new_cache(b, horizon, device) if model is not None else None
+    cache: GeneralistCache | None = None
+    if model is not None:
+        if device is None:  # the model's own device
+            device = next(model.parameters()).device
+        cache = model.new_cache(b, horizon, device)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     for t in range(horizon):
         index[:, t] = table.lookup(succ, fail, horizon - t)
-        if model is None:  # Gittins, ties broken at random
+        if model is None or cache is None:  # Gittins, ties broken at random (cache is None iff model is)
             best = index[:, t] == index[:, t].max(axis=1, keepdims=True)
             greedy = (best * rng.random((b, k))).argmax(axis=1)
         else:
@@ -243,7 +247,7 @@ def evaluate_regret(
         prev: tuple[torch.Tensor, torch.Tensor] | None = None
         regret = np.zeros(instances)
         for t in range(horizon):
-            if use_model:
+            if cache is not None:  # use_model
                 prev_a, prev_r = prev if prev is not None else (None, None)
                 a = model.step(cache, num_arms, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
             else:

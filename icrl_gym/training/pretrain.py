@@ -67,9 +67,7 @@ from icrl_gym.fileio import (
 )
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
-from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_names
-from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import close_distributed, init_distributed
 
 VALIDATION_SEED_OFFSET = 900_000
@@ -372,8 +370,6 @@ def pretrain(
     val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET) if ctx.is_main else None
     chunk_index, chunk = -1, None  # chunk is collected on the first step (needed >= 0)
     start_time = time.perf_counter() - state["wall_seconds"]
-    curves = TrainingCurves(out) if ctx.is_main else None  # metrics.csv (+ TensorBoard) beside the checkpoint
-    bar = progress_bar(cfg.steps, "pretrain", unit="step", initial=state["step"])
     model.train()
     while state["step"] < cfg.steps:
         step = state["step"]
@@ -394,7 +390,6 @@ def pretrain(
         optimizer.step()
         state["step"] = step + 1
         state["trajectories_seen"] += cfg.batch_size
-        bar.update(1)
         if state["step"] % 50 == 0:
             log(f"step {state['step']}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
         if ctx.is_main and val is not None and (state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps):
@@ -402,9 +397,6 @@ def pretrain(
             state["wall_seconds"] = time.perf_counter() - start_time
             state["history"].append({"step": state["step"], "wall_seconds": state["wall_seconds"], **val_stats})
             state["val"] = val_stats
-            if curves is not None:
-                lr = optimizer.param_groups[0]["lr"]
-                curves.record(state["step"], stats["loss"], val_stats["loss"], lr, state["wall_seconds"])
             state["distinct_trajectories"] = min(
                 state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
             )
@@ -416,9 +408,6 @@ def pretrain(
             )
             if callback is not None:
                 callback(model, state)
-    bar.close()
-    if curves is not None:
-        curves.close()
     close_distributed(ctx)
     return model, _metadata(cfg, state)
 

@@ -2,15 +2,11 @@
 
 from pathlib import Path
 
-import pytest
 from mypy import api
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# The integrator removes this mark once `mypy` (run from the repository root) reports no errors:
-# the tree is being made type-clean file by file and the remaining files still fail.
-@pytest.mark.xfail(strict=False, reason="issue 12: mypy errors remain in files still being restructured")
 def test_mypy_clean(monkeypatch):
     # mypy reads [tool.mypy] (files, flags, overrides) from pyproject.toml in the working directory;
     # its incremental cache (.mypy_cache, git-ignored) makes later runs much faster than the first.

@@ -10,6 +10,10 @@ every consumer reads, and :func:`checkpoint_kind` maps records written before ``
 
 The models shipped with the package live in :data:`PRETRAINED_DIR` and load by name
 (:func:`resolve_checkpoint`, :func:`pretrained_names`).
+
+A checkpoint may also be a folder in the Hugging Face Hub mixin layout, ``config.json`` (the same
+record) + ``model.safetensors``: every reader here accepts the folder in place of the stem, and
+:func:`export_hf_folder` writes one.  Nothing is ever fetched from the network.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import hashlib
 import importlib.resources
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -166,10 +172,52 @@ def _stem(path: str | os.PathLike) -> Path:
     return path.with_suffix("") if path.suffix in (".json", ".safetensors") else path
 
 
+HF_WEIGHTS, HF_CONFIG = "model.safetensors", "config.json"
+"""File names of the Hugging Face Hub mixin layout (``PyTorchModelHubMixin.save_pretrained``)."""
+
+
 def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
-    """The weights and record files of a checkpoint (names may contain dots, e.g. ``alpha0.5``)."""
+    """The weights and record files of a checkpoint (names may contain dots, e.g. ``alpha0.5``).
+
+    ``path`` is a stem (``<stem>.safetensors`` + ``<stem>.json``) or, when no ``<path>.json``
+    exists and ``path`` is a folder, a Hub-layout folder (``model.safetensors`` + ``config.json``).
+    """
     stem = str(_stem(path))
+    if not Path(stem + ".json").exists() and Path(path).is_dir():
+        return Path(path) / HF_WEIGHTS, Path(path) / HF_CONFIG
     return Path(stem + ".safetensors"), Path(stem + ".json")
+
+
+def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """Write checkpoint ``stem`` (checked first) as the Hub-layout folder ``folder``; returns it.
+
+    The record goes to ``config.json`` unchanged (its SHA-256 still names the weights), the weights
+    to ``model.safetensors``.  Atomic: the folder is built beside its target and renamed into place,
+    so ``folder`` is either the previous one or the complete new one.
+    """
+    read_checkpoint(stem)  # refuse to export a corrupt or mismatched pair
+    weights, record = checkpoint_files(stem)
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    old = None
+    try:
+        shutil.copyfile(weights, tmp / HF_WEIGHTS)
+        shutil.copyfile(record, tmp / HF_CONFIG)
+        os.chmod(tmp, 0o755)
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+            os.replace(folder, old / "previous")
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / "previous").exists() and not folder.exists():
+            os.replace(old / "previous", folder)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return folder
 
 
 def _model_config(model: torch.nn.Module) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from icrl_gym.cli import add_field_flags
 from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import MDPSpec
+from icrl_gym.progress import progress_bar, set_quiet
 
 
 @dataclass
@@ -58,6 +59,8 @@ class BenchConfig:
     """Device of the transformers: cpu, cuda or auto."""
     list: bool = False
     """List the experiments and exit."""
+    quiet: bool = False
+    """No progress bars (they are drawn only when stderr is a terminal)."""
     plot_only: bool = False
     """Re-draw plots and summary from the results folder --out, running nothing."""
     retrain: bool = False
@@ -312,6 +315,7 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Entry point of ``python -m benchmarks`` / ``icrl-bench``."""
     cfg = parse_args(argv)
+    set_quiet(cfg.quiet)
     if cfg.list:
         for exp in EXPERIMENTS.values():
             suite = "default" if exp.default else "opt-in"
@@ -336,15 +340,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     total = sum(len(e.algorithms) for e in experiments)
     done = 0
+    bar = progress_bar(total, "benchmarks", unit="algorithm")
     for exp in experiments:
 
         def progress(label: str, exp: Experiment = exp) -> None:
             nonlocal done
             done += 1
+            bar.update(1)
             elapsed = time.perf_counter() - start
             print(f"[{done}/{total}] {exp.name}: {label} ({elapsed:.0f}s)", file=sys.stderr, flush=True)
 
         results[exp.name] = run_experiment(exp, cfg.runs, cfg.seed, cfg.device, checkpoints, progress)
+    bar.close()
     elapsed = time.perf_counter() - start
     write_csv(out / "regret.csv", results)
     for exp in experiments:

@@ -30,6 +30,8 @@ import typing
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from icrl_gym.progress import set_quiet
+
 T = TypeVar("T")
 
 _NONE_WORDS = ("none", "null")
@@ -212,10 +214,12 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
             help="override fields, each value parsed by the field's type, e.g. steps=2000 out_dir=runs/x "
             "expert=none model={} env.horizon=50",
         )
+        self.add_argument("--quiet", action="store_true", help="no progress bars (they show only on a terminal)")
 
     def parse_config(self, argv: list[str] | None = None) -> tuple[T, argparse.Namespace]:
         """The validated configuration and the other arguments; an argparse error (exit 2) for bad input."""
         args = self.parse_args(argv)
+        set_quiet(args.quiet)
         data = self._read(args.config) if args.config is not None else {}
         for item in args.set:
             self._override(data, item)

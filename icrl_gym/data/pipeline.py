@@ -28,6 +28,7 @@ import numpy as np
 from icrl_gym.algorithm import BanditAgent, MDPAgent
 from icrl_gym.data.crn import CRNBatch, crn_batches
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
+from icrl_gym.progress import progress_bar
 from icrl_gym.registry import make_agent
 
 Algorithm = BanditAgent | MDPAgent
@@ -125,6 +126,7 @@ def run_collection(
         values=np.zeros((n, t_max, a), np.float32) if labelling.store_values else None,
     )
     observers = [agent for agent in (expert, posterior) if agent is not None]
+    bar = progress_bar(n * t_max, f"collect {type(context).__name__}", unit="step")
     for batch in crn_batches(n, batch_size, seed):
         rows = batch.rows
         recorder.begin(batch)
@@ -148,10 +150,12 @@ def run_collection(
                 out.labels[rows, t] = actions
             elif out.labels is not None and label is LabelMode.DPT:
                 out.labels[rows, t] = step.optimal_action
+            bar.update(batch.size)
         if out.labels is not None and label is LabelMode.APPROX_DPT:
             out.labels[rows] = recorder.hindsight_labels(rows, approx_dpt_lam)
         if progress is not None:
             progress(rows.stop)
+    bar.close()
     meta = {
         "context": context.config(),
         "label": label.value,

@@ -55,7 +55,9 @@ from icrl_gym.fileio import (
     check_fields,
 )
 from icrl_gym.models.transformer import BanditTransformer
+from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_class
+from icrl_gym.training.curves import TrainingCurves
 
 
 @dataclass
@@ -242,6 +244,8 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
         save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
         log(f"pretrained model: validation regret {start:.3f}")
     t_start = time.perf_counter() - state["wall_seconds"]
+    curves = TrainingCurves(out)  # metrics.csv (+ TensorBoard): step = iteration, val = validation regret
+    bar = progress_bar(cfg.iterations, "finetune", unit="it", initial=state["iteration"])
     while state["iteration"] < cfg.iterations:
         it = state["iteration"]
         model.eval()
@@ -253,12 +257,14 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         state["iteration"] = it + 1
+        bar.update(1)
         if state["iteration"] % 5 == 0:
             log(f"iteration {state['iteration']}: batch regret {stats['regret']:.2f}, loss {stats['loss']:.4f}")
         if state["iteration"] % cfg.eval_every == 0 or state["iteration"] == cfg.iterations:
             val = validation_regret(model, spec, cfg, device)
             state["wall_seconds"] = time.perf_counter() - t_start
             state["history"].append({"iteration": state["iteration"], "val_regret": val, **stats})
+            curves.record(state["iteration"], stats["loss"], val, cfg.lr, state["wall_seconds"])
             if val < state["best"]["val_regret"]:
                 state["best"] = {"iteration": state["iteration"], "val_regret": val}
                 save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
@@ -268,6 +274,8 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
             atomic_write_bytes(out / "optimizer.pt", buffer.getvalue())
             atomic_write_bytes(out / "state.json", json.dumps(state, indent=2).encode())
             log(f"iteration {state['iteration']}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
+    bar.close()
+    curves.close()
     best, best_meta = _load_bandit_transformer(out / "best", device)
     best_meta["name"] = cfg.name
     best_meta["finetune"] = {**state, "base": str(cfg.base), "base_name": base_meta.get("name")}

@@ -30,6 +30,7 @@ from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.cli import ConfigParser
 from icrl_gym.fileio import RunLog
 from icrl_gym.meta_policy import BanditFeatureVecEnv, MetaRLConfig, build_algorithm
+from icrl_gym.training.curves import TrainingCurves
 
 
 class _Budget(BaseCallback):
@@ -95,7 +96,15 @@ def train(cfg: MetaRLConfig, command: str | None = None, echo: bool = True) -> t
 def export_policy(algo: BaseAlgorithm, meta: dict[str, Any], path: str | Path) -> Path:
     """Write the policy as ``<path>.safetensors`` + ``<path>.json``."""
     config = {"policy": type(algo.policy).__name__, **meta["meta_rl"]}
-    return save_checkpoint(path, algo.policy, meta, config=config, kind=CheckpointKind.META_RL_POLICY)
+    saved = save_checkpoint(path, algo.policy, meta, config=config, kind=CheckpointKind.META_RL_POLICY)
+    # training curve beside the policy: metrics.csv (+ TensorBoard) in <path>-curves/; step = env steps,
+    # val = mean regret of the runs finished in the rollout (PPO/A2C have no held-out loss)
+    curves = TrainingCurves(Path(str(path) + "-curves"))
+    lr = float(algo.lr_schedule(1.0)) if callable(getattr(algo, "lr_schedule", None)) else float("nan")
+    for entry in meta["training"]["history"]:
+        curves.record(int(entry["env_steps"]), float("nan"), entry["regret"], lr, entry["wall_seconds"])
+    curves.close()
+    return saved
 
 
 def main(argv: list[str] | None = None) -> None:

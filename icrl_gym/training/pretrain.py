@@ -67,7 +67,9 @@ from icrl_gym.fileio import (
 )
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_names
+from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import close_distributed, init_distributed
 
 VALIDATION_SEED_OFFSET = 900_000
@@ -222,26 +224,16 @@ def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData | MDPRol
 def to_tensors(data: TrajectoryData | MDPRollouts, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
     """The model inputs and targets of the trajectories ``index`` as tensors on ``device``."""
     if isinstance(data, MDPRollouts):
-        out = {
-            "states": torch.from_numpy(data.states[index].astype(np.int64)),
-            "actions": torch.from_numpy(data.actions[index].astype(np.int64)),
-            "rewards": torch.from_numpy(data.rewards[index].astype(np.float32)),
-        }
-        if data.labels is not None:
-            out["labels"] = torch.from_numpy(data.labels[index].astype(np.int64))
-        if data.label_probs is not None:
-            out["probs"] = torch.from_numpy(data.label_probs[index].astype(np.float32))
-        return {k: v.to(device) for k, v in out.items()}
-    out = {
-        "action_sets": torch.from_numpy(np.ascontiguousarray(data.step_action_sets(index), dtype=np.float32)),
-        "actions": torch.from_numpy(data.actions[index].astype(np.int64)),
-        "rewards": torch.from_numpy(data.rewards[index].astype(np.float32)),
-    }
+        out = {"states": torch.from_numpy(data.states[index].astype(np.int64))}
+    else:
+        out = {"action_sets": torch.from_numpy(np.ascontiguousarray(data.step_action_sets(index), dtype=np.float32))}
+    out["actions"] = torch.from_numpy(data.actions[index].astype(np.int64))
+    out["rewards"] = torch.from_numpy(data.rewards[index].astype(np.float32))
     if data.labels is not None:
         out["labels"] = torch.from_numpy(data.labels[index].astype(np.int64))
     if data.label_probs is not None:
         out["probs"] = torch.from_numpy(data.label_probs[index].astype(np.float32))
-    if data.label_values is not None:
+    if not isinstance(data, MDPRollouts) and data.label_values is not None:
         out["values"] = torch.from_numpy(data.label_values[index].astype(np.float32))
     return {k: v.to(device) for k, v in out.items()}
 
@@ -370,6 +362,8 @@ def pretrain(
     val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET) if ctx.is_main else None
     chunk_index, chunk = -1, None  # chunk is collected on the first step (needed >= 0)
     start_time = time.perf_counter() - state["wall_seconds"]
+    curves = TrainingCurves(out) if ctx.is_main else None  # metrics.csv (+ TensorBoard) beside the checkpoint
+    bar = progress_bar(cfg.steps, "pretrain", unit="step", initial=state["step"])
     model.train()
     while state["step"] < cfg.steps:
         step = state["step"]
@@ -390,6 +384,7 @@ def pretrain(
         optimizer.step()
         state["step"] = step + 1
         state["trajectories_seen"] += cfg.batch_size
+        bar.update(1)
         if state["step"] % 50 == 0:
             log(f"step {state['step']}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
         if ctx.is_main and val is not None and (state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps):
@@ -397,6 +392,9 @@ def pretrain(
             state["wall_seconds"] = time.perf_counter() - start_time
             state["history"].append({"step": state["step"], "wall_seconds": state["wall_seconds"], **val_stats})
             state["val"] = val_stats
+            if curves is not None:
+                lr = optimizer.param_groups[0]["lr"]
+                curves.record(state["step"], stats["loss"], val_stats["loss"], lr, state["wall_seconds"])
             state["distinct_trajectories"] = min(
                 state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
             )
@@ -408,6 +406,9 @@ def pretrain(
             )
             if callback is not None:
                 callback(model, state)
+    bar.close()
+    if curves is not None:
+        curves.close()
     close_distributed(ctx)
     return model, _metadata(cfg, state)
 

@@ -25,6 +25,7 @@ from scipy.special import betaincinv, ndtri
 
 from agents.index_agent import IndexAgent
 from agents.linear_posterior import GaussianModelMixin
+from agents.resolved_model import ResolvedModelMixin
 from agents.thompson import beta_prior
 from icrl_gym.statistics import ArmStatistics
 
@@ -56,7 +57,7 @@ class _HorizonMixin:
         return int(self.env_model["horizon"])
 
 
-class BayesUCB(_HorizonMixin, IndexAgent):
+class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
     """Posterior-quantile index with Beta(a, b) priors (the environment's unless given)."""
 
     name = "bayes_ucb"
@@ -75,14 +76,7 @@ class BayesUCB(_HorizonMixin, IndexAgent):
         super().__init__(temperature=0.0, seed=seed)
         self.c, self.horizon = float(c), horizon
         self.prior_a, self.prior_b = prior_a, prior_b
-        self._used: dict[str, Any] | None = None
-
-    @property
-    def used(self) -> dict[str, Any]:
-        """The horizon and prior resolved at the last reset."""
-        if self._used is None:
-            raise RuntimeError(f"{type(self).__name__}: call reset() first")
-        return self._used
+        self._used = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         a, b = beta_prior(self.env_model, self.prior_a, self.prior_b)
@@ -108,7 +102,7 @@ class BayesUCB(_HorizonMixin, IndexAgent):
             "prior_a": self.prior_a,
             "prior_b": self.prior_b,
         }
-        return out if self._used is None else {**out, "model_used": dict(self._used)}
+        return self._with_used(out)
 
 
 class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):

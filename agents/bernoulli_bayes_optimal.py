@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.resolved_model import ResolvedModelMixin
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.statistics import ArmStatistics
 
@@ -106,7 +107,7 @@ def bayes_optimal_table(num_arms: int, horizon: int, a: float, b: float) -> tupl
     return tables, float(v_next[0])
 
 
-class BernoulliBayesOptimal(BanditAgent):
+class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
     """Bayes-optimal K-armed Bernoulli bandit policy by dynamic programming (prior and T from the environment)."""
 
     name = "bernoulli_bayes_optimal"
@@ -125,7 +126,7 @@ class BernoulliBayesOptimal(BanditAgent):
         super().__init__(seed)
         self.prior_a, self.prior_b, self.horizon = prior_a, prior_b, horizon
         self.max_table_bytes = int(max_table_bytes)
-        self._used: dict[str, Any] | None = None
+        self._used = None
         self._key: tuple | None = None
         self.value = float("nan")
         """V(0): the Bayes-optimal expected total reward under the prior."""
@@ -151,13 +152,6 @@ class BernoulliBayesOptimal(BanditAgent):
                 "reset with the environment's reset info (info['model']) or pass prior_a, prior_b, horizon"
             )
         return int(horizon), float(a), float(b)
-
-    @property
-    def used(self) -> dict[str, Any]:
-        """The horizon and prior resolved at the last reset."""
-        if self._used is None:
-            raise RuntimeError(f"{type(self).__name__}: call reset() first")
-        return self._used
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         horizon, a, b = self._resolve()
@@ -200,4 +194,4 @@ class BernoulliBayesOptimal(BanditAgent):
             "horizon": self.horizon,
             "max_table_bytes": self.max_table_bytes,
         }
-        return out if self._used is None else {**out, "model_used": dict(self._used)}
+        return self._with_used(out)

@@ -23,10 +23,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
 
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.envs.vector import BatchVectorEnv
 
 
 def _observation_space(spec: BanditSpec) -> spaces.Box:
@@ -99,24 +98,17 @@ class BanditEnv(gym.Env):
         return self._obs(), float(out["reward"][0]), batch.done, False, info
 
 
-class BanditVectorEnv(VectorEnv):
+class BanditVectorEnv(BatchVectorEnv):
     """B bandit runs stepped as arrays: the native batched version of :class:`BanditEnv`.
 
     All runs have the same length T, so they terminate together; the following ``step`` call
     resets every run to a new instance (``AutoresetMode.NEXT_STEP``) and returns zero rewards.
     """
 
-    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
-
     def __init__(self, num_envs: int, spec: BanditSpec) -> None:
-        self.num_envs = num_envs
         self.bandit_spec = spec
-        self.single_observation_space = _observation_space(spec)
-        self.single_action_space = spaces.Discrete(spec.num_actions)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._init_spaces(num_envs, _observation_space(spec), spec.num_actions)
         self._batch: BanditBatch | None = None
-        self._autoreset = False
 
     @property
     def batch(self) -> BanditBatch:
@@ -141,18 +133,14 @@ class BanditVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw B new instances (``options`` may fix w_star (B, d) and the action sets)."""
-        if seed is not None:
-            self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
+        self._reseed(seed)
         self._batch = BanditBatch(self.bandit_spec, self.num_envs, self.np_random, **_instance_options(options))
-        self._autoreset = False
         return self._obs(), self._reset_info()
 
     def step(self, actions: Any):
         """Pull ``actions[b]`` in run b; returns (obs, rewards, terminated, truncated, info)."""
         if self._autoreset:
-            obs, info = self.reset()
-            zeros = np.zeros(self.num_envs, dtype=bool)
-            return obs, np.zeros(self.num_envs), zeros, zeros.copy(), info
+            return self._autoreset_step()
         batch = self.batch
         out = batch.step(actions)
         info = {

@@ -15,10 +15,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
 
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
+from icrl_gym.envs.vector import BatchVectorEnv
 
 
 def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
@@ -97,28 +96,20 @@ class TabularMDPEnv(gym.Env):
         return obs, float(out["reward"][0]), b.done, False, info
 
 
-class TabularMDPVectorEnv(VectorEnv):
+class TabularMDPVectorEnv(BatchVectorEnv):
     """B tabular-MDP runs stepped as arrays; all end together and reset on the next step."""
 
-    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
-
     def __init__(self, num_envs: int = 1, spec: MDPSpec | None = None, **kwargs: Any) -> None:
-        self.num_envs = num_envs
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s = self.mdp_spec
-        self.single_observation_space = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
-        self.single_action_space = spaces.Discrete(s.num_actions)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
+        observation = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
+        self._init_spaces(num_envs, observation, s.num_actions)
         self._batch: MDPBatch | None = None
-        self._autoreset = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw B new MDPs."""
-        if seed is not None:
-            self._np_random, self._np_random_seed = gym.utils.seeding.np_random(seed)
+        self._reseed(seed)
         self._batch = MDPBatch(self.mdp_spec, self.num_envs, self.np_random, _instance_options(options))
-        self._autoreset = False
         return mdp_observation(self.mdp_spec, self._batch.state, 0), reset_info(self.mdp_spec, self._batch, slice(None))
 
     def step(self, actions: Any):
@@ -126,9 +117,7 @@ class TabularMDPVectorEnv(VectorEnv):
         if self._batch is None:
             raise RuntimeError("call reset() before step()")
         if self._autoreset:
-            obs, info = self.reset()
-            zeros = np.zeros(self.num_envs, dtype=bool)
-            return obs, np.zeros(self.num_envs), zeros, zeros.copy(), info
+            return self._autoreset_step()
         b = self._batch
         out = b.step(actions)
         self._autoreset = b.done

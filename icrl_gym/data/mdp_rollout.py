@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.data.batch_recorder import BatchRecorder
 from icrl_gym.data.crn import CRNBatch, crn_batches
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
 from icrl_gym.data.pipeline import Labels, Step, run_collection
@@ -58,7 +59,7 @@ class MDPRollouts:
         return self.v_star[:, None] - self.episode_returns
 
 
-class MDPRecorder:
+class MDPRecorder(BatchRecorder[MDPBatch]):
     """The MDP side of :func:`~icrl_gym.data.pipeline.run_collection`: instances, :class:`MDPRollouts`."""
 
     default_batch_size = 1000
@@ -74,16 +75,9 @@ class MDPRecorder:
             spec=spec,
         )
         self._rows = slice(0, 0)
-        self._batch: MDPBatch | None = None
+        self._batch = None
         self._info: dict[str, Any] = {}
         self._obs: tuple[np.ndarray, int] = (np.zeros(0, np.int64), 0)
-
-    @property
-    def batch(self) -> MDPBatch:
-        """The environments of the current batch."""
-        if self._batch is None:
-            raise RuntimeError("begin() a batch first")
-        return self._batch
 
     def begin(self, batch: CRNBatch) -> None:
         """Draw the batch's MDPs from its environment generator; records V*_1(mu)."""

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.data.batch_recorder import BatchRecorder
 from icrl_gym.data.crn import CRNBatch
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
 from icrl_gym.data.pipeline import Labels, Step, run_collection
@@ -285,7 +286,7 @@ def _ridge_argmax_labels(step_sets: np.ndarray, actions: np.ndarray, rewards: np
     return np.einsum("ntad,nd->nta", step_sets, w_hat).argmax(axis=-1)
 
 
-class BanditRecorder:
+class BanditRecorder(BatchRecorder[BanditBatch]):
     """The bandit side of :func:`~icrl_gym.data.pipeline.run_collection`: instances, :class:`TrajectoryData`."""
 
     default_batch_size = 10_000
@@ -303,14 +304,7 @@ class BanditRecorder:
             w_star=np.zeros((n, d), np.float32),
         )
         self._rows = slice(0, 0)
-        self._batch: BanditBatch | None = None
-
-    @property
-    def batch(self) -> BanditBatch:
-        """The environments of the current batch."""
-        if self._batch is None:
-            raise RuntimeError("begin() a batch first")
-        return self._batch
+        self._batch = None
 
     def begin(self, batch: CRNBatch) -> None:
         """Draw w* (and the first action sets) of the batch's instances from its environment generator."""

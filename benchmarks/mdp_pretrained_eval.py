@@ -20,11 +20,10 @@ import argparse
 import json
 import time
 
-import numpy as np
 import torch
 
 from agents import make_agent
-from benchmarks.pretrained_eval import EVAL_SEED
+from benchmarks.pretrained_eval import EVAL_SEED, mean_se
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPSpec
@@ -70,16 +69,14 @@ def evaluate_model(name: str, runs: int) -> dict:
         totals[label] = regret.sum(axis=1)
         v_star = out.v_star
         rows[label] = {
-            "mean": float(totals[label].mean()),
-            "se": float(totals[label].std(ddof=1) / np.sqrt(runs)),
+            **mean_se(totals[label]),
             "return_per_episode": out.episode_returns.mean(axis=0).round(3).tolist(),
             "seconds": time.perf_counter() - start,
             "config": config,
         }
     paired = {}
     for label in ("TF (sampled)", "TF (greedy)"):
-        diff = totals[label] - totals["expert"]
-        paired[label] = {"mean": float(diff.mean()), "se": float(diff.std(ddof=1) / np.sqrt(runs))}
+        paired[label] = mean_se(totals[label] - totals["expert"])
     training = probe.meta["training"]
     return {
         "model": name,

@@ -53,10 +53,14 @@ def baselines(spec: BanditSpec) -> dict[str, dict]:
     return {"LinUCB": {"name": "linucb"}, "TS": {"name": "linear_ts", **PAPER_TS_PRIOR}, "Emp": {"name": "emp"}}
 
 
+def mean_se(values: np.ndarray) -> dict:
+    """Mean and standard error of per-run values (totals, or paired differences on common random numbers)."""
+    return {"mean": float(values.mean()), "se": float(values.std(ddof=1) / np.sqrt(values.size))}
+
+
 def summarize(regret: np.ndarray) -> dict:
     """Mean and standard error of regret at T, per run totals."""
-    total = regret.sum(axis=1)
-    return {"mean": float(total.mean()), "se": float(total.std(ddof=1) / np.sqrt(total.size))}
+    return mean_se(regret.sum(axis=1))
 
 
 def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
@@ -79,8 +83,7 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
     rows["expert"] = {**summarize(expert_regret), "config": expert}
     paired = {}
     for label, totals in tf_totals.items():  # common random numbers: a paired difference per instance
-        diff = totals - expert_regret.sum(axis=1)
-        paired[label] = {"mean": float(diff.mean()), "se": float(diff.std(ddof=1) / np.sqrt(diff.size))}
+        paired[label] = mean_se(totals - expert_regret.sum(axis=1))
     imitation = imitation_error(
         TransformerAgent.pretrained(name, seed=1), make_agent(expert, seed=1), spec, imitation_runs, seed=EVAL_SEED + 1
     )

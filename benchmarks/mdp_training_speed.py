@@ -13,12 +13,13 @@ docs/results.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import time
 
 import numpy as np
 import torch
 
+from benchmarks.timing import interleaved
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
 VARIANTS = {
@@ -28,16 +29,14 @@ VARIANTS = {
 }
 
 
-def step_seconds(model: MDPTransformer, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, ...]) -> float:
-    """Wall seconds of one training step (mean NLL of random labels, backward, AdamW)."""
+def train_step(model: MDPTransformer, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, ...]) -> None:
+    """One training step (mean NLL of random labels, backward, AdamW)."""
     states, actions, rewards, labels = batch
-    start = time.perf_counter()
     logits = model(states, actions, rewards).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
-    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -60,12 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
         torch.from_numpy(rng.integers(0, 2, (args.batch, T)).astype(np.float32)),
         torch.from_numpy(rng.integers(0, c.num_actions, (args.batch, T))),
     )
-    times: dict[str, list[float]] = {name: [] for name in models}
-    for round_ in range(args.repeats + 1):
-        for name, model in models.items():
-            seconds = step_seconds(model, optimizers[name], batch)
-            if round_ > 0:  # round 0 warms up allocators and kernels
-                times[name].append(seconds)
+    steps = {name: functools.partial(train_step, model, optimizers[name], batch) for name, model in models.items()}
+    times = interleaved(steps, args.repeats)
     base = float(np.median(times[next(iter(models))]))
     result = {
         "batch": args.batch,

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.timing import interleaved, timed
 from icrl_gym.device import resolve_device
 from icrl_gym.models import mdp_transformer, transformer
 
@@ -133,23 +134,8 @@ def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int) -> None:
 def gemm_gflops(n: int, device: torch.device) -> float:
     """fp32 n x n matmul rate, median of 5."""
     a = torch.randn(n, n, device=device)
-    times = []
-    for _ in range(6):
-        start = time.perf_counter()
-        a @ a
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    times = [timed(lambda: a @ a, device) for _ in range(6)]
     return 2 * n**3 / float(np.median(times[1:])) / 1e9
-
-
-def timed(fn: Callable[[], None], device: torch.device) -> float:
-    """Wall seconds of ``fn()``."""
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 @contextlib.contextmanager
@@ -213,17 +199,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for n in [int(t) for t in args.threads.split(",")]:
         with threads(n):
             gflops = gemm_gflops(args.gemm, device)
-            times: dict[tuple[str, str], list[float]] = {}
-            for round_ in range(args.repeats + 1):
-                for name, (old, new, data, _, _) in pairs.items():
-                    for label, model in (("old", old), ("new", new)):
-                        s = timed(lambda m=model, d=data: train_step(m, d, args.autocast), device)
-                        if round_:
-                            times.setdefault((name, label), []).append(s)
-                for label, model in (("old", paper_old), ("new", paper)):
-                    s = timed(lambda m=model: rollout(m, sets, args.steps), device)
-                    if round_:
-                        times.setdefault(("rollout", label), []).append(s)
+            tasks: dict[tuple[str, str], Callable[[], None]] = {}
+            for name, (old, new, data, _, _) in pairs.items():
+                for label, model in (("old", old), ("new", new)):
+                    tasks[name, label] = functools.partial(train_step, model, data, args.autocast)
+            for label, model in (("old", paper_old), ("new", paper)):
+                tasks["rollout", label] = functools.partial(rollout, model, sets, args.steps)
+            times = interleaved(tasks, args.repeats, device)
             gflops_after = gemm_gflops(args.gemm, device)
         run: dict[str, Any] = {"threads": n, "gemm_gflops": [gflops, gflops_after], "train": {}, "rollout": {}}
         yardstick = (gflops + gflops_after) / 2

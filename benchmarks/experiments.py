@@ -261,3 +261,89 @@ EXPERIMENTS.update({e.name: e for e in MDP_EXPERIMENTS})
 
 CONTEXTS = {f"alpha={a}": ts_uniform_mixture(float(a)) for a in ("0", "0.1", "0.5", "1")}
 """The context algorithms of the distribution-ratio models (for reference and retraining)."""
+
+
+@dataclass(frozen=True)
+class GridExperiment:
+    """A regret comparison over a grid of environment sizes (``benchmarks/generalization.py`` runs it).
+
+    Every cell is one environment; in every cell all rows play the same instances (common random
+    numbers) and the learned rows are compared with the best reference of the cell.
+    """
+
+    name: str
+    title: str
+    arms: tuple[int, ...]
+    """Bernoulli K of the trained range (2..20)."""
+    horizons: tuple[int, ...]
+    """Bernoulli T of the trained range (up to 500)."""
+    ood_arms: tuple[int, ...]
+    """Bernoulli K beyond the trained range (cells marked out of range)."""
+    ood_horizons: tuple[int, ...]
+    """Bernoulli T beyond the trained range (cells marked out of range)."""
+    prior_shifts: tuple[tuple[float, float], ...]
+    """Beta(a, b) priors of the arm means (instead of U[0, 1]), at T=``shift_horizon`` for every in-range K."""
+    shift_horizon: int
+    bernoulli_references: dict[str, dict[str, Any]]
+    """Reference rows; Gittins gets horizon=T and the cell's Beta prior, the DP rows only at K in ``dp_arms``."""
+    dp_arms: tuple[int, ...]
+    bernoulli_model: dict[str, Any]
+    """The Bernoulli generalist row (its checkpoint is an option of the harness)."""
+    linear_dims: tuple[int, ...]
+    linear_actions: tuple[int, ...]
+    linear_horizon: int
+    linear_noise: float
+    linear_variants: dict[str, dict[str, Any]]
+    """Changes of one or two settings at d=5, A=10 (``linear_bandit_spec`` keywords)."""
+    linear_references: dict[str, dict[str, Any]]
+    linear_model: dict[str, Any]
+    """The linear generalist row: an agent registered under this name with a shipped checkpoint of this name."""
+    trained_arms: tuple[int, int] = (2, 20)
+    trained_horizon: int = 500
+    seed_offset: int = 30_000_000
+    """Evaluation seeds start here, disjoint from every training seed."""
+    default: bool = False
+
+
+GENERALIZATION = GridExperiment(
+    name="generalization",
+    title="Generalist in-context agents across sizes (issue 16)",
+    arms=(2, 3, 5, 10, 20),
+    horizons=(50, 200, 500),
+    ood_arms=(30, 50),
+    ood_horizons=(1000,),
+    prior_shifts=((2.0, 2.0), (0.5, 0.5)),
+    shift_horizon=200,
+    bernoulli_references={
+        "Gittins (finite horizon)": {"name": "gittins"},
+        "TS": {"name": "bernoulli_ts"},
+        "UCB": {"name": "ucb"},
+        "UCB (Fig. 1, n0=1)": {"name": "ucb", "count_offset": 1.0},
+        "Bayes-optimal DP": {"name": "bernoulli_bayes_optimal"},
+    },
+    dp_arms=(2, 3),
+    bernoulli_model={"name": "generalist", "checkpoint": "bernoulli-generalist", "greedy": True},
+    linear_dims=(2, 5, 8),
+    linear_actions=(5, 10, 20),
+    linear_horizon=200,
+    linear_noise=1.5,
+    linear_variants={
+        "T=100": {"horizon": 100},
+        "T=500": {"horizon": 500},
+        "sigma=0.5": {"noise_std": 0.5},
+        "sigma=1": {"noise_std": 1.0},
+        "sigma=2": {"noise_std": 2.0},
+        "per-step action sets": {"action_set": "per_step"},
+        "Gaussian arms": {"arms": "gaussian"},
+        "w* ~ N(0, I)": {"prior": "gaussian", "prior_var": 1.0},
+    },
+    linear_references={
+        "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
+        "TS (matched)": {"name": "linear_ts"},
+        "LinUCB": {"name": "linucb"},
+    },
+    linear_model={"name": "linear_generalist", "checkpoint": "linear-generalist", "greedy": True},
+)
+
+GRID_EXPERIMENTS: dict[str, GridExperiment] = {GENERALIZATION.name: GENERALIZATION}
+"""Grid experiments (opt-in: they evaluate every row on tens of environments)."""

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
-from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
+from benchmarks.experiments import EXPERIMENTS, GRID_EXPERIMENTS, LEARNED, Experiment, GridExperiment
+from benchmarks.generalization import run_generalization
 from benchmarks.plots import plot
 from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record, resolve_checkpoint, save_checkpoint
 from icrl_gym.cli import add_field_flags
@@ -69,19 +70,49 @@ class BenchConfig:
     """With --retrain: a quick check -- N optimizer steps, fine-tuning iterations or PPO rollouts per
     model (0: the shipped configs' own budgets)."""
 
-    def selected(self) -> list[Experiment]:
-        """The experiments named in ``experiments`` (clear error for unknown names)."""
+    generalist: str = ""
+    """Checkpoint (path or shipped name) of the Bernoulli generalist in grid experiments ('': the shipped
+    'bernoulli-generalist'; its rows are reported missing when there is none)."""
+    linear_generalist: str = ""
+    """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist')."""
+    grid_families: str = "bernoulli,linear"
+    """Families of the grid experiments to run: bernoulli, linear or both (comma-separated)."""
+    grid_arms: str = ""
+    """Comma-separated Bernoulli K replacing the grid's (e.g. 2,5,10; '': the issue's 2..20 plus 30, 50)."""
+    grid_horizons: str = ""
+    """Comma-separated Bernoulli T replacing the grid's (e.g. 50,200; '': 50, 200, 500 plus 1000)."""
+
+    def _names(self) -> list[str]:
         if self.experiments == "all":
-            return list(EXPERIMENTS.values())
+            return [*EXPERIMENTS, *GRID_EXPERIMENTS]
         if self.experiments == "default":
-            return [e for e in EXPERIMENTS.values() if e.default]
+            return [e.name for e in EXPERIMENTS.values() if e.default]
         names = [n.strip() for n in self.experiments.split(",") if n.strip()]
-        unknown = [n for n in names if n not in EXPERIMENTS]
+        known = {**EXPERIMENTS, **GRID_EXPERIMENTS}
+        unknown = [n for n in names if n not in known]
         if unknown or not names:
             raise ValueError(
-                f"unknown experiment(s) {unknown or names}; choose from {sorted(EXPERIMENTS)}, 'default' or 'all'"
+                f"unknown experiment(s) {unknown or names}; choose from {sorted(known)}, 'default' or 'all'"
             )
-        return [EXPERIMENTS[n] for n in names]
+        return names
+
+    def selected(self) -> list[Experiment]:
+        """The curve experiments named in ``experiments`` (clear error for unknown names)."""
+        return [EXPERIMENTS[n] for n in self._names() if n in EXPERIMENTS]
+
+    def selected_grids(self) -> list[GridExperiment]:
+        """The grid experiments named in ``experiments`` (opt-in: never in 'default')."""
+        return [GRID_EXPERIMENTS[n] for n in self._names() if n in GRID_EXPERIMENTS]
+
+    def grid_sizes(self, text: str, flag: str) -> tuple[int, ...] | None:
+        """A comma-separated list of positive integers (``None`` when empty)."""
+        try:
+            values = tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
+        if any(v < 1 for v in values):
+            raise ValueError(f"{flag} takes positive integers, got {text!r}")
+        return values or None
 
     def validate(self) -> None:
         """Reject option values that cannot work (``ValueError`` naming the flag, the value and what is allowed)."""
@@ -96,7 +127,12 @@ class BenchConfig:
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"--device must be cpu, cuda or auto, got {self.device!r}")
-        self.selected()
+        self._names()
+        self.grid_sizes(self.grid_arms, "--grid-arms")
+        self.grid_sizes(self.grid_horizons, "--grid-horizons")
+        families = [f.strip() for f in self.grid_families.split(",") if f.strip()]
+        if not families or any(f not in ("bernoulli", "linear") for f in families):
+            raise ValueError(f"--grid-families takes bernoulli, linear or both, got {self.grid_families!r}")
         out = Path(self.out)
         missing = [name for name in ("regret.csv", "config.json") if not (out / name).is_file()]
         if self.plot_only and missing:
@@ -320,6 +356,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for exp in EXPERIMENTS.values():
             suite = "default" if exp.default else "opt-in"
             print(f"{exp.name:22s} [{suite}] {exp.title}\n{'':22s} algorithms: {', '.join(exp.algorithms)}")
+        for grid in GRID_EXPERIMENTS.values():
+            rows = [*grid.bernoulli_references, *grid.linear_references, "generalist"]
+            print(f"{grid.name:22s} [opt-in] {grid.title}\n{'':22s} algorithms: {', '.join(dict.fromkeys(rows))}")
         return {}
     out = Path(cfg.out)
     experiments = cfg.selected()
@@ -353,6 +392,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results[exp.name] = run_experiment(exp, cfg.runs, cfg.seed, cfg.device, checkpoints, progress)
     bar.close()
     elapsed = time.perf_counter() - start
+    for grid in cfg.selected_grids():
+        run_generalization(
+            grid,
+            out,
+            cfg.runs,
+            cfg.seed,
+            checkpoint=cfg.generalist or None,
+            linear_checkpoint=cfg.linear_generalist or None,
+            families=tuple(f.strip() for f in cfg.grid_families.split(",") if f.strip()),
+            arms=cfg.grid_sizes(cfg.grid_arms, "--grid-arms"),
+            horizons=cfg.grid_sizes(cfg.grid_horizons, "--grid-horizons"),
+            progress=lambda label, name=grid.name: print(f"{name}: {label}", file=sys.stderr, flush=True),
+        )
+        print(f"{grid.name}: results in {out / grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")
+    if not experiments:
+        return results
     write_csv(out / "regret.csv", results)
     for exp in experiments:
         plot(out, exp, results[exp.name], cfg.runs, cfg.seed)

@@ -1,0 +1,138 @@
+"""The ``generalization`` grid experiment at tiny sizes: outputs, common random numbers, the missing-model path."""
+
+import csv
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.experiments import GENERALIZATION
+from benchmarks.generalization import MODEL, run_generalization
+from benchmarks.harness import main, parse_args
+from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
+from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+
+TINY = dataclasses.replace(
+    GENERALIZATION,
+    arms=(2,),
+    horizons=(6,),
+    ood_arms=(3,),
+    ood_horizons=(),
+    prior_shifts=((2.0, 2.0),),
+    shift_horizon=6,
+    trained_arms=(2, 2),
+    bernoulli_references={
+        **GENERALIZATION.bernoulli_references,
+        "TS (second copy)": {"name": "bernoulli_ts"},
+    },
+    linear_dims=(2,),
+    linear_actions=(3,),
+    linear_horizon=6,
+    linear_variants={"sigma=0.5": {"noise_std": 0.5}},
+)
+"""K=2 in range, K=3 out of range (trained_arms=(2, 2)), T=6; one Beta prior; one linear cell and one variant."""
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    config = GeneralistConfig(d_model=16, n_heads=2, n_layers=1, mlp_ratio=2, same_arm_bias=(0.0, 8.0))
+    model = GeneralistTransformer(config)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny-generalist"
+    meta = {"training": {"steps": 0, "seed": 0}, "trained_range": {"num_arms": [2, 2], "horizon": [6, 6]}}
+    save_checkpoint(path, model, meta, config=config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def run(checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen")
+    results = run_generalization(TINY, out, runs=6, seed=1, checkpoint=checkpoint, linear_checkpoint=str(out / "none"))
+    return out / TINY.name, results
+
+
+def _rows(path):
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_outputs_record_config_seeds_and_stats(run, checkpoint):
+    folder, results = run
+    names = {p.name for p in folder.iterdir()}
+    assert {"cells.csv", "checks.csv", "summary.md", "config.json", "heatmap-bernoulli.png"} <= names
+    assert "heatmap-linear.png" not in names  # no linear model: no ratio to draw
+    config = json.loads((folder / "config.json").read_text())
+    assert config["seed"] == 30_000_001 and config["runs"] == 6
+    assert config["models"]["bernoulli"]["checkpoint"] == checkpoint
+    assert len(config["cells"]) == len(results) == 2 + 1 + 2  # K=2,3 at T=6; Beta(2,2) at K=2; linear 1 + 1
+    rows = _rows(folder / "cells.csv")
+    gen = [r for r in rows if r["algorithm"] == MODEL]
+    assert len(gen) == 3  # every Bernoulli cell, no linear one
+    for r in rows:
+        assert r["seed"] == "30000001"
+        assert r["status"] == "ok" or r["status"].startswith("n/a")
+    for res in results:
+        stats = res.stats()
+        best = res.best_reference()
+        assert stats[best]["diff_to_best"] == 0.0 and stats[best]["ratio_to_best"] == 1.0
+        for name, st in stats.items():  # independent computation of the ratio and the paired s.e.
+            r, ref = res.totals[name], res.totals[best]
+            assert st["ratio_to_best"] == pytest.approx(r.mean() / ref.mean())
+            assert st["diff_se"] == pytest.approx(np.std(r - ref, ddof=1) / np.sqrt(r.size))
+    ood = [r for r in rows if r["row"] == "K=3"]
+    assert ood and all(r["in_range"] == "False" for r in ood)
+    assert {r["algorithm"] for r in ood} >= {"Bayes-optimal DP", MODEL}  # the DP runs at K=3, T=6
+
+
+def test_same_instances_for_every_row(run):
+    _, results = run
+    for res in results:
+        if res.cell.family == "bernoulli":  # two copies of one randomised agent: identical regrets
+            np.testing.assert_array_equal(res.totals["TS"], res.totals["TS (second copy)"])
+        # pseudo-regret against the instance's best arm: no row can be below the oracle
+        assert all(r is None or (r >= -1e-9).all() for r in res.totals.values())
+
+
+def test_thresholds_checked_only_in_range_with_training_prior(run):
+    folder, _ = run
+    checks = _rows(folder / "checks.csv")
+    cells = {c["cell"] for c in checks}
+    assert cells == {"means ~ U[0, 1] | K=2 | T=6"}
+    kinds = {c["check"] for c in checks}
+    assert {"<= 1.05 x Gittins", "< TS", "< UCB", "within 10% of the Bayes-optimal DP"} <= kinds
+    for c in checks:
+        bound, value = float(c["threshold"]), float(c["value"])
+        assert c["pass"] == str(value < bound if c["check"].startswith("< ") else value <= bound)
+
+
+def test_summary_and_missing_linear_model(run):
+    folder, _ = run
+    text = (folder / "summary.md").read_text()
+    assert "linear: the generalist model is missing" in text
+    assert "K=3 | T=6 *" in text  # out-of-range marker
+    assert "Acceptance thresholds" in text
+
+
+def test_missing_bernoulli_model_reports_references_only(tmp_path):
+    exp = dataclasses.replace(TINY, prior_shifts=(), ood_arms=())
+    results = run_generalization(exp, tmp_path, runs=3, checkpoint=str(tmp_path / "absent"), families=("bernoulli",))
+    folder = tmp_path / exp.name
+    assert all(MODEL not in r.totals for r in results)
+    assert MODEL not in {r["algorithm"] for r in _rows(folder / "cells.csv")}
+    assert _rows(folder / "checks.csv") == []
+    assert not list(folder.glob("heatmap-*.png"))
+    assert "bernoulli: the generalist model is missing" in (folder / "summary.md").read_text()
+    assert list((folder / "gittins-cache").iterdir())  # the Gittins table is cached in the run's folder
+
+
+def test_harness_lists_and_parses_the_grid_experiment(capsys):
+    main(["--list"])
+    assert "generalization         [opt-in]" in capsys.readouterr().out
+    cfg = parse_args(["--experiments", "generalization", "--grid-arms", "2,5", "--grid-families", "bernoulli"])
+    assert cfg.selected() == [] and [g.name for g in cfg.selected_grids()] == ["generalization"]
+    assert cfg.grid_sizes(cfg.grid_arms, "--grid-arms") == (2, 5)
+    assert "generalization" not in [e.name for e in parse_args([]).selected()]
+    with pytest.raises(SystemExit):
+        parse_args(["--experiments", "generalization", "--grid-families", "tabular"])

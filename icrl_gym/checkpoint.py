@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -37,12 +38,14 @@ from safetensors.torch import save as save_safetensors
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import atomic_write_bytes
+from icrl_gym.fileio import atomic_write_bytes, describe_size
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 1
+
+_log = logging.getLogger(__name__)
 
 PRETRAINED_DIR = Path(str(importlib.resources.files("icrl_gym") / "pretrained"))
 """The models shipped with the package (``<name>.safetensors`` + ``<name>.json``) and their ``configs/``."""
@@ -217,6 +220,7 @@ def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    _log.info("wrote %s", describe_size(folder / HF_WEIGHTS))
     return folder
 
 
@@ -260,6 +264,7 @@ def save_checkpoint(
     weights, record_path = checkpoint_files(stem)
     atomic_write_bytes(weights, blob)
     atomic_write_bytes(record_path, json.dumps(record, indent=2, sort_keys=True).encode())
+    _log.info("wrote %s", describe_size(weights))
     return stem
 
 

@@ -1,6 +1,7 @@
 """Hugging Face Hub mixin layout: config.json + model.safetensors folders, written and read offline."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -17,9 +18,11 @@ from icrl_gym.checkpoint import (
 from icrl_gym.envs import linear_bandit_spec
 
 
-def test_round_trip_through_a_hub_folder(tmp_path):
+def test_round_trip_through_a_hub_folder(tmp_path, caplog):
     stem = resolve_checkpoint("linear-bandit-ad-linucb")
-    folder = export_hf_folder(stem, tmp_path / "hub" / "linear-bandit-ad-linucb")
+    with caplog.at_level(logging.INFO, logger="icrl_gym.checkpoint"):
+        folder = export_hf_folder(stem, tmp_path / "hub" / "linear-bandit-ad-linucb")
+    assert f"wrote {folder / 'model.safetensors'} (" in caplog.text and " MB)" in caplog.text
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
     assert json.loads((folder / "config.json").read_text())["weights_sha256"]
     weights, meta = read_checkpoint(stem)

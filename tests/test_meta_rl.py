@@ -1,5 +1,9 @@
 """Stable-Baselines3 on the registered environments, and the online meta-RL baselines."""
 
+import io
+import logging
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,8 +14,9 @@ from agents import make_agent
 from icrl_gym.checkpoint import CheckpointError
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditBatch, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.meta_policy import BanditFeatureVecEnv, HistoryFeatures, MetaRLConfig, load_policy
-from icrl_gym.training.meta_rl import export_policy, train
+from icrl_gym.meta_policy import BanditFeatureVecEnv, HistoryFeatures, MetaRLConfig, build_algorithm, load_policy
+from icrl_gym.progress import set_quiet
+from icrl_gym.training.meta_rl import _Progress, export_policy, train
 
 
 @pytest.mark.parametrize(
@@ -100,7 +105,7 @@ def test_vec_env_resets_every_run_at_the_horizon():
 
 
 @pytest.mark.parametrize("algo, features", [("ppo", "statistics"), ("recurrent_ppo", "prev_action_reward")])
-def test_train_export_and_play(tmp_path, algo, features):
+def test_train_export_and_play(tmp_path, caplog, algo, features):
     spec = bernoulli_bandit_spec(num_arms=3, horizon=20)
     cfg = MetaRLConfig(
         name="tiny",
@@ -118,7 +123,9 @@ def test_train_export_and_play(tmp_path, algo, features):
     )
     trained, meta = train(cfg, echo=False)
     assert meta["training"]["env_steps"] >= 1600
-    path = export_policy(trained, meta, tmp_path / "policy")
+    with caplog.at_level(logging.INFO, logger="icrl_gym.checkpoint"):
+        path = export_policy(trained, meta, tmp_path / "policy")
+    assert f"wrote {path}.safetensors (" in caplog.text and " MB)" in caplog.text
     algo2, meta2 = load_policy(path)
     for name, value in trained.policy.state_dict().items():
         np.testing.assert_array_equal(algo2.policy.state_dict()[name].numpy(), value.numpy())
@@ -141,6 +148,33 @@ def test_train_export_and_play(tmp_path, algo, features):
         start = np.zeros(2, dtype=bool)
     with pytest.raises(CheckpointError, match="dim=5 in the environment"):
         greedy.reset({"model": bernoulli_bandit_spec(num_arms=5, horizon=20).to_dict()})
+
+
+class _FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_bar_follows_the_environment_steps(monkeypatch, quiet):
+    spec = bernoulli_bandit_spec(num_arms=3, horizon=20)
+    cfg = MetaRLConfig(
+        env=spec.to_dict(), num_envs=8, n_steps=20, batch_size=80, n_epochs=1, net_arch=[8], device="cpu"
+    )
+    algo = build_algorithm(cfg, BanditFeatureVecEnv(spec, cfg.features, cfg.num_envs, seed=0))
+    terminal = _FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    set_quiet(quiet)
+    try:
+        progress = _Progress(300)  # 2 rollouts of 160 steps: the bar stops at its total
+        algo.learn(total_timesteps=300, callback=progress)
+    finally:
+        set_quiet(False)
+    assert algo.num_timesteps == 320
+    if quiet:
+        assert terminal.getvalue() == "" and progress.bar.n == 0
+    else:
+        assert progress.bar.n == 300 and "meta-RL training" in terminal.getvalue()
 
 
 def test_bad_config_and_not_a_policy(tmp_path):

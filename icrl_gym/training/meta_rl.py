@@ -30,6 +30,7 @@ from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.cli import ConfigParser
 from icrl_gym.fileio import RunLog
 from icrl_gym.meta_policy import BanditFeatureVecEnv, MetaRLConfig, build_algorithm
+from icrl_gym.progress import progress_bar
 from icrl_gym.training.curves import TrainingCurves
 
 
@@ -63,6 +64,28 @@ class _Budget(BaseCallback):
             self.regrets = []
 
 
+class _Progress(BaseCallback):
+    """A progress bar of the environment steps (:func:`icrl_gym.progress.progress_bar`: terminal only, not quiet).
+
+    It only reads ``num_timesteps``, so training (and its random stream) is the same with or without it.
+    """
+
+    def __init__(self, total: int, desc: str = "meta-RL training") -> None:
+        super().__init__()
+        self.total, self.desc = total, desc
+        self.bar: Any = None
+
+    def _on_training_start(self) -> None:
+        self.bar = progress_bar(self.total, self.desc, unit="step", initial=min(self.num_timesteps, self.total))
+
+    def _on_step(self) -> bool:
+        self.bar.update(min(self.num_timesteps, self.total) - self.bar.n)
+        return True
+
+    def _on_training_end(self) -> None:
+        self.bar.close()
+
+
 def train(cfg: MetaRLConfig, command: str | None = None, echo: bool = True) -> tuple[BaseAlgorithm, dict[str, Any]]:
     """Train online under the budget; returns the algorithm and the record of the run."""
     torch.set_num_threads(cfg.threads)
@@ -74,7 +97,7 @@ def train(cfg: MetaRLConfig, command: str | None = None, echo: bool = True) -> t
         env = VecNormalize(env, norm_obs=False, norm_reward=True, gamma=cfg.gamma)
     algo = build_algorithm(cfg, env)
     budget = _Budget(cfg.wall_minutes * 60, log)
-    algo.learn(total_timesteps=cfg.max_env_steps, callback=budget)
+    algo.learn(total_timesteps=cfg.max_env_steps, callback=[budget, _Progress(cfg.max_env_steps)])
     wall = time.perf_counter() - budget.start
     log(f"done: {algo.num_timesteps:,} environment steps in {wall / 60:.1f} min")
     meta = {

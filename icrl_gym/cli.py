@@ -23,6 +23,7 @@ import difflib
 import functools
 import inspect
 import json
+import logging
 import sys
 import textwrap
 import types
@@ -220,6 +221,8 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
         """The validated configuration and the other arguments; an argparse error (exit 2) for bad input."""
         args = self.parse_args(argv)
         set_quiet(args.quiet)
+        # the library logs artefact sizes ("wrote x.safetensors (1.2 MB)") at INFO; a command line shows them
+        logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
         data = self._read(args.config) if args.config is not None else {}
         for item in args.set:
             self._override(data, item)

@@ -58,7 +58,7 @@ class Cell:
     @property
     def label(self) -> str:
         """Short unique name: panel, row and column."""
-        return f"{self.panel} | {self.row} | {self.column}"
+        return f"{self.panel}; {self.row}; {self.column}"
 
 
 @dataclass

@@ -99,7 +99,7 @@ def test_thresholds_checked_only_in_range_with_training_prior(run):
     folder, _ = run
     checks = _rows(folder / "checks.csv")
     cells = {c["cell"] for c in checks}
-    assert cells == {"means ~ U[0, 1] | K=2 | T=6"}
+    assert cells == {"means ~ U[0, 1]; K=2; T=6"}
     kinds = {c["check"] for c in checks}
     assert {"<= 1.05 x Gittins", "< TS", "< UCB", "within 10% of the Bayes-optimal DP"} <= kinds
     for c in checks:
@@ -111,7 +111,7 @@ def test_summary_and_missing_linear_model(run):
     folder, _ = run
     text = (folder / "summary.md").read_text()
     assert "linear: the generalist model is missing" in text
-    assert "K=3 | T=6 *" in text  # out-of-range marker
+    assert "K=3; T=6 *" in text  # out-of-range marker
     assert "Acceptance thresholds" in text
 
 

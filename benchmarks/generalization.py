@@ -366,7 +366,9 @@ def heatmap(path: Path, results: list[CellResult], title: str) -> Path:
     top = max([1.1, *values])
     norm = TwoSlopeNorm(vmin=min([0.9, *values]), vcenter=1.0, vmax=top)
     widths = [len({r.cell.column for r in results if r.cell.panel == p}) + 1 for p in panels]
-    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths) * 1.1 + 1.5, 4.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(sum(widths) * 1.4 + 2.0, 4.6), squeeze=False, layout="constrained"
+    )
     image = None
     for ax, panel in zip(axes[0], panels, strict=True):
         cells = [r for r in results if r.cell.panel == panel]

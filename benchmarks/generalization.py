@@ -12,14 +12,21 @@ generalist on the cells of its trained range with the training prior.
 
 Outputs in ``<out>/generalization/``: ``cells.csv`` (one line per cell and row), ``checks.csv``,
 ``summary.md``, ``heatmap-<family>.png`` (ratio generalist / best reference, out-of-range cells
-hatched) and ``config.json``.  A missing checkpoint leaves its rows out and says so.
+hatched) and ``config.json``.  A missing checkpoint leaves its rows out and says so.  Each finished
+cell is also written at once to ``cells/<cell>.npz`` (per-run totals of every row) and
+``cells/<cell>.json`` (what made it: environment, rows, runs, seed, model weights' sha256); running
+the same command again reuses every matching cell, so a stopped grid resumes at the cell it was in.
+The tables, checks and heatmaps are rebuilt from the cells of the current run only (a heatmap of a
+family not in the run is removed).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +41,7 @@ from benchmarks.pretrained_eval import mean_se
 from icrl_gym.checkpoint import checkpoint_files, read_record, resolve_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.fileio import atomic_write, atomic_write_bytes
 
 MODEL = "generalist"
 """Row name of the learned agent in every cell."""
@@ -181,16 +189,84 @@ def _totals(spec: BanditSpec, agent: dict[str, Any], runs: int, seed: int) -> np
     return evaluate_regret(spec, make_agent(agent), runs, seed=seed, batch_size=runs).sum(axis=1)
 
 
+def _slug(text: str) -> str:
+    """A file name for a cell label (letters, digits, '.', '=' and '-' kept; the rest becomes '_')."""
+    return re.sub(r"[^A-Za-z0-9.=-]+", "_", text).strip("_")
+
+
+def _cell_key(
+    cell: Cell, rows: dict[str, dict[str, Any]], runs: int, seed: int, model_id: str | None
+) -> dict[str, Any]:
+    """What a stored cell result must match to be reused: the environment, every row's agent, runs, seed, weights.
+
+    The Gittins table folder is left out (a moved results folder still resumes); the model row is
+    identified by its weights' sha256, not its path.
+    """
+    return {
+        "cell": cell.label,
+        "env": cell.spec.to_dict(),
+        "runs": runs,
+        "seed": seed,
+        "rows": {
+            label: {k: v for k, v in agent.items() if k != "cache_dir"}
+            | ({"weights": model_id} if label == MODEL else {})
+            for label, agent in rows.items()
+        },
+    }
+
+
+def _load_cell(store: Path, cell: Cell, key: dict[str, Any]) -> CellResult | None:
+    """The stored result of ``cell`` if its key matches ``key`` and its arrays are whole; else ``None``."""
+    meta_path, arrays_path = store / f"{_slug(cell.label)}.json", store / f"{_slug(cell.label)}.npz"
+    try:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("key") != json.loads(json.dumps(key)):
+            return None
+        with np.load(arrays_path, allow_pickle=False) as arrays:
+            totals: dict[str, np.ndarray | None] = {
+                label: (arrays[f"row{i}"] if f"row{i}" in arrays.files else None)
+                for i, label in enumerate(meta["rows"])
+            }
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None  # missing, partial or foreign: run the cell again
+    if any(t is not None and t.shape != (key["runs"],) for t in totals.values()):
+        return None
+    return CellResult(cell, totals, notes=dict(meta.get("notes", {})), references=tuple(meta["references"]))
+
+
+def _save_cell(store: Path, result: CellResult, key: dict[str, Any]) -> None:
+    """Write a finished cell: the per-run totals (.npz), then the key and notes (.json) that mark it complete."""
+    name = _slug(result.cell.label)
+    rows = list(result.totals)
+    arrays = {f"row{i}": t for i, t in enumerate(result.totals.values()) if t is not None}
+    atomic_write(store / f"{name}.npz", lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
+    meta = {"key": key, "rows": rows, "references": list(result.references), "notes": result.notes}
+    atomic_write_bytes(store / f"{name}.json", json.dumps(meta, indent=1).encode())
+
+
 def run_cell(
-    exp: GridExperiment, cell: Cell, model: dict[str, Any] | None, runs: int, seed: int, cache_dir: Path
+    exp: GridExperiment,
+    cell: Cell,
+    model: dict[str, Any] | None,
+    runs: int,
+    seed: int,
+    cache_dir: Path,
+    store: Path | None = None,
+    model_id: str | None = None,
 ) -> CellResult:
     """Every row of ``cell`` on the same ``runs`` instances.
 
-    A row that refuses the size (the DP's memory limit, a model's range) is kept with its reason instead of numbers.
+    A row that refuses the size (the DP's memory limit, a model's range) is kept with its reason instead
+    of numbers.  With ``store``, a finished cell is written there at once (atomically) and a stored
+    cell with the same environment, rows, runs, seed and model weights (``model_id``) is reused, so an
+    interrupted grid resumes where it stopped.
     """
     refs = _reference_specs(exp, cell, cache_dir)
-    result = CellResult(cell, {}, references=tuple(refs))
     rows = {**refs, **({MODEL: model} if model is not None else {})}
+    key = _cell_key(cell, rows, runs, seed, model_id)
+    if store is not None and (stored := _load_cell(store, cell, key)) is not None:
+        return stored
+    result = CellResult(cell, {}, references=tuple(refs))
     for label, agent in rows.items():
         optional = label == MODEL or agent["name"] == "bernoulli_bayes_optimal"
         try:
@@ -199,6 +275,8 @@ def run_cell(
             if not optional:
                 raise
             result.totals[label], result.notes[label] = None, f"n/a: {err}"
+    if store is not None:
+        _save_cell(store, result, key)
     return result
 
 
@@ -437,6 +515,7 @@ def run_generalization(
     models: dict[str, dict[str, Any] | None] = {}
     missing: dict[str, str] = {}
     records: dict[str, Any] = {}
+    weights: dict[str, str | None] = {}
     for family, spec, ckpt in (
         ("bernoulli", exp.bernoulli_model, checkpoint),
         ("linear", exp.linear_model, linear_checkpoint),
@@ -445,6 +524,7 @@ def run_generalization(
         if model_available(name):
             models[family] = {**spec, "checkpoint": name}
             records[family] = _model_record(name)
+            weights[family] = read_record(resolve_checkpoint(name)).meta.get("weights_sha256")
         else:
             models[family] = None
             missing[family] = f"no checkpoint {name!r}"
@@ -454,7 +534,8 @@ def run_generalization(
     start = time.perf_counter()
     results = []
     for cell in cells:
-        results.append(run_cell(exp, cell, models[cell.family], runs, eval_seed, cache_dir))
+        model_id = weights[cell.family] if models[cell.family] else None
+        results.append(run_cell(exp, cell, models[cell.family], runs, eval_seed, cache_dir, folder / "cells", model_id))
         if progress is not None:
             progress(f"{cell.label} ({time.perf_counter() - start:.0f}s)")
     check_rows = [c for r in results for c in checks(exp, r)]
@@ -483,6 +564,9 @@ def run_generalization(
     (folder / "summary.md").write_text(
         markdown(results, check_rows, header, {f: m for f, m in missing.items() if f in families})
     )
+    for family in ("bernoulli", "linear"):
+        if family not in families:
+            (folder / f"heatmap-{family}.png").unlink(missing_ok=True)  # stale: not in this run
     for family in families:
         fam = [r for r in results if r.cell.family == family]
         if fam and models[family] is not None:

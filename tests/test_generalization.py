@@ -139,3 +139,52 @@ def test_harness_lists_and_parses_the_grid_experiment(capsys):
     assert "generalization" not in [e.name for e in parse_args([]).selected()]
     with pytest.raises(SystemExit):
         parse_args(["--experiments", "generalization", "--grid-families", "tabular"])
+
+
+def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypatch):
+    """A grid stopped after its second cell reruns only the cells after it; the tables equal an uninterrupted run."""
+    import benchmarks.generalization as gen
+
+    full = run_generalization(TINY, tmp_path / "full", runs=6, seed=1, checkpoint=checkpoint)
+    real = gen.evaluate_regret
+    calls = {"n": 0}
+
+    def stop_after_two_cells(*args, **kwargs):
+        calls["n"] += 1
+        rows_per_cell = len(gen._reference_specs(TINY, full[0].cell, tmp_path)) + 1
+        if calls["n"] > 2 * rows_per_cell:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "evaluate_regret", stop_after_two_cells)
+    with pytest.raises(KeyboardInterrupt):
+        run_generalization(TINY, tmp_path / "stopped", runs=6, seed=1, checkpoint=checkpoint)
+    assert len(list((tmp_path / "stopped" / TINY.name / "cells").glob("*.json"))) == 2
+
+    counted = {"n": 0}
+
+    def count(*args, **kwargs):
+        counted["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "evaluate_regret", count)
+    (tmp_path / "stopped").rename(tmp_path / "moved")  # a moved results folder resumes too
+    resumed = run_generalization(TINY, tmp_path / "moved", runs=6, seed=1, checkpoint=checkpoint)
+    rows_done = sum(len(r.totals) for r in full[:2])
+    assert counted["n"] == sum(len(r.totals) for r in full) - rows_done
+    for a, b in zip(full, resumed, strict=True):
+        assert a.cell == b.cell and a.totals.keys() == b.totals.keys()
+        for label in a.totals:
+            x, y = a.totals[label], b.totals[label]
+            assert (x is None and y is None) or np.array_equal(x, y)
+    assert (tmp_path / "full" / TINY.name / "cells.csv").read_text() == (
+        tmp_path / "moved" / TINY.name / "cells.csv"
+    ).read_text()
+
+
+def test_stored_cell_with_other_runs_is_not_reused(checkpoint, tmp_path):
+    """Changing the number of runs (part of a cell's key) runs the cell again instead of reusing it."""
+    first = run_generalization(TINY, tmp_path, runs=6, seed=1, checkpoint=checkpoint, families=("bernoulli",))
+    second = run_generalization(TINY, tmp_path, runs=7, seed=1, checkpoint=checkpoint, families=("bernoulli",))
+    assert all(t.shape == (6,) for r in first for t in r.totals.values() if t is not None)
+    assert all(t.shape == (7,) for r in second for t in r.totals.values() if t is not None)

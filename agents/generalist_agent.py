@@ -86,7 +86,7 @@ class GeneralistAgent(BanditAgent):
         super()._start(info)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
-        self._cache = self.model.new_cache(self.batch_size, self.horizon, self.device)
+        self._cache = self.model.new_cache(self.batch_size, self.horizon, self.device, grouped=True)
         self._logits, self._prev = None, None
 
     def _step_logits(self, action_sets: np.ndarray) -> np.ndarray:

@@ -35,6 +35,36 @@ def test_cached_step_equals_forward():
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("k", [2, 5])
+def test_grouped_cache_equals_forward(k):
+    """The grouped cache (five grouped keys with log multiplicities) computes the full attention's logits."""
+    model, (b, s) = _model(seed=4), (4, 40)
+    actions, rewards = _trajectory(b, s, k, seed=5)
+    full = model(actions, rewards, torch.arange(s).expand(b, s), s, k)
+    cache = model.new_cache(b, s, grouped=True)
+    steps = [model.step(cache, k, s)] + [model.step(cache, k, s, actions[:, t], rewards[:, t]) for t in range(s - 1)]
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+    # the multiplicities are the pulls of each (arm, reward) pair, counted by a slow loop
+    slow = torch.zeros(b, k, 2)
+    for i in range(b):
+        for t in range(s - 1):
+            slow[i, actions[i, t], int(rewards[i, t])] += 1
+    torch.testing.assert_close(cache.counts, slow)
+    torch.testing.assert_close(cache.totals, slow.sum(1))
+
+
+def test_grouped_cache_refuses_what_it_cannot_hold():
+    model = _model()
+    cache = model.new_cache(2, 5, grouped=True)
+    with pytest.raises(ValueError, match=r"rewards in \{0, 1\} only"):
+        model.step(cache, 3, 5, torch.tensor([0, 1]), torch.tensor([0.5, 1.0]))
+    with pytest.raises(ValueError, match=r"actions must lie in \[0, 3\)"):
+        model.step(cache, 3, 5, torch.tensor([0, 3]), torch.tensor([0.0, 1.0]))
+    model.step(cache, 3, 5, torch.tensor([0, 2]), torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="runs of 3 arms, not 4"):
+        model.step(cache, 4, 5)
+
+
 def test_permuting_arm_labels_permutes_logits():
     model, (b, s, k) = _model(), (2, 30, 6)
     actions, rewards = _trajectory(b, s, k, seed=1)

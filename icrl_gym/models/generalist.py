@@ -20,6 +20,18 @@ History tokens are not updated by the blocks, so each block's key/value of step 
 :meth:`GeneralistTransformer.step` appends step t - 1 to a :class:`GeneralistCache` and scores the
 K arms at step t in O(K t); :meth:`GeneralistTransformer.forward` scores a set of query steps of
 whole trajectories at once (query t sees only s < t), for training.
+
+Grouped cache (the default for rollouts).  With Bernoulli rewards a history token takes one of two
+values, x(0) or x(1), so every block's history keys and values take two values too, and the score of
+arm query k on step s is q_k . key(r_s) / sqrt(dh) + beta_h 1[a_s = k].  The attention of query k
+over the sink and the t history steps is therefore exactly an attention over five grouped keys --
+the sink, (r, a_s = k) and (r, a_s != k) for r in {0, 1} -- each with its multiplicity m added to its
+score as log m (log 0 = -inf): softmax over s of (score_s) equals the grouped softmax with the equal
+terms summed.  :class:`GeneralistCache` with ``grouped=True`` stores these multiplicities (how many
+steps s < t had a_s = k and r_s = r) instead of t keys and values per block, so a step costs O(K)
+instead of O(K t) and the cache O(K) memory instead of O(L t D); the function is unchanged (equal to
+the ungrouped cache and to :meth:`GeneralistTransformer.forward` up to float rounding, checked in
+``tests/test_generalist.py``).  ``grouped=False`` keeps every key (any real reward).
 """
 
 from __future__ import annotations
@@ -148,18 +160,49 @@ def _as_block(module: nn.Module) -> Block:
 
 
 class GeneralistCache:
-    """Per-block keys/values of the history of B runs, filled one step at a time (capacity ``horizon``)."""
+    """The history of B runs, filled one step at a time (capacity ``horizon`` steps).
 
-    def __init__(self, model: GeneralistTransformer, batch_size: int, horizon: int, device: torch.device) -> None:
+    ``grouped=False``: every block's keys/values (B, H, T, dh) and the actions (B, T).  ``grouped=True``
+    (rewards in {0, 1} only): the multiplicities ``counts`` (B, K, 2) of (arm, reward) pairs and their
+    totals over arms (B, 2) -- see the module docstring.
+    """
+
+    def __init__(
+        self, model: GeneralistTransformer, batch_size: int, horizon: int, device: torch.device, grouped: bool = False
+    ) -> None:
         cfg = model.config
         h, dh = cfg.n_heads, cfg.d_model // cfg.n_heads
-        shape = (batch_size, h, horizon, dh)
-        self.keys = [torch.zeros(shape, device=device) for _ in model.blocks]
-        self.values = [torch.zeros(shape, device=device) for _ in model.blocks]
-        self.actions = torch.full((batch_size, horizon), -1, dtype=torch.long, device=device)
+        self.grouped = grouped
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        if not grouped:
+            shape = (batch_size, h, horizon, dh)
+            self.keys = [torch.zeros(shape, device=device) for _ in model.blocks]
+            self.values = [torch.zeros(shape, device=device) for _ in model.blocks]
+            self.actions = torch.full((batch_size, horizon), -1, dtype=torch.long, device=device)
+        self.counts: torch.Tensor | None = None
+        """(B, K, 2) with grouped=True: steps s < t with a_s = k and r_s = r (allocated once K is known)."""
+        self.totals = torch.zeros(batch_size, 2, device=device)
+        """(B, 2) with grouped=True: steps s < t with r_s = r, over all arms."""
+        self.batch_size, self.device = batch_size, device
         self.horizon = horizon
         self.steps = 0
         """Number of history steps stored (the next decision is at step ``steps``)."""
+
+    def append_grouped(self, num_arms: int, actions: torch.Tensor, rewards: torch.Tensor) -> None:
+        """Count step ``steps`` (actions (B,) in [0, K), rewards (B,) in {0, 1}) in the grouped cache."""
+        if self.counts is None:
+            self.counts = torch.zeros(self.batch_size, num_arms, 2, device=self.device)
+        if self.counts.shape[1] != num_arms:
+            raise ValueError(f"this cache holds runs of {self.counts.shape[1]} arms, not {num_arms}")
+        if not bool(((rewards == 0) | (rewards == 1)).all()):
+            raise ValueError("a grouped generalist cache takes rewards in {0, 1} only; use new_cache(grouped=False)")
+        if bool(((actions < 0) | (actions >= num_arms)).any()):
+            raise ValueError(f"actions must lie in [0, {num_arms}), got {actions.tolist()}")
+        r = rewards.long()
+        rows = torch.arange(self.batch_size, device=self.device)
+        self.counts[rows, actions, r] += 1.0
+        self.totals[rows, r] += 1.0
 
 
 class GeneralistTransformer(nn.Module):
@@ -223,9 +266,11 @@ class GeneralistTransformer(nn.Module):
         visible = (torch.arange(s, device=actions.device).view(1, 1, s) < query_steps.unsqueeze(-1)).unsqueeze(2)
         return self._decide(features, num_arms, kv, actions, visible)  # visible: (B, Q, 1, S)
 
-    def new_cache(self, batch_size: int, horizon: int, device: torch.device | str = "cpu") -> GeneralistCache:
-        """An empty cache for B runs of up to ``horizon`` steps."""
-        return GeneralistCache(self, batch_size, horizon, torch.device(device))
+    def new_cache(
+        self, batch_size: int, horizon: int, device: torch.device | str = "cpu", grouped: bool = False
+    ) -> GeneralistCache:
+        """An empty cache for B runs of up to ``horizon`` steps (``grouped``: Bernoulli rewards, O(K) steps)."""
+        return GeneralistCache(self, batch_size, horizon, torch.device(device), grouped)
 
     @torch.no_grad()
     def step(
@@ -241,6 +286,10 @@ class GeneralistTransformer(nn.Module):
             t = cache.steps
             if t >= cache.horizon:
                 raise ValueError(f"the cache holds {cache.horizon} steps; it cannot take step {t + 1}")
+            if cache.grouped:
+                cache.append_grouped(num_arms, prev_action, prev_reward)
+                cache.steps = t + 1
+                return self._decide_grouped(cache, num_arms, horizon)
             token = self._history(prev_reward.view(-1, 1))  # (B, 1, D)
             for i, block in enumerate(self.blocks):
                 k, v = _as_block(block).cross.keys_values(token)
@@ -248,6 +297,8 @@ class GeneralistTransformer(nn.Module):
                 cache.values[i][:, :, t : t + 1] = v
             cache.actions[:, t] = prev_action
             cache.steps = t + 1
+        if cache.grouped:
+            return self._decide_grouped(cache, num_arms, horizon)
         t = cache.steps
         b = cache.actions.shape[0]
         device = cache.actions.device
@@ -255,3 +306,37 @@ class GeneralistTransformer(nn.Module):
         kv = [(k[:, :, :t], v[:, :, :t]) for k, v in zip(cache.keys, cache.values, strict=True)]
         visible = torch.ones(b, 1, 1, t, dtype=torch.bool, device=device)
         return self._decide(features, num_arms, kv, cache.actions[:, :t], visible)[:, 0]
+
+    def _decide_grouped(self, cache: GeneralistCache, num_arms: int, horizon: int) -> torch.Tensor:
+        """Logits (B, K) at step ``cache.steps`` from the grouped cache (module docstring: five grouped keys)."""
+        b, t, device = cache.batch_size, cache.steps, cache.device
+        counts = cache.counts if cache.counts is not None else torch.zeros(b, num_arms, 2, device=device)
+        if counts.shape[1] != num_arms:
+            raise ValueError(f"this cache holds runs of {counts.shape[1]} arms, not {num_arms}")
+        features = step_features(torch.full((b, 1), t, device=device), torch.full((b, 1), horizon, device=device))
+        arms = self.arm_in(features).unsqueeze(2).expand(b, 1, num_arms, -1)  # (B, 1, K, D)
+        h = self.config.n_heads
+        beta = torch.tensor(self.config.same_arm_bias, device=device).view(1, h, 1, 1)
+        same = counts.permute(0, 2, 1).unsqueeze(1)  # (B, 1, 2, K): steps of arm k with reward r
+        other = cache.totals.view(b, 1, 2, 1) - same  # steps of the other arms with reward r
+        log_m = torch.cat([same, other], dim=2).log()  # (B, 1, 4, K): log multiplicities, -inf for none
+        tokens = self._history(torch.tensor([[0.0, 1.0]], device=device))  # (1, 2, D): x(0), x(1)
+        for block in self.blocks:
+            blk = _as_block(block)
+            cross = blk.cross
+            dh = cross.head_dim
+            q = cross.query(blk.ln_cross(arms)).view(b, num_arms, h, dh).transpose(1, 2)  # (B, H, K, dh)
+            k, v = cross.keys_values(tokens)  # (1, H, 2, dh): the keys/values of x(0), x(1)
+            keys = torch.cat([cross.sink_key.view(1, h, 1, dh), k], dim=2)  # (1, H, 3, dh): sink, r=0, r=1
+            scores = (q @ keys.transpose(-1, -2)) / math.sqrt(dh)  # (B, H, K, 3)
+            s_r = scores[..., 1:].transpose(-1, -2)  # (B, H, 2, K)
+            grouped = torch.cat([scores[..., :1].transpose(-1, -2), s_r + beta, s_r], dim=2) + F.pad(
+                log_m, (0, 0, 1, 0)
+            )
+            w = torch.softmax(grouped, dim=2)  # (B, H, 5, K) over: sink, (r, same arm), (r, other arms)
+            w_r = w[:, :, 1:3] + w[:, :, 3:5]  # (B, H, 2, K): the weight on each reward value
+            y = w[:, :, :1].transpose(-1, -2) * cross.sink_value.view(1, h, 1, dh) + w_r.transpose(-1, -2) @ v
+            arms = arms + cross.out(y.transpose(1, 2).reshape(b, 1, num_arms, -1))
+            arms = arms + blk.self_attn(blk.ln_self(arms))
+            arms = arms + blk.mlp(blk.ln_mlp(arms))
+        return self.head(self.ln_out(arms)).squeeze(-1)[:, 0]

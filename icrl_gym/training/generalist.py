@@ -167,7 +167,7 @@ def rollout(
     if model is not None:
         if device is None:  # the model's own device
             device = next(model.parameters()).device
-        cache = model.new_cache(b, horizon, device)
+        cache = model.new_cache(b, horizon, device, grouped=True)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     for t in range(horizon):
         index[:, t] = table.lookup(succ, fail, horizon - t)
@@ -243,7 +243,7 @@ def evaluate_regret(
         succ = np.zeros((instances, num_arms), dtype=np.int64)
         fail = np.zeros_like(succ)
         rows = np.arange(instances)
-        cache = model.new_cache(instances, horizon, device) if use_model else None
+        cache = model.new_cache(instances, horizon, device, grouped=True) if use_model else None
         prev: tuple[torch.Tensor, torch.Tensor] | None = None
         regret = np.zeros(instances)
         for t in range(horizon):

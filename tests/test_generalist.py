@@ -1,3 +1,5 @@
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -284,3 +286,20 @@ def test_agent_rejects_a_linear_bandit(tmp_path):
     with pytest.raises(ValueError, match="one-hot"):  # no model in the info: caught at the first action
         agent.reset(dim=5, num_actions=10, horizon=20)
         agent.act(np.random.default_rng(0).uniform(-1, 1, (10, 5)))
+
+
+def test_fine_tuning_run_starts_from_the_given_weights_and_counts_their_time(tmp_path):
+    """init_checkpoint: a new run starts from another run's weights; that run's wall time is in the budget."""
+    first = train(_train_cfg(tmp_path / "first", tmp_path, 3), echo=False)
+    init = tmp_path / "first" / "checkpoints" / "step_0000003"
+    _, first_meta = read_checkpoint(init)
+    cfg = dataclasses.replace(_train_cfg(tmp_path / "second", tmp_path, 3), init_checkpoint=str(init), lr=0.0)
+    second = train(cfg, echo=False)  # lr 0: the weights stay the initial ones
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    _, meta = read_checkpoint(tmp_path / "second" / "checkpoints" / "step_0000003")
+    assert meta["training"]["wall_time_s"] >= first_meta["training"]["wall_time_s"]
+    assert meta["pretrain"]["init_checkpoint"] == str(init)
+    other = dataclasses.replace(cfg, run_dir=str(tmp_path / "third"), model={**TINY, "d_model": 32, "n_heads": 2})
+    with pytest.raises(ValueError, match="holds a model"):
+        train(other, echo=False)

@@ -107,6 +107,10 @@ class GeneralistTrainConfig(DictConfig):
     """K of the in-training evaluation."""
     eval_horizon: int = 200
     """T of the in-training evaluation."""
+    init_checkpoint: str = ""
+    """Start a new run from these weights (a checkpoint of this model, e.g. another run's last) instead of
+    a random initialisation: a fine-tuning phase.  That run's training wall time counts towards
+    ``time_budget_hours`` and is recorded, so the budget covers both phases ('': from scratch)."""
     table_cache: str = "runs/cache"
     """Folder where the Gittins table is kept between processes (5 min to build for T = 500)."""
     device: str = "cpu"
@@ -315,6 +319,17 @@ def _save_state(
             old.with_suffix(suffix).unlink(missing_ok=True)
 
 
+def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
+    """Load ``checkpoint``'s weights into ``model`` (same architecture); returns its training wall seconds."""
+    state, meta = read_checkpoint(checkpoint)
+    if meta.get("model") != json.loads(json.dumps(model.config.to_dict())):  # as stored: tuples are lists
+        raise ValueError(
+            f"init_checkpoint {checkpoint} holds a model {meta.get('model')}, not this run's {model.config.to_dict()}"
+        )
+    model.load_state_dict(state)
+    return float(meta.get("training", {}).get("wall_time_s", 0.0))
+
+
 def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
     """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
     torch.set_num_threads(cfg.threads)
@@ -340,6 +355,9 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
     else:
         n_params = sum(p.numel() for p in model.parameters())
         log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
+        if cfg.init_checkpoint:
+            wall = _init_from(model, cfg.init_checkpoint)
+            log(f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)")
     table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
     sums: dict[str, float] = {}
     count, t_log = 0, time.time()

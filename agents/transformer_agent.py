@@ -38,6 +38,7 @@ from icrl_gym.checkpoint import (
 from icrl_gym.device import resolve_device
 from icrl_gym.models.mdp_transformer import MDPTransformer
 from icrl_gym.models.transformer import BanditTransformer, KVCache
+from icrl_gym.registry import make_agent
 
 _SIZES = ("dim", "num_states", "num_actions", "horizon", "episodes")
 
@@ -92,7 +93,16 @@ class TransformerRollout(CheckpointAgent[ObsT]):
 
     @classmethod
     def pretrained(cls: type[RolloutT], name: str, **kwargs: Any) -> RolloutT:
-        """Load a checkpoint shipped with the package by name (see :func:`pretrained_names`)."""
+        """Load a checkpoint shipped with the package by name (see :func:`pretrained_names`).
+
+        The generalist bandit transformers (any number of arms, any horizon; issue 16) load here too:
+        ``TransformerAgent.pretrained("bernoulli-generalist")`` returns the agent registered for the
+        checkpoint's kind (``kwargs`` go to it, e.g. ``greedy``).
+        """
+        if cls.kind is CheckpointKind.BANDIT_TRANSFORMER and name in pretrained_names(
+            CheckpointKind.GENERALIST_TRANSFORMER
+        ):
+            return make_agent({"name": CheckpointKind.GENERALIST_TRANSFORMER.agent, "checkpoint": name, **kwargs})  # type: ignore[return-value]
         shipped = pretrained_names(cls.kind)
         if name not in shipped:
             raise ValueError(f"no pretrained {cls.kind.value} {name!r}; shipped models: {shipped}")

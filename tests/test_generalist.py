@@ -303,3 +303,20 @@ def test_fine_tuning_run_starts_from_the_given_weights_and_counts_their_time(tmp
     other = dataclasses.replace(cfg, run_dir=str(tmp_path / "third"), model={**TINY, "d_model": 32, "n_heads": 2})
     with pytest.raises(ValueError, match="holds a model"):
         train(other, echo=False)
+
+
+def test_shipped_generalist_loads_by_name_and_plays_any_size():
+    """TransformerAgent.pretrained("bernoulli-generalist") gives the generalist agent; it plays K=7, T=30 by the info."""
+    from agents.transformer_agent import TransformerAgent
+
+    agent = TransformerAgent.pretrained("bernoulli-generalist")
+    assert isinstance(agent, GeneralistAgent) and agent.greedy
+    env = gym.make("ICRL-BernoulliBandit-v0", num_arms=7, horizon=30)
+    obs, info = env.reset(seed=0)
+    agent.reset(info)
+    for _ in range(30):
+        action = agent.act(obs)
+        assert 0 <= int(action) < 7
+        obs, reward, terminated, _, info = env.step(action)
+        agent.update(action, reward)
+    assert terminated

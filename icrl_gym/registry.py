@@ -57,6 +57,7 @@ _ENTRY_POINTS: dict[str, str] = {
     "mdp_transformer": "agents.mdp_transformer_agent:MDPTransformerAgent",
     "meta_rl": "agents.meta_rl_agent:MetaRLAgent",
     "generalist": "agents.generalist_agent:GeneralistAgent",
+    "linear_generalist": "agents.linear_generalist_agent:LinearGeneralistAgent",
 }
 
 _DEFAULTS: dict[str, dict[str, Any]] = {

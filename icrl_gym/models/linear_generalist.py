@@ -1,0 +1,339 @@
+"""The LINEAR generalist in-context transformer (issue 16): one model for any linear bandit of d <= 8.
+
+One pretrained model for stochastic linear bandits r_t = <x_{t,a_t}, w*> + eps_t, eps_t ~ N(0, sigma^2)
+(Section 4.1 of Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024) of any dimension d in
+1..d_max (d_max = 8), any number of arms A, any horizon T, fixed or per-step action sets.  It reads
+the raw trajectory (the action sets, the actions, the rewards) and scores the A arms of step t.
+
+Tokens (fixed per-step transforms of a step's OWN data only; padding: coordinates d..d_max-1 are 0):
+
+* history token of step s < t:  e_s = [x_{s,a_s}, r_s, 1] / sigma  in R^E, E = d_max + 2
+  (dividing by the known noise level makes the Gaussian likelihood's natural parameters
+  sum_s x x^T / sigma^2 and sum_s x r / sigma^2 appear as second moments of the tokens);
+* arm token of arm k at step t, initialised from  f_k = [x_{t,k}, 1[i < d], phi(t, T), log sigma]
+  (phi: :func:`icrl_gym.models.generalist.step_features`, the horizon features of step t).
+
+L blocks of [linear cross-attention arm -> history -> (optional) softmax self-attention across arms
+-> MLP].
+The cross-attention is *linear* (unnormalised-softmax-free) attention, as in the constructions
+of the paper's Section 4 (ReLU/linear attention implementing gradient descent for ridge regression,
+Theorems 8-10 of Lin et al. and Bai et al. 2023): head h of arm query q_k = W_q h_k reads
+
+    y_k = [ q_k^T (sum_{s<t} K_h^T e_s e_s^T V_h + S_h) ] / (c_h + sum_{s<t} sum_i delta_{h,i} e_{s,i}^2)
+
+with learned K_h, V_h (E x dh), a learned "sink" S_h (dh x dh, the prior's contribution: with the
+tokens divided by sigma the prior precision I / v and prior term m / v are constants), a learned
+c_h > 0 and delta_h >= 0 (a trace normaliser that keeps the step size of the implied iteration
+below 1 for any t and sigma).  Stacked, such heads apply polynomials of the posterior precision
+Lambda_t = I / v + sum_s x_s x_s^T / sigma^2 to the query's channels: L blocks represent L steps of
+preconditioned gradient descent / a degree-L Krylov approximation of Lambda_t^{-1} (x_k or the
+natural mean parameter), i.e. the posterior mean and the posterior width of arm k (Appendix F.1).
+The history tokens are not updated by the blocks, so the attention's state is exactly the
+moment matrix M_t = sum_{s<t} e_s e_s^T (E x E): :class:`LinearGeneralistCache` keeps M_t, a step
+costs O(A D^2) whatever t (T = 1000 runs as fast as T = 10), and :meth:`LinearGeneralistTransformer.forward`
+scores any query steps of whole trajectories from the prefix sums of e_s e_s^T (query t sees s < t only).
+
+Arms are exchangeable (no arm positions anywhere): permuting the arms of every action set permutes
+the logits.  Each block's MLP also reads m bilinear readouts x_{t,k}^T U_j h_k (the arm's features
+against its token: the posterior mean <x_k, mu_t> and width x_k^T Lambda^{-1} x_k are of this form), and
+the logit is  w^T LayerNorm(h_k) + b + x_{t,k}^T U_out h_k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from icrl_gym.fileio import DictConfig
+from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
+
+D_MAX = 8
+"""Largest dimension d of the arms (smaller d are zero-padded to it)."""
+
+
+@dataclass
+class LinearGeneralistConfig(DictConfig):
+    """Architecture of :class:`LinearGeneralistTransformer` (nothing here depends on d <= d_max, A or T)."""
+
+    d_model: int = 64
+    """Width D of the arm tokens."""
+    n_heads: int = 4
+    """Heads H of every cross- and self-attention (D must be a multiple of H)."""
+    n_layers: int = 4
+    """Number L of [linear cross-attention, arm self-attention, MLP] blocks."""
+    mlp_ratio: int = 4
+    """Hidden width of the MLPs as a multiple of D."""
+    readouts: int = 8
+    """Bilinear readouts x_k^T U_j h_k fed to every MLP."""
+    arm_attention: bool = False
+    """Softmax self-attention across the arms of a step in every block (an index policy, as the
+    expert, needs none: each arm's logit then depends on its own features and the history only)."""
+    d_max: int = D_MAX
+    """Arms are zero-padded to this dimension."""
+
+    @property
+    def token_dim(self) -> int:
+        """E = d_max + 2: [x, r, 1] / sigma."""
+        return self.d_max + 2
+
+    @property
+    def arm_features(self) -> int:
+        """[x (d_max), dimension mask (d_max), phi(t, T) (4), log sigma]."""
+        return 2 * self.d_max + NUM_STEP_FEATURES + 1
+
+
+def history_tokens(chosen: torch.Tensor, rewards: torch.Tensor, noise_std: torch.Tensor) -> torch.Tensor:
+    """e_s = [x_{s,a_s}, r_s, 1] / sigma (B, S, E) from the chosen arms (B, S, d_max), rewards (B, S), sigma (B,)."""
+    ones = torch.ones_like(rewards)
+    return torch.cat([chosen, rewards.unsqueeze(-1), ones.unsqueeze(-1)], dim=-1) / noise_std.view(-1, 1, 1)
+
+
+def arm_features(
+    arms: torch.Tensor, dim: torch.Tensor, steps: torch.Tensor, horizon: torch.Tensor, noise_std: torch.Tensor
+) -> torch.Tensor:
+    """f_k (B, Q, A, F) from arms (B, Q, A, d_max), d (B,), steps t (B, Q), T (B,), sigma (B,)."""
+    b, nq, na, dmax = arms.shape
+    mask = (torch.arange(dmax, device=arms.device).view(1, -1) < dim.view(-1, 1)).float()  # (B, d_max)
+    phi = step_features(steps, horizon.view(-1, 1).expand_as(steps))  # (B, Q, 4)
+    per_step = torch.cat(
+        [mask.view(b, 1, dmax).expand(b, nq, dmax), phi, noise_std.log().view(b, 1, 1).expand(b, nq, 1)], dim=-1
+    )
+    return torch.cat([arms, per_step.unsqueeze(2).expand(b, nq, na, per_step.shape[-1])], dim=-1)
+
+
+class LinearCrossAttention(nn.Module):
+    """Linear attention of the arm tokens over the moment matrix of the history (module docstring)."""
+
+    def __init__(self, config: LinearGeneralistConfig) -> None:
+        super().__init__()
+        d, h, e = config.d_model, config.n_heads, config.token_dim
+        self.n_heads, self.head_dim = h, d // h
+        self.query = nn.Linear(d, d, bias=False)
+        self.key = nn.Parameter(torch.randn(h, e, self.head_dim) / math.sqrt(e))
+        self.value = nn.Parameter(torch.randn(h, e, self.head_dim) / math.sqrt(e))
+        self.sink = nn.Parameter(torch.zeros(h, self.head_dim, self.head_dim))
+        self.log_c = nn.Parameter(torch.zeros(h))
+        delta = torch.full((h, e), -4.0)
+        delta[:, : config.d_max] = 0.5  # softplus(0.5) ~ 1: the trace of the Gram matrix
+        self.delta = nn.Parameter(delta)
+        self.out = nn.Linear(d, d)
+        nn.init.normal_(self.query.weight, std=0.3 / math.sqrt(d))
+
+    def states(self, moments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Moment matrices (..., E, E) -> per-head states K^T M V + S (..., H, dh, dh) and normalisers (..., H)."""
+        state = torch.einsum("...ij,hid,hje->...hde", moments, self.key, self.value) + self.sink
+        diag = torch.diagonal(moments, dim1=-2, dim2=-1)  # (..., E)
+        norm = self.log_c.exp() + diag @ F.softplus(self.delta).T  # (..., H)
+        return state, norm
+
+    def forward(self, arms: torch.Tensor, state: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+        """Arm tokens (B, Q, A, D), states (B, Q, H, dh, dh), normalisers (B, Q, H) -> (B, Q, A, D)."""
+        b, nq, na, d = arms.shape
+        q = self.query(arms).view(b, nq, na, self.n_heads, self.head_dim)
+        y = torch.einsum("bqahd,bqhde->bqahe", q, state) / norm.view(b, nq, 1, self.n_heads, 1)
+        return self.out(y.reshape(b, nq, na, d))
+
+
+class ArmSelfAttention(nn.Module):
+    """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant)."""
+
+    def __init__(self, config: LinearGeneralistConfig) -> None:
+        super().__init__()
+        d, h = config.d_model, config.n_heads
+        self.n_heads, self.head_dim = h, d // h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
+        """(B, Q, A, D) with ``arm_mask`` (B, A) (True: a real arm) or None -> (B, Q, A, D)."""
+        b, nq, na, d = arms.shape
+        q, k, v = self.qkv(arms).view(b * nq, na, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        mask = None
+        if arm_mask is not None:
+            mask = arm_mask.view(b, 1, 1, 1, na).expand(b, nq, 1, 1, na).reshape(b * nq, 1, 1, na)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (BQ, H, A, A)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        y = torch.softmax(scores, dim=-1) @ v  # (BQ, H, A, dh)
+        return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
+
+
+class Readout(nn.Module):
+    """m bilinear readouts x_k^T U_j h_k (..., m) of the arm features x_k (..., d_max) against tokens h_k."""
+
+    def __init__(self, config: LinearGeneralistConfig, outputs: int) -> None:
+        super().__init__()
+        self.outputs, self.d_max = outputs, config.d_max
+        self.proj = nn.Linear(config.d_model, outputs * config.d_max, bias=False)
+        nn.init.normal_(self.proj.weight, std=0.1 / math.sqrt(config.d_model))
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Arm features x (..., d_max) and tokens h (..., D) -> readouts (..., m)."""
+        u = self.proj(h).view(*h.shape[:-1], self.outputs, self.d_max)
+        return (u * x.unsqueeze(-2)).sum(-1)
+
+
+class Block(nn.Module):
+    """[linear cross-attention -> arm self-attention -> MLP(LN(h), readouts)], residual."""
+
+    def __init__(self, config: LinearGeneralistConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.cross = LinearCrossAttention(config)
+        self.ln_mlp = nn.LayerNorm(d)
+        self.ln_self: nn.Module | None = nn.LayerNorm(d) if config.arm_attention else None
+        self.self_attn: ArmSelfAttention | None = ArmSelfAttention(config) if config.arm_attention else None
+        self.readout = Readout(config, config.readouts)
+        hidden = config.mlp_ratio * d
+        self.mlp = nn.Sequential(nn.Linear(d + config.readouts, hidden), nn.GELU(), nn.Linear(hidden, d))
+
+    def forward(
+        self,
+        arms: torch.Tensor,
+        x: torch.Tensor,
+        state: torch.Tensor,
+        norm: torch.Tensor,
+        arm_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Arm tokens (B, Q, A, D), arm features x (B, Q, A, d_max) -> (B, Q, A, D)."""
+        arms = arms + self.cross(arms, state, norm)
+        if self.self_attn is not None and self.ln_self is not None:
+            arms = arms + self.self_attn(self.ln_self(arms), arm_mask)
+        return arms + self.mlp(torch.cat([self.ln_mlp(arms), self.readout(x, arms)], dim=-1))
+
+
+def _as_block(module: nn.Module) -> Block:
+    if not isinstance(module, Block):
+        raise TypeError(f"expected a Block, got {type(module).__name__}")
+    return module
+
+
+class LinearGeneralistCache:
+    """The history of B runs as the linear attention's state: the moment matrices M_t (B, E, E) and t."""
+
+    def __init__(self, batch_size: int, token_dim: int, device: torch.device) -> None:
+        self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device)
+        self.steps = 0
+        """Steps in the history (the next decision is at step ``steps``)."""
+
+    def append(self, tokens: torch.Tensor) -> None:
+        """Add history tokens e_s (B, E) of one step."""
+        self.moments += tokens.unsqueeze(-1) * tokens.unsqueeze(-2)
+        self.steps += 1
+
+
+class LinearGeneralistTransformer(nn.Module):
+    """Per-arm query transformer over a raw linear-bandit trajectory (see the module docstring)."""
+
+    def __init__(self, config: LinearGeneralistConfig) -> None:
+        super().__init__()
+        if config.d_model % config.n_heads:
+            raise ValueError(f"d_model={config.d_model} is not a multiple of n_heads={config.n_heads}")
+        self.config = config
+        d = config.d_model
+        self.arm_in = nn.Linear(config.arm_features, d)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_out = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 1)
+        self.readout_out = Readout(config, 1)
+
+    def pad(self, arms: torch.Tensor) -> torch.Tensor:
+        """Zero-pad arms (..., d) to (..., d_max)."""
+        d = arms.shape[-1]
+        if d > self.config.d_max:
+            raise ValueError(f"this model plays d <= {self.config.d_max}, got arms of dimension {d}")
+        return F.pad(arms.float(), (0, self.config.d_max - d))
+
+    def _decide(
+        self,
+        arms: torch.Tensor,
+        features: torch.Tensor,
+        moments: torch.Tensor,
+        arm_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Arms (B, Q, A, d_max), features (B, Q, A, F), moments (B, Q, E, E) -> logits (B, Q, A)."""
+        h = self.arm_in(features)
+        for block in self.blocks:
+            blk = _as_block(block)
+            state, norm = blk.cross.states(moments)
+            h = blk(h, arms, state, norm, arm_mask)
+        logits = self.head(self.ln_out(h)).squeeze(-1) + self.readout_out(arms, h).squeeze(-1)
+        if arm_mask is not None:
+            logits = logits.masked_fill(~arm_mask.unsqueeze(1), float("-inf"))
+        return logits
+
+    def forward(
+        self,
+        action_sets: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        query_steps: torch.Tensor,
+        horizon: torch.Tensor | int,
+        noise_std: torch.Tensor | float,
+        dim: torch.Tensor | int | None = None,
+        arm_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, Q, A) of the policy at steps ``query_steps`` (B, Q) of whole trajectories.
+
+        action_sets (B, S, A, d) (per step; a fixed set may be an expanded view) or (B, A, d) (fixed),
+        actions (B, S) long, rewards (B, S): the trajectory; query step t (0-based, t steps done) sees
+        steps s < t only and scores the action set of step t (t < S, or t <= S with a fixed set).
+        ``horizon`` T, ``noise_std`` sigma and ``dim`` d (default: the arms' width) are ints/floats or (B,).
+        ``arm_mask`` (B, A): False marks padding arms (their logits are -inf; the others do not see them).
+        """
+        b, s = actions.shape
+        device = actions.device
+        sets = self.pad(action_sets)
+        if sets.dim() == 3:
+            sets = sets.unsqueeze(1).expand(b, s + 1, *sets.shape[1:])
+        horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
+        sigma = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
+        dims = torch.as_tensor(action_sets.shape[-1] if dim is None else dim, device=device).reshape(-1).expand(b)
+        rows = torch.arange(b, device=device).view(-1, 1)
+        chosen = sets[rows, torch.arange(s, device=device).view(1, -1), actions]  # (B, S, d_max)
+        tokens = history_tokens(chosen, rewards.float(), sigma)  # (B, S, E)
+        outer = tokens.unsqueeze(-1) * tokens.unsqueeze(-2)  # (B, S, E, E)
+        prefix = F.pad(outer.cumsum(dim=1), (0, 0, 0, 0, 1, 0))  # (B, S + 1, E, E): sum over s < t
+        moments = prefix[rows, query_steps]  # (B, Q, E, E)
+        arms = sets[rows, query_steps]  # (B, Q, A, d_max)
+        features = arm_features(arms, dims, query_steps, horizon_t, sigma)
+        return self._decide(arms, features, moments, arm_mask)
+
+    def new_cache(self, batch_size: int, device: torch.device | str = "cpu") -> LinearGeneralistCache:
+        """An empty cache (history of B runs)."""
+        return LinearGeneralistCache(batch_size, self.config.token_dim, torch.device(device))
+
+    @torch.no_grad()
+    def append(
+        self, cache: LinearGeneralistCache, chosen: torch.Tensor, rewards: torch.Tensor, noise_std: torch.Tensor | float
+    ) -> None:
+        """Append one step: the chosen arms (B, d) and rewards (B,) to the cache (O(E^2) per run)."""
+        b = chosen.shape[0]
+        sigma = torch.as_tensor(noise_std, dtype=torch.float32, device=chosen.device).reshape(-1).expand(b)
+        token = history_tokens(self.pad(chosen).unsqueeze(1), rewards.float().view(b, 1), sigma)[:, 0]
+        cache.append(token)
+
+    @torch.no_grad()
+    def step(
+        self,
+        cache: LinearGeneralistCache,
+        action_set: torch.Tensor,
+        horizon: torch.Tensor | int,
+        noise_std: torch.Tensor | float,
+        dim: torch.Tensor | int | None = None,
+        arm_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, A) at step ``cache.steps`` for the action set (B, A, d) of that step."""
+        b = action_set.shape[0]
+        device = action_set.device
+        arms = self.pad(action_set).unsqueeze(1)  # (B, 1, A, d_max)
+        horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
+        sigma = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
+        dims = torch.as_tensor(action_set.shape[-1] if dim is None else dim, device=device).reshape(-1).expand(b)
+        steps = torch.full((b, 1), cache.steps, device=device)
+        features = arm_features(arms, dims, steps, horizon_t, sigma)
+        return self._decide(arms, features, cache.moments.unsqueeze(1), arm_mask)[:, 0]

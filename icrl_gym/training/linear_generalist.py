@@ -1,0 +1,505 @@
+"""Supervised pretraining of the LINEAR generalist transformer (issue 16) on a Bayes-level expert.
+
+Supervised pretraining as in Section 2.2 / Section 4.1 of Lin, Bai, Mei, "Transformers as Decision
+Makers" (ICLR 2024): contexts D_T are drawn from a context algorithm, and the model imitates an expert
+algorithm's action at every query step (algorithm distillation with an expert, Eq. (3)).
+
+The expert is the Gaussian-posterior index policy with the matched prior N(m 1, v I), m = 1/2,
+v = 1/12 (the mean and variance of U[0, 1]; Appendix F.1):
+
+    a_t = argmax_k  <x_{t,k}, mu_t> + z * sqrt(x_{t,k}^T Sigma_t x_{t,k}),
+    Sigma_t = (I / v + sum_{s<t} x_s x_s^T / sigma^2)^{-1},   mu_t = Sigma_t (m 1 / v + sum_{s<t} x_s r_s / sigma^2),
+
+with a constant z (``expert_z``; z = 0 is the greedy posterior mean).  z = 1.5 was measured below
+the issue's bound 1.10 x min(Bayes-UCB, TS, LinUCB) in every cell of the acceptance grid (1,000
+instances per cell), with a wide margin, where z = 0 is not (sigma = 0.5, T = 500).
+
+Every step draws a fresh batch in numpy from ``default_rng([seed, step])``: one (A, T) (A uniform
+in [min_arms, max_arms], T log-uniform in [min_horizon, max_horizon]), per trajectory d uniform in
+[min_dim, max_dim] (zero-padded to d_max), sigma log-uniform in [min_noise, max_noise], w* ~ U[0,1]^d,
+arms Unif[-1, 1]^d or N(0, I/d) (``gaussian_arms_fraction``), fixed or per-step action sets
+(``per_step_fraction``).  Behaviour: the expert with eps-uniform exploration (eps ~ U[0, max_epsilon]
+per trajectory), or from ``dagger_start`` on with probability ``dagger_fraction`` the model itself
+(greedy, same eps): DAgger.  At Q random query steps the target is the expert's action given the
+history (hard, or softmax(index / label_temperature)); the loss is the cross-entropy.  The log also
+reports ``agree`` (argmax equal to the expert's) and ``gap`` (the expert index lost by the model's
+argmax, in reward units).
+
+Resumable bit for bit (the weights, optimiser, torch RNG, step and history are written atomically
+every ``checkpoint_every`` steps; a restarted run continues from the latest) and capped at
+``time_budget_hours`` of training wall time summed over resumes (recorded in every checkpoint)::
+
+    OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist icrl_gym/pretrained/configs/linear-generalist.json
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
+from icrl_gym.device import resolve_device
+from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
+from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+
+PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
+"""The matched Gaussian prior N(1/2, I/12) of w* ~ U[0, 1]^d."""
+
+
+@dataclass
+class LinearGeneralistTrainConfig(DictConfig):
+    """Everything that defines a pretraining run of the linear generalist transformer."""
+
+    run_dir: str = "runs/linear-generalist"
+    """Folder of the log, the checkpoints and the resume state."""
+    seed: int = 0
+    """Seed of the initialisation and of every batch (step i draws from default_rng([seed, i]))."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """:class:`LinearGeneralistConfig` fields (defaults where left out)."""
+    steps: int = 20_000
+    """Optimiser steps (the cosine schedule spans them)."""
+    time_budget_hours: float = 3.9
+    """Stop (and save) once the training wall time, summed over resumes, exceeds this."""
+    min_dim: int = 2
+    max_dim: int = 8
+    min_arms: int = 2
+    max_arms: int = 20
+    min_horizon: int = 20
+    max_horizon: int = 500
+    min_noise: float = 0.4
+    """sigma is log-uniform in [min_noise, max_noise] per trajectory."""
+    max_noise: float = 2.5
+    gaussian_arms_fraction: float = 0.3
+    """Probability that a trajectory's arms are N(0, I/d) rows (else Unif[-1, 1]^d)."""
+    per_step_fraction: float = 0.3
+    """Probability that a batch has a fresh action set every step (else one per run)."""
+    expert_z: float = 1.5
+    """z of the expert's index <x, mu_t> + z * posterior std (module docstring)."""
+    queries: int = 32
+    """Query steps Q per trajectory."""
+    cost_per_batch: float = 40_000.0
+    """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
+    min_batch: int = 8
+    max_batch: int = 256
+    max_epsilon: float = 0.5
+    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
+    dagger_start: int = 2_000
+    dagger_fraction: float = 0.2
+    label_temperature: float = 0.0
+    """0: one-hot expert action; > 0: softmax(index / label_temperature) (reward units)."""
+    lr: float = 1e-3
+    warmup: int = 300
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    log_every: int = 50
+    checkpoint_every: int = 200
+    eval_every: int = 500
+    """Steps between regret evaluations (0: never) on ``eval_cells``."""
+    eval_instances: int = 200
+    eval_cells: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
+            {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 0.5},
+            {"dim": 8, "num_actions": 20, "horizon": 200, "noise_std": 1.5},
+        ]
+    )
+    """Evaluation settings (keys: dim, num_actions, horizon, noise_std, arms, action_set)."""
+    device: str = "cpu"
+    """'auto' (CUDA when present), 'cpu', 'cuda', ..."""
+    threads: int = 1
+
+
+@dataclass
+class Instances:
+    """B linear-bandit runs: w* (B, d_max), action sets (B, T or 1, A, d_max), noise (B, T), sigma (B,), d (B,)."""
+
+    w: np.ndarray
+    sets: np.ndarray
+    noise: np.ndarray
+    sigma: np.ndarray
+    dim: np.ndarray
+    horizon: int
+
+    def action_set(self, t: int) -> np.ndarray:
+        """The action sets (B, A, d_max) of step t."""
+        return self.sets[:, t if self.sets.shape[1] > 1 else 0]
+
+
+def draw_instances(
+    rng: np.random.Generator,
+    batch: int,
+    num_arms: int,
+    horizon: int,
+    dim: np.ndarray,
+    sigma: np.ndarray,
+    gaussian_arms: np.ndarray,
+    per_step: bool,
+    d_max: int = 8,
+) -> Instances:
+    """Draw w* ~ U[0,1]^d, the arms (Unif[-1,1]^d or N(0, I/d) rows, zero-padded) and the noise."""
+    mask = np.arange(d_max)[None, :] < dim[:, None]  # (B, d_max)
+    w = rng.random((batch, d_max)) * mask
+    steps = horizon if per_step else 1
+    shape = (batch, steps, num_arms, d_max)
+    sets = rng.random(shape, dtype=np.float32) * 2.0 - 1.0  # float32: (B, T, A, d_max) may be large
+    sets *= mask[:, None, None, :]
+    normal = np.flatnonzero(gaussian_arms)
+    if normal.size:
+        scale = (mask[normal] / np.sqrt(dim[normal])[:, None]).astype(np.float32)
+        sets[normal] = rng.standard_normal((normal.size, *shape[1:]), dtype=np.float32) * scale[:, None, None, :]
+    noise = rng.standard_normal((batch, horizon))
+    return Instances(w, sets, noise, sigma.astype(np.float64), dim, horizon)
+
+
+class GaussianExpert:
+    """The expert's posterior (module docstring), kept by Sherman-Morrison: Sigma (B, d_max, d_max), eta (B, d_max)."""
+
+    def __init__(self, sigma: np.ndarray, d_max: int, z: float) -> None:
+        b = sigma.shape[0]
+        self.s2, self.z = sigma**2, z
+        self.cov = np.broadcast_to(np.eye(d_max) * PRIOR_VAR, (b, d_max, d_max)).copy()
+        self.eta = np.full((b, d_max), PRIOR_MEAN / PRIOR_VAR)  # natural mean parameter Sigma^{-1} mu
+
+    def index(self, arms: np.ndarray) -> np.ndarray:
+        """<x_k, mu> + z sqrt(x_k^T Sigma x_k) of arms (B, A, d_max) -> (B, A)."""
+        mu = np.einsum("bij,bj->bi", self.cov, self.eta)
+        mean = np.einsum("bad,bd->ba", arms, mu)
+        if self.z == 0:
+            return mean
+        var = np.einsum("bad,bde,bae->ba", arms, self.cov, arms)
+        return mean + self.z * np.sqrt(np.maximum(var, 0.0))
+
+    def update(self, x: np.ndarray, r: np.ndarray) -> None:
+        """Observe x (B, d_max), r (B,): Sigma <- (Sigma^{-1} + x x^T / s2)^{-1}, eta += x r / s2."""
+        cx = np.einsum("bij,bj->bi", self.cov, x)
+        denom = self.s2 + np.einsum("bi,bi->b", x, cx)
+        self.cov -= cx[:, :, None] * cx[:, None, :] / denom[:, None, None]
+        self.eta += x * (r / self.s2)[:, None]
+
+
+def rollout(
+    inst: Instances,
+    epsilon: np.ndarray,
+    rng: np.random.Generator,
+    z: float,
+    model: LinearGeneralistTransformer | None = None,
+    device: torch.device | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Play eps-expert (``model`` None) or eps-greedy model on ``inst``.
+
+    Returns actions (B, T), rewards (B, T), the expert index (B, T, A) before every step and the
+    per-run pseudo-regret (B,).
+    """
+    b, horizon = inst.noise.shape
+    num_arms = inst.sets.shape[2]
+    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z)
+    actions = np.zeros((b, horizon), dtype=np.int64)
+    rewards = np.zeros((b, horizon))
+    index = np.zeros((b, horizon, num_arms), dtype=np.float32)
+    regret = np.zeros(b)
+    rows = np.arange(b)
+    cache = None
+    if model is not None:
+        device = next(model.parameters()).device if device is None else device
+        cache = model.new_cache(b, device)
+        sigma_t = torch.as_tensor(inst.sigma, dtype=torch.float32, device=device)
+        dim_t = torch.as_tensor(inst.dim, device=device)
+    for t in range(horizon):
+        arms = inst.action_set(t).astype(np.float64)
+        index[:, t] = expert.index(arms)
+        if model is None or cache is None:
+            greedy = index[:, t].argmax(axis=1)
+        else:
+            arms_t = torch.as_tensor(arms, dtype=torch.float32, device=device)
+            greedy = model.step(cache, arms_t, horizon, sigma_t, dim_t).argmax(dim=1).cpu().numpy()
+        explore = rng.random(b) < epsilon if epsilon.any() else np.zeros(b, dtype=bool)
+        a = np.where(explore, rng.integers(0, num_arms, b), greedy) if explore.any() else greedy
+        x = arms[rows, a]
+        means = np.einsum("bad,bd->ba", arms, inst.w)
+        r = means[rows, a] + inst.sigma * inst.noise[:, t]
+        regret += means.max(axis=1) - means[rows, a]
+        expert.update(x, r)
+        if model is not None and cache is not None:
+            model.append(cache, torch.as_tensor(x, dtype=torch.float32, device=device), torch.as_tensor(r), sigma_t)
+        actions[:, t], rewards[:, t] = a, r
+    return actions, rewards, index, regret
+
+
+@dataclass
+class Batch:
+    """One training batch: B trajectories of one (A, T) and the expert targets at Q query steps."""
+
+    inst: Instances
+    actions: np.ndarray
+    rewards: np.ndarray
+    query_steps: np.ndarray
+    index: np.ndarray
+    """(B, Q, A) expert index at the query steps."""
+    targets: np.ndarray
+    """(B, Q, A) target distributions."""
+
+
+def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
+    """One-hot argmax (temperature 0) or softmax(index / temperature), (..., A)."""
+    if temperature > 0:
+        z = (index - index.max(axis=-1, keepdims=True)) / temperature
+        p = np.exp(z)
+        return p / p.sum(axis=-1, keepdims=True)
+    return np.eye(index.shape[-1])[index.argmax(axis=-1)]
+
+
+def sample_batch(
+    cfg: LinearGeneralistTrainConfig,
+    rng: np.random.Generator,
+    model: LinearGeneralistTransformer | None = None,
+    device: torch.device | None = None,
+) -> Batch:
+    """Draw (A, T), B instances and their trajectories (the eps-expert's or the model's when given)."""
+    num_arms = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
+    horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
+    b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * num_arms + horizon / 2)), cfg.min_batch, cfg.max_batch))
+    per_step = bool(rng.random() < cfg.per_step_fraction)
+    dim = rng.integers(cfg.min_dim, cfg.max_dim + 1, b)
+    sigma = np.exp(rng.uniform(math.log(cfg.min_noise), math.log(cfg.max_noise), b))
+    gaussian = rng.random(b) < cfg.gaussian_arms_fraction
+    d_max = model.config.d_max if model is not None else LinearGeneralistConfig.from_dict(cfg.model).d_max
+    inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
+    epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
+    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device)
+    query_steps = rng.integers(0, horizon, (b, cfg.queries))
+    q_index = index[np.arange(b)[:, None], query_steps].astype(np.float64)
+    return Batch(inst, actions, rewards, query_steps, q_index, targets_from_index(q_index, cfg.label_temperature))
+
+
+def batch_loss(
+    model: LinearGeneralistTransformer, batch: Batch, device: torch.device
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy to the targets; ``agree`` (argmax = expert's) and ``gap`` (expert index lost) metrics."""
+    inst = batch.inst
+    logits = model(
+        torch.as_tensor(inst.sets, device=device).expand(-1, inst.horizon, -1, -1),
+        torch.as_tensor(batch.actions, device=device),
+        torch.as_tensor(batch.rewards, dtype=torch.float32, device=device),
+        torch.as_tensor(batch.query_steps, device=device),
+        inst.horizon,
+        torch.as_tensor(inst.sigma, dtype=torch.float32, device=device),
+        torch.as_tensor(inst.dim, device=device),
+    )  # (B, Q, A)
+    target = torch.as_tensor(batch.targets, dtype=torch.float32, device=device)
+    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    pick = logits.argmax(-1).cpu().numpy()
+    chosen = np.take_along_axis(batch.index, pick[..., None], axis=-1)[..., 0]
+    gap = batch.index.max(axis=-1) - chosen
+    agree = pick == batch.index.argmax(axis=-1)
+    return loss, {"loss": loss.item(), "agree": float(agree.mean()), "gap": float(gap.mean())}
+
+
+def evaluate(
+    model: LinearGeneralistTransformer | None,
+    cell: dict[str, Any],
+    instances: int,
+    seed: int,
+    z: float,
+    device: torch.device,
+) -> np.ndarray:
+    """Per-run regret (instances,) of the greedy model (or, ``model`` None, the expert) on fixed instances.
+
+    The same ``seed`` gives the same instances and noise (common random numbers) for every policy.
+    """
+    rng = np.random.default_rng(seed)
+    d, a, horizon = int(cell.get("dim", 5)), int(cell.get("num_actions", 10)), int(cell.get("horizon", 200))
+    dim = np.full(instances, d)
+    sigma = np.full(instances, float(cell.get("noise_std", 1.5)))
+    gaussian = np.full(instances, cell.get("arms", "uniform") == "gaussian")
+    inst = draw_instances(rng, instances, a, horizon, dim, sigma, gaussian, cell.get("action_set") == "per_step")
+    with torch.no_grad():
+        return rollout(inst, np.zeros(instances), rng, z, model, device)[3]
+
+
+def learning_rate(cfg: LinearGeneralistTrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr at cfg.steps."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _save_state(
+    run_dir: Path,
+    model: LinearGeneralistTransformer,
+    opt: torch.optim.Optimizer,
+    cfg: LinearGeneralistTrainConfig,
+    step: int,
+    wall: float,
+    history: list[dict[str, float]],
+) -> None:
+    """Write the checkpoint, the optimiser state and, last, the pointer to them (each atomically)."""
+    stem = run_dir / "checkpoints" / f"step_{step:07d}"
+    meta = {
+        "family": "linear",
+        "env": {
+            "reward": "gaussian",
+            "arms": "uniform|gaussian",
+            "prior": "uniform",
+            "prior_low": 0.0,
+            "prior_high": 1.0,
+            "action_set": "fixed|per_step",
+        },
+        "trained_range": {
+            "dim": [cfg.min_dim, cfg.max_dim],
+            "num_actions": [cfg.min_arms, cfg.max_arms],
+            "horizon": [cfg.min_horizon, cfg.max_horizon],
+            "noise_std": [cfg.min_noise, cfg.max_noise],
+        },
+        "expert": {
+            "name": "gaussian_posterior_index",
+            "z": cfg.expert_z,
+            "prior_mean": PRIOR_MEAN,
+            "prior_var": PRIOR_VAR,
+        },
+        "pretrain": cfg.to_dict(),
+        "training": {
+            "steps": step,
+            "planned_steps": cfg.steps,
+            "wall_time_s": wall,
+            "time_budget_hours": cfg.time_budget_hours,
+            "threads": torch.get_num_threads(),
+            "device": str(next(model.parameters()).device),
+            "seed": cfg.seed,
+            "command": " ".join([sys.executable, *sys.argv]),
+            "history": history[-200:],
+        },
+    }
+    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    buf = io.BytesIO()
+    torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, buf)
+    atomic_write_bytes(stem.with_suffix(".state.pt"), buf.getvalue())
+    pointer = {"step": step, "checkpoint": stem.name, "wall_time_s": wall, "history": history}
+    atomic_write_bytes(run_dir / "latest.json", json.dumps(pointer).encode())
+    keep = {f"step_{s:07d}" for s in range(0, step + 1, 1000)}  # every 1,000th for the learning curve
+    for old in sorted((run_dir / "checkpoints").glob("step_*.json"))[:-2]:
+        if old.stem not in keep:
+            for suffix in (".json", ".safetensors", ".state.pt"):
+                old.with_suffix(suffix).unlink(missing_ok=True)
+
+
+def load_model(checkpoint: str | os.PathLike, device: torch.device | str = "cpu") -> LinearGeneralistTransformer:
+    """The model of a checkpoint of this trainer."""
+    state, meta = read_checkpoint(checkpoint)
+    model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(meta["model"]))
+    model.load_state_dict(state, strict=True)
+    return model.to(device).eval()
+
+
+def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGeneralistTransformer:
+    """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
+    torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = RunLog(run_dir / "train.log", echo)
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    torch.manual_seed(cfg.seed)
+    model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step, wall, history = 0, 0.0, []
+    pointer = run_dir / "latest.json"
+    if pointer.exists():
+        latest = json.loads(pointer.read_text())
+        stem = run_dir / "checkpoints" / latest["checkpoint"]
+        state, _ = read_checkpoint(stem)
+        model.load_state_dict(state)
+        extra = torch.load(stem.with_suffix(".state.pt"), weights_only=True)
+        opt.load_state_dict(extra["optimizer"])
+        torch.set_rng_state(extra["torch_rng"])
+        step, wall, history = latest["step"], latest["wall_time_s"], latest["history"]
+        log(f"resumed from {stem} at step {step} ({wall / 3600:.2f} h of training so far)")
+    else:
+        n_params = sum(p.numel() for p in model.parameters())
+        log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
+    sums: dict[str, float] = {}
+    count, t_log = 0, time.time()
+    budget = cfg.time_budget_hours * 3600
+    while step < cfg.steps and wall < budget:
+        t0 = time.time()
+        rng = np.random.default_rng([cfg.seed, step])
+        use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
+        model.eval()
+        with torch.no_grad():
+            batch = sample_batch(cfg, rng, model if use_model else None, device)
+        model.train()
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(cfg, step)
+        loss, metrics = batch_loss(model, batch, device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        step += 1
+        wall += time.time() - t0
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + value
+        sums["dagger"] = sums.get("dagger", 0.0) + use_model
+        count += 1
+        if step % cfg.log_every == 0:
+            avg = {key: value / count for key, value in sums.items()}
+            log(
+                f"step {step} loss {avg['loss']:.4f} agree {avg['agree']:.3f} gap {avg['gap']:.4f} "
+                f"dagger {avg['dagger']:.2f} lr {learning_rate(cfg, step - 1):.2e} "
+                f"{(time.time() - t_log) / count:.3f} s/step wall {wall / 3600:.2f} h"
+            )
+            history.append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
+            sums, count, t_log = {}, 0, time.time()
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            model.eval()
+            entry: dict[str, Any] = {"step": step}
+            for i, cell in enumerate(cfg.eval_cells):
+                ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+                ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+                se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
+                own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
+                log(
+                    f"eval step {step}: {cell} regret {ours.mean():.2f} +- {own_se:.2f} "
+                    f"(expert {ref.mean():.2f}, paired diff {ours.mean() - ref.mean():+.2f} +- {se:.2f})"
+                )
+                entry[f"eval{i}"] = round(float(ours.mean()), 3)
+                entry[f"expert{i}"] = round(float(ref.mean()), 3)
+            history.append(entry)
+        if step % cfg.checkpoint_every == 0 or step >= cfg.steps or wall >= budget:
+            _save_state(run_dir, model, opt, cfg, step, wall, history)
+    log(f"done at step {step} ({wall / 3600:.2f} h of training)")
+    return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m icrl_gym.training.linear_generalist CONFIG.json [key=value ...]`` (overrides as JSON values)."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        print("fields:", ", ".join(LinearGeneralistTrainConfig().to_dict()))
+        return
+    data = json.loads(Path(args[0]).read_text())
+    for item in args[1:]:
+        key, _, value = item.partition("=")
+        try:
+            data[key] = json.loads(value)
+        except json.JSONDecodeError:
+            data[key] = value
+    train(LinearGeneralistTrainConfig.from_dict(data))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

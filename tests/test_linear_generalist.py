@@ -1,0 +1,216 @@
+"""The linear generalist transformer (issue 16): model, cache, invariances, trainer, agent."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from agents import make_agent
+from agents.linear_generalist_agent import LinearGeneralistAgent
+from icrl_gym.checkpoint import CheckpointError, CheckpointKind, read_checkpoint, save_checkpoint
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.training.linear_generalist import (
+    GaussianExpert,
+    LinearGeneralistTrainConfig,
+    draw_instances,
+    evaluate,
+    rollout,
+    train,
+)
+
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "readouts": 4}
+
+
+def _model(seed=0, **kw):
+    torch.manual_seed(seed)
+    return LinearGeneralistTransformer(LinearGeneralistConfig(**{**TINY, **kw})).eval()
+
+
+def _trajectory(b, s, a, d, seed=0, per_step=True):
+    g = torch.Generator().manual_seed(seed)
+    sets = torch.rand(b, s if per_step else 1, a, d, generator=g) * 2 - 1
+    return sets.expand(b, s, a, d), torch.randint(0, a, (b, s), generator=g), torch.randn(b, s, generator=g) * 2
+
+
+@pytest.mark.parametrize("per_step", [True, False])
+@pytest.mark.parametrize("arm_attention", [False, True])
+def test_cached_step_equals_forward(per_step, arm_attention):
+    model, (b, s, a, d) = _model(arm_attention=arm_attention), (3, 30, 5, 4)
+    sets, actions, rewards = _trajectory(b, s, a, d, per_step=per_step)
+    sigma, dims = torch.tensor([0.5, 1.0, 2.0]), torch.tensor([4, 2, 3])
+    full = model(sets, actions, rewards, torch.arange(s).expand(b, s), 40, sigma, dims)  # (B, S, A)
+    cache, steps = model.new_cache(b), []
+    for t in range(s):
+        steps.append(model.step(cache, sets[:, t], 40, sigma, dims))
+        model.append(cache, sets[torch.arange(b), t, actions[:, t]], rewards[:, t], sigma)
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_permuting_the_arms_permutes_the_logits():
+    model, (b, s, a, d) = _model(arm_attention=True), (2, 20, 6, 3)
+    sets, actions, rewards = _trajectory(b, s, a, d, seed=1)
+    perm = torch.randperm(a, generator=torch.Generator().manual_seed(2))
+    inverse = torch.argsort(perm)
+    queries = torch.arange(s).expand(b, s)
+    base = model(sets, actions, rewards, queries, 20, 1.5)
+    permuted = model(sets[:, :, perm], inverse[actions], rewards, queries, 20, 1.5)
+    torch.testing.assert_close(permuted, base[..., perm], atol=1e-5, rtol=1e-5)
+
+
+def test_padding_invariance():
+    """A d=3 instance scores the same whatever its padding: its own width, zero-padded to 8, next to
+    d=8 runs in one batch, or with masked extra arms."""
+    model, s, a = _model(arm_attention=True, seed=3), 15, 6
+    sets, actions, rewards = _trajectory(1, s, a, 3, seed=4)
+    queries = torch.arange(s).view(1, s)
+    own = model(sets, actions, rewards, queries, 50, 0.7)
+    padded = torch.nn.functional.pad(sets, (0, 5))
+    torch.testing.assert_close(model(padded, actions, rewards, queries, 50, 0.7, dim=3), own, atol=1e-6, rtol=1e-6)
+    other_sets, other_actions, other_rewards = _trajectory(2, s, a, 8, seed=5)
+    batch = model(
+        torch.cat([padded, other_sets]),
+        torch.cat([actions, other_actions]),
+        torch.cat([rewards, other_rewards]),
+        queries.expand(3, s),
+        torch.tensor([50, 30, 80]),
+        torch.tensor([0.7, 1.0, 2.0]),
+        dim=torch.tensor([3, 8, 8]),
+    )
+    torch.testing.assert_close(batch[:1], own, atol=1e-5, rtol=1e-5)
+    extra = torch.cat([sets, torch.rand(1, s, 3, 3) * 2 - 1], dim=2)  # three padding arms, masked out
+    mask = torch.tensor([[True] * a + [False] * 3])
+    masked = model(extra, actions, rewards, queries, 50, 0.7, arm_mask=mask)
+    torch.testing.assert_close(masked[..., :a], own, atol=1e-5, rtol=1e-5)
+    assert torch.isinf(masked[..., a:]).all()
+
+
+def test_expert_is_the_gaussian_posterior_index():
+    """The Sherman-Morrison expert equals the closed-form posterior N(mu, Sigma) (Appendix F.1)."""
+    rng = np.random.default_rng(0)
+    d, n, sigma, z = 4, 30, np.array([1.3]), 1.5
+    xs, rs = rng.uniform(-1, 1, (n, d)), rng.standard_normal(n)
+    expert = GaussianExpert(sigma, d, z)
+    for x, r in zip(xs, rs, strict=True):
+        expert.update(x[None], np.array([r]))
+    precision = 12.0 * np.eye(d) + xs.T @ xs / sigma[0] ** 2
+    cov = np.linalg.inv(precision)
+    mu = cov @ (6.0 * np.ones(d) + xs.T @ rs / sigma[0] ** 2)
+    arms = rng.uniform(-1, 1, (1, 5, d))
+    want = arms[0] @ mu + z * np.sqrt(np.einsum("ad,de,ae->a", arms[0], cov, arms[0]))
+    np.testing.assert_allclose(expert.index(arms)[0], want, rtol=1e-9)
+
+
+def test_evaluation_uses_common_random_numbers():
+    cell = {"dim": 3, "num_actions": 4, "horizon": 30, "noise_std": 1.0}
+    a = evaluate(None, cell, 5, seed=7, z=1.5, device=torch.device("cpu"))
+    np.testing.assert_array_equal(a, evaluate(None, cell, 5, seed=7, z=1.5, device=torch.device("cpu")))
+    inst = draw_instances(
+        np.random.default_rng(0), 4, 3, 10, np.array([2, 3, 4, 8]), np.ones(4), np.ones(4, bool), True
+    )
+    assert inst.sets.shape == (4, 10, 3, 8) and not inst.sets[0, :, :, 2:].any()
+    actions, rewards, index, regret = rollout(inst, np.zeros(4), np.random.default_rng(1), 1.5, _model())
+    assert actions.shape == rewards.shape == (4, 10) and index.shape == (4, 10, 3) and (regret >= 0).all()
+
+
+def _tiny_config(tmp_path, **kw):
+    base = {
+        "run_dir": str(tmp_path / "run"),
+        "model": TINY,
+        "steps": 6,
+        "queries": 4,
+        "cost_per_batch": 300.0,
+        "min_batch": 4,
+        "max_batch": 8,
+        "max_horizon": 40,
+        "max_arms": 6,
+        "warmup": 2,
+        "dagger_start": 2,
+        "dagger_fraction": 0.5,
+        "checkpoint_every": 3,
+        "log_every": 3,
+        "eval_every": 3,
+        "eval_instances": 4,
+        "eval_cells": [{"dim": 3, "num_actions": 4, "horizon": 20, "noise_std": 1.0}],
+    }
+    return LinearGeneralistTrainConfig.from_dict({**base, **kw})
+
+
+def test_resume_is_bit_exact(tmp_path):
+    straight = train(_tiny_config(tmp_path / "a"), echo=False)
+    train(_tiny_config(tmp_path / "b", steps=3), echo=False)  # interrupted after 3 steps
+    resumed = train(_tiny_config(tmp_path / "b"), echo=False)
+    for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    _, meta = read_checkpoint(tmp_path / "b" / "run" / "checkpoints" / "step_0000006")
+    assert meta["family"] == "linear" and meta["kind"] == CheckpointKind.GENERALIST_TRANSFORMER.value
+    assert meta["training"]["steps"] == 6 and meta["training"]["time_budget_hours"] == 3.9
+    assert 0 < meta["training"]["wall_time_s"] < 3.9 * 3600
+
+
+def test_time_budget_stops_training(tmp_path):
+    train(_tiny_config(tmp_path, time_budget_hours=1e-9), echo=False)
+    latest = json.loads((tmp_path / "run" / "latest.json").read_text())
+    assert latest["step"] == 1
+
+
+@pytest.mark.slow
+def test_tiny_training_lowers_the_loss(tmp_path):
+    cfg = _tiny_config(tmp_path, steps=150, dagger_start=10_000, lr=3e-3, warmup=10, eval_every=0, log_every=25)
+    train(cfg, echo=False)
+    history = [h for h in json.loads((tmp_path / "run" / "latest.json").read_text())["history"] if "loss" in h]
+    assert history[-1]["loss"] < 0.8 * history[0]["loss"]
+
+
+def _checkpoint(tmp_path, model=None):
+    model = model or _model(seed=9)
+    stem = tmp_path / "lg"
+    meta = {"family": "linear", "env": {"reward": "gaussian"}}
+    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    return stem
+
+
+def test_agent_plays_through_the_harness(tmp_path):
+    """The registered agent plays a d=8, A=50 bandit (A beyond the trained range) and equals the model."""
+    stem = _checkpoint(tmp_path)
+    agent = make_agent({"name": "linear_generalist", "checkpoint": str(stem)})
+    assert isinstance(agent, LinearGeneralistAgent)
+    regret = evaluate_regret(linear_bandit_spec(8, 50, 60, 1.0, action_set="per_step"), agent, 2, seed=3)
+    assert regret.shape == (2, 60) and np.isfinite(regret).all()
+    model = _model(seed=9)
+    spec = linear_bandit_spec(3, 5, 30, 1.5)
+    cell = {"dim": 3, "num_actions": 5, "horizon": 30, "noise_std": 1.5}
+    small = evaluate_regret(spec, agent, 3, seed=1, batch_size=3).sum(1)
+    np.testing.assert_allclose(
+        small.mean(),
+        evaluate_regret(spec, LinearGeneralistAgent.from_model(model), 3, seed=1, batch_size=3).sum(1).mean(),
+    )
+    assert np.isfinite(evaluate(model, cell, 3, seed=0, z=1.5, device=torch.device("cpu"))).all()
+
+
+@pytest.mark.slow
+def test_agent_plays_d8_a50_t1000(tmp_path):
+    """d=8, A=50, T=1000 (A and T beyond the trained range), per-step action sets, without error."""
+    agent = make_agent({"name": "linear_generalist", "checkpoint": str(_checkpoint(tmp_path))})
+    regret = evaluate_regret(linear_bandit_spec(8, 50, 1000, 1.0, action_set="per_step"), agent, 2, seed=3)
+    assert regret.shape == (2, 1000) and np.isfinite(regret).all()
+
+
+def test_agent_refuses_what_it_cannot_play(tmp_path):
+    stem = _checkpoint(tmp_path)
+    agent = LinearGeneralistAgent(stem)
+    with pytest.raises(ValueError, match="d <= 8"):
+        evaluate_regret(linear_bandit_spec(9, 5, 10, 1.0), agent, 1)
+    with pytest.raises(ValueError, match="Gaussian rewards"):
+        evaluate_regret(bernoulli_bandit_spec(3, 10), agent, 1)
+    with pytest.raises(ValueError, match="horizon T and the noise level"):
+        agent.reset(dim=3, num_actions=4)
+    bernoulli_model = tmp_path / "other"
+    model = _model()
+    save_checkpoint(
+        bernoulli_model, model, {}, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER
+    )
+    with pytest.raises(CheckpointError, match="not a linear generalist"):
+        LinearGeneralistAgent(bernoulli_model)

@@ -62,6 +62,7 @@ class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
 
     name = "bayes_ucb"
     stats: ArmStatistics
+    binary_rewards = True
 
     def __init__(
         self,
@@ -109,6 +110,7 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
     """Gaussian posterior quantile of <a_{t,k}, w*> (noise, prior and T from the environment unless given)."""
 
     name = "linear_bayes_ucb"
+    ridge_statistics = True
 
     def __init__(
         self,

@@ -112,6 +112,7 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
 
     name = "bernoulli_bayes_optimal"
     deterministic = True
+    binary_rewards = True
 
     def __init__(
         self,
@@ -181,9 +182,7 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
         return np.eye(self.num_actions)[self._act(action_sets)]
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
-        if np.any((rewards != 0) & (rewards != 1)):
-            raise ValueError("the Bernoulli Bayes-optimal policy needs rewards in {0, 1}")
-        self.stats.update(actions, rewards)
+        self.stats.update(actions, rewards)  # rewards in {0, 1}: checked by the base class (binary_rewards)
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters (None: the environment's) and, after a reset, the values used."""

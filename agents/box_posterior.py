@@ -31,6 +31,7 @@ from agents.bayes_ucb import _HorizonMixin, quantile_level
 from agents.linear_posterior import GaussianModelMixin
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 
 RULES = ("sample", "quantile", "mean")
 
@@ -40,6 +41,7 @@ class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
 
     name = "linear_box_posterior"
     deterministic = False
+    ridge_statistics = True
 
     def __init__(
         self,
@@ -54,11 +56,17 @@ class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
         super().__init__(seed)
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-        if num_particles < 1:
-            raise ValueError(f"num_particles must be >= 1, got {num_particles}")
-        self.rule, self.num_particles, self.c, self.horizon = rule, int(num_particles), float(c), horizon
+        num_particles = check_integer("num_particles", num_particles)
+        c = check_number("c", c, low=0.0, max_abs=MAX_SCALE)
+        horizon = None if horizon is None else check_integer("horizon", horizon)
+        self.rule, self.num_particles, self.c, self.horizon = rule, num_particles, c, horizon
         self._init_model(None, None, None)
         self._used_horizon = None
+
+    def _memory_bytes(self) -> int:
+        """The base statistics, the M particles of every run and, for the quantile rule, their scores per arm."""
+        B, M, A, d = self.batch_size, self.num_particles, self.num_actions, self.dim
+        return super()._memory_bytes() + 8 * B * M * (3 * d + 4 + 3 * A)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         if self.env_model is None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from agents.index_agent import IndexAgent
+from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
 from icrl_gym.statistics import ArmStatistics
 
@@ -33,6 +34,7 @@ class Gittins(IndexAgent):
     """Pulls the arm with the largest finite-horizon Gittins index (Beta-Bernoulli model)."""
 
     name = "gittins"
+    binary_rewards = True
     stats: ArmStatistics
     """Successes and pulls of every arm of every run (set by ``reset``; the base class refuses to act before)."""
     table: GittinsTable
@@ -47,9 +49,16 @@ class Gittins(IndexAgent):
         cache_dir: str | os.PathLike | None = None,
     ):
         super().__init__(temperature=0.0, seed=seed)
-        self.horizon, self.prior_a, self.prior_b = int(horizon), float(prior_a), float(prior_b)
+        self.horizon = check_integer("horizon", horizon)
+        self.prior_a = check_number("prior_a", prior_a, 0.0, True, MAX_SCALE)
+        self.prior_b = check_number("prior_b", prior_b, 0.0, True, MAX_SCALE)
         self.cache_dir = gittins_cache_dir(cache_dir)
         """Where the table is kept between processes (None: memory only); not a hyper-parameter, not in config()."""
+
+    def _memory_bytes(self) -> int:
+        """The base statistics and the table (about (T + 2)^3 / 6 float32 values, built on a 256-point grid)."""
+        n = self.horizon + 2
+        return super()._memory_bytes() + 4 * (4 * 256 * n * n + 2 * n**3 // 6)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from icrl_gym.algorithm import BanditAgent, one_hot
+from icrl_gym.envs.validation import check_number
 
 
 def softmax_policy(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -37,9 +38,7 @@ class IndexAgent(BanditAgent):
 
     def __init__(self, temperature: float = 0.0, seed: int | None = None) -> None:
         super().__init__(seed)
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        self.temperature = float(temperature)
+        self.temperature = check_number("temperature", temperature, low=0.0)
         self.deterministic = self.temperature == 0.0
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from agents.index_agent import IndexAgent
+from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.statistics import ArmStatistics
 
 
@@ -30,10 +31,12 @@ class KLUCB(IndexAgent):
 
     name = "kl_ucb"
     stats: ArmStatistics
+    reward_bounds = (0.0, 1.0)
 
     def __init__(self, c: float = 0.0, iterations: int = 30, seed: int | None = None) -> None:
         super().__init__(temperature=0.0, seed=seed)
-        self.c, self.iterations = float(c), int(iterations)
+        self.c = check_number("c", c, low=0.0, max_abs=MAX_SCALE)
+        self.iterations = check_integer("iterations", iterations)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

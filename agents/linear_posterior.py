@@ -29,6 +29,7 @@ import numpy as np
 
 from agents.index_agent import IndexAgent
 from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.statistics import RidgeStatistics
 
 PAPER_TS_PRIOR = {"prior_mean": 0.0, "prior_var": 1.0}
@@ -95,8 +96,10 @@ class GaussianModelMixin:
 
     def _init_model(self, noise_std: float | None, prior_mean: float | None, prior_var: float | None) -> None:
         for name, value in (("noise_std", noise_std), ("prior_var", prior_var)):
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 (or None: read from the environment), got {value}")
+            if value is not None:
+                check_number(f"{name} (or None: read from the environment)", value, 0.0, True, MAX_SCALE)
+        if prior_mean is not None:
+            check_number("prior_mean (or None: read from the environment)", prior_mean, max_abs=MAX_SCALE)
         self.noise_std, self.prior_mean, self.prior_var = noise_std, prior_mean, prior_var
         self._model = None
 
@@ -123,6 +126,7 @@ class PosteriorMeanGreedy(GaussianModelMixin, IndexAgent):
     """Greedy on the posterior mean: index <a_{t,k}, mu_t> (no exploration bonus)."""
 
     name = "linear_posterior_mean"
+    ridge_statistics = True
 
     def __init__(
         self,

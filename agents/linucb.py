@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from agents.index_agent import IndexAgent
+from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.statistics import RidgeStatistics
 
 
@@ -22,12 +23,12 @@ class LinUCB(IndexAgent):
 
     name = "linucb"
     stats: RidgeStatistics
+    ridge_statistics = True
 
     def __init__(self, alpha: float = 2.0, lam: float = 1.0, temperature: float = 0.0, seed: int | None = None):
         super().__init__(temperature=temperature, seed=seed)
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
-        self.alpha, self.lam = float(alpha), float(lam)
+        self.alpha = check_number("alpha", alpha, low=0.0, max_abs=MAX_SCALE)
+        self.lam = check_number("lam", lam, low=0.0, strict=True, max_abs=MAX_SCALE)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = RidgeStatistics(self.batch_size, self.dim, self.lam)
@@ -51,6 +52,5 @@ class SoftLinUCB(LinUCB):
     name = "soft_linucb"
 
     def __init__(self, temperature: float = 0.1, alpha: float = 2.0, lam: float = 1.0, seed: int | None = None):
-        if temperature <= 0:
-            raise ValueError(f"soft LinUCB needs temperature > 0, got {temperature}")
+        check_number("temperature (soft LinUCB needs one)", temperature, low=0.0, strict=True)
         super().__init__(alpha=alpha, lam=lam, temperature=temperature, seed=seed)

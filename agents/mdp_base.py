@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from icrl_gym.algorithm import MDPAgent
-from icrl_gym.envs.mdp_core import backward_induction
+from icrl_gym.envs.mdp_core import InstanceTable, backward_induction
+from icrl_gym.envs.validation import check_number
 from icrl_gym.statistics import TransitionCounts
 
 
@@ -23,14 +24,26 @@ def uniform_over_maximisers(values: np.ndarray) -> np.ndarray:
 class GreedyQAgent(MDPAgent):
     """Greedy on a Q table (B, H, S, A), ties broken at random (``temperature == 0``), or softmax(Q / temperature)."""
 
-    q: np.ndarray
+    q: np.ndarray | InstanceTable
     """The Q table (B, H, S, A), set by the subclass at reset or at each episode's start."""
+    keeps_counts = False
+    """True for the algorithms that keep transition counts (:meth:`_new_counts`), sized by the memory check."""
 
     def __init__(self, temperature: float = 0.0, seed: int | None = None) -> None:
         super().__init__(seed)
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        self.temperature = float(temperature)
+        self.temperature = check_number("temperature", temperature, low=0.0)
+
+    def _memory_bytes(self) -> int:
+        """The Q table (B, H, S, A) and, for the counting algorithms, the counts and the estimates built from them."""
+        B, S, A, H = self.batch_size, self.num_states, self.num_actions, self.horizon
+        total = super()._memory_bytes() + 8 * B * (H * S * A + (H + 1) * S)
+        if self.keeps_counts:
+            hs = 1 if self._pooled(getattr(self, "stationary", None)) else H
+            total += 2 * 8 * B * hs * S * A * (S + 2)
+        return total
+
+    def _pooled(self, stationary: bool | None) -> bool:
+        return self.env_stationary if stationary is None else bool(stationary)
 
     def _q_rows(self, states: np.ndarray, h: int) -> np.ndarray:
         return self.q[np.arange(self.batch_size), h, states]  # (B, A)
@@ -54,8 +67,9 @@ class GreedyQAgent(MDPAgent):
 
     def _new_counts(self, stationary: bool | None) -> TransitionCounts:
         """Empty counts for the runs, pooled over h if ``stationary`` (``None``: as the environment's info says)."""
-        pooled = self.env_stationary if stationary is None else bool(stationary)
-        return TransitionCounts(self.batch_size, self.horizon, self.num_states, self.num_actions, pooled)
+        return TransitionCounts(
+            self.batch_size, self.horizon, self.num_states, self.num_actions, self._pooled(stationary)
+        )
 
 
 class MDPOptimal(GreedyQAgent):

@@ -23,6 +23,8 @@ class _TrajectoryMixture:
     name = "mixture"
     batch_size: int
     rng: np.random.Generator
+    binary_rewards: bool
+    reward_bounds: tuple[float, float] | None
 
     def _init_mixture(self, components: Sequence[Any], weights: Sequence[float]) -> None:
         probs = np.asarray(weights, dtype=np.float64)
@@ -32,6 +34,10 @@ class _TrajectoryMixture:
             raise ValueError(f"mixture weights must be >= 0 and sum to 1, got {probs.tolist()}")
         self.components = list(components)
         self.weights = probs
+        # the rewards every component admits, checked once before any component sees them
+        self.binary_rewards = any(c.binary_rewards for c in components)
+        bounds = [c.reward_bounds for c in components if c.reward_bounds is not None]
+        self.reward_bounds = (max(b[0] for b in bounds), min(b[1] for b in bounds)) if bounds else None
         self.assignment: np.ndarray | None = None
 
     def _child_rng(self) -> np.random.Generator:

@@ -23,13 +23,15 @@ from typing import Any
 import numpy as np
 
 from agents.mdp_base import GreedyQAgent
-from icrl_gym.envs.mdp_core import backward_induction
+from icrl_gym.envs.mdp_core import InstanceTable, backward_induction
+from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_memory, check_number
 
 
 class PSRL(GreedyQAgent):
     """Dirichlet-Beta posterior sampling, re-sampled at every episode."""
 
     name = "psrl"
+    keeps_counts = True
 
     def __init__(
         self,
@@ -41,12 +43,10 @@ class PSRL(GreedyQAgent):
     ) -> None:
         """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(temperature=0.0, seed=seed)
-        if posterior_samples < 1:
-            raise ValueError(f"posterior_samples must be >= 1, got {posterior_samples}")
-        if concentration is not None and not concentration > 0:
-            raise ValueError(f"concentration must be > 0 (or None: the environment's), got {concentration}")
+        self.posterior_samples = check_integer("posterior_samples", posterior_samples)
+        if concentration is not None:
+            concentration = check_number("concentration", concentration, low=0.0, strict=True, max_abs=MAX_SCALE)
         self.concentration, self.stationary = concentration, stationary
-        self.posterior_samples = int(posterior_samples)
         self.used_concentration: float | None = None
 
     def _reset(self, instance: Any) -> None:
@@ -95,6 +95,9 @@ class PSRL(GreedyQAgent):
         M, B, A = self.posterior_samples, self.batch_size, self.num_actions
         c = self.counts
         if self._draws is None:
+            H, S = self.horizon, self.num_states
+            need = 8 * M * B * (c.n_sa.shape[1] * S * A * (2 * S + 1) + H * S * A + (H + 1) * S)
+            check_memory(need, f"{self.name}'s {M} posterior draws of {B:,} runs", self.max_memory_gib)
             self._draws = self._draw(c.n_sas, c.n_sa, c.reward_sum, (M,))
         P, R = self._draws  # (M, B, H', S, A, S), (M, B, H', S, A): solved as M B instances from step h on
         q, _ = backward_induction(P.reshape(M * B, *P.shape[2:]), R.reshape(M * B, *R.shape[2:]), self.horizon, h)
@@ -128,12 +131,26 @@ class DarkRoomPSRL(GreedyQAgent):
         super().__init__(temperature=0.0, seed=seed)
 
     def _reset(self, instance: Any) -> None:
+        kind = None if self.env_model is None else self.env_model.get("kind")
+        if kind is not None and kind != "dark_room":
+            raise ValueError(
+                f"{self.name} assumes the DarkRoom prior (known deterministic moves, a uniform goal) and needs a "
+                f"DarkRoom environment (kind='dark_room'), got kind={kind!r}; use 'psrl' for other MDPs"
+            )
         if instance is None:
             raise ValueError("DarkRoom PSRL needs the (known) moves P from the environment's reset info")
         P = instance[0]
         self.next_state = P[:, 0].argmax(axis=-1)  # (B, S, A) deterministic successor
+        moves = np.take_along_axis(P[:, 0], self.next_state[..., None], axis=-1)
+        if P.shape[1] != 1 or not np.all(moves == 1.0):
+            raise ValueError(f"{self.name} needs deterministic, stationary moves: P has rows that are not one-hot")
         self.candidates = np.ones((self.batch_size, self.num_states), dtype=bool)
         self._q_by_goal: np.ndarray | None = None
+
+    def _memory_bytes(self) -> int:
+        """Q* of every goal (S, H, S, A), the moves of every goal and the candidates (no table per run)."""
+        B, S, A, H = self.batch_size, self.num_states, self.num_actions, self.horizon
+        return 8 * (B * (S + H + 4 * A) + S * (H * S * A + (H + 1) * S + S * A * S + S * A)) + B * S
 
     def _goal_values(self) -> np.ndarray:
         """Q*_h(s, a) of every possible goal g, (G, H, S, A), by backward induction on the known moves (per reset).
@@ -164,7 +181,7 @@ class DarkRoomPSRL(GreedyQAgent):
         weights = self.candidates / self.candidates.sum(axis=1, keepdims=True)
         cdf = np.cumsum(weights, axis=1)
         goal = np.minimum((cdf <= self.rng.random((self.batch_size, 1))).sum(axis=1), self.num_states - 1)
-        self.q = self._goal_values()[goal]  # plan for the sampled goal: (B, H, S, A)
+        self.q = InstanceTable(self._goal_values(), goal)  # plan for the sampled goal: row b is Q* of goal[b]
 
     def _update(self, states, h, actions, rewards, next_states) -> None:
         rows = np.arange(self.batch_size)

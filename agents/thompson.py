@@ -33,6 +33,7 @@ import numpy as np
 
 from agents.linear_posterior import GaussianModelMixin
 from icrl_gym.algorithm import BanditAgent
+from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.statistics import ArmStatistics, RidgeStatistics
 
 
@@ -49,6 +50,7 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
 
     name = "linear_ts"
     stats: RidgeStatistics
+    ridge_statistics = True
 
     def __init__(
         self,
@@ -62,7 +64,12 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
         """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
         self._init_model(noise_std, prior_mean, prior_var)
-        self.num_policy_samples = int(num_policy_samples)
+        self.num_policy_samples = check_integer("num_policy_samples", num_policy_samples)
+
+    def _memory_bytes(self) -> int:
+        """The base statistics and the ``num_policy_samples`` posterior draws and scores of ``policy``."""
+        M, B = self.num_policy_samples, self.batch_size
+        return super()._memory_bytes() + 8 * 2 * M * B * (self.dim + self.num_actions)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = self._resolve_model().statistics(self.batch_size, self.dim)
@@ -108,6 +115,7 @@ class BernoulliThompson(BanditAgent):
 
     name = "bernoulli_ts"
     stats: ArmStatistics
+    binary_rewards = True
 
     def __init__(
         self,
@@ -120,12 +128,16 @@ class BernoulliThompson(BanditAgent):
         """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
         for name, value in (("prior_a", prior_a), ("prior_b", prior_b)):
-            if value is not None and not value > 0:
-                raise ValueError(f"Beta prior parameter {name} must be > 0 (or None: the environment's), got {value}")
+            if value is not None:
+                check_number(f"Beta prior parameter {name} (or None: the environment's)", value, 0.0, True, MAX_SCALE)
         self.prior_a, self.prior_b = prior_a, prior_b
         self.a, self.b = beta_prior(None, prior_a, prior_b)
-        self.num_policy_samples = int(num_policy_samples)
+        self.num_policy_samples = check_integer("num_policy_samples", num_policy_samples)
         self._reset_done = False
+
+    def _memory_bytes(self) -> int:
+        """The base statistics and the ``num_policy_samples`` posterior draws of ``policy`` with their parameters."""
+        return super()._memory_bytes() + 8 * 3 * self.num_policy_samples * self.batch_size * self.num_actions
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.a, self.b = beta_prior(self.env_model, self.prior_a, self.prior_b)
@@ -144,9 +156,7 @@ class BernoulliThompson(BanditAgent):
         return argmax_frequencies(self._sample(self.num_policy_samples), self.num_actions)
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
-        if np.any((rewards != 0) & (rewards != 1)):
-            raise ValueError("Beta-Bernoulli Thompson sampling needs rewards in {0, 1}")
-        self.stats.update(actions, rewards)
+        self.stats.update(actions, rewards)  # rewards in {0, 1}: checked by the base class (binary_rewards)
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""

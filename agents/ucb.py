@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from agents.index_agent import IndexAgent
+from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.statistics import ArmStatistics
 
 
@@ -30,9 +31,8 @@ class UCB(IndexAgent):
         self, bonus: float = 1.0, temperature: float = 0.0, count_offset: float = 0.0, seed: int | None = None
     ) -> None:
         super().__init__(temperature=temperature, seed=seed)
-        if not count_offset >= 0:
-            raise ValueError(f"count_offset must be >= 0, got {count_offset}")
-        self.bonus, self.count_offset = float(bonus), float(count_offset)
+        self.bonus = check_number("bonus", bonus, low=0.0, max_abs=MAX_SCALE)
+        self.count_offset = check_number("count_offset", count_offset, low=0.0, max_abs=MAX_SCALE)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

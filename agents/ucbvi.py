@@ -19,12 +19,14 @@ from typing import Any
 import numpy as np
 
 from agents.mdp_base import GreedyQAgent
+from icrl_gym.envs.validation import check_number
 
 
 class UCBVI(GreedyQAgent):
     """UCB-VI with the paper's bonus; soft when ``temperature > 0``."""
 
     name = "ucbvi"
+    keeps_counts = True
 
     def __init__(
         self,
@@ -34,7 +36,7 @@ class UCBVI(GreedyQAgent):
         seed: int | None = None,
     ) -> None:
         super().__init__(temperature=temperature, seed=seed)
-        self.bonus_scale, self.stationary = float(bonus_scale), stationary
+        self.bonus_scale, self.stationary = check_number("bonus_scale", bonus_scale, low=0.0), stationary
 
     def _reset(self, instance: Any) -> None:
         self.counts = self._new_counts(self.stationary)

@@ -47,6 +47,15 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from icrl_gym.envs.validation import (
+    MAX_SCALE,
+    as_float_array,
+    check_finite,
+    check_index_batch,
+    check_integer,
+    check_memory,
+)
+
 
 def child_rng(rng: np.random.Generator) -> np.random.Generator:
     """A generator seeded from ``rng``: agents built from others stay reproducible under one seed."""
@@ -79,6 +88,12 @@ class Agent(Generic[ObsT]):
     """True when ``act`` is a deterministic function of the history (argmax algorithms)."""
     reset_fields: tuple[str, ...] = ()
     """Fields of the reset ``info`` that ``reset`` also accepts as keywords."""
+    reward_bounds: tuple[float, float] | None = None
+    """The rewards the algorithm's model admits, [low, high] (None: any finite reward)."""
+    binary_rewards = False
+    """True when the algorithm's model admits only the rewards 0 and 1 (Beta-Bernoulli algorithms)."""
+    max_memory_gib: float | None = None
+    """Memory limit of the statistics checked at reset (None: ``$ICRL_GYM_MAX_MEMORY_GIB`` or the default)."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
@@ -98,6 +113,8 @@ class Agent(Generic[ObsT]):
         unknown = sorted(set(fields) - set(self.reset_fields))
         if unknown:
             raise TypeError(f"{type(self).__name__}.reset() takes the fields {self.reset_fields}, got {unknown}")
+        if info is not None and not isinstance(info, Mapping):
+            raise TypeError(f"{type(self).__name__}.reset() takes the environment's reset info (a dict), got {info!r}")
         merged = {**(info or {}), **{k: v for k, v in fields.items() if v is not None}}
         if rng is not None:
             self.rng = rng
@@ -125,17 +142,15 @@ class Agent(Generic[ObsT]):
         observation = self._last if obs is None else self._read(obs)
         if observation is None:
             raise RuntimeError("update() needs the observation acted on: call act(obs) first or pass obs")
-        actions = np.asarray(action).reshape(-1)
-        rewards = np.asarray(reward, dtype=np.float64).reshape(-1)
-        if actions.shape != (self.batch_size,) or rewards.shape != (self.batch_size,):
+        rewards = as_float_array("reward", reward).reshape(-1)
+        if np.size(action) != self.batch_size or rewards.shape != (self.batch_size,):
             raise ValueError(
                 f"update expects {self.batch_size} actions and rewards, "
                 f"got shapes {np.shape(action)} and {np.shape(reward)}"
             )
-        if actions.dtype.kind not in "iu" or actions.min() < 0 or actions.max() >= self.num_actions:
-            raise ValueError(f"actions must be integer arm indices in [0, {self.num_actions}), got {action}")
+        actions, rewards = self._check_feedback(np.reshape(action, -1), rewards)
         self._last = None
-        self._record(observation, actions.astype(np.int64), rewards)
+        self._record(observation, actions, rewards)
 
     def config(self) -> dict[str, Any]:
         """The hyper-parameters that define this algorithm (recorded with every artefact)."""
@@ -157,6 +172,37 @@ class Agent(Generic[ObsT]):
     def _check_runs(self, runs: int) -> None:
         if runs != self.batch_size:
             raise ValueError(f"observation holds {runs} runs but the agent was reset for {self.batch_size}")
+
+    action_kind = "action indices"
+    """How the actions read in an error message."""
+
+    def _check_feedback(self, actions: Any, rewards: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Actions (B,) as integer indices in [0, A) and rewards (B,) finite and admitted by the model.
+
+        The one check of every outcome fed back, through ``update`` or the batched ``update_batch``.
+        """
+        actions = check_index_batch(actions, self.batch_size, self.num_actions, "actions", self.action_kind)
+        values = as_float_array("rewards", rewards)
+        if values.shape != (self.batch_size,):
+            raise ValueError(f"expected rewards of shape ({self.batch_size},), got shape {values.shape}")
+        check_finite("rewards", values, MAX_SCALE)
+        if self.binary_rewards and np.any((values != 0) & (values != 1)):
+            bad = values[(values != 0) & (values != 1)][0]
+            raise ValueError(f"rewards must be 0 or 1 for {self.name} (a Bernoulli-reward model), got {bad!r}")
+        if self.reward_bounds is not None:
+            low, high = self.reward_bounds
+            if np.any((values < low) | (values > high)):
+                bad = values[(values < low) | (values > high)][0]
+                raise ValueError(f"rewards must lie in [{low:g}, {high:g}] for {self.name}, got {bad!r}")
+        return actions, np.asarray(rewards) if isinstance(rewards, np.ndarray) else values
+
+    def _memory_bytes(self) -> int:
+        """Estimated memory of the statistics of ``batch_size`` runs (bytes), checked at reset before allocating."""
+        return 0
+
+    def _check_memory(self) -> None:
+        """Refuse runs whose statistics would exceed the memory limit (see :attr:`max_memory_gib`)."""
+        check_memory(self._memory_bytes(), f"{self.name} on {self.batch_size:,} runs", self.max_memory_gib)
 
     # ------------------------------------------------------------------ what a kind of algorithm defines
     def _start(self, info: dict[str, Any]) -> None:
@@ -189,6 +235,9 @@ class BanditAgent(Agent[np.ndarray]):
     has_index = False
     """True when :meth:`index` gives the per-arm index v (B, A) whose argmax or softmax is the policy."""
     reset_fields: tuple[str, ...] = ("batch_size", "dim", "num_actions", "w_star")
+    action_kind = "arm indices"
+    ridge_statistics = False
+    """True for the algorithms that keep ridge statistics, (B, d, d) per batch (sized by the memory check)."""
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)
@@ -198,16 +247,32 @@ class BanditAgent(Agent[np.ndarray]):
     # ------------------------------------------------------------------ batched array API
     def act_batch(self, action_sets: np.ndarray) -> np.ndarray:
         """(B, A, d) action sets -> (B,) arm indices; the fast path used by collectors."""
-        return self._act(action_sets)
+        return self._act(self._check_action_sets(action_sets))
 
     def policy_batch(self, action_sets: np.ndarray) -> np.ndarray:
         """(B, A, d) action sets -> (B, A) action probabilities."""
-        return self._policy(action_sets)
+        return self._policy(self._check_action_sets(action_sets))
 
     def update_batch(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         """Add step t of every run: action sets (B, A, d), arms (B,) and rewards (B,)."""
+        action_sets = self._check_action_sets(action_sets)
+        self._add(action_sets, *self._check_feedback(actions, rewards))
+
+    def _add(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Add checked outcomes of step t."""
         self._update(action_sets, actions, rewards)
         self.t += 1
+
+    def _check_action_sets(self, action_sets: Any) -> np.ndarray:
+        """Refuse anything but finite action sets of shape (B, A, d) (returned as they are)."""
+        if self.batch_size == 0:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()/update()")
+        arr = np.asarray(action_sets)
+        expected = (self.batch_size, self.num_actions, self.dim)
+        if arr.shape != expected or arr.dtype.kind not in "fiu":
+            raise ValueError(f"action sets must be a numeric array of shape {expected}, got {arr.dtype} {arr.shape}")
+        check_finite("action sets", arr)
+        return arr
 
     def index(self, action_sets: np.ndarray) -> np.ndarray:
         """The per-arm index v (B, A) at the current action sets (B, A, d), where ``has_index``."""
@@ -219,27 +284,38 @@ class BanditAgent(Agent[np.ndarray]):
         dim, num_actions = info.get("dim"), info.get("num_actions")
         single = False
         if w_star is not None:
-            w_star = np.asarray(w_star, dtype=np.float64)
+            w_star = as_float_array("w_star", w_star)
+            if w_star.ndim not in (1, 2):
+                raise ValueError(f"w_star must have shape (d,) or (B, d), got {w_star.shape}")
+            check_finite("w_star", w_star)
             single = w_star.ndim == 1
             w_star = np.atleast_2d(w_star)
             batch_size = batch_size if batch_size is not None else w_star.shape[0]
             dim = dim if dim is not None else w_star.shape[1]
-            if w_star.shape != (batch_size, dim):
-                raise ValueError(f"w_star has shape {w_star.shape}, expected ({batch_size}, {dim})")
         if batch_size is None:
             batch_size, single = 1, True
         if dim is None or num_actions is None:
             raise ValueError("reset needs dim and num_actions (pass the env's reset info, or keywords)")
-        self.batch_size, self.dim, self.num_actions = int(batch_size), int(dim), int(num_actions)
+        sizes = {"batch_size": batch_size, "dim": dim, "num_actions": num_actions}
+        self.batch_size, self.dim, self.num_actions = (check_integer(k, v) for k, v in sizes.items())
+        if w_star is not None and w_star.shape != (self.batch_size, self.dim):
+            raise ValueError(f"w_star has shape {w_star.shape}, expected ({self.batch_size}, {self.dim})")
         self._single = single
         self.t = 0
+        self._check_memory()
         self._reset(w_star)
+
+    def _memory_bytes(self) -> int:
+        """The decoded action sets (B, A, d), per-arm statistics and scores, and ridge statistics where kept."""
+        B, A, d = self.batch_size, self.num_actions, self.dim
+        ridge = 8 * B * d * (3 * d + 2) if self.ridge_statistics else 0
+        return 8 * B * A * (2 * d + 8) + ridge
 
     def _decode(self, obs: Any) -> np.ndarray:
         """Bring an observation to (B, A, d): accepts (A*d,), (A, d), (B, A*d) or (B, A, d)."""
-        arr = np.asarray(obs, dtype=np.float64)
+        arr = as_float_array("observation", obs)
         a, d = self.num_actions, self.dim
-        if (arr.shape[-2:] == (a, d) and arr.ndim in (2, 3)) or (arr.shape[-1] == a * d and arr.ndim in (1, 2)):
+        if (arr.ndim in (2, 3) and arr.shape[-2:] == (a, d)) or (arr.ndim in (1, 2) and arr.shape[-1] == a * d):
             arr = arr.reshape(-1, a, d)
         else:
             raise ValueError(
@@ -247,6 +323,7 @@ class BanditAgent(Agent[np.ndarray]):
                 f"(expected ({a * d},), ({a}, {d}) or a batch of those)"
             )
         self._check_runs(arr.shape[0])
+        check_finite("observation", arr)
         return arr
 
     def _act_on(self, observation: np.ndarray) -> np.ndarray:
@@ -256,7 +333,7 @@ class BanditAgent(Agent[np.ndarray]):
         return self._policy(observation)
 
     def _record(self, observation: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
-        self.update_batch(observation, actions, rewards)
+        self._add(observation, actions, rewards)
 
     # ------------------------------------------------------------------ subclass hooks
     def _reset(self, w_star: np.ndarray | None) -> None:
@@ -280,6 +357,8 @@ class MDPAgent(Agent[MDPObservation]):
     """Base class of tabular-MDP algorithms: an observation is (states (B,), h)."""
 
     name = "mdp_agent"
+    reward_bounds: tuple[float, float] | None = (0.0, 1.0)
+    """Rewards of a tabular MDP lie in [0, 1] (Section 4.3: R_h(s, a) in [0, 1])."""
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)
@@ -292,11 +371,13 @@ class MDPAgent(Agent[MDPObservation]):
     # ------------------------------------------------------------------ batched array API
     def act_batch(self, states: np.ndarray, h: int) -> np.ndarray:
         """(B,) states at step h -> (B,) actions."""
+        states, h = self._check_position(states, h)
         self._plan_once()
         return self._act(states, h)
 
     def policy_batch(self, states: np.ndarray, h: int) -> np.ndarray:
         """(B,) states at step h -> (B, A) action probabilities."""
+        states, h = self._check_position(states, h)
         self._plan_once()
         return self._policy(states, h)
 
@@ -304,9 +385,20 @@ class MDPAgent(Agent[MDPObservation]):
         self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray
     ) -> None:
         """Add the transitions (h, s, a, r, s') of every run; ``next_states`` is -1 after step H."""
+        states, h = self._check_position(states, h)
+        actions, rewards = self._check_feedback(actions, rewards)
+        S = self.num_states
+        next_states = check_index_batch(next_states, self.batch_size, S, "next_states", "states (-1: none)", low=-1)
         self._update(states, h, actions, rewards, next_states)
         if h == self.horizon - 1:
             self.episode += 1
+
+    def _check_position(self, states: Any, h: Any) -> tuple[np.ndarray, int]:
+        """States (B,) in [0, S) and the step h in [0, H) of every run."""
+        if self.batch_size == 0:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()/update()")
+        h = check_integer("h", h, low=0, high=self.horizon - 1)
+        return check_index_batch(states, self.batch_size, self.num_states, "states", "state indices"), h
 
     def _plan_once(self) -> None:
         """Call ``_begin_episode`` once per episode, before its first action or policy."""
@@ -317,13 +409,22 @@ class MDPAgent(Agent[MDPObservation]):
     # ------------------------------------------------------------------ the MDP side of the contract
     def _start(self, info: dict[str, Any]) -> None:
         """Size the runs from the environment's reset ``info`` (P, R for the oracle only)."""
-        if "v_star" not in info:
-            raise ValueError(f"{type(self).__name__}.reset needs the reset info of a tabular-MDP environment")
-        v_star = np.asarray(info["v_star"])
+        needed = ("v_star", "num_states", "num_actions", "horizon", "episodes")
+        missing = [key for key in needed if key not in info]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__}.reset needs the reset info of a tabular-MDP environment, "
+                f"which has {list(needed)}; this info lacks {missing} (it has {sorted(info)})"
+            )
+        v_star = as_float_array("v_star", info["v_star"])
+        if v_star.ndim > 1 or v_star.size == 0:
+            raise ValueError(f"v_star must be a number or a (B,) array, got shape {v_star.shape}")
+        check_finite("v_star", v_star)
         self._single = v_star.ndim == 0
         self.batch_size = 1 if self._single else v_star.shape[0]
-        self.num_states, self.num_actions = int(info["num_states"]), int(info["num_actions"])
-        self.horizon, self.episodes = int(info["horizon"]), int(info["episodes"])
+        self.num_states, self.num_actions, self.horizon, self.episodes = (
+            check_integer(key, info[key]) for key in needed[1:]
+        )
         self.env_stationary = bool(info.get("stationary", False))
         self.episode = 0
         self._planned_episode = -1
@@ -332,15 +433,53 @@ class MDPAgent(Agent[MDPObservation]):
         if "P" in info:
             P, R = np.asarray(info["P"]), np.asarray(info["R"])
             instance = (P[None], R[None]) if self._single else (P, R)
+            B, S, A, H = self.batch_size, self.num_states, self.num_actions, self.horizon
+            for name, arr, tail in (("P", instance[0], (S, A, S)), ("R", instance[1], (S, A))):
+                if (
+                    arr.ndim != 2 + len(tail)
+                    or arr.shape[0] != B
+                    or arr.shape[1] not in (1, H)
+                    or arr.shape[2:] != tail
+                ):
+                    raise ValueError(
+                        f"info[{name!r}] has shape {arr.shape}, expected ({B}, 1 or {H}, {', '.join(map(str, tail))})"
+                    )
+        self._check_memory()
         self._reset(instance)
 
+    def _memory_bytes(self) -> int:
+        """The observation, policy and per-run vectors; subclasses add their tables."""
+        return 8 * self.batch_size * (self.num_states + self.horizon + 4 * self.num_actions)
+
     def _decode(self, obs: Any) -> MDPObservation:
-        arr = np.asarray(obs, dtype=np.float32).reshape(-1, self.num_states + self.horizon)
+        """(S + H,) or (B, S + H) one-hot observations -> (states (B,), h)."""
+        S, H = self.num_states, self.horizon
+        arr = as_float_array("observation", obs)
+        if arr.ndim not in (1, 2) or arr.shape[-1] != S + H:
+            raise ValueError(
+                f"observation of shape {arr.shape} does not match S={S} states + H={H} steps "
+                f"(expected ({S + H},) or (B, {S + H}): a one-hot state, then a one-hot step)"
+            )
+        arr = arr.reshape(-1, S + H)
         self._check_runs(arr.shape[0])
-        hs = arr[:, self.num_states :].argmax(axis=1)
+        binary = ((arr == 0) | (arr == 1)).all(axis=1)
+        one_hot = binary & (arr[:, :S].sum(axis=1) == 1) & (arr[:, S:].sum(axis=1) == 1)
+        if not one_hot.all():
+            b = int(np.argmin(one_hot))
+            nonzero = np.flatnonzero(arr[b])[:8]
+            seen = (
+                f"nonzero entries at {nonzero.tolist()} with values {arr[b, nonzero].tolist()}"
+                if len(nonzero)
+                else "all zeros"
+            )
+            raise ValueError(
+                f"observation {'of run ' + str(b) + ' ' if arr.shape[0] > 1 else ''}is not a one-hot state among "
+                f"S={S} followed by a one-hot step among H={H} (an observation of this environment), got {seen}"
+            )
+        hs = arr[:, S:].argmax(axis=1)
         if np.any(hs != hs[0]):
-            raise ValueError("all runs of a batch must be at the same step h")
-        return arr[:, : self.num_states].argmax(axis=1), int(hs[0])
+            raise ValueError(f"all runs of a batch must be at the same step h, got steps {sorted(set(hs.tolist()))}")
+        return arr[:, :S].argmax(axis=1), int(hs[0])
 
     def _observe(self, observation: MDPObservation) -> None:
         """A new state completes the pending transition (when it is the next step of the same episode)."""

@@ -89,7 +89,7 @@ def test_reset_rejects_unknown_fields_and_update_needs_an_observation():
     mdp.reset(info)
     with pytest.raises(RuntimeError, match="call act"):
         mdp.update(0, 1.0)
-    with pytest.raises(ValueError, match=r"arm indices in \[0, 2\)"):
+    with pytest.raises(ValueError, match=r"action indices in \[0, 2\)"):
         mdp.update(5, 1.0, obs=obs)
 
 

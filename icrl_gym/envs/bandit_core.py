@@ -14,32 +14,25 @@ instances *and* the same noise (common random numbers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from icrl_gym.envs.validation import (
+    MAX_SCALE,
+    as_float_array,
+    check_finite,
+    check_index_batch,
+    check_integer,
+    check_memory,
+    integer_problem,
+    number_problem,
+    plain,
+)
 from icrl_gym.fileio import DictConfig
 
 ARM_KINDS = ("uniform", "one_hot", "gaussian")
-
-
-def check_action_batch(actions: Any, batch_size: int, num_actions: int, what: str = "the actions") -> np.ndarray:
-    """Validate a batch of discrete actions: shape (B,), integer-valued, each in [0, num_actions)."""
-    arr = np.asarray(actions)
-    if arr.shape != (batch_size,):
-        raise ValueError(f"expected actions of shape ({batch_size},), got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise ValueError(f"actions must be integer indices, got dtype {arr.dtype}")
-    bad = (arr < 0) | (arr >= num_actions)
-    if bad.any():
-        raise ValueError(f"action {arr[bad][0]} is outside [0, {num_actions}) ({what})")
-    return arr.astype(np.int64, copy=False)
-
-
 REWARD_KINDS = ("gaussian", "bernoulli")
 PRIOR_KINDS = ("uniform", "gaussian", "beta")
 ACTION_SET_KINDS = ("fixed", "per_step")
@@ -84,38 +77,34 @@ class BanditSpec(DictConfig):
     """Second parameter b of the Beta(a, b) prior (prior='beta')."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.dim < 1:
-            problems.append(f"dim must be >= 1, got {self.dim}")
-        if self.num_actions < 1:
-            problems.append(f"num_actions must be >= 1, got {self.num_actions}")
-        if self.horizon < 1:
-            problems.append(f"horizon must be >= 1, got {self.horizon}")
+        for f in fields(self):  # numpy scalars become the Python numbers they hold (JSON-ready, one type)
+            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
+        problems = [
+            p for name in ("dim", "num_actions", "horizon") if (p := integer_problem(name, getattr(self, name)))
+        ]
         for field, value, allowed in (
             ("arms", self.arms, ARM_KINDS),
             ("reward", self.reward, REWARD_KINDS),
             ("prior", self.prior, PRIOR_KINDS),
             ("action_set", self.action_set, ACTION_SET_KINDS),
         ):
-            if value not in allowed:
+            if not isinstance(value, str) or value not in allowed:
                 problems.append(f"{field} must be one of {allowed}, got {value!r}")
-        # (field, number, smallest allowed value, whether that value itself is allowed)
-        for field, number, low, closed in (
-            ("noise_std", self.noise_std, 0.0, True),
-            ("prior_var", self.prior_var, 0.0, False),
-            ("prior_a", self.prior_a, 0.0, False),
-            ("prior_b", self.prior_b, 0.0, False),
+        # (field, number, smallest allowed value, whether that value itself is refused); at most MAX_SCALE in
+        # magnitude, so that no draw, mean or reward overflows
+        for field, number, low, strict in (
+            ("noise_std", self.noise_std, 0.0, False),
+            ("prior_var", self.prior_var, 0.0, True),
+            ("prior_a", self.prior_a, 0.0, True),
+            ("prior_b", self.prior_b, 0.0, True),
             ("prior_low", self.prior_low, -np.inf, False),
             ("prior_high", self.prior_high, -np.inf, False),
         ):
-            if not _is_finite_number(number) or number < low or (number == low and not closed):
-                bound = "" if low == -np.inf else f" {'>=' if closed else '>'} {low:g}"
-                problems.append(f"{field} must be a finite number{bound}, got {number!r}")
-        if (
-            _is_finite_number(self.prior_low)
-            and _is_finite_number(self.prior_high)
-            and not self.prior_low < self.prior_high
-        ):
+            if (problem := number_problem(field, number, low, strict, MAX_SCALE)) is not None:
+                problems.append(problem)
+        if problems:  # the checks below compare the fields: only once each has the right type
+            raise ValueError("invalid bandit specification: " + "; ".join(problems))
+        if not self.prior_low < self.prior_high:
             problems.append(f"prior_low must be < prior_high, got [{self.prior_low}, {self.prior_high}]")
         if self.arms == "one_hot" and self.num_actions != self.dim:
             problems.append(
@@ -158,9 +147,14 @@ class BanditSpec(DictConfig):
             return a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1.0))
         return (self.prior_low + self.prior_high) / 2, (self.prior_high - self.prior_low) ** 2 / 12
 
+    def memory_bytes(self, batch_size: int) -> int:
+        """Estimated peak memory of a :class:`BanditBatch` of ``batch_size`` instances (bytes).
 
-def _is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and bool(np.isfinite(value))
+        The action sets (B, A, d) twice (the current ones and a fresh draw, with ``per_step``), their
+        float32 observation, w* and the per-arm means, best arms and rewards.
+        """
+        a, d = self.num_actions, self.dim
+        return batch_size * (a * d * (8 + 8 + 4) + 8 * d + 4 * 8 * a)
 
 
 def sample_w_star(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -198,8 +192,9 @@ class BanditBatch:
         w_star: np.ndarray | None = None,
         action_sets: np.ndarray | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        """The memory limit is :func:`~icrl_gym.envs.validation.memory_limit`'s (or the environment variable's)."""
+        batch_size = check_integer("batch_size", batch_size)
+        check_memory(spec.memory_bytes(batch_size), f"a batch of {batch_size:,} bandit instances")
         self.spec = spec
         self.batch_size = batch_size
         self.rng = rng
@@ -215,13 +210,21 @@ class BanditBatch:
     def _given_or_sampled(self, value: np.ndarray | None, shape: tuple[int, ...], name: str, sampler: Any):
         if value is None:
             return sampler(self.spec, self.rng, self.batch_size)
-        arr = np.asarray(value, dtype=np.float64)
+        arr = as_float_array(name, value)
         if arr.shape == shape[1:]:
             arr = np.broadcast_to(arr, shape)
         if arr.shape != shape:
             raise ValueError(f"{name} has shape {arr.shape}, expected {shape[1:]} or {shape}")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} contains non-finite values")
+        check_finite(name, arr, MAX_SCALE)
+        if name == "action_set":
+            low, high = self.spec.action_bounds
+            if self.spec.arms == "one_hot" and not (arr == np.eye(self.spec.dim)).all():
+                raise ValueError("action_set of one-hot arms must be the identity matrix (arm k is e_k)")
+            if arr.min() < low or arr.max() > high:
+                raise ValueError(
+                    f"action_set entries must lie in [{low:g}, {high:g}] ({self.spec.arms!r} arms), "
+                    f"got [{arr.min():g}, {arr.max():g}]"
+                )
         return arr.copy()
 
     def _refresh_means(self) -> None:
@@ -237,7 +240,7 @@ class BanditBatch:
 
     def check_actions(self, actions: Any) -> np.ndarray:
         """Validate a batch of arm indices: integer, shape (B,), each in [0, A)."""
-        return check_action_batch(actions, self.batch_size, self.spec.num_actions, "the arms of the action set")
+        return check_index_batch(actions, self.batch_size, self.spec.num_actions, "actions", "arm indices")
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:
         """Pull arm ``actions[b]`` in instance b; returns rewards and regret quantities.

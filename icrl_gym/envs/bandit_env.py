@@ -25,7 +25,8 @@ import numpy as np
 from gymnasium import spaces
 
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.envs.vector import BatchVectorEnv
+from icrl_gym.envs.validation import check_integer, memory_limit
+from icrl_gym.envs.vector import BatchVectorEnv, check_env_memory, check_options
 
 
 def _observation_space(spec: BanditSpec) -> spaces.Box:
@@ -34,7 +35,7 @@ def _observation_space(spec: BanditSpec) -> spaces.Box:
 
 
 def _instance_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    options = dict(options or {})
+    options = check_options(options)
     allowed = {"w_star", "action_set"}
     unknown = sorted(set(options) - allowed)
     if unknown:
@@ -47,8 +48,12 @@ class BanditEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, spec: BanditSpec) -> None:
-        self.bandit_spec = spec
+    def __init__(self, spec: BanditSpec, max_memory_gib: float | None = None) -> None:
+        """``max_memory_gib`` raises the memory limit (:func:`~icrl_gym.envs.validation.check_memory`)."""
+        check_env_memory(
+            spec.memory_bytes(1), spec.num_actions * spec.dim, None, "a bandit environment", max_memory_gib
+        )
+        self.bandit_spec, self.max_memory_gib = spec, max_memory_gib
         self.observation_space = _observation_space(spec)
         self.action_space = spaces.Discrete(spec.num_actions)
         self._batch: BanditBatch | None = None
@@ -69,7 +74,8 @@ class BanditEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw a new instance from the prior (or take it from ``options``) and start a run."""
         super().reset(seed=seed)
-        self._batch = BanditBatch(self.bandit_spec, 1, self.np_random, **_instance_options(options))
+        with memory_limit(self.max_memory_gib):
+            self._batch = BanditBatch(self.bandit_spec, 1, self.np_random, **_instance_options(options))
         batch = self._batch
         info = {
             "w_star": batch.w_star[0].copy(),
@@ -105,8 +111,17 @@ class BanditVectorEnv(BatchVectorEnv):
     resets every run to a new instance (``AutoresetMode.NEXT_STEP``) and returns zero rewards.
     """
 
-    def __init__(self, num_envs: int, spec: BanditSpec) -> None:
-        self.bandit_spec = spec
+    def __init__(self, num_envs: int, spec: BanditSpec, max_memory_gib: float | None = None) -> None:
+        """``max_memory_gib`` raises the memory limit (:func:`~icrl_gym.envs.validation.check_memory`)."""
+        num_envs = check_integer("num_envs", num_envs)
+        check_env_memory(
+            spec.memory_bytes(num_envs),
+            spec.num_actions * spec.dim,
+            num_envs,
+            f"a vector environment of {num_envs:,} bandit runs",
+            max_memory_gib,
+        )
+        self.bandit_spec, self.max_memory_gib = spec, max_memory_gib
         self._init_spaces(num_envs, _observation_space(spec), spec.num_actions)
         self._batch: BanditBatch | None = None
 
@@ -134,7 +149,8 @@ class BanditVectorEnv(BatchVectorEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw B new instances (``options`` may fix w_star (B, d) and the action sets)."""
         self._reseed(seed)
-        self._batch = BanditBatch(self.bandit_spec, self.num_envs, self.np_random, **_instance_options(options))
+        with memory_limit(self.max_memory_gib):
+            self._batch = BanditBatch(self.bandit_spec, self.num_envs, self.np_random, **_instance_options(options))
         return self._obs(), self._reset_info()
 
     def step(self, actions: Any):

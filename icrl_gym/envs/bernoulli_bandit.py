@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 
@@ -69,6 +71,7 @@ class BernoulliBanditEnv(BanditEnv):
     - ``prior`` ('uniform'): 'uniform', means iid Unif([prior_low, prior_high]) with
       0 <= prior_low < prior_high <= 1 (defaults 0, 1); or 'beta', means iid Beta(prior_a, prior_b),
       prior_a, prior_b > 0 (defaults 1, 1).
+    - ``max_memory_gib`` (None): raises the memory limit (default 4 GiB, or ``$ICRL_GYM_MAX_MEMORY_GIB``).
 
     ``reset(options={"w_star": p})`` replays a given instance.  The reset ``info["model"]`` is the
     :class:`BanditSpec` as a dict (prior kind and parameters, horizon, ...), read by the Bayesian
@@ -82,12 +85,12 @@ class BernoulliBanditEnv(BanditEnv):
     uniform prior.
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(bernoulli_bandit_spec(**kwargs))
+    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
+        super().__init__(bernoulli_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
 
 
 class BernoulliBanditVectorEnv(BanditVectorEnv):
     """Natively batched :class:`BernoulliBanditEnv`."""
 
-    def __init__(self, num_envs: int = 1, **kwargs) -> None:
-        super().__init__(num_envs, bernoulli_bandit_spec(**kwargs))
+    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
+        super().__init__(num_envs, bernoulli_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)

@@ -28,7 +28,9 @@ class DarkRoomEnv(TabularMDPEnv):
     ``terminated=True`` after K episodes.
 
     ## Arguments
-    size, horizon, episodes.
+    size (>= 2), horizon, episodes (integers >= 1).  ``max_memory_gib`` raises the memory limit
+    (default 4 GiB, or ``$ICRL_GYM_MAX_MEMORY_GIB``); an instance is stored by its goal, so 10,000
+    rooms of 10 x 10 take about 50 MB.
 
     ## References
     Laskin et al., "In-context reinforcement learning with algorithm distillation", 2022;
@@ -38,12 +40,22 @@ class DarkRoomEnv(TabularMDPEnv):
     v0: initial version.
     """
 
-    def __init__(self, size: int = 10, horizon: int = 100, episodes: int = 10) -> None:
-        super().__init__(dark_room_spec(size, horizon, episodes))
+    def __init__(
+        self, size: int = 10, horizon: int = 100, episodes: int = 10, *, max_memory_gib: float | None = None
+    ) -> None:
+        super().__init__(dark_room_spec(size, horizon, episodes), max_memory_gib=max_memory_gib)
 
 
 class DarkRoomVectorEnv(TabularMDPVectorEnv):
     """Natively batched :class:`DarkRoomEnv`."""
 
-    def __init__(self, num_envs: int = 1, size: int = 10, horizon: int = 100, episodes: int = 10) -> None:
-        super().__init__(num_envs, dark_room_spec(size, horizon, episodes))
+    def __init__(
+        self,
+        num_envs: int = 1,
+        size: int = 10,
+        horizon: int = 100,
+        episodes: int = 10,
+        *,
+        max_memory_gib: float | None = None,
+    ) -> None:
+        super().__init__(num_envs, dark_room_spec(size, horizon, episodes), max_memory_gib=max_memory_gib)

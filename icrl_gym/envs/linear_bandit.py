@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 
@@ -70,7 +72,11 @@ class LinearBanditEnv(BanditEnv):
     - ``arms`` ('uniform'): rows of the action sets iid Unif([-1, 1]^d), or 'gaussian', iid N(0, I_d / d).
     - ``action_set`` ('fixed'): one action set per run, or 'per_step', a fresh one every step.
 
-    Invalid values raise a ``ValueError`` naming the field, the value and what is allowed.
+    - ``max_memory_gib`` (None): raises the memory limit (default 4 GiB, or ``$ICRL_GYM_MAX_MEMORY_GIB``);
+      sizes whose estimated footprint exceeds it are refused before anything is allocated.
+
+    Invalid values raise a ``ValueError`` naming the field, the value and what is allowed.  Integer
+    sizes must be integers; scale parameters (prior bounds, variances, noise) at most 1e100 in magnitude.
     ``reset(options={"w_star": w, "action_set": X})`` replays a given instance.  The reset
     ``info["model"]`` is the :class:`BanditSpec` as a dict (noise_std, prior and its parameters,
     ...): Thompson sampling and Bayes-UCB read their noise level and prior from it.
@@ -83,12 +89,12 @@ class LinearBanditEnv(BanditEnv):
     any draw of the existing settings.
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(linear_bandit_spec(**kwargs))
+    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
+        super().__init__(linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
 
 
 class LinearBanditVectorEnv(BanditVectorEnv):
     """Natively batched :class:`LinearBanditEnv`: ``num_envs`` runs stepped as arrays."""
 
-    def __init__(self, num_envs: int = 1, **kwargs) -> None:
-        super().__init__(num_envs, linear_bandit_spec(**kwargs))
+    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
+        super().__init__(num_envs, linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)

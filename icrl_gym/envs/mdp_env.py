@@ -17,7 +17,8 @@ import numpy as np
 from gymnasium import spaces
 
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
-from icrl_gym.envs.vector import BatchVectorEnv
+from icrl_gym.envs.validation import check_integer, memory_limit
+from icrl_gym.envs.vector import BatchVectorEnv, check_env_memory, check_options
 
 
 def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
@@ -29,6 +30,7 @@ def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
 
 
 def _instance_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    options = check_options(options)
     if not options:
         return None
     unknown = sorted(set(options) - {"P", "R", "mu"})
@@ -62,9 +64,13 @@ class TabularMDPEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, spec: MDPSpec | None = None, **kwargs: Any) -> None:
+    def __init__(self, spec: MDPSpec | None = None, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
+        """The prior ``spec`` (or ``MDPSpec(**kwargs)``); ``max_memory_gib`` raises the memory limit."""
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
-        s = self.mdp_spec
+        s, self.max_memory_gib = self.mdp_spec, max_memory_gib
+        check_env_memory(
+            s.memory_bytes(1), s.num_states + s.horizon, None, f"a {s.kind} MDP environment", max_memory_gib
+        )
         self.observation_space = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
         self.action_space = spaces.Discrete(s.num_actions)
         self._batch: MDPBatch | None = None
@@ -72,7 +78,8 @@ class TabularMDPEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw a new MDP from the prior (or take P, R, mu from ``options``) and start its first episode."""
         super().reset(seed=seed)
-        self._batch = MDPBatch(self.mdp_spec, 1, self.np_random, _instance_options(options))
+        with memory_limit(self.max_memory_gib):
+            self._batch = MDPBatch(self.mdp_spec, 1, self.np_random, _instance_options(options))
         info = reset_info(self.mdp_spec, self._batch, 0)
         info["v_star"] = float(info["v_star"])
         return mdp_observation(self.mdp_spec, self._batch.state, self._batch.h)[0], info
@@ -99,9 +106,15 @@ class TabularMDPEnv(gym.Env):
 class TabularMDPVectorEnv(BatchVectorEnv):
     """B tabular-MDP runs stepped as arrays; all end together and reset on the next step."""
 
-    def __init__(self, num_envs: int = 1, spec: MDPSpec | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, num_envs: int = 1, spec: MDPSpec | None = None, *, max_memory_gib: float | None = None, **kwargs: Any
+    ) -> None:
+        """``num_envs`` runs of the prior ``spec`` (or ``MDPSpec(**kwargs)``); ``max_memory_gib`` raises the limit."""
+        num_envs = check_integer("num_envs", num_envs)
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
-        s = self.mdp_spec
+        s, self.max_memory_gib = self.mdp_spec, max_memory_gib
+        what = f"a vector environment of {num_envs:,} {s.kind} MDP runs"
+        check_env_memory(s.memory_bytes(num_envs), s.num_states + s.horizon, num_envs, what, max_memory_gib)
         observation = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
         self._init_spaces(num_envs, observation, s.num_actions)
         self._batch: MDPBatch | None = None
@@ -109,7 +122,8 @@ class TabularMDPVectorEnv(BatchVectorEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw B new MDPs."""
         self._reseed(seed)
-        self._batch = MDPBatch(self.mdp_spec, self.num_envs, self.np_random, _instance_options(options))
+        with memory_limit(self.max_memory_gib):
+            self._batch = MDPBatch(self.mdp_spec, self.num_envs, self.np_random, _instance_options(options))
         return mdp_observation(self.mdp_spec, self._batch.state, 0), reset_info(self.mdp_spec, self._batch, slice(None))
 
     def step(self, actions: Any):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.envs.mdp_env import TabularMDPEnv, TabularMDPVectorEnv
 
@@ -28,7 +30,9 @@ class RandomMDPEnv(TabularMDPEnv):
     ``terminated=True`` after K MDP episodes (one Gymnasium episode is one in-context run).
 
     ## Arguments
-    num_states, num_actions, horizon, episodes, concentration, random_start.
+    num_states, num_actions, horizon, episodes (integers >= 1), concentration (finite, > 0), random_start,
+    stationary.  ``max_memory_gib`` raises the memory limit (default 4 GiB, or ``$ICRL_GYM_MAX_MEMORY_GIB``).
+    Invalid values raise a ``ValueError`` (``TypeError`` for a value of the wrong type) naming the field.
     ``reset(options={"P": P, "R": R, "mu": mu})`` replays a given instance.
 
     ## References
@@ -38,12 +42,12 @@ class RandomMDPEnv(TabularMDPEnv):
     v0: initial version.
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(MDPSpec(kind="random", **kwargs))
+    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
+        super().__init__(MDPSpec(kind="random", **kwargs), max_memory_gib=max_memory_gib)
 
 
 class RandomMDPVectorEnv(TabularMDPVectorEnv):
     """Natively batched :class:`RandomMDPEnv`."""
 
-    def __init__(self, num_envs: int = 1, **kwargs) -> None:
-        super().__init__(num_envs, MDPSpec(kind="random", **kwargs))
+    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
+        super().__init__(num_envs, MDPSpec(kind="random", **kwargs), max_memory_gib=max_memory_gib)

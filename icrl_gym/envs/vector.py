@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -9,6 +10,27 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
+
+from icrl_gym.envs.validation import check_integer, check_memory
+
+
+def check_env_memory(batch_bytes: int, obs_size: int, num_envs: int | None, what: str, max_memory_gib: float | None):
+    """Refuse an environment whose batch (``batch_bytes``) and observation spaces would not fit the memory limit.
+
+    A float32 ``Box`` of n entries keeps low, high and two boolean masks (10 n bytes); a vector
+    environment (``num_envs`` given) has the single space and the batched one of num_envs n entries.
+    """
+    copies = 1 if num_envs is None else num_envs + 1
+    check_memory(batch_bytes + 10 * obs_size * copies, what, max_memory_gib)
+
+
+def check_options(options: Any) -> dict[str, Any]:
+    """The ``options`` of ``reset`` as a dict (None: empty); a ``TypeError`` for anything but a mapping."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"reset options must be a dict, got {type(options).__name__} {options!r}")
+    return dict(options)
 
 
 class BatchVectorEnv(VectorEnv):
@@ -18,7 +40,7 @@ class BatchVectorEnv(VectorEnv):
 
     def _init_spaces(self, num_envs: int, observation: spaces.Box, num_actions: int) -> None:
         """B runs with observations ``observation`` and ``Discrete(num_actions)`` actions; no batch yet."""
-        self.num_envs = num_envs
+        self.num_envs = check_integer("num_envs", num_envs)
         self.single_observation_space = observation
         self.single_action_space = spaces.Discrete(num_actions)
         self.observation_space = batch_space(self.single_observation_space, num_envs)

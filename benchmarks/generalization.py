@@ -256,8 +256,8 @@ def run_cell(
 ) -> CellResult:
     """Every row of ``cell`` on the same ``runs`` instances.
 
-    A row that refuses the size (the DP's memory limit, a model's range) is kept with its reason instead
-    of numbers.  With ``store``, a finished cell is written there at once (atomically) and a stored
+    A row that refuses the size (the DP's memory limit, a model's range, a reference's memory estimate
+    in a cell beyond the trained range) is kept with its reason instead of numbers.  With ``store``, a finished cell is written there at once (atomically) and a stored
     cell with the same environment, rows, runs, seed and model weights (``model_id``) is reused, so an
     interrupted grid resumes where it stopped.
     """
@@ -268,7 +268,9 @@ def run_cell(
         return stored
     result = CellResult(cell, {}, references=tuple(refs))
     for label, agent in rows.items():
-        optional = label == MODEL or agent["name"] == "bernoulli_bayes_optimal"
+        # the model, the DP, and any reference of a cell beyond the trained range (e.g. the Gittins
+        # table for T=1000: ~5 GiB and ~40 min to build) may refuse a size; the rest must run
+        optional = label == MODEL or agent["name"] == "bernoulli_bayes_optimal" or not cell.in_range
         try:
             result.totals[label] = _totals(cell.spec, agent, runs, seed)
         except ValueError as err:  # the size is beyond what this row can play: marked n/a

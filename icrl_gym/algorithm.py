@@ -54,6 +54,7 @@ from icrl_gym.envs.validation import (
     check_index_batch,
     check_integer,
     check_memory,
+    plain,
 )
 
 
@@ -188,12 +189,12 @@ class Agent(Generic[ObsT]):
         check_finite("rewards", values, MAX_SCALE)
         if self.binary_rewards and np.any((values != 0) & (values != 1)):
             bad = values[(values != 0) & (values != 1)][0]
-            raise ValueError(f"rewards must be 0 or 1 for {self.name} (a Bernoulli-reward model), got {bad!r}")
+            raise ValueError(f"rewards must be 0 or 1 for {self.name} (a Bernoulli-reward model), got {plain(bad)!r}")
         if self.reward_bounds is not None:
             low, high = self.reward_bounds
             if np.any((values < low) | (values > high)):
                 bad = values[(values < low) | (values > high)][0]
-                raise ValueError(f"rewards must lie in [{low:g}, {high:g}] for {self.name}, got {bad!r}")
+                raise ValueError(f"rewards must lie in [{low:g}, {high:g}] for {self.name}, got {plain(bad)!r}")
         return actions, np.asarray(rewards) if isinstance(rewards, np.ndarray) else values
 
     def _memory_bytes(self) -> int:
@@ -202,7 +203,7 @@ class Agent(Generic[ObsT]):
 
     def _check_memory(self) -> None:
         """Refuse runs whose statistics would exceed the memory limit (see :attr:`max_memory_gib`)."""
-        check_memory(self._memory_bytes(), f"{self.name} on {self.batch_size:,} runs", self.max_memory_gib)
+        check_memory(self._memory_bytes(), f"{self.name} for a batch of {self.batch_size:,}", self.max_memory_gib)
 
     # ------------------------------------------------------------------ what a kind of algorithm defines
     def _start(self, info: dict[str, Any]) -> None:

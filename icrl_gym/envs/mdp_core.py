@@ -362,7 +362,7 @@ class MDPBatch:
 
     def check_actions(self, actions: Any) -> np.ndarray:
         """Validate a batch of action indices: integers of shape (B,) in [0, A)."""
-        return check_index_batch(actions, self.batch_size, self.spec.num_actions)
+        return check_index_batch(actions, self.batch_size, self.spec.num_actions, "actions", "action indices")
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:
         """Take one action per run; returns rewards, mean rewards and the next state (-1 after step H)."""

@@ -155,6 +155,11 @@ def check_index_batch(
     arr = np.asarray(values)
     where = f" ({what})" if what else ""
     allowed = f"{name} must be integer {kind} in [{low}, {size})"
+    if arr.dtype == object and arr.size and all(is_integer(v) for v in arr.flat):  # Python ints beyond int64
+        outside = [v for v in arr.flat if not low <= v < size]
+        if outside:
+            raise ValueError(f"{allowed}, got {outside[0]}, outside the range{where}")
+        arr = arr.astype(np.int64)
     if arr.shape != (batch_size,):
         raise ValueError(f"expected {name} of shape ({batch_size},), got shape {arr.shape}{where}")
     if arr.dtype.kind == "f":
@@ -207,8 +212,9 @@ def check_memory(nbytes: float, what: str, max_memory_gib: float | None = None) 
     limit = max_memory_bytes(max_memory_gib)
     if nbytes > limit:
         raise MemoryLimitError(
-            f"{what} needs about {nbytes / GIB:,.2f} GiB (estimate), above the limit of {limit / GIB:g} GiB; "
-            f"pass max_memory_gib=... or set {MEMORY_ENV} to allow more"
+            f"{what} needs about {nbytes / GIB:,.2f} GiB (estimate), above the limit of {limit / GIB:g} GiB; to allow "
+            f"it, pass max_memory_gib (an environment's argument, an algorithm's attribute), run it inside "
+            f"icrl_gym.envs.validation.memory_limit(gib) or set {MEMORY_ENV}"
         )
 
 

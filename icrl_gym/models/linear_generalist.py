@@ -21,7 +21,10 @@ Theorems 8-10 of Lin et al. and Bai et al. 2023): head h of arm query q_k = W_q 
 
     y_k = [ q_k^T (sum_{s<t} K_h^T e_s e_s^T V_h + S_h) ] / (c_h + sum_{s<t} sum_i delta_{h,i} e_{s,i}^2)
 
-with learned K_h, V_h (E x dh), a learned "sink" S_h (dh x dh, the prior's contribution: with the
+(+ u_k^T M_t u_k in the denominator with ``arm_normaliser``, u_k = W_u h_k: a per-arm, data-dependent
+preconditioner; with u_k ~ x_k / sigma it is c + x_k^T G_t x_k / sigma^2, so that e.g. the head
+x_k^T b_t / (c + x_k^T G_t x_k) is the one-dimensional posterior mean along x_k, exact for an arm pulled
+repeatedly) with learned K_h, V_h (E x dh), a learned "sink" S_h (dh x dh, the prior's contribution: with the
 tokens divided by sigma the prior precision I / v and prior term m / v are constants), a learned
 c_h > 0 and delta_h >= 0 (a trace normaliser that keeps the step size of the implied iteration
 below 1 for any t and sigma).  Stacked, such heads apply polynomials of the posterior precision
@@ -69,6 +72,8 @@ class LinearGeneralistConfig(DictConfig):
     """Hidden width of the MLPs as a multiple of D."""
     readouts: int = 8
     """Bilinear readouts x_k^T U_j h_k fed to every MLP."""
+    arm_normaliser: bool = True
+    """Add the per-arm quadratic form u_k^T M_t u_k (u_k = W_u h_k) to every head's normaliser (module docstring)."""
     arm_attention: bool = False
     """Softmax self-attention across the arms of a step in every block (an index policy, as the
     expert, needs none: each arm's logit then depends on its own features and the history only)."""
@@ -122,6 +127,11 @@ class LinearCrossAttention(nn.Module):
         self.delta = nn.Parameter(delta)
         self.out = nn.Linear(d, d)
         nn.init.normal_(self.query.weight, std=0.3 / math.sqrt(d))
+        self.token_dim = e
+        self.norm_query: nn.Linear | None = None
+        if config.arm_normaliser:
+            self.norm_query = nn.Linear(d, h * e, bias=False)
+            nn.init.normal_(self.norm_query.weight, std=0.3 / math.sqrt(d))
 
     def states(self, moments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Moment matrices (..., E, E) -> per-head states K^T M V + S (..., H, dh, dh) and normalisers (..., H)."""
@@ -130,11 +140,21 @@ class LinearCrossAttention(nn.Module):
         norm = self.log_c.exp() + diag @ F.softplus(self.delta).T  # (..., H)
         return state, norm
 
-    def forward(self, arms: torch.Tensor, state: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
-        """Arm tokens (B, Q, A, D), states (B, Q, H, dh, dh), normalisers (B, Q, H) -> (B, Q, A, D)."""
+    def forward(
+        self, arms: torch.Tensor, state: torch.Tensor, norm: torch.Tensor, moments: torch.Tensor
+    ) -> torch.Tensor:
+        """Arm tokens (B, Q, A, D), states (B, Q, H, dh, dh), normalisers (B, Q, H), moments (B, Q, E, E).
+
+        Returns the heads' outputs mixed back to (B, Q, A, D).
+        """
         b, nq, na, d = arms.shape
         q = self.query(arms).view(b, nq, na, self.n_heads, self.head_dim)
-        y = torch.einsum("bqahd,bqhde->bqahe", q, state) / norm.view(b, nq, 1, self.n_heads, 1)
+        den = norm.view(b, nq, 1, self.n_heads)
+        if self.norm_query is not None:  # + sum_s (u_k . e_s)^2 = u_k^T M u_k, per arm and head
+            u = self.norm_query(arms).view(b, nq, na, self.n_heads, self.token_dim)
+            mu = (u.reshape(b, nq, na * self.n_heads, -1) @ moments).view_as(u)  # (B, Q, A, H, E): M u_k
+            den = den + (mu * u).sum(-1)
+        y = torch.einsum("bqahd,bqhde->bqahe", q, state) / den.unsqueeze(-1)
         return self.out(y.reshape(b, nq, na, d))
 
 
@@ -195,12 +215,12 @@ class Block(nn.Module):
         self,
         arms: torch.Tensor,
         x: torch.Tensor,
-        state: torch.Tensor,
-        norm: torch.Tensor,
+        moments: torch.Tensor,
         arm_mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Arm tokens (B, Q, A, D), arm features x (B, Q, A, d_max) -> (B, Q, A, D)."""
-        arms = arms + self.cross(arms, state, norm)
+        """Arm tokens (B, Q, A, D), arm features x (B, Q, A, d_max), moments (B, Q, E, E) -> (B, Q, A, D)."""
+        state, norm = self.cross.states(moments)
+        arms = arms + self.cross(arms, state, norm, moments)
         if self.self_attn is not None and self.ln_self is not None:
             arms = arms + self.self_attn(self.ln_self(arms), arm_mask)
         return arms + self.mlp(torch.cat([self.ln_mlp(arms), self.readout(x, arms)], dim=-1))
@@ -258,9 +278,7 @@ class LinearGeneralistTransformer(nn.Module):
         """Arms (B, Q, A, d_max), features (B, Q, A, F), moments (B, Q, E, E) -> logits (B, Q, A)."""
         h = self.arm_in(features)
         for block in self.blocks:
-            blk = _as_block(block)
-            state, norm = blk.cross.states(moments)
-            h = blk(h, arms, state, norm, arm_mask)
+            h = _as_block(block)(h, arms, moments, arm_mask)
         logits = self.head(self.ln_out(h)).squeeze(-1) + self.readout_out(arms, h).squeeze(-1)
         if arm_mask is not None:
             logits = logits.masked_fill(~arm_mask.unsqueeze(1), float("-inf"))

@@ -34,6 +34,7 @@ every ``checkpoint_every`` steps; a restarted run continues from the latest) and
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import math
@@ -96,6 +97,8 @@ class LinearGeneralistTrainConfig(DictConfig):
     """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
     dagger_start: int = 2_000
     dagger_fraction: float = 0.2
+    dagger_max_batch: int = 96
+    """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
     label_temperature: float = 0.0
     """0: one-hot expert action; > 0: softmax(index / label_temperature) (reward units)."""
     lr: float = 1e-3
@@ -269,7 +272,8 @@ def sample_batch(
     """Draw (A, T), B instances and their trajectories (the eps-expert's or the model's when given)."""
     num_arms = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
     horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
-    b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * num_arms + horizon / 2)), cfg.min_batch, cfg.max_batch))
+    most = cfg.max_batch if model is None else min(cfg.max_batch, cfg.dagger_max_batch)
+    b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * num_arms + horizon / 2)), cfg.min_batch, most))
     per_step = bool(rng.random() < cfg.per_step_fraction)
     dim = rng.integers(cfg.min_dim, cfg.max_dim + 1, b)
     sigma = np.exp(rng.uniform(math.log(cfg.min_noise), math.log(cfg.max_noise), b))
@@ -461,6 +465,7 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
                 f"{(time.time() - t_log) / count:.3f} s/step wall {wall / 3600:.2f} h"
             )
             history.append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
+            release_freed_memory()
             sums, count, t_log = {}, 0, time.time()
         if cfg.eval_every and step % cfg.eval_every == 0:
             model.eval()
@@ -498,6 +503,20 @@ def main(argv: list[str] | None = None) -> None:
         except json.JSONDecodeError:
             data[key] = value
     train(LinearGeneralistTrainConfig.from_dict(data))
+
+
+def release_freed_memory() -> None:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
+
+    Batches of varied sizes leave freed blocks of many sizes in the heap, so without it the resident
+    memory climbs from ~1.5 GiB towards several GiB over a run; called every ``log_every`` steps it
+    keeps the process near its working set (one trim costs ~1 s of page faults, ~2% at 50 steps).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.malloc_trim(0)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,20 @@ from icrl_gym.models.linear_generalist import (
 FAMILY = "linear"
 """The ``family`` field of the checkpoint record that marks a linear generalist."""
 
+LINEAR_KIND: CheckpointKind = getattr(
+    CheckpointKind, "LINEAR_GENERALIST_TRANSFORMER", CheckpointKind.GENERALIST_TRANSFORMER
+)
+"""The checkpoint kind of a linear generalist: its own member once :class:`CheckpointKind` has one, until then
+the generalist kind with ``family = "linear"`` in the record (both are accepted)."""
+
+
+def is_linear_generalist(meta: dict[str, Any]) -> bool:
+    """Whether a checkpoint record holds a linear generalist (its kind, or the generalist kind and family 'linear')."""
+    kind = meta.get("kind")
+    if kind == LINEAR_KIND.value and LINEAR_KIND is not CheckpointKind.GENERALIST_TRANSFORMER:
+        return True
+    return kind == CheckpointKind.GENERALIST_TRANSFORMER.value and meta.get("family") == FAMILY
+
 
 class LinearGeneralistAgent(BanditAgent):
     """Batched online rollout of a :class:`LinearGeneralistTransformer` on linear bandits of any size."""
@@ -51,7 +65,7 @@ class LinearGeneralistAgent(BanditAgent):
     ) -> None:
         super().__init__(seed)
         state, meta = read_checkpoint(resolve_checkpoint(checkpoint))
-        if meta.get("kind") != CheckpointKind.GENERALIST_TRANSFORMER.value or meta.get("family") != FAMILY:
+        if not is_linear_generalist(meta):
             raise CheckpointError(
                 f"{checkpoint} holds a {meta.get('kind')} of family {meta.get('family')!r}, not a linear generalist"
             )

@@ -136,7 +136,10 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
         """<a, mu_t> + Phi^{-1}(level) sigma ||a||_{V_t^{-1}}, shape (B, A)."""
         z = ndtri(quantile_level(self.t + 1, self.used_horizon, self.c))
         mean = np.einsum("bad,bd->ba", action_sets, self.stats.estimate())
-        return mean + z * self.model.noise_std * np.sqrt(self.stats.widths(action_sets))
+        width = np.sqrt(self.stats.widths(action_sets))
+        # at t = 1 the level is 0 and z = -inf: an arm of zero width (a zero vector) has no bonus, not NaN
+        with np.errstate(invalid="ignore"):
+            return mean + np.where(width > 0, z * self.model.noise_std * width, 0.0)
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.stats.update(action_sets[np.arange(self.batch_size), actions], rewards)

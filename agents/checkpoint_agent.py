@@ -22,6 +22,8 @@ class CheckpointAgent(Agent[ObsT]):
     """The checkpoint's record: what it is and the environment it was trained for."""
     greedy: bool
     """Take the argmax of the policy instead of sampling from it."""
+    input_bound = 1e6
+    """The networks compute in float32: inputs far beyond any training prior would overflow their layer norms."""
 
     def _start(self, info: dict[str, Any]) -> None:
         check_compatible(self.record, info, name=f"model {self.checkpoint!r}")

@@ -49,7 +49,10 @@ class IndexAgent(BanditAgent):
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
         if self.deterministic:
-            return self.index(action_sets).argmax(axis=1)
+            scores = self.index(action_sets)
+            if np.isnan(scores).any():  # never an argmax of NaN passed on as an action
+                raise ValueError(f"{self.name}'s index is NaN for run {int(np.isnan(scores).any(axis=1).argmax())}")
+            return scores.argmax(axis=1)
         return super()._act(action_sets)
 
     def config(self) -> dict[str, Any]:

@@ -38,6 +38,19 @@ works on arrays: ``act_batch(states, h)``, ``policy_batch(states, h)`` and
 ``update_batch(states, h, actions, rewards, next_states)`` with ``next_states = -1`` after step H.
 Subclasses implement ``_reset``, ``_begin_episode`` (called at h = 0, e.g. to re-plan) and the
 per-step hooks.  ``episode`` counts the episodes started.
+
+Validation
+----------
+Every input is checked here, once for all algorithms, by the shared validators of
+:mod:`icrl_gym.envs.validation`: the sizes and the instance read at ``reset``; observations (finite
+action sets of shape (A, d); a one-hot state followed by a one-hot step); the actions fed back
+(integer indices in [0, A)); the rewards (finite, and 0 or 1 or inside [0, 1] where the model says
+so: ``binary_rewards``, ``reward_bounds``, MDP rewards lie in [0, 1]); the batched arrays of
+``act_batch``, ``policy_batch`` and ``update_batch``; and, before anything is allocated, the memory
+the statistics of B runs will take (``_memory_bytes``, refused above the limit: the attribute
+``max_memory_gib``, else the environment variable ``ICRL_GYM_MAX_MEMORY_GIB``).  A bad input raises
+``ValueError`` or ``TypeError`` naming it, and leaves the statistics untouched; a policy is never
+passed on with a NaN.
 """
 
 from __future__ import annotations
@@ -48,7 +61,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from icrl_gym.envs.validation import (
-    MAX_SCALE,
+    MAX_INPUT,
     as_float_array,
     check_finite,
     check_index_batch,
@@ -95,6 +108,10 @@ class Agent(Generic[ObsT]):
     """True when the algorithm's model admits only the rewards 0 and 1 (Beta-Bernoulli algorithms)."""
     max_memory_gib: float | None = None
     """Memory limit of the statistics checked at reset (None: ``$ICRL_GYM_MAX_MEMORY_GIB`` or the default)."""
+    action_kind = "action indices"
+    """How the actions read in an error message."""
+    input_bound = MAX_INPUT
+    """Largest magnitude of an observation entry or a reward the algorithm computes with safely."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
@@ -135,7 +152,7 @@ class Agent(Generic[ObsT]):
         """Action probabilities Alg(. | D_{t-1}, s_t): (A,) for a single run, else (B, A)."""
         observation = self._read(obs)
         self._observe(observation)
-        probs = self._policy_on(observation)
+        probs = self._checked_policy(self._policy_on(observation))
         return probs[0] if self._single else probs
 
     def update(self, action: Any, reward: Any, obs: Any = None) -> None:
@@ -174,9 +191,6 @@ class Agent(Generic[ObsT]):
         if runs != self.batch_size:
             raise ValueError(f"observation holds {runs} runs but the agent was reset for {self.batch_size}")
 
-    action_kind = "action indices"
-    """How the actions read in an error message."""
-
     def _check_feedback(self, actions: Any, rewards: Any) -> tuple[np.ndarray, np.ndarray]:
         """Actions (B,) as integer indices in [0, A) and rewards (B,) finite and admitted by the model.
 
@@ -186,7 +200,7 @@ class Agent(Generic[ObsT]):
         values = as_float_array("rewards", rewards)
         if values.shape != (self.batch_size,):
             raise ValueError(f"expected rewards of shape ({self.batch_size},), got shape {values.shape}")
-        check_finite("rewards", values, MAX_SCALE)
+        check_finite("rewards", values, self.input_bound)
         if self.binary_rewards and np.any((values != 0) & (values != 1)):
             bad = values[(values != 0) & (values != 1)][0]
             raise ValueError(f"rewards must be 0 or 1 for {self.name} (a Bernoulli-reward model), got {plain(bad)!r}")
@@ -196,6 +210,13 @@ class Agent(Generic[ObsT]):
                 bad = values[(values < low) | (values > high)][0]
                 raise ValueError(f"rewards must lie in [{low:g}, {high:g}] for {self.name}, got {plain(bad)!r}")
         return actions, np.asarray(rewards) if isinstance(rewards, np.ndarray) else values
+
+    def _checked_policy(self, probs: np.ndarray) -> np.ndarray:
+        """Refuse to pass on a policy with a NaN or an infinity (a numerical failure is never silent)."""
+        if not np.all(np.isfinite(probs)):
+            row = int(np.argmin(np.isfinite(probs).all(axis=-1)))
+            raise ValueError(f"{self.name} computed a non-finite policy for run {row}: {probs[row].tolist()}")
+        return probs
 
     def _memory_bytes(self) -> int:
         """Estimated memory of the statistics of ``batch_size`` runs (bytes), checked at reset before allocating."""
@@ -252,7 +273,7 @@ class BanditAgent(Agent[np.ndarray]):
 
     def policy_batch(self, action_sets: np.ndarray) -> np.ndarray:
         """(B, A, d) action sets -> (B, A) action probabilities."""
-        return self._policy(self._check_action_sets(action_sets))
+        return self._checked_policy(self._policy(self._check_action_sets(action_sets)))
 
     def update_batch(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         """Add step t of every run: action sets (B, A, d), arms (B,) and rewards (B,)."""
@@ -272,7 +293,7 @@ class BanditAgent(Agent[np.ndarray]):
         expected = (self.batch_size, self.num_actions, self.dim)
         if arr.shape != expected or arr.dtype.kind not in "fiu":
             raise ValueError(f"action sets must be a numeric array of shape {expected}, got {arr.dtype} {arr.shape}")
-        check_finite("action sets", arr)
+        check_finite("action sets", arr, self.input_bound)
         return arr
 
     def index(self, action_sets: np.ndarray) -> np.ndarray:
@@ -324,7 +345,7 @@ class BanditAgent(Agent[np.ndarray]):
                 f"(expected ({a * d},), ({a}, {d}) or a batch of those)"
             )
         self._check_runs(arr.shape[0])
-        check_finite("observation", arr)
+        check_finite("observation", arr, self.input_bound)
         return arr
 
     def _act_on(self, observation: np.ndarray) -> np.ndarray:
@@ -380,7 +401,7 @@ class MDPAgent(Agent[MDPObservation]):
         """(B,) states at step h -> (B, A) action probabilities."""
         states, h = self._check_position(states, h)
         self._plan_once()
-        return self._policy(states, h)
+        return self._checked_policy(self._policy(states, h))
 
     def update_batch(
         self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray

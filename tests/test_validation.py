@@ -464,3 +464,32 @@ def test_dense_mdp_batches_no_longer_keep_a_cumulative_copy_of_p():
     assert not any(
         isinstance(v, np.ndarray) and v.shape == env._batch.P.shape for k, v in vars(env._batch).items() if k != "_P"
     )
+
+
+def test_observations_and_rewards_far_beyond_any_prior_are_refused_before_they_overflow():
+    env = gym.make("ICRL-LinearBandit-v0").unwrapped
+    obs, info = env.reset(seed=0)
+    agent = make_agent("linucb")
+    agent.reset(info)
+    huge = obs.astype(np.float64)
+    huge[3] = 1e300
+    with raises(ValueError, "observation must be finite with magnitude <= 1e+50, got 1e+300 at index [0, 0, 3]"):
+        agent.act(huge)
+    agent.act(obs)
+    with raises(ValueError, "rewards must be finite with magnitude <= 1e+50, got -1e+60"):
+        agent.update(0, -1e60)
+
+
+def test_learned_agents_refuse_rewards_their_float32_network_cannot_take():
+    from agents.transformer_agent import TransformerAgent
+    from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+
+    model = BanditTransformer(TransformerConfig(n_layer=1, n_head=1, n_embd=8, dim=3, num_actions=3, horizon=8))
+    agent = TransformerAgent.from_model(model.eval(), seed=0)
+    env = gym.make("ICRL-BernoulliBandit-v0", num_arms=3, horizon=8).unwrapped
+    obs, info = env.reset(seed=0)
+    agent.reset(info)
+    agent.act(obs)
+    with raises(ValueError, "rewards must be finite with magnitude <= 1e+06, got -9.2e+18"):
+        agent.update(0, -9.2e18)  # found by the fuzzer: the layer norms overflowed, the policy became NaN
+    assert np.isfinite(agent.policy(obs)).all()

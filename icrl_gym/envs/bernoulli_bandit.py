@@ -6,6 +6,7 @@ from typing import Any
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
+from icrl_gym.envs.validation import is_integer
 
 
 def bernoulli_bandit_spec(
@@ -25,7 +26,7 @@ def bernoulli_bandit_spec(
     equal ``num_arms`` since the arms are the standard basis vectors.
     """
     for name, value in (("dim", dim), ("num_actions", num_actions)):
-        if value is not None and value != num_arms:
+        if value is not None and not (is_integer(value) and is_integer(num_arms) and int(value) == int(num_arms)):
             raise ValueError(
                 f"a Bernoulli bandit has one-hot arms, so {name} must equal num_arms={num_arms}, got {value}"
             )

@@ -37,6 +37,10 @@ MAX_SCALE = 1e100
 """Largest magnitude of a scale parameter or a given instance entry (prior bounds, noise, w*): far beyond any
 use, and small enough that no draw, mean reward or reward computed from it overflows."""
 
+MAX_INPUT = 1e50
+"""Largest magnitude of an observation entry or a reward an algorithm takes: products of a few of them and
+of the statistics built from them (ridge estimates, indices, softmax arguments) stay finite."""
+
 
 class MemoryLimitError(ValueError):
     """A size whose estimated memory exceeds the limit (raised before anything is allocated)."""
@@ -120,7 +124,8 @@ def as_float_array(name: str, value: Any) -> np.ndarray:
 
 def check_finite(name: str, arr: np.ndarray, bound: float = math.inf) -> None:
     """Refuse NaN and infinite entries (and, given a ``bound``, entries larger in magnitude), naming the first."""
-    bad = ~(np.abs(arr) <= bound) if bound < math.inf else ~np.isfinite(arr)
+    with np.errstate(over="ignore"):  # a bound beyond float32's range compares as infinity: only "finite" is left
+        bad = ~(np.abs(arr) <= bound) if bound < math.inf else ~np.isfinite(arr)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         allowed = "finite" if bound == math.inf else f"finite with magnitude <= {bound:g}"

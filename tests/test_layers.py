@@ -79,7 +79,9 @@ def test_agents_package_exports_registered_classes():
     exported = {cls for cls in vars(agents).values() if isinstance(cls, type) and issubclass(cls, algorithm)}
     registered = {agent_class(name) for name in agent_names()}
     # learned algorithms import torch: not re-exported, so `import agents` stays torch-free (registry docstring)
-    learned = {agent_class(name) for name in ("transformer", "mdp_transformer", "meta_rl", "generalist")}
+    learned = {
+        agent_class(name) for name in ("transformer", "mdp_transformer", "meta_rl", "generalist", "linear_generalist")
+    }
     abstract = {cls for cls in exported if cls.name in ("agent", "mdp_agent")}
     mdp_mixture = {agents.MDPMixture}  # built by make_agent for a mixture of MDP algorithms
     assert exported - abstract - mdp_mixture <= registered

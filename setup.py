@@ -23,6 +23,9 @@ setup(
         "matplotlib>=3.7",
         "tqdm>=4.60",
     ],
-    extras_require={"test": ["pytest>=7", "ruff>=0.4", "mypy>=1.10", "hypothesis>=6.80"], "tensorboard": ["tensorboard>=2.10"]},
+    extras_require={
+        "test": ["pytest>=7", "ruff>=0.4", "mypy>=1.10", "hypothesis>=6.80"],
+        "tensorboard": ["tensorboard>=2.10"],
+    },
     entry_points={"console_scripts": ["icrl-bench=benchmarks.harness:main"]},
 )

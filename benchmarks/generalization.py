@@ -257,9 +257,10 @@ def run_cell(
     """Every row of ``cell`` on the same ``runs`` instances.
 
     A row that refuses the size (the DP's memory limit, a model's range, a reference's memory estimate
-    in a cell beyond the trained range) is kept with its reason instead of numbers.  With ``store``, a finished cell is written there at once (atomically) and a stored
-    cell with the same environment, rows, runs, seed and model weights (``model_id``) is reused, so an
-    interrupted grid resumes where it stopped.
+    in a cell beyond the trained range) is kept with its reason instead of numbers.  With ``store``, a
+    finished cell is written there at once (atomically), and a stored cell with the same environment,
+    rows, runs, seed and model weights (``model_id``) is reused, so an interrupted grid resumes where
+    it stopped.
     """
     refs = _reference_specs(exp, cell, cache_dir)
     rows = {**refs, **({MODEL: model} if model is not None else {})}

@@ -306,7 +306,7 @@ def test_fine_tuning_run_starts_from_the_given_weights_and_counts_their_time(tmp
 
 
 def test_shipped_generalist_loads_by_name_and_plays_any_size():
-    """TransformerAgent.pretrained("bernoulli-generalist") gives the generalist agent; it plays K=7, T=30 by the info."""
+    """TransformerAgent.pretrained("bernoulli-generalist") is the generalist agent; it plays K=7, T=30 (reset info)."""
     from agents.transformer_agent import TransformerAgent
 
     agent = TransformerAgent.pretrained("bernoulli-generalist")

@@ -39,7 +39,7 @@ class GreedyQAgent(MDPAgent):
         total = super()._memory_bytes() + 8 * B * (H * S * A + (H + 1) * S)
         if self.keeps_counts:
             hs = 1 if self._pooled(getattr(self, "stationary", None)) else H
-            total += 2 * 8 * B * hs * S * A * (S + 2)
+            total += 3 * 8 * B * hs * S * A * (S + 2)
         return total
 
     def _pooled(self, stationary: bool | None) -> bool:

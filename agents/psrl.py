@@ -140,10 +140,14 @@ class DarkRoomPSRL(GreedyQAgent):
         if instance is None:
             raise ValueError("DarkRoom PSRL needs the (known) moves P from the environment's reset info")
         P = instance[0]
-        self.next_state = P[:, 0].argmax(axis=-1)  # (B, S, A) deterministic successor
-        moves = np.take_along_axis(P[:, 0], self.next_state[..., None], axis=-1)
-        if P.shape[1] != 1 or not np.all(moves == 1.0):
+        moves = P[0, 0]  # (S, A, S): the moves of the first run, which every run must share
+        self.next_state = moves.argmax(axis=-1)  # (S, A) deterministic successor
+        if P.shape[1] != 1 or not np.all(np.take_along_axis(moves, self.next_state[..., None], axis=-1) == 1.0):
             raise ValueError(f"{self.name} needs deterministic, stationary moves: P has rows that are not one-hot")
+        if P.strides[0] != 0:  # not one table broadcast over the runs (the environments'): compare, a chunk at a time
+            for start in range(1, self.batch_size, 64):
+                if not (P[start : start + 64, 0] == moves).all():
+                    raise ValueError("DarkRoom runs of one batch must share the moves")
         self.candidates = np.ones((self.batch_size, self.num_states), dtype=bool)
         self._q_by_goal: np.ndarray | None = None
 
@@ -158,11 +162,9 @@ class DarkRoomPSRL(GreedyQAgent):
         With goal g the reward is 1{s = g} for every action, so Q_h(s, a) = 1{s = g} + V_{h+1}(next(s, a)).
         """
         if self._q_by_goal is None:
-            if np.any(self.next_state != self.next_state[:1]):
-                raise ValueError("DarkRoom runs of one batch must share the moves")
             G, S, A = self.num_states, self.num_states, self.num_actions
             P = np.zeros((G, 1, S, A, S))
-            P[:, 0, np.arange(S)[:, None], np.arange(A), self.next_state[0]] = 1.0
+            P[:, 0, np.arange(S)[:, None], np.arange(A), self.next_state] = 1.0
             R = np.zeros((G, 1, S, A))
             R[np.arange(G), 0, np.arange(G)] = 1.0
             self._q_by_goal, _ = backward_induction(P, R, self.horizon)

@@ -36,9 +36,9 @@ def _trajectory(b, s, a, d, seed=0, per_step=True):
 
 
 @pytest.mark.parametrize("per_step", [True, False])
-@pytest.mark.parametrize("arm_attention", [False, True])
-def test_cached_step_equals_forward(per_step, arm_attention):
-    model, (b, s, a, d) = _model(arm_attention=arm_attention), (3, 30, 5, 4)
+@pytest.mark.parametrize("extra", [{}, {"arm_attention": True}, {"history_layers": 2}])
+def test_cached_step_equals_forward(per_step, extra):
+    model, (b, s, a, d) = _model(**extra), (3, 30, 5, 4)
     sets, actions, rewards = _trajectory(b, s, a, d, per_step=per_step)
     sigma, dims = torch.tensor([0.5, 1.0, 2.0]), torch.tensor([4, 2, 3])
     full = model(sets, actions, rewards, torch.arange(s).expand(b, s), 40, sigma, dims)  # (B, S, A)
@@ -50,7 +50,7 @@ def test_cached_step_equals_forward(per_step, arm_attention):
 
 
 def test_permuting_the_arms_permutes_the_logits():
-    model, (b, s, a, d) = _model(arm_attention=True), (2, 20, 6, 3)
+    model, (b, s, a, d) = _model(arm_attention=True, history_layers=2), (2, 20, 6, 3)
     sets, actions, rewards = _trajectory(b, s, a, d, seed=1)
     perm = torch.randperm(a, generator=torch.Generator().manual_seed(2))
     inverse = torch.argsort(perm)
@@ -63,7 +63,7 @@ def test_permuting_the_arms_permutes_the_logits():
 def test_padding_invariance():
     """A d=3 instance scores the same whatever its padding: its own width, zero-padded to 8, next to
     d=8 runs in one batch, or with masked extra arms."""
-    model, s, a = _model(arm_attention=True, seed=3), 15, 6
+    model, s, a = _model(arm_attention=True, history_layers=2, seed=3), 15, 6
     sets, actions, rewards = _trajectory(1, s, a, 3, seed=4)
     queries = torch.arange(s).view(1, s)
     own = model(sets, actions, rewards, queries, 50, 0.7)

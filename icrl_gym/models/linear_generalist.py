@@ -74,6 +74,11 @@ class LinearGeneralistConfig(DictConfig):
     """Bilinear readouts x_k^T U_j h_k fed to every MLP."""
     arm_normaliser: bool = True
     """Add the per-arm quadratic form u_k^T M_t u_k (u_k = W_u h_k) to every head's normaliser (module docstring)."""
+    history_layers: int = 0
+    """Layers of the history encoder (0: none): non-causal linear self-attention over the history tokens,
+    which the arms' query vectors z_k = [x_k, 0, 1] / sigma pass through too (module docstring, GD++)."""
+    history_heads: int = 2
+    """Heads of every history-encoder layer."""
     arm_attention: bool = False
     """Softmax self-attention across the arms of a step in every block (an index policy, as the
     expert, needs none: each arm's logit then depends on its own features and the history only)."""
@@ -86,9 +91,14 @@ class LinearGeneralistConfig(DictConfig):
         return self.d_max + 2
 
     @property
+    def encoded_dim(self) -> int:
+        """Width of the encoded query vector z_k appended to the arm's features (0 without an encoder)."""
+        return self.token_dim if self.history_layers else 0
+
+    @property
     def arm_features(self) -> int:
-        """[x (d_max), dimension mask (d_max), phi(t, T) (4), log sigma]."""
-        return 2 * self.d_max + NUM_STEP_FEATURES + 1
+        """[x (d_max), dimension mask (d_max), phi(t, T) (4), log sigma, z_k (encoded_dim)]."""
+        return 2 * self.d_max + NUM_STEP_FEATURES + 1 + self.encoded_dim
 
 
 def history_tokens(chosen: torch.Tensor, rewards: torch.Tensor, noise_std: torch.Tensor) -> torch.Tensor:
@@ -187,8 +197,8 @@ class Readout(nn.Module):
 
     def __init__(self, config: LinearGeneralistConfig, outputs: int) -> None:
         super().__init__()
-        self.outputs, self.d_max = outputs, config.d_max
-        self.proj = nn.Linear(config.d_model, outputs * config.d_max, bias=False)
+        self.outputs, self.d_max = outputs, config.d_max + config.encoded_dim
+        self.proj = nn.Linear(config.d_model, outputs * self.d_max, bias=False)
         nn.init.normal_(self.proj.weight, std=0.1 / math.sqrt(config.d_model))
 
     def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -232,6 +242,43 @@ def _as_block(module: nn.Module) -> Block:
     return module
 
 
+class HistoryEncoder(nn.Module):
+    """Non-causal linear self-attention over the history tokens, in closed form on the moment matrix.
+
+    Layer l maps every history token e_s (and every arm query vector z_k) to P_l e_s with
+
+        P_l = I + sum_h A_{l,h} M_l B_{l,h} / (c_l + sum_i delta_{l,i} (M_l)_{ii}),
+
+    which is what a linear self-attention head with query/key/value/output maps (A = W_O W_V, B = W_K^T W_Q)
+    computes over the tokens s < t; so the history's moment matrix becomes M_{l+1} = P_l M_l P_l^T.  This
+    is GD++ of von Oswald et al. (2023): the tokens' Gram spectrum lambda -> lambda (1 - gamma lambda)^2
+    flattens in a few layers, so that P^T P approximates the inverse of the posterior precision and a
+    single arm head z_k^T (M_L)_{x, r} reads <x_k, Lambda^{-1} b> (Section 4.1's ridge regression in context).
+    """
+
+    def __init__(self, config: LinearGeneralistConfig) -> None:
+        super().__init__()
+        n, h, e = config.history_layers, config.history_heads, config.token_dim
+        self.left = nn.Parameter(torch.randn(n, h, e, e) * 0.1 / math.sqrt(e))
+        self.right = nn.Parameter(torch.randn(n, h, e, e) * 0.1 / math.sqrt(e))
+        self.log_c = nn.Parameter(torch.zeros(n))
+        delta = torch.full((n, e), -4.0)
+        delta[:, : config.d_max] = 0.5
+        self.delta = nn.Parameter(delta)
+
+    def forward(self, moments: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Moments (B, Q, E, E) and arm query vectors (B, Q, A, E) -> the encoded ones (same shapes)."""
+        eye = torch.eye(moments.shape[-1], device=moments.device)
+        for layer in range(self.left.shape[0]):
+            diag = torch.diagonal(moments, dim1=-2, dim2=-1)
+            norm = self.log_c[layer].exp() + diag @ F.softplus(self.delta[layer])  # (B, Q)
+            mix = torch.einsum("hij,bqjk,hkl->bqil", self.left[layer], moments, self.right[layer])
+            p = eye + mix / norm[..., None, None]  # (B, Q, E, E)
+            moments = p @ moments @ p.transpose(-1, -2)
+            z = z @ p.transpose(-1, -2)
+        return moments, z
+
+
 class LinearGeneralistCache:
     """The history of B runs as the linear attention's state: the moment matrices M_t (B, E, E) and t."""
 
@@ -260,6 +307,7 @@ class LinearGeneralistTransformer(nn.Module):
         self.ln_out = nn.LayerNorm(d)
         self.head = nn.Linear(d, 1)
         self.readout_out = Readout(config, 1)
+        self.encoder: HistoryEncoder | None = HistoryEncoder(config) if config.history_layers else None
 
     def pad(self, arms: torch.Tensor) -> torch.Tensor:
         """Zero-pad arms (..., d) to (..., d_max)."""
@@ -274,8 +322,14 @@ class LinearGeneralistTransformer(nn.Module):
         features: torch.Tensor,
         moments: torch.Tensor,
         arm_mask: torch.Tensor | None,
+        sigma: torch.Tensor,
     ) -> torch.Tensor:
-        """Arms (B, Q, A, d_max), features (B, Q, A, F), moments (B, Q, E, E) -> logits (B, Q, A)."""
+        """Arms (B, Q, A, d_max), features (B, Q, A, F), moments (B, Q, E, E), sigma (B,) -> logits (B, Q, A)."""
+        if self.encoder is not None:
+            b, nq, na, _ = arms.shape
+            z = torch.cat([arms, torch.zeros_like(arms[..., :1]), torch.ones_like(arms[..., :1])], dim=-1)
+            moments, z = self.encoder(moments, z / sigma.view(b, 1, 1, 1))
+            features, arms = torch.cat([features, z], dim=-1), torch.cat([arms, z], dim=-1)
         h = self.arm_in(features)
         for block in self.blocks:
             h = _as_block(block)(h, arms, moments, arm_mask)
@@ -319,7 +373,7 @@ class LinearGeneralistTransformer(nn.Module):
         moments = prefix[rows, query_steps]  # (B, Q, E, E)
         arms = sets[rows, query_steps]  # (B, Q, A, d_max)
         features = arm_features(arms, dims, query_steps, horizon_t, sigma)
-        return self._decide(arms, features, moments, arm_mask)
+        return self._decide(arms, features, moments, arm_mask, sigma)
 
     def new_cache(self, batch_size: int, device: torch.device | str = "cpu") -> LinearGeneralistCache:
         """An empty cache (history of B runs)."""
@@ -354,4 +408,4 @@ class LinearGeneralistTransformer(nn.Module):
         dims = torch.as_tensor(action_set.shape[-1] if dim is None else dim, device=device).reshape(-1).expand(b)
         steps = torch.full((b, 1), cache.steps, device=device)
         features = arm_features(arms, dims, steps, horizon_t, sigma)
-        return self._decide(arms, features, cache.moments.unsqueeze(1), arm_mask)[:, 0]
+        return self._decide(arms, features, cache.moments.unsqueeze(1), arm_mask, sigma)[:, 0]

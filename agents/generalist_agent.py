@@ -43,6 +43,11 @@ class GeneralistAgent(BanditAgent):
         state, meta = read_checkpoint(resolve_checkpoint(checkpoint))
         if meta.get("kind") != CheckpointKind.GENERALIST_TRANSFORMER.value:
             raise CheckpointError(f"{checkpoint} holds a {meta.get('kind')}, not a generalist transformer")
+        if meta.get("family", "bernoulli") != "bernoulli":
+            raise CheckpointError(
+                f"{checkpoint} holds a generalist of family {meta.get('family')!r}, not of Bernoulli arms: "
+                f"play it with make_agent('{meta.get('family')}_generalist', checkpoint=...)"
+            )
         model = GeneralistTransformer(GeneralistConfig.from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
         self._setup(model.to(resolve_device(device)).eval(), str(checkpoint), greedy, horizon)

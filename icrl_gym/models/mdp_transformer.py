@@ -178,13 +178,8 @@ class MDPTransformer(nn.Module):
     def new_cache(self, batch_size: int, device: torch.device | str | None = None) -> KVCache:
         """An empty key/value cache for ``batch_size`` runs."""
         p = self.input_embed.weight
-        cfg = self.config
-        shape = (batch_size, cfg.n_head, cfg.max_tokens, cfg.n_embd // cfg.n_head)
         device = p.device if device is None else device
-        return KVCache(
-            k=[torch.empty(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
-            v=[torch.empty(shape, device=device, dtype=p.dtype) for _ in range(cfg.n_layer)],
-        )
+        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, p.dtype)
 
     @torch.no_grad()
     def step(

@@ -139,6 +139,28 @@ class KVCache:
     last_action_set: Tensor | None = field(default=None, repr=False)
     last_tokens: Tensor | None = field(default=None, repr=False)
     """Raw features (B, p, F) of the latest p tokens, for a model whose embedding reads p predecessors."""
+    scores: Tensor | None = field(default=None, repr=False)
+    """Flat workspace of the ReLU attention scores of a cached step, reused by every layer and step."""
+
+    @classmethod
+    def allocate(
+        cls, batch_size: int, config: DecoderConfig, max_tokens: int, device: torch.device | str, dtype: torch.dtype
+    ) -> KVCache:
+        """A cache of ``max_tokens`` slots per layer for the decoder of ``config``.
+
+        The buffers are zero-filled once here (not ``empty``): the pages are touched at allocation
+        instead of one page fault at a time inside the rollout's scattered per-step writes.
+        """
+        shape = (batch_size, config.n_head, max_tokens, config.n_embd // config.n_head)
+        ks = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
+        vs = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
+        return cls(k=ks, v=vs)
+
+    def workspace(self, numel: int) -> Tensor:
+        """The first ``numel`` elements of :attr:`scores`, grown (never shrunk) when too small."""
+        if self.scores is None or self.scores.numel() < numel:
+            self.scores = self.k[0].new_empty(numel)
+        return self.scores[:numel]
 
     @property
     def batch_size(self) -> int:
@@ -225,6 +247,25 @@ def relu_causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return out
 
 
+def relu_cached_attention(q: Tensor, k: Tensor, v: Tensor, scores: Tensor) -> Tensor:
+    """ReLU attention of the ``n_new`` newest tokens against the whole cache, written into ``scores``.
+
+    ``q`` (N, n_new, hs), already scaled; ``k``, ``v`` (N, n_tot, hs): the cache up to and including
+    the new tokens; ``scores`` a flat workspace of ``N * n_new * n_tot`` elements.  Returns
+    ``y_i = sum_{j <= i} ReLU(<q_i, k_j>) v_j`` (N, n_new, hs).  The scores go into the reused,
+    contiguous workspace (a fresh (N, n_new, n_tot) tensor per layer and step costs more in page
+    faults than the product itself), and only the n_new x n_new block of the new keys is masked:
+    every cached key precedes every new query.
+    """
+    N, n_new, _ = q.shape
+    n_tot = k.shape[1]
+    att = scores.view(N, n_new, n_tot)
+    torch.bmm(q, k.transpose(1, 2), out=att).relu_()
+    if n_new > 1:
+        att[:, :, n_tot - n_new :].masked_fill_(_future_mask(0, n_new, q.device), 0.0)
+    return torch.bmm(att, v)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention, ReLU (Definition 1) or softmax.
 
@@ -281,6 +322,12 @@ class CausalSelfAttention(nn.Module):
                 # training / full forward: blocked, causal-skipping kernel that recomputes att in backward
                 flat = (B * nh, n_new, hs)
                 y = relu_causal_attention((q * scale).reshape(flat), k.reshape(flat), v.reshape(flat))
+                y = y.view(B, nh, n_new, hs)
+            elif cache is not None and p == 0.0:
+                # cached decode: scores in the cache's workspace, only the new keys masked
+                scores = cache.workspace(B * nh * n_new * n_tot)
+                flat_q, flat_kv = (B * nh, n_new, hs), (B * nh, n_tot, hs)
+                y = relu_cached_attention((q * scale).reshape(flat_q), k.reshape(flat_kv), v.reshape(flat_kv), scores)
                 y = y.view(B, nh, n_new, hs)
             else:
                 att = (q * scale) @ k.transpose(-2, -1)  # (B, nh, n_new, n_tot)
@@ -575,11 +622,7 @@ class BanditTransformer(nn.Module):
         p = self.input_embed.weight
         device = p.device if device is None else torch.device(device)
         dtype = p.dtype if dtype is None else dtype
-        cfg = self.config
-        shape = (batch_size, cfg.n_head, cfg.max_tokens, cfg.n_embd // cfg.n_head)
-        ks = [torch.empty(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
-        vs = [torch.empty(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
-        return KVCache(k=ks, v=vs)
+        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, dtype)
 
     @torch.no_grad()
     def step(

@@ -11,7 +11,19 @@ differences are differences of algorithms, not of luck.  Outputs in ``--out``:
   models solid, experts dashed (``benchmarks/plots.py``);
   ``distribution-ratio-difference.png``: regret(TF) - regret(TS) per alpha;
 - ``summary.md``: regret at T/4, T/2 and T with standard errors, next to the paper's numbers;
-- ``config.json``: the configuration, seed and model records that reproduce the run.
+- ``config.json``: the configuration, seed and model records that reproduce the run;
+- ``experiments/<experiment>.json``: the stored result of each experiment (its curves and the key
+  that made them: environment, algorithm specifications, runs, seed, device of the learned rows, the
+  sha256 of every checkpoint file they play and the package version, plus a sha256 of the whole).
+
+Each experiment's result is written (atomically) as soon as it finishes, and running the same
+command into the same folder again reuses every stored result whose key matches (logged as
+reused), so a stopped run resumes and loses at most the experiment it was in.  A stored result with
+another key is run again and replaced; one that fails its checksum is reported and run again, never
+used.  ``--rerun`` ignores stored results.  The combined outputs (CSV, plots, summary, config) are
+then rebuilt from the results, each file written atomically, and describe exactly the experiments of
+this run: plots of experiments not in it are removed (their stored results stay in ``experiments/``
+for a later run).  A grid experiment keeps its own folder (``benchmarks/generalization.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +31,8 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import hashlib
+import io
 import json
 import sys
 import time
@@ -31,12 +45,21 @@ import numpy as np
 from agents import make_agent
 from benchmarks.experiments import EXPERIMENTS, GRID_EXPERIMENTS, LEARNED, Experiment, GridExperiment
 from benchmarks.generalization import run_generalization
-from benchmarks.plots import plot
-from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record, resolve_checkpoint, save_checkpoint
+from benchmarks.plots import plot, plot_files
+from icrl_gym import __version__
+from icrl_gym.checkpoint import (
+    PRETRAINED_DIR,
+    CheckpointKind,
+    checkpoint_files,
+    read_record,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from icrl_gym.cli import add_field_flags
 from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import MDPSpec
+from icrl_gym.fileio import atomic_write_bytes
 from icrl_gym.progress import progress_bar, set_quiet
 
 
@@ -51,7 +74,10 @@ class BenchConfig:
     seed: int = 0
     """Seed of the instances and noise, shared by all algorithms."""
     out: str = "results/latest"
-    """Results folder (created; existing files are replaced)."""
+    """Results folder (created; a run into it reuses the stored result of every experiment whose settings
+    match, so a stopped run resumes, and replaces the other outputs)."""
+    rerun: bool = False
+    """Run every selected experiment again instead of reusing its stored result in --out."""
     threads: int = 1
     """torch CPU threads for the transformers.  1 is the default because more were slower: on the
     2-core CI machine with one core busy, the default suite took 186-358 s with 2 threads and
@@ -167,17 +193,28 @@ def _curves(regret: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def played_specs(exp: Experiment, device: str, checkpoints: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """The agent specification of every row as it is played.
+
+    Learned rows get their checkpoint (a retrained model's path from ``checkpoints``, else the
+    shipped name) and the device.
+    """
+    specs = {}
+    for label, spec in exp.algorithms.items():
+        spec = dict(spec)
+        if spec["name"] in LEARNED:
+            spec["checkpoint"] = (checkpoints or {}).get(spec["checkpoint"], spec["checkpoint"])
+            spec["device"] = device
+        specs[label] = spec
+    return specs
+
+
 def run_experiment(
     exp: Experiment, runs: int, seed: int, device: str, checkpoints: dict[str, str] | None = None, progress: Any = None
 ) -> dict[str, dict[str, np.ndarray]]:
     """Regret curves (per step for bandits, per episode for MDPs) of every algorithm on the same instances."""
     curves = {}
-    for label, spec in exp.algorithms.items():
-        spec = dict(spec)
-        learned = spec["name"] in LEARNED
-        if learned:
-            spec["checkpoint"] = (checkpoints or {}).get(spec["checkpoint"], spec["checkpoint"])
-            spec["device"] = device
+    for label, spec in played_specs(exp, device, checkpoints).items():
         agent = make_agent(spec)  # a learned agent checks its checkpoint against the environment at reset
         if isinstance(exp.spec, MDPSpec):  # regret per episode: V* - return of episode k
             regret = rollout_mdp(exp.spec, agent, runs, seed=seed, batch_size=runs).episode_regret
@@ -189,16 +226,119 @@ def run_experiment(
     return curves
 
 
+CURVE_KEYS = tuple(f"{q}_{s}" for q in ("cumulative_regret", "suboptimality") for s in ("mean", "std", "se"))
+"""The curves of every algorithm, in the order of the CSV columns."""
+
+STORE = "experiments"
+"""Subfolder of the results folder with one stored result per experiment (``<experiment>.json``)."""
+
+STORE_FORMAT = 1
+"""Version of the stored-result layout (part of the key: another layout is run again)."""
+
+
+def _file_sha256(path: Path) -> str | None:
+    """sha256 of a file's bytes (``None`` when it does not exist: playing it then fails with the usual error)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def experiment_key(
+    exp: Experiment, runs: int, seed: int, device: str, checkpoints: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Everything that determines an experiment's result, as JSON: a stored result is reused only when it matches.
+
+    The environment, every row's agent specification as played (:func:`played_specs`), runs, seed and
+    the package version; a learned row is identified by the sha256 of its checkpoint's weights and
+    record files, not by their path (a moved or copied checkpoint still matches, a changed one does not).
+    """
+    rows = {}
+    for label, spec in played_specs(exp, device, checkpoints).items():
+        if "checkpoint" in spec:
+            weights, record = checkpoint_files(resolve_checkpoint(spec.pop("checkpoint")))
+            spec.update(weights_sha256=_file_sha256(weights), record_sha256=_file_sha256(record))
+        rows[label] = spec
+    key = {
+        "format": STORE_FORMAT,
+        "package_version": __version__,
+        "experiment": exp.name,
+        "env_class": type(exp.spec).__name__,
+        "env": exp.spec.to_dict(),
+        "rows": rows,
+        "runs": runs,
+        "seed": seed,
+    }
+    return json.loads(json.dumps(key))  # tuples become lists, as when read back
+
+
+def _digest(key: dict[str, Any], curves: dict[str, dict[str, list[float]]]) -> str:
+    """sha256 of a stored result's key and curves (canonical JSON; floats round-trip exactly)."""
+    return hashlib.sha256(json.dumps({"key": key, "curves": curves}, sort_keys=True).encode()).hexdigest()
+
+
+def save_result(store: Path, key: dict[str, Any], curves: dict[str, dict[str, np.ndarray]]) -> Path:
+    """Write one finished experiment's curves with its key and checksum to ``store/<experiment>.json`` (atomically)."""
+    lists = {label: {k: np.asarray(c[k], dtype=np.float64).tolist() for k in CURVE_KEYS} for label, c in curves.items()}
+    path = store / f"{key['experiment']}.json"
+    data = {"key": key, "sha256": _digest(key, lists), "curves": lists}
+    atomic_write_bytes(path, json.dumps(data).encode())
+    return path
+
+
+class StoredResultError(ValueError):
+    """A stored result that cannot be trusted (unreadable, or its checksum or shape does not match)."""
+
+
+def load_result(store: Path, key: dict[str, Any], steps: int) -> dict[str, dict[str, np.ndarray]] | None:
+    """The stored curves of the experiment of ``key`` if their key matches (``None``: none stored, or another key).
+
+    Raises :class:`StoredResultError` when the file is corrupt: not JSON, its sha256 does not match
+    its content, or its curves are not the key's rows with ``steps`` values each.
+    """
+    path = store / f"{key['experiment']}.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_bytes())
+        stored_key, lists, digest = data["key"], data["curves"], data["sha256"]
+    except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise StoredResultError(f"{path} is unreadable ({type(err).__name__}: {err})") from None
+    if _digest(stored_key, lists) != digest:
+        raise StoredResultError(f"{path} does not match its sha256: it was changed or damaged")
+    if stored_key != key:
+        return None
+    if list(lists) != list(key["rows"]) or any(
+        list(c) != list(CURVE_KEYS) or any(len(v) != steps for v in c.values()) for c in lists.values()
+    ):
+        raise StoredResultError(f"{path} does not hold {steps} values of every curve of the experiment's rows")
+    return {label: {k: np.array(v, dtype=np.float64) for k, v in c.items()} for label, c in lists.items()}
+
+
+def _changed_fields(store: Path, key: dict[str, Any]) -> list[str]:
+    """The top-level key fields in which the stored result of ``key``'s experiment differs (for the log)."""
+    try:
+        stored = json.loads((store / f"{key['experiment']}.json").read_bytes())["key"]
+        return [k for k in key if stored.get(k) != key[k]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def _steps(exp: Experiment) -> int:
+    """Length of the experiment's curves: steps T for a bandit, episodes K for an MDP."""
+    return exp.spec.episodes if isinstance(exp.spec, MDPSpec) else exp.spec.horizon
+
+
 def write_csv(path: Path, results: dict[str, dict[str, dict[str, np.ndarray]]]) -> None:
-    """One row per (experiment, algorithm, t)."""
-    keys = [f"{q}_{s}" for q in ("cumulative_regret", "suboptimality") for s in ("mean", "std", "se")]
-    with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["experiment", "algorithm", "t", *keys])
-        for exp_name, curves in results.items():
-            for label, c in curves.items():
-                for t in range(c[keys[0]].shape[0]):
-                    writer.writerow([exp_name, label, t + 1, *(f"{c[k][t]:.6g}" for k in keys)])
+    """One row per (experiment, algorithm, t); the file is replaced atomically."""
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["experiment", "algorithm", "t", *CURVE_KEYS])
+    for exp_name, curves in results.items():
+        for label, c in curves.items():
+            for t in range(c[CURVE_KEYS[0]].shape[0]):
+                writer.writerow([exp_name, label, t + 1, *(f"{c[k][t]:.6g}" for k in CURVE_KEYS)])
+    atomic_write_bytes(path, text.getvalue().encode())
 
 
 def read_csv(path: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
@@ -348,6 +488,71 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
     return paths
 
 
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def stored_or_run(
+    exp: Experiment,
+    runs: int,
+    seed: int,
+    device: str,
+    store: Path,
+    checkpoints: dict[str, str] | None = None,
+    rerun: bool = False,
+    progress: Any = None,
+) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
+    """The experiment's curves, and whether they are a stored result that was reused.
+
+    The stored result in ``store`` is reused when its key (:func:`experiment_key`) matches and not
+    ``rerun``; otherwise the experiment runs and its result is stored at once (atomically).  A stored
+    result made with another key is replaced; a corrupt one is reported and replaced, never used.
+    """
+    key = experiment_key(exp, runs, seed, device, checkpoints)
+    if not rerun:
+        try:
+            stored = load_result(store, key, _steps(exp))
+        except StoredResultError as err:
+            _log(f"warning: {exp.name}: stored result not used: {err}; running it again")
+        else:
+            if stored is not None:
+                return stored, True
+            if (store / f"{exp.name}.json").exists():
+                changed = ", ".join(_changed_fields(store, key)) or "the key"
+                _log(f"{exp.name}: the stored result differs in {changed}; running it again")
+    curves = run_experiment(exp, runs, seed, device, checkpoints, progress)
+    save_result(store, key, curves)
+    return curves, False
+
+
+def remove_stale_outputs(out: Path, keep: set[str]) -> list[str]:
+    """Remove the harness's top-level outputs in ``out`` not named in ``keep``; returns the removed names.
+
+    The outputs are the plots of every experiment, ``regret.csv``, ``summary.md`` and ``config.json``;
+    only these names are touched (stored results, retrained models and grid folders stay).
+    """
+    names = {"regret.csv", "summary.md", "config.json", *(f for e in EXPERIMENTS.values() for f in plot_files(e))}
+    removed = sorted(n for n in names - keep if (out / n).exists())
+    for name in removed:
+        (out / name).unlink()
+    return removed
+
+
+def write_figures(out: Path, results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int) -> str:
+    """Draw the plots of ``results`` and write ``summary.md`` (each file atomically); returns the summary."""
+    for name, curves in results.items():
+        plot(out, EXPERIMENTS[name], curves, runs, seed)
+    text = summary(results, runs, seed)
+    atomic_write_bytes(out / "summary.md", text.encode())
+    return text
+
+
+def _outputs(results: dict[str, Any]) -> set[str]:
+    """The top-level files that describe ``results``."""
+    plots = {f for name in results for f in plot_files(EXPERIMENTS[name])}
+    return {"regret.csv", "summary.md", "config.json", *plots} if results else set()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Entry point of ``python -m benchmarks`` / ``icrl-bench``."""
     cfg = parse_args(argv)
@@ -365,9 +570,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if cfg.plot_only:  # parse_args checked that the saved results are there
         saved = json.loads((out / "config.json").read_text())
         results = read_csv(out / "regret.csv")
-        for name, curves in results.items():
-            plot(out, EXPERIMENTS[name], curves, saved["runs"], saved["seed"])
-        (out / "summary.md").write_text(summary(results, saved["runs"], saved["seed"]))
+        write_figures(out, results, saved["runs"], saved["seed"])
+        remove_stale_outputs(out, _outputs(results))
         print(f"re-drew plots and summary in {out}")
         return results
     import torch
@@ -376,6 +580,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = retrain_models(out, experiments, cfg.device, cfg.retrain_steps) if cfg.retrain else {}
     results: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    reused: list[str] = []
     start = time.perf_counter()
     total = sum(len(e.algorithms) for e in experiments)
     done = 0
@@ -387,9 +592,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             done += 1
             bar.update(1)
             elapsed = time.perf_counter() - start
-            print(f"[{done}/{total}] {exp.name}: {label} ({elapsed:.0f}s)", file=sys.stderr, flush=True)
+            _log(f"[{done}/{total}] {exp.name}: {label} ({elapsed:.0f}s)")
 
-        results[exp.name] = run_experiment(exp, cfg.runs, cfg.seed, cfg.device, checkpoints, progress)
+        store = out / STORE
+        results[exp.name], was_stored = stored_or_run(
+            exp, cfg.runs, cfg.seed, cfg.device, store, checkpoints, cfg.rerun, progress
+        )
+        if was_stored:
+            reused.append(exp.name)
+            done += len(exp.algorithms)
+            bar.update(len(exp.algorithms))
+            _log(f"[{done}/{total}] {exp.name}: reused the stored result {store / exp.name}.json (same settings)")
     bar.close()
     elapsed = time.perf_counter() - start
     for grid in cfg.selected_grids():
@@ -403,23 +616,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             families=tuple(f.strip() for f in cfg.grid_families.split(",") if f.strip()),
             arms=cfg.grid_sizes(cfg.grid_arms, "--grid-arms"),
             horizons=cfg.grid_sizes(cfg.grid_horizons, "--grid-horizons"),
-            progress=lambda label, name=grid.name: print(f"{name}: {label}", file=sys.stderr, flush=True),
+            progress=lambda label, name=grid.name: _log(f"{name}: {label}"),
         )
         print(f"{grid.name}: results in {out / grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")
-    if not experiments:
+    if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none
+        remove_stale_outputs(out, set())
         return results
+    text = write_figures(out, results, cfg.runs, cfg.seed)
     write_csv(out / "regret.csv", results)
-    for exp in experiments:
-        plot(out, exp, results[exp.name], cfg.runs, cfg.seed)
-    text = summary(results, cfg.runs, cfg.seed)
-    (out / "summary.md").write_text(text)
     record = {
         **dataclasses.asdict(cfg),
         "seconds": elapsed,
         "experiments_run": {e.name: {"env": e.spec.to_dict(), "algorithms": e.algorithms} for e in experiments},
+        "reused": reused,
         "checkpoints": checkpoints or "shipped",
     }
-    (out / "config.json").write_text(json.dumps(record, indent=2))
+    atomic_write_bytes(out / "config.json", json.dumps(record, indent=2).encode())
+    removed = remove_stale_outputs(out, _outputs(results))
     print(text)
+    if removed:
+        print(f"removed outputs of experiments not in this run: {', '.join(removed)}")
     print(f"finished in {elapsed:.0f}s; results in {out}/ (regret.csv, summary.md, *.png, config.json)")
     return results

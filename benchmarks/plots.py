@@ -23,6 +23,7 @@ import numpy as np
 
 from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
 from icrl_gym.envs import BanditSpec, MDPSpec
+from icrl_gym.fileio import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -185,8 +186,25 @@ def _legend(
         legend.get_texts()[i].set_x(-40)
 
 
+def plot_files(exp: Experiment) -> list[str]:
+    """The names of the files :func:`plot` writes for ``exp``."""
+    return [f"{exp.name}.png", *([f"{exp.name}-difference.png"] if exp.difference else [])]
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Save ``fig`` as a PNG atomically (a stopped run never leaves a truncated image) and close it."""
+    import matplotlib.pyplot as plt
+
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
+    plt.close(fig)
+    return path
+
+
 def plot(out: Path, exp: Experiment, curves: Curves, runs: int, seed: int) -> list[Path]:
-    """``<name>.png``: cumulative regret and per-step regret; ``<name>-difference.png`` where defined."""
+    """``<name>.png``: cumulative regret and per-step regret; ``<name>-difference.png`` where defined.
+
+    The files are those of :func:`plot_files`, each written atomically.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -251,9 +269,7 @@ def plot(out: Path, exp: Experiment, curves: Curves, runs: int, seed: int) -> li
     fig.suptitle(caption(exp, runs, seed), fontsize=10)
     fig.tight_layout()
     _legend(fig, exp, lines, finals, unit, horizon)
-    files = [out / f"{exp.name}.png"]
-    fig.savefig(files[-1], dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    files = [_save(fig, out / plot_files(exp)[0])]
     if exp.difference:
         files.append(plot_difference(out, exp, curves, runs, seed))
     return files
@@ -294,7 +310,4 @@ def plot_difference(out: Path, exp: Experiment, curves: Curves, runs: int, seed:
         title=f"difference at t={ref.size}",
         title_fontsize=9,
     )
-    path = out / f"{exp.name}-difference.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(fig, out / plot_files(exp)[1])

@@ -20,6 +20,7 @@ def small_run(tmp_path_factory):
 def test_outputs_and_csv_schema(small_run):
     out, results = small_run
     assert {p.name for p in out.iterdir()} >= {"regret.csv", "summary.md", "config.json", "bernoulli-ad-ucb.png"}
+    assert (out / "experiments" / "bernoulli-ad-ucb.json").is_file()  # the stored result a rerun resumes from
     with open(out / "regret.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == [

@@ -1,0 +1,205 @@
+"""The harness stores each experiment's result as soon as it finishes and resumes from stored results.
+
+A run killed mid-way resumes and ends with the same regret.csv, byte for byte, as an uninterrupted
+run; a changed setting or checkpoint reruns; a damaged stored result is reported and rerun; a
+subset run into an old folder leaves no outputs of other experiments.  Two cheap experiments with
+a few runs keep it fast: an expert-only MDP one and a linear one with a shipped transformer.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import benchmarks.harness as harness
+from benchmarks.experiments import EXPERIMENTS
+from benchmarks.plots import plot_files
+from icrl_gym.checkpoint import PRETRAINED_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRST, SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
+
+
+def argv(out: Path, experiments: str = f"{FIRST},{SECOND}", runs: int = 4, seed: int = 1) -> list[str]:
+    """The harness command line of these tests."""
+    return ["--experiments", experiments, "--runs", str(runs), "--seed", str(seed), "--out", str(out), "--quiet"]
+
+
+@pytest.fixture
+def computed(monkeypatch) -> list[str]:
+    """The names of the experiments the harness actually runs (not reuses), in order."""
+    names: list[str] = []
+    real = harness.run_experiment
+
+    def counting(exp, *args, **kwargs):
+        names.append(exp.name)
+        return real(exp, *args, **kwargs)
+
+    monkeypatch.setattr(harness, "run_experiment", counting)
+    return names
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    """An uninterrupted run of both experiments."""
+    out = tmp_path_factory.mktemp("full")
+    harness.main(argv(out))
+    return out
+
+
+KILLER = """
+import os, signal, sys
+import benchmarks.harness as harness
+
+real = harness.run_experiment
+
+
+def run(exp, runs, seed, device, checkpoints=None, progress=None):
+    if exp.name != sys.argv[1]:
+        return real(exp, runs, seed, device, checkpoints, progress)
+
+    def kill(label):  # SIGKILL after the first algorithm of this experiment: no cleanup of any kind
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return real(exp, runs, seed, device, checkpoints, kill)
+
+
+harness.run_experiment = run
+harness.main(sys.argv[2:])
+"""
+
+
+def test_killed_run_resumes_to_the_same_csv(full, tmp_path, computed, capsys):
+    """SIGKILL inside the second experiment: the first is stored; resuming runs only the second."""
+    out = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLER, SECOND, *argv(out)], cwd=ROOT, env=env, capture_output=True, timeout=600
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    stored = sorted(p.name for p in (out / harness.STORE).iterdir())
+    assert stored == [f"{FIRST}.json"]  # the finished experiment, and no temporary file
+    assert not (out / "regret.csv").exists()
+    first_bytes = (out / harness.STORE / f"{FIRST}.json").read_bytes()
+
+    harness.main(argv(out))
+    assert computed == [SECOND]  # the finished experiment was reused, not recomputed
+    assert f"{FIRST}: reused the stored result" in capsys.readouterr().err
+    assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
+    assert (out / harness.STORE / f"{FIRST}.json").read_bytes() == first_bytes
+    assert json.loads((out / "config.json").read_text())["reused"] == [FIRST]
+
+
+def test_same_command_reuses_everything(full, computed):
+    before = (full / "regret.csv").read_bytes()
+    harness.main(argv(full))
+    assert computed == []
+    assert (full / "regret.csv").read_bytes() == before
+
+
+def test_rerun_flag_ignores_stored_results(tmp_path, computed):
+    harness.main(argv(tmp_path, FIRST))
+    harness.main([*argv(tmp_path, FIRST), "--rerun"])
+    assert computed == [FIRST, FIRST]
+
+
+@pytest.mark.parametrize(("change", "field"), [({"runs": 5}, "runs"), ({"seed": 2}, "seed")])
+def test_changed_runs_or_seed_reruns(tmp_path, computed, capsys, change, field):
+    harness.main(argv(tmp_path, FIRST))
+    harness.main(argv(tmp_path, FIRST, **change))
+    assert computed == [FIRST, FIRST]
+    assert f"differs in {field}" in capsys.readouterr().err
+    stored = json.loads((tmp_path / harness.STORE / f"{FIRST}.json").read_text())
+    assert stored["key"][field] == change[field]  # the stale stored result was replaced
+    # the resumed folder's CSV is that of a fresh run with the new setting
+    harness.main(argv(tmp_path / "fresh", FIRST, **change))
+    assert (tmp_path / "regret.csv").read_bytes() == (tmp_path / "fresh" / "regret.csv").read_bytes()
+
+
+def test_key_names_checkpoints_by_content(tmp_path):
+    """A copied checkpoint keys like the shipped one (the path does not count); a changed file does not."""
+    exp = EXPERIMENTS[SECOND]
+    name = exp.algorithms["TF (AD LinUCB)"]["checkpoint"]
+    for suffix in (".safetensors", ".json"):
+        shutil.copyfile(PRETRAINED_DIR / f"{name}{suffix}", tmp_path / f"copy{suffix}")
+    shipped = harness.experiment_key(exp, 4, 1, "cpu")
+    copy = harness.experiment_key(exp, 4, 1, "cpu", {name: str(tmp_path / "copy")})
+    assert copy == shipped
+    assert shipped["rows"]["TF (AD LinUCB)"]["weights_sha256"] is not None
+    for suffix in (".json", ".safetensors"):
+        with open(tmp_path / f"copy{suffix}", "ab") as fh:
+            fh.write(b" ")
+        changed = harness.experiment_key(exp, 4, 1, "cpu", {name: str(tmp_path / "copy")})
+        assert changed["rows"]["TF (AD LinUCB)"] != shipped["rows"]["TF (AD LinUCB)"]
+        assert changed["rows"]["LinUCB"] == shipped["rows"]["LinUCB"]
+    assert harness.experiment_key(exp, 4, 1, "cuda") != shipped  # the device of the learned rows counts
+
+
+def test_subset_run_removes_outputs_of_other_experiments(full, tmp_path, computed):
+    out = tmp_path / "folder"
+    shutil.copytree(full, out)
+    (out / "notes.txt").write_text("mine")
+    harness.main(argv(out, SECOND))
+    assert computed == []  # stored
+    names = {p.name for p in out.iterdir()}
+    assert names == {"regret.csv", "summary.md", "config.json", f"{SECOND}.png", harness.STORE, "notes.txt"}
+    assert {row.split(",")[0] for row in (out / "regret.csv").read_text().splitlines()[1:]} == {SECOND}
+    assert EXPERIMENTS[FIRST].title not in (out / "summary.md").read_text()
+    assert list(json.loads((out / "config.json").read_text())["experiments_run"]) == [SECOND]
+    # the other experiment's stored result stays, so naming it again reuses it
+    harness.main(argv(out, FIRST))
+    assert computed == []
+    assert f"{FIRST}.png" in {p.name for p in out.iterdir()} and not (out / f"{SECOND}.png").exists()
+
+
+def test_remove_stale_outputs_touches_only_harness_outputs(tmp_path):
+    every = ["regret.csv", "summary.md", "config.json", "notes.txt"]
+    every += [f"{name}.png" for name in EXPERIMENTS] + ["distribution-ratio-difference.png"]
+    for name in every:
+        (tmp_path / name).write_text("x")
+    (tmp_path / harness.STORE).mkdir()
+    keep = {"regret.csv", "summary.md", "config.json", "bernoulli-dpt.png"}
+    removed = harness.remove_stale_outputs(tmp_path, keep)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*keep, "notes.txt", harness.STORE])
+    assert set(removed) == set(every) - keep - {"notes.txt"}
+    assert plot_files(EXPERIMENTS["distribution-ratio"]) == [
+        "distribution-ratio.png",
+        "distribution-ratio-difference.png",
+    ]
+
+
+def _tamper(path: Path) -> None:
+    """Change one stored value without updating the checksum."""
+    data = json.loads(path.read_text())
+    curves = next(iter(data["curves"].values()))
+    curves["cumulative_regret_mean"][-1] += 1.0
+    path.write_text(json.dumps(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _other_rows(path: Path) -> None:
+    """A consistent file (checksum updated) whose curves are not the experiment's rows."""
+    data = json.loads(path.read_text())
+    data["curves"].pop(next(iter(data["curves"])))
+    data["sha256"] = harness._digest(data["key"], data["curves"])
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("damage", [_tamper, _truncate, _other_rows])
+def test_corrupt_stored_result_is_rerun_with_a_warning(full, tmp_path, computed, capsys, damage):
+    out = tmp_path / "folder"
+    shutil.copytree(full, out)
+    damage(out / harness.STORE / f"{FIRST}.json")
+    harness.main(argv(out))
+    assert computed == [FIRST]  # never used: run again
+    assert f"warning: {FIRST}: stored result not used" in capsys.readouterr().err
+    assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
+    assert (out / harness.STORE / f"{FIRST}.json").read_bytes() == (full / harness.STORE / f"{FIRST}.json").read_bytes()

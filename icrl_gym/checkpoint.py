@@ -3,8 +3,13 @@
 A checkpoint ``<stem>`` is two files: ``<stem>.safetensors`` (tensors only: loading executes no
 code) and ``<stem>.json``, which records the model configuration, the environment prior, the
 pretraining configuration (context algorithm, labels, data size, seed), the training state
-(steps, wall time, final validation loss, the exact command) and the SHA-256 of the weights
-file, so a truncated, corrupt or mismatched pair is detected on load.  Its ``kind``
+(steps, wall time, final validation loss, the exact command), the SHA-256 of the weights
+file (``weights_sha256``) and, from format version 2 on, the SHA-256 of the record itself
+(``content_sha256``, :func:`icrl_gym.fileio.content_sha256`: the canonical JSON of the whole record,
+``weights_sha256`` included, its own field left out).  A truncated, corrupt or mismatched pair and an
+edited record are detected on load (:class:`CheckpointError`); records of format version 1 (no
+record hash) still load, with a logged warning that the record is unverified, and
+:func:`upgrade_record` stamps them.  Its ``kind``
 (:class:`CheckpointKind`) says what the weights are; :class:`CheckpointRecord` is the typed view
 every consumer reads, and :func:`checkpoint_kind` maps records written before ``kind`` existed.
 
@@ -38,12 +43,15 @@ from safetensors.torch import save as save_safetensors
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import atomic_write_bytes, describe_size
+from icrl_gym.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, describe_size, json_round_trip
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 FORMAT = "icrl-gym-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+_UNHASHED_VERSIONS = (1,)
+"""Versions written before the record hash: they load with a warning that the record is unverified."""
 
 _log = logging.getLogger(__name__)
 
@@ -135,15 +143,47 @@ class CheckpointRecord:
             )
 
 
-def read_record(path: str | os.PathLike) -> CheckpointRecord:
-    """The record of a checkpoint alone (the weights are neither read nor checked)."""
-    record_path = checkpoint_files(path)[1]
+def _parse_record(record_path: Path) -> dict[str, Any]:
+    """The record of a checkpoint as stored, checked: an icrl-gym record of a readable version, its hash verified.
+
+    A record of format version 1 has no hash: it loads with a logged warning that it is unverified.
+    """
     if not record_path.exists():
         raise CheckpointError(f"checkpoint file {record_path} does not exist")
     try:
-        return CheckpointRecord.from_meta(json.loads(record_path.read_text()))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        meta = json.loads(record_path.read_bytes())
+    except (ValueError, OSError, RecursionError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
         raise CheckpointError(f"{record_path} is corrupt or truncated: {err}") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{record_path} is not an icrl-gym checkpoint record (or it was edited or is corrupt)")
+    version = meta.get("format_version")
+    if CONTENT_HASH_FIELD in meta:
+        found = content_sha256(meta)
+        if found != meta[CONTENT_HASH_FIELD]:
+            raise CheckpointError(
+                f"checkpoint record {record_path} was edited or is corrupt: its hash is {found}, "
+                f"its {CONTENT_HASH_FIELD} says {meta[CONTENT_HASH_FIELD]!r}"
+            )
+    elif version in _UNHASHED_VERSIONS:
+        _log.warning(
+            "checkpoint record %s (format version %s) carries no record hash: it is unverified "
+            "(icrl_gym.checkpoint.upgrade_record stamps it)",
+            record_path,
+            version,
+        )
+    elif version in _READABLE_VERSIONS:
+        raise CheckpointError(
+            f"checkpoint record {record_path} was edited or is corrupt: format version {version} needs "
+            f"{CONTENT_HASH_FIELD}, it has none"
+        )
+    if version not in _READABLE_VERSIONS:
+        raise CheckpointError(f"{record_path} has format version {version}, need one of {_READABLE_VERSIONS}")
+    return meta
+
+
+def read_record(path: str | os.PathLike) -> CheckpointRecord:
+    """The record of a checkpoint alone, its hash verified (the weights are neither read nor checked)."""
+    return CheckpointRecord.from_meta(_parse_record(checkpoint_files(path)[1]))
 
 
 def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
@@ -231,6 +271,13 @@ def _model_config(model: torch.nn.Module) -> dict[str, Any]:
     return model.config.to_dict()
 
 
+def _write_record(record_path: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` atomically in the current format version, stamped with its hash."""
+    record = json_round_trip({**record, "format": FORMAT, "format_version": FORMAT_VERSION})
+    record[CONTENT_HASH_FIELD] = content_sha256(record)
+    atomic_write_bytes(record_path, json.dumps(record, indent=2, sort_keys=True).encode())
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     model: torch.nn.Module,
@@ -241,7 +288,8 @@ def save_checkpoint(
     """Save ``model`` and ``meta`` as ``<stem>.safetensors`` + ``<stem>.json``; returns the stem.
 
     ``config`` is the model's configuration record (default: ``model.config.to_dict()``); ``kind``
-    defaults to the one of the model's class.
+    defaults to the one of the model's class.  The record carries the SHA-256 of the weights file
+    and its own hash.
     """
     model_class = type(model).__name__
     if kind is None:
@@ -253,8 +301,6 @@ def save_checkpoint(
     blob = save_safetensors(tensors)
     record = {
         **meta,
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
         "kind": CheckpointKind(kind).value,
         "model": _model_config(model) if config is None else config,
         "model_class": model_class,
@@ -263,33 +309,45 @@ def save_checkpoint(
     # Weights first, record last: a record always describes weights that are fully on disk.
     weights, record_path = checkpoint_files(stem)
     atomic_write_bytes(weights, blob)
-    atomic_write_bytes(record_path, json.dumps(record, indent=2, sort_keys=True).encode())
+    _write_record(record_path, record)
     _log.info("wrote %s", describe_size(weights))
     return stem
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Read the weights and the record of a checkpoint, checking the files belong together."""
+    """Read the weights and the record of a checkpoint, checking the record's hash and that the files belong together.
+
+    Any damage (a missing, truncated or corrupt file, an edited record, weights that are not the
+    record's) is a :class:`CheckpointError`.
+    """
     weights, record_path = checkpoint_files(path)
-    for p in (weights, record_path):
-        if not p.exists():
-            raise CheckpointError(f"checkpoint file {p} does not exist")
+    if not weights.exists():
+        raise CheckpointError(f"checkpoint file {weights} does not exist")
+    meta = _parse_record(record_path)
     try:
-        meta = json.loads(record_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{record_path} is corrupt or truncated: {err}") from err
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{record_path} is not an icrl-gym checkpoint record")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{record_path} has format version {meta.get('format_version')}, need {FORMAT_VERSION}")
-    blob = weights.read_bytes()
+        blob = weights.read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"{weights} cannot be read: {err}") from err
     if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
         raise CheckpointError(f"{weights} does not match its record {record_path}: the file is corrupt or truncated")
     try:
         state = load_safetensors(blob)
-    except (SafetensorError, ValueError, RuntimeError) as err:
+    except (SafetensorError, ValueError, RuntimeError, OverflowError, MemoryError) as err:
         raise CheckpointError(f"{weights} is corrupt: {err}") from err
     return state, meta
+
+
+def upgrade_record(path: str | os.PathLike) -> Path:
+    """Rewrite the record of checkpoint ``path`` in the current format version, stamped with its hash; returns it.
+
+    For records written before the record hash (format version 1).  The pair is read and checked
+    first (the weights must be the record's); the weights file is not touched, and no field of the
+    record changes but ``format_version`` and the hash.
+    """
+    _, meta = read_checkpoint(path)
+    record_path = checkpoint_files(path)[1]
+    _write_record(record_path, meta)
+    return record_path
 
 
 def load_checkpoint(

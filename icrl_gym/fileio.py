@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 C = TypeVar("C", bound="DictConfig")  # typing.Self needs Python 3.11; the package supports 3.10
@@ -49,6 +53,41 @@ def describe_size(path: str | os.PathLike) -> str:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Atomically replace ``path`` by ``data``."""
     atomic_write(path, lambda fh: fh.write(data))
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON of ``value``: sorted keys, no whitespace, ASCII only (the bytes a content hash covers).
+
+    Values that JSON changes (tuples, non-string keys) should be round-tripped through JSON first
+    (see :func:`json_round_trip`) so that the writer hashes what a reader will parse.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def json_round_trip(value: T) -> T:
+    """``value`` as a reader of its JSON will see it (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(value))
+
+
+CONTENT_HASH_FIELD = "content_sha256"
+"""The field of a stored record (checkpoint, trajectory file) that holds its :func:`content_sha256`."""
+
+
+def content_sha256(record: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> str:
+    """SHA-256 (hex) over ``arrays`` and the canonical JSON of ``record`` without :data:`CONTENT_HASH_FIELD`.
+
+    Every array counts with its name, dtype (byte order included), shape and C-order bytes, in the
+    order of the names; then :func:`canonical_json` of the record, its own hash field left out.
+    Any edit of a stored value, dtype, shape, name or record field changes the hash.
+    """
+    digest, arrays = hashlib.sha256(), arrays or {}
+    for name in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[name])
+        digest.update(canonical_json([name, arr.dtype.str, list(arr.shape)]) + b"\n")
+        if arr.size:
+            digest.update(arr.reshape(-1).view(np.uint8).data)
+    digest.update(canonical_json({k: v for k, v in record.items() if k != CONTENT_HASH_FIELD}))
+    return digest.hexdigest()
 
 
 def dataclass_from_dict(cls: type[T], data: dict[str, Any]) -> T:

@@ -25,7 +25,7 @@ label_probs        (N, T, A) float16         expert's action distribution (optio
 label_values       (N, T, A) float32         expert's per-arm index, e.g. LinUCB's v_{t,k} (optional)
 ================== ========================= ===================================================
 
-On disk (format version 2) a dataset is one ``.npz`` (loaded with ``allow_pickle=False``)
+On disk (format version 3) a dataset is one ``.npz`` (loaded with ``allow_pickle=False``)
 holding ``meta_json``, the JSON of the configuration and seed that made it (also written beside
 it as ``<name>.json``), and the arrays stored without redundancy, every step reproduced bit for
 bit on loading:
@@ -44,8 +44,17 @@ bit on loading:
 
 Rewards, action sets and w* stay float32, as collected: the environment's rewards and means are
 float64, and float32 keeps 24 bits (7 digits), beyond the noise (sd 1.5) and the statistical
-error of any estimate made from 200 steps by a factor of 10^5.  Files of format version 1
-(every array as held in memory) still load.
+error of any estimate made from 200 steps by a factor of 10^5.
+
+The record carries ``content_sha256``, the SHA-256 of every stored array (name, dtype, shape,
+bytes) and of the canonical JSON of the record itself (:func:`icrl_gym.fileio.content_sha256`).
+Loading reads every array (zip CRCs checked, each ``.npy`` header checked against its data
+length) and verifies the hash before anything is interpreted, then checks the record against
+the arrays (d, A, T, N, the kind of action sets, labels in [0, A) and present when the label
+mode needs them, finite rewards, means, action sets and w*).  Any failure is a
+:class:`DatasetError` naming the file; a corrupt file never loads as different data.  Files of
+format version 1 (every array as held in memory) and 2 (this layout, no hash) still load, with a
+logged warning that their contents are unverified.
 
 Writes are atomic (a temporary file renamed over the target), so an interrupted save never
 leaves a half-written dataset under the final name.
@@ -55,8 +64,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import struct
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,13 +83,55 @@ from icrl_gym.data.crn import CRNBatch
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
 from icrl_gym.data.pipeline import Labels, Step, run_collection
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import atomic_write, describe_size
+from icrl_gym.fileio import CONTENT_HASH_FIELD, atomic_write, content_sha256, describe_size, json_round_trip
 from icrl_gym.statistics import RidgeStatistics
 
-FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
+_UNHASHED_VERSIONS = (1, 2)
+"""Versions written before the content hash: they load with a warning that they are unverified."""
 _log = logging.getLogger(__name__)
 _REQUIRED = ("action_sets", "actions", "rewards", "expected_rewards", "best_rewards", "w_star")
+_STORED_FORMS = {
+    "action_sets": ("f", (3, 4)),
+    "actions": ("iu", (2,)),
+    "rewards": ("f", (2,)),
+    "expected_rewards": ("f", (2,)),
+    "best_rewards": ("f", (2,)),
+    "w_star": ("f", (2,)),
+    "labels": ("iu", (2,)),
+    "label_probs": ("f", (3,)),
+    "label_values": ("f", (3,)),
+    "best_reward": ("f", (1,)),
+    "arm_means": ("f", (2,)),
+}
+"""Every array a trajectory file may hold (any format version): its dtype kinds and numbers of dimensions."""
+_FINITE = ("action_sets", "rewards", "expected_rewards", "best_rewards", "w_star")
+"""Arrays whose every value must be finite."""
+_READ_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile,  # bad CRC, bad magic, names of directory and header differ, deflate/lzma errors
+    zipfile.LargeZipFile,
+    zlib.error,
+    struct.error,
+    EOFError,
+    OSError,  # also bz2's errors
+    ValueError,  # the npy header (also UnicodeDecodeError, json.JSONDecodeError)
+    KeyError,
+    IndexError,
+    OverflowError,
+    NotImplementedError,  # a compression method zipfile lacks (a flip in the central directory)
+    RuntimeError,  # zipfile: "File is encrypted" when the flag bit flips
+    SyntaxError,  # the npy header is a Python literal
+    tokenize.TokenError,
+    MemoryError,  # an absurd declared size
+)
+"""What reading a corrupt ``.npz`` raises.
+
+Seen in the corruption fuzz of ``tests/test_corruption.py``: BadZipFile, ValueError, TokenError,
+SyntaxError, NotImplementedError, OSError, EOFError, RuntimeError; the rest are what zipfile,
+zlib and the npy header parser document.
+"""
+_CHUNK = 1 << 24
 
 
 class DatasetError(ValueError):
@@ -131,7 +186,13 @@ class TrajectoryData:
         return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
 
     def validate(self) -> None:
-        """Check that all arrays agree in N, T, A and d; raise :class:`DatasetError` if not."""
+        """Check the arrays against each other and against the record; raise :class:`DatasetError` if they differ.
+
+        All arrays must agree in N, T, A and d; actions and labels must lie in [0, A); rewards,
+        means, action sets and w* must be finite.  Fields of :attr:`meta` that describe the arrays
+        must describe them: the environment's d, A, T and kind of action sets, the number of runs,
+        the label mode (labels present unless it is ``"none"``), ``store_probs`` and ``store_values``.
+        """
         n, t = self.actions.shape
         d = self.w_star.shape[-1]
         a = self.action_sets.shape[-2]
@@ -150,8 +211,64 @@ class TrajectoryData:
             arr = getattr(self, key)
             if arr is not None and arr.shape != shape:
                 raise DatasetError(f"{key} has shape {arr.shape}, expected {shape}")
-        if self.actions.size and (self.actions.min() < 0 or self.actions.max() >= a):
-            raise DatasetError(f"actions outside [0, {a})")
+        for key in ("actions", "labels"):
+            arr = getattr(self, key)
+            if arr is not None and arr.size and (arr.min() < 0 or arr.max() >= a):
+                raise DatasetError(
+                    f"{key} outside [0, {a}): {key} holds values in [{arr.min()}, {arr.max()}], "
+                    f"A={a} in the arrays (action_sets of shape {self.action_sets.shape})"
+                )
+        for key in _FINITE:
+            arr = getattr(self, key)
+            if not np.isfinite(arr.sum(dtype=np.float64)) and not np.isfinite(arr).all():
+                bad = arr.size - np.count_nonzero(np.isfinite(arr))
+                raise DatasetError(f"{key} holds {bad} non-finite values (NaN or infinity) of {arr.size}")
+        self._check_record()
+
+    def _check_record(self) -> None:
+        """The part of :meth:`validate` that compares :attr:`meta` with the arrays (shapes already agree)."""
+        meta, problems = self.meta, []
+        n, t = self.actions.shape
+        sets = self.action_sets.shape
+        env = meta.get("env")
+        if env is not None:
+            try:
+                if not isinstance(env, dict):
+                    raise TypeError(f"a {type(env).__name__}, not a dict")
+                spec = BanditSpec.from_dict(env)
+            except (TypeError, ValueError) as err:
+                raise DatasetError(f"env in the record is not a bandit prior: {err}") from err
+            found = {
+                "dim": (sets[-1], f"d={sets[-1]} in the arrays (action_sets of shape {sets})"),
+                "num_actions": (sets[-2], f"A={sets[-2]} in the arrays (action_sets of shape {sets})"),
+                "horizon": (t, f"T={t} in the arrays (actions of shape {self.actions.shape})"),
+                "action_set": ("fixed" if len(sets) == 3 else "per_step", f"action_sets of shape {sets} in the arrays"),
+            }
+            problems += [
+                f"env.{name}={getattr(spec, name)!r} in the record, {where}"
+                for name, (value, where) in found.items()
+                if getattr(spec, name) != value
+            ]
+        if "num_trajectories" in meta and meta["num_trajectories"] != n:
+            problems.append(
+                f"num_trajectories={meta['num_trajectories']!r} in the record, "
+                f"N={n} in the arrays (actions of shape {self.actions.shape})"
+            )
+        label = meta.get("label")
+        if label is not None:
+            try:
+                mode = LabelMode.parse(label)
+            except ValueError as err:
+                problems.append(f"label={label!r} in the record: {err}")
+            else:
+                if mode is not LabelMode.NONE and self.labels is None:
+                    problems.append(f"label={label!r} in the record needs labels, but the arrays hold none")
+        for flag, key in (("store_probs", "label_probs"), ("store_values", "label_values")):
+            if isinstance(meta.get(flag), bool) and meta[flag] != (getattr(self, key) is not None):
+                held = "present" if getattr(self, key) is not None else "absent"
+                problems.append(f"{flag}={meta[flag]!r} in the record, {key} {held} in the arrays")
+        if problems:
+            raise DatasetError("the record does not match the arrays: " + "; ".join(problems))
 
 
 def _index_dtype(num_actions: int) -> type[np.unsignedinteger]:
@@ -190,21 +307,37 @@ def _pack(data: TrajectoryData, compact_values: bool) -> tuple[dict[str, np.ndar
     return arrays, notes
 
 
+def _as_indices(arr: np.ndarray, key: str) -> np.ndarray:
+    """Stored arm indices as the in-memory int16, refusing values int16 cannot hold (no silent wrap-around)."""
+    if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.int16).max):
+        raise DatasetError(f"{key} outside [0, A): {key} holds values in [{arr.min()}, {arr.max()}]")
+    return arr.astype(np.int16)
+
+
 def _unpack(contents: dict[str, np.ndarray], notes: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Inverse of :func:`_pack`: the in-memory arrays (int16 indices, float32 values, every step)."""
-    actions = contents["actions"].astype(np.int16)
+    """Inverse of :func:`_pack`: the in-memory arrays (int16 indices, float32 values, every step).
+
+    ``contents`` holds arrays of the kinds and numbers of dimensions of :data:`_STORED_FORMS`.
+    """
+    actions = _as_indices(contents["actions"], "actions")
     contents["actions"] = actions
+    n, t = actions.shape
     if "labels" in contents:
-        contents["labels"] = contents["labels"].astype(np.int16)
+        contents["labels"] = _as_indices(contents["labels"], "labels")
     elif notes.get("labels") == "actions":
         contents["labels"] = actions.copy()
     if "best_reward" in contents:
         best = contents.pop("best_reward")
-        contents["best_rewards"] = np.repeat(best[:, None], actions.shape[1], axis=1)
+        if best.shape != (n,):
+            raise DatasetError(f"best_reward has shape {best.shape}, expected ({n},)")
+        contents["best_rewards"] = np.repeat(best[:, None], t, axis=1)
     if "arm_means" in contents:
         means = contents.pop("arm_means")
-        if actions.size and (actions.min() < 0 or actions.max() >= means.shape[-1]):
-            raise DatasetError(f"actions outside [0, {means.shape[-1]})")
+        num_actions = contents["action_sets"].shape[-2] if "action_sets" in contents else means.shape[-1]
+        if means.shape != (n, num_actions):
+            raise DatasetError(f"arm_means has shape {means.shape}, expected ({n}, {num_actions})")
+        if actions.size and actions.max() >= num_actions:
+            raise DatasetError(f"actions outside [0, {num_actions})")
         contents["expected_rewards"] = np.take_along_axis(means, actions.astype(np.intp), axis=1)
     if "label_values" in contents:
         contents["label_values"] = contents["label_values"].astype(np.float32)
@@ -216,13 +349,15 @@ def save_trajectories(data: TrajectoryData, path: str | os.PathLike, compact_val
 
     The arrays are stored without redundancy (module docstring) and load back bit for bit;
     ``compact_values`` stores the per-arm index values in float16 (relative error <= 2^-11).
+    The record carries the content hash (:data:`~icrl_gym.fileio.CONTENT_HASH_FIELD`) of the arrays and itself.
     """
     data.validate()
     path = Path(path)
     if path.suffix != ".npz":
         path = Path(str(path) + ".npz")  # not with_suffix: names may hold dots (alpha0.5)
     stored, notes = _pack(data, compact_values)
-    meta = {**data.meta, "format_version": FORMAT_VERSION, "storage": notes}
+    meta = json_round_trip({**data.meta, "format_version": FORMAT_VERSION, "storage": notes})
+    meta[CONTENT_HASH_FIELD] = content_sha256(meta, stored)
     meta_json = json.dumps(meta, indent=2, sort_keys=True)
     arrays: dict[str, Any] = {**stored, "meta_json": np.array(meta_json)}  # Any: savez takes **kwds
     atomic_write(path, lambda fh: np.savez(fh, **arrays))
@@ -231,35 +366,132 @@ def save_trajectories(data: TrajectoryData, path: str | os.PathLike, compact_val
     return path
 
 
+def _read_npy(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One ``.npy`` member, read whole (so its CRC is checked) and checked against its own header.
+
+    The header's shape and dtype must account for exactly the member's bytes; object arrays (pickles)
+    and zero-size dtypes are refused.
+    """
+    with zf.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise DatasetError(f"member {info.filename} has npy format version {version}, expected 1.0 or 2.0")
+        if dtype.hasobject or dtype.itemsize == 0:
+            raise DatasetError(f"member {info.filename} has dtype {dtype}, not plain data")
+        count = math.prod(shape)
+        nbytes = count * dtype.itemsize
+        if nbytes != info.file_size - fh.tell():
+            raise DatasetError(
+                f"member {info.filename}: its header says {shape} {dtype.str} ({nbytes} bytes), "
+                f"it holds {info.file_size - fh.tell()} bytes"
+            )
+        arr = np.empty(count, dtype)
+        raw = arr.view(np.uint8)
+        done = 0
+        while done < nbytes:
+            chunk = fh.read(min(_CHUNK, nbytes - done))
+            if not chunk:
+                raise EOFError(f"member {info.filename} ends after {done} of {nbytes} bytes")
+            raw[done : done + len(chunk)] = np.frombuffer(chunk, np.uint8)
+            done += len(chunk)
+        if fh.read(1):  # reading to the end also checks the member's CRC
+            raise DatasetError(f"member {info.filename} holds more bytes than its header says")
+    return arr.reshape(shape[::-1]).T if fortran_order else arr.reshape(shape)
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` by name; any damage to the file is a :class:`DatasetError`."""
+    try:
+        stored: dict[str, np.ndarray] = {}
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                name = info.filename[: -len(".npy")]
+                if not info.filename.endswith(".npy") or name in stored:
+                    raise DatasetError(f"unexpected or repeated member {info.filename!r}")
+                stored[name] = _read_npy(zf, info)
+        return stored
+    except DatasetError as err:
+        raise DatasetError(f"{path} is corrupt or truncated: {err}") from err
+    except _READ_ERRORS as err:
+        raise DatasetError(f"{path} is corrupt or truncated ({type(err).__name__}: {err})") from err
+
+
+def _read_record(path: Path, stored: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The record of a trajectory file (popped from ``stored``), its content hash verified over it and the arrays."""
+    if "meta_json" not in stored:
+        raise DatasetError(f"{path} is not an icrl-gym trajectory file: missing ['meta_json']")
+    meta_json = stored.pop("meta_json")
+    if meta_json.dtype.kind != "U" or meta_json.ndim != 0:
+        raise DatasetError(f"{path} is corrupt: meta_json is a {meta_json.dtype.str} array of shape {meta_json.shape}")
+    try:
+        meta = json.loads(str(meta_json[()]))
+    except ValueError as err:
+        raise DatasetError(f"{path} is corrupt or was edited: its record is not JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{path} is corrupt or was edited: its record is a {type(meta).__name__}, not an object")
+    version = meta.get("format_version")
+    if CONTENT_HASH_FIELD in meta:
+        found = content_sha256(meta, stored)
+        if found != meta[CONTENT_HASH_FIELD]:
+            raise DatasetError(
+                f"{path} is corrupt or was edited: its content hash is {found}, "
+                f"its record says {meta[CONTENT_HASH_FIELD]!r}"
+            )
+        del meta[CONTENT_HASH_FIELD]
+    elif version in _UNHASHED_VERSIONS:
+        _log.warning(
+            "%s (format version %s) carries no content hash: its contents are unverified (re-save it to add one)",
+            path,
+            version,
+        )
+    elif version in _READABLE_VERSIONS:
+        raise DatasetError(
+            f"{path} is corrupt or was edited: format version {version} needs {CONTENT_HASH_FIELD}, it has none"
+        )
+    if version not in _READABLE_VERSIONS:
+        raise DatasetError(f"{path} has format version {version}, expected one of {_READABLE_VERSIONS}")
+    return meta
+
+
 def load_trajectories(path: str | os.PathLike, expect: BanditSpec | None = None) -> TrajectoryData:
     """Load a dataset written by :func:`save_trajectories` without executing any pickled code.
 
-    Reads format versions 1 and 2 and returns the in-memory arrays of the module docstring.
-    Raises :class:`DatasetError` for a missing, truncated or corrupt file, an unknown format
-    version, inconsistent arrays, or (when ``expect`` is given) a dataset drawn from a prior
-    with another d, A or T.
+    Reads format versions 1 to 3 and returns the in-memory arrays of the module docstring.
+    Raises :class:`DatasetError` for a missing, truncated, corrupt or edited file (the content
+    hash of version 3 is verified before anything is interpreted), an unknown format version,
+    arrays inconsistent with each other or with the record (:meth:`TrajectoryData.validate`),
+    or (when ``expect`` is given) a dataset drawn from a prior with another d, A or T.
     """
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"no trajectory file at {path}")
+    contents = _read_npz(path)
+    meta = _read_record(path, contents)
+    unknown = sorted(set(contents) - set(_STORED_FORMS))
+    if unknown:
+        raise DatasetError(f"{path} is not an icrl-gym trajectory file: unknown arrays {unknown}")
+    for key, arr in contents.items():
+        kinds, ndims = _STORED_FORMS[key]
+        if arr.dtype.kind not in kinds or arr.ndim not in ndims:
+            raise DatasetError(
+                f"{path}: {key} is a {arr.dtype.str} array of {arr.ndim} dimensions, "
+                f"expected dtype kind {'/'.join(kinds)} and {' or '.join(map(str, ndims))} dimensions"
+            )
+    storage = meta.pop("storage", {})
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            contents = {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as err:
-        raise DatasetError(f"{path} is corrupt or truncated ({type(err).__name__}: {err})") from err
-    if "meta_json" not in contents:
-        raise DatasetError(f"{path} is not an icrl-gym trajectory file: missing ['meta_json']")
-    meta = json.loads(str(contents.pop("meta_json")))
-    version = meta.get("format_version")
-    if version not in _READABLE_VERSIONS:
-        raise DatasetError(f"{path} has format version {version}, expected one of {_READABLE_VERSIONS}")
-    if "actions" in contents:
-        contents = _unpack(contents, meta.pop("storage", {}))
-    missing = [k for k in _REQUIRED if k not in contents]
-    if missing:
-        raise DatasetError(f"{path} is not an icrl-gym trajectory file: missing {missing}")
-    data = TrajectoryData(**contents, meta=meta)
-    data.validate()
+        if "actions" in contents:
+            contents = _unpack(contents, storage if isinstance(storage, dict) else {})
+        missing = [k for k in _REQUIRED if k not in contents]
+        if missing:
+            raise DatasetError(f"not an icrl-gym trajectory file: missing {missing}")
+        data = TrajectoryData(**contents, meta=meta)
+        data.validate()
+    except DatasetError as err:
+        raise DatasetError(f"{path}: {err}") from err
     if expect is not None:
         check_spec_matches(data.spec, expect, what=f"dataset {path}")
     return data

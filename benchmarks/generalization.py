@@ -26,7 +26,6 @@ import csv
 import json
 import re
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from benchmarks.pretrained_eval import mean_se
 from icrl_gym.checkpoint import checkpoint_files, read_record, resolve_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.fileio import atomic_write, atomic_write_bytes
+from icrl_gym.fileio import atomic_write_bytes
 
 MODEL = "generalist"
 """Row name of the learned agent in every cell."""
@@ -194,54 +193,51 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=-]+", "_", text).strip("_")
 
 
-def _cell_key(
-    cell: Cell, rows: dict[str, dict[str, Any]], runs: int, seed: int, model_id: str | None
+def _row_key(
+    cell: Cell, label: str, agent: dict[str, Any], runs: int, seed: int, model_id: str | None
 ) -> dict[str, Any]:
-    """What a stored cell result must match to be reused: the environment, every row's agent, runs, seed, weights.
+    """What a stored row result must match to be reused: the environment, the row's agent, runs, seed, weights.
 
     The Gittins table folder is left out (a moved results folder still resumes); the model row is
-    identified by its weights' sha256, not its path.
+    identified by its weights' sha256, not its path.  Rows are stored one by one, so a new model
+    re-runs only its own rows and the references of every cell are computed once.
     """
     return {
         "cell": cell.label,
         "env": cell.spec.to_dict(),
         "runs": runs,
         "seed": seed,
-        "rows": {
-            label: {k: v for k, v in agent.items() if k != "cache_dir"}
-            | ({"weights": model_id} if label == MODEL else {})
-            for label, agent in rows.items()
-        },
+        "row": label,
+        "agent": {k: v for k, v in agent.items() if k != "cache_dir"}
+        | ({"weights": model_id} if label == MODEL else {}),
     }
 
 
-def _load_cell(store: Path, cell: Cell, key: dict[str, Any]) -> CellResult | None:
-    """The stored result of ``cell`` if its key matches ``key`` and its arrays are whole; else ``None``."""
-    meta_path, arrays_path = store / f"{_slug(cell.label)}.json", store / f"{_slug(cell.label)}.npz"
+def _row_path(store: Path, cell: Cell, label: str) -> Path:
+    return store / _slug(cell.label) / f"{_slug(label)}.json"
+
+
+def _load_row(store: Path, cell: Cell, key: dict[str, Any]) -> tuple[np.ndarray | None, str | None] | None:
+    """The stored (totals, note) of a row if its key matches ``key`` and its totals are whole; else ``None``."""
     try:
-        meta = json.loads(meta_path.read_text())
-        if meta.get("key") != json.loads(json.dumps(key)):
+        stored = json.loads(_row_path(store, cell, key["row"]).read_text())
+        if stored.get("key") != json.loads(json.dumps(key)):
             return None
-        with np.load(arrays_path, allow_pickle=False) as arrays:
-            totals: dict[str, np.ndarray | None] = {
-                label: (arrays[f"row{i}"] if f"row{i}" in arrays.files else None)
-                for i, label in enumerate(meta["rows"])
-            }
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-        return None  # missing, partial or foreign: run the cell again
-    if any(t is not None and t.shape != (key["runs"],) for t in totals.values()):
+        totals = None if stored["totals"] is None else np.asarray(stored["totals"], dtype=np.float64)
+        note = stored.get("note")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing, partial or foreign: run the row again
+    if totals is None and note is None or totals is not None and totals.shape != (key["runs"],):
         return None
-    return CellResult(cell, totals, notes=dict(meta.get("notes", {})), references=tuple(meta["references"]))
+    return totals, note
 
 
-def _save_cell(store: Path, result: CellResult, key: dict[str, Any]) -> None:
-    """Write a finished cell: the per-run totals (.npz), then the key and notes (.json) that mark it complete."""
-    name = _slug(result.cell.label)
-    rows = list(result.totals)
-    arrays = {f"row{i}": t for i, t in enumerate(result.totals.values()) if t is not None}
-    atomic_write(store / f"{name}.npz", lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
-    meta = {"key": key, "rows": rows, "references": list(result.references), "notes": result.notes}
-    atomic_write_bytes(store / f"{name}.json", json.dumps(meta, indent=1).encode())
+def _save_row(store: Path, cell: Cell, key: dict[str, Any], totals: np.ndarray | None, note: str | None) -> None:
+    """Write a finished row atomically: its key, per-run totals (JSON floats round-trip exactly) and note."""
+    path = _row_path(store, cell, key["row"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"key": key, "totals": None if totals is None else totals.tolist(), "note": note}
+    atomic_write_bytes(path, json.dumps(record).encode())
 
 
 def run_cell(
@@ -257,18 +253,21 @@ def run_cell(
     """Every row of ``cell`` on the same ``runs`` instances.
 
     A row that refuses the size (the DP's memory limit, a model's range, a reference's memory estimate
-    in a cell beyond the trained range) is kept with its reason instead of numbers.  With ``store``, a
-    finished cell is written there at once (atomically), and a stored cell with the same environment,
-    rows, runs, seed and model weights (``model_id``) is reused, so an interrupted grid resumes where
-    it stopped.
+    in a cell beyond the trained range) is kept with its reason instead of numbers.  With ``store``, every
+    finished row is written there at once (atomically), and a stored row with the same environment,
+    agent, runs, seed and model weights (``model_id``) is reused, so an interrupted grid resumes where
+    it stopped and a new model re-runs only its own rows.
     """
     refs = _reference_specs(exp, cell, cache_dir)
     rows = {**refs, **({MODEL: model} if model is not None else {})}
-    key = _cell_key(cell, rows, runs, seed, model_id)
-    if store is not None and (stored := _load_cell(store, cell, key)) is not None:
-        return stored
     result = CellResult(cell, {}, references=tuple(refs))
     for label, agent in rows.items():
+        key = _row_key(cell, label, agent, runs, seed, model_id)
+        if store is not None and (stored := _load_row(store, cell, key)) is not None:
+            result.totals[label], note = stored
+            if note is not None:
+                result.notes[label] = note
+            continue
         # the model, the DP, and any reference of a cell beyond the trained range (e.g. the Gittins
         # table for T=1000: ~5 GiB and ~40 min to build) may refuse a size; the rest must run
         optional = label == MODEL or agent["name"] == "bernoulli_bayes_optimal" or not cell.in_range
@@ -278,8 +277,8 @@ def run_cell(
             if not optional:
                 raise
             result.totals[label], result.notes[label] = None, f"n/a: {err}"
-    if store is not None:
-        _save_cell(store, result, key)
+        if store is not None:
+            _save_row(store, cell, key, result.totals[label], result.notes.get(label))
     return result
 
 

@@ -159,7 +159,8 @@ def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypa
     monkeypatch.setattr(gen, "evaluate_regret", stop_after_two_cells)
     with pytest.raises(KeyboardInterrupt):
         run_generalization(TINY, tmp_path / "stopped", runs=6, seed=1, checkpoint=checkpoint)
-    assert len(list((tmp_path / "stopped" / TINY.name / "cells").glob("*.json"))) == 2
+    stored = list((tmp_path / "stopped" / TINY.name / "cells").glob("*/*.json"))
+    assert len(stored) == sum(len(r.totals) for r in full[:2])  # one file per finished row
 
     counted = {"n": 0}
 
@@ -180,6 +181,30 @@ def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypa
     assert (tmp_path / "full" / TINY.name / "cells.csv").read_text() == (
         tmp_path / "moved" / TINY.name / "cells.csv"
     ).read_text()
+
+
+def test_new_model_reruns_only_its_own_rows(checkpoint, tmp_path, monkeypatch):
+    """Rows are stored one by one: other weights (another model_id) re-run the model row, not the references."""
+    import benchmarks.generalization as gen
+
+    cell = gen.bernoulli_cells(TINY)[0]
+    model = {**TINY.bernoulli_model, "checkpoint": checkpoint}
+    store = tmp_path / "cells"
+    first = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
+    real, calls = gen.evaluate_regret, []
+
+    def count(spec, agent, *args, **kwargs):
+        calls.append(agent.name)
+        return real(spec, agent, *args, **kwargs)
+
+    monkeypatch.setattr(gen, "evaluate_regret", count)
+    again = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
+    assert calls == []  # everything reused
+    other = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-b")
+    assert calls == ["generalist"]  # only the model row ran again
+    for result in (again, other):
+        for label, totals in first.totals.items():
+            assert (totals is None and result.totals[label] is None) or np.array_equal(totals, result.totals[label])
 
 
 def test_stored_cell_with_other_runs_is_not_reused(checkpoint, tmp_path):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from icrl_gym.algorithm import BanditAgent, sample_categorical
-from icrl_gym.checkpoint import CheckpointError, CheckpointKind, read_checkpoint, resolve_checkpoint
+from icrl_gym.checkpoint import CheckpointKind, CheckpointRecord, read_checkpoint, resolve_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
 
@@ -41,13 +41,7 @@ class GeneralistAgent(BanditAgent):
     ) -> None:
         super().__init__(seed)
         state, meta = read_checkpoint(resolve_checkpoint(checkpoint))
-        if meta.get("kind") != CheckpointKind.GENERALIST_TRANSFORMER.value:
-            raise CheckpointError(f"{checkpoint} holds a {meta.get('kind')}, not a generalist transformer")
-        if meta.get("family", "bernoulli") != "bernoulli":
-            raise CheckpointError(
-                f"{checkpoint} holds a generalist of family {meta.get('family')!r}, not of Bernoulli arms: "
-                f"play it with make_agent('{meta.get('family')}_generalist', checkpoint=...)"
-            )
+        CheckpointRecord.from_meta(meta).expect(CheckpointKind.GENERALIST_TRANSFORMER, str(checkpoint))
         model = GeneralistTransformer(GeneralistConfig.from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
         self._setup(model.to(resolve_device(device)).eval(), str(checkpoint), greedy, horizon)

@@ -22,30 +22,13 @@ import numpy as np
 import torch
 
 from icrl_gym.algorithm import BanditAgent, sample_categorical
-from icrl_gym.checkpoint import CheckpointError, CheckpointKind, read_checkpoint, resolve_checkpoint
+from icrl_gym.checkpoint import CheckpointKind, CheckpointRecord, read_checkpoint, resolve_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.models.linear_generalist import (
     LinearGeneralistCache,
     LinearGeneralistConfig,
     LinearGeneralistTransformer,
 )
-
-FAMILY = "linear"
-"""The ``family`` field of the checkpoint record that marks a linear generalist."""
-
-LINEAR_KIND: CheckpointKind = getattr(
-    CheckpointKind, "LINEAR_GENERALIST_TRANSFORMER", CheckpointKind.GENERALIST_TRANSFORMER
-)
-"""The checkpoint kind of a linear generalist: its own member once :class:`CheckpointKind` has one, until then
-the generalist kind with ``family = "linear"`` in the record (both are accepted)."""
-
-
-def is_linear_generalist(meta: dict[str, Any]) -> bool:
-    """Whether a checkpoint record holds a linear generalist (its kind, or the generalist kind and family 'linear')."""
-    kind = meta.get("kind")
-    if kind == LINEAR_KIND.value and LINEAR_KIND is not CheckpointKind.GENERALIST_TRANSFORMER:
-        return True
-    return kind == CheckpointKind.GENERALIST_TRANSFORMER.value and meta.get("family") == FAMILY
 
 
 class LinearGeneralistAgent(BanditAgent):
@@ -65,10 +48,7 @@ class LinearGeneralistAgent(BanditAgent):
     ) -> None:
         super().__init__(seed)
         state, meta = read_checkpoint(resolve_checkpoint(checkpoint))
-        if not is_linear_generalist(meta):
-            raise CheckpointError(
-                f"{checkpoint} holds a {meta.get('kind')} of family {meta.get('family')!r}, not a linear generalist"
-            )
+        CheckpointRecord.from_meta(meta).expect(CheckpointKind.LINEAR_GENERALIST_TRANSFORMER, str(checkpoint))
         model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
         self._setup(model.to(resolve_device(device)).eval(), str(checkpoint), greedy, horizon, noise_std)

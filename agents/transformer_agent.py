@@ -44,8 +44,8 @@ _SIZES = ("dim", "num_states", "num_actions", "horizon", "episodes")
 
 RolloutT = TypeVar("RolloutT", bound="TransformerRollout[Any]")
 
-_GENERALIST_AGENT_OF_FAMILY = {"linear": "linear_generalist"}
-"""Generalist checkpoints of another family than Bernoulli arms, by the record's ``family``: the agent that plays them."""
+_GENERALIST_KINDS = (CheckpointKind.GENERALIST_TRANSFORMER, CheckpointKind.LINEAR_GENERALIST_TRANSFORMER)
+"""Kinds of the generalist bandit transformers, which ``TransformerAgent.pretrained`` hands to their own agents."""
 
 
 class TransformerRollout(CheckpointAgent[ObsT]):
@@ -100,16 +100,13 @@ class TransformerRollout(CheckpointAgent[ObsT]):
 
         The generalist bandit transformers (any number of arms, any horizon; issue 16) load here too:
         ``TransformerAgent.pretrained("bernoulli-generalist")`` returns the agent registered for the
-        checkpoint's kind (``kwargs`` go to it, e.g. ``greedy``), ``"linear-generalist"`` the one of its
-        family (``family = "linear"`` in the record: agent ``"linear_generalist"``).
+        checkpoint's kind (``kwargs`` go to it, e.g. ``greedy``), and so does ``"linear-generalist"``
+        (agent ``"linear_generalist"``).
         """
-        if cls.kind is CheckpointKind.BANDIT_TRANSFORMER and name in pretrained_names(
-            CheckpointKind.GENERALIST_TRANSFORMER
-        ):
-            agent = _GENERALIST_AGENT_OF_FAMILY.get(read_record(PRETRAINED_DIR / name).meta.get("family"))
-            if agent is None:
-                agent = CheckpointKind.GENERALIST_TRANSFORMER.agent
-            return make_agent({"name": agent, "checkpoint": name, **kwargs})  # type: ignore[return-value]
+        if cls.kind is CheckpointKind.BANDIT_TRANSFORMER and name in pretrained_names():
+            kind = read_record(PRETRAINED_DIR / name).kind
+            if kind in _GENERALIST_KINDS:
+                return make_agent({"name": kind.agent, "checkpoint": name, **kwargs})  # type: ignore[return-value]
         shipped = pretrained_names(cls.kind)
         if name not in shipped:
             raise ValueError(f"no pretrained {cls.kind.value} {name!r}; shipped models: {shipped}")

@@ -74,6 +74,8 @@ class CheckpointKind(str, Enum):
     """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
     GENERALIST_TRANSFORMER = "generalist_transformer"
     """A :class:`GeneralistTransformer`, any K and T of Bernoulli arms (agent ``"generalist"``)."""
+    LINEAR_GENERALIST_TRANSFORMER = "linear_generalist_transformer"
+    """A :class:`LinearGeneralistTransformer`, any d <= 8, A, T of linear arms (agent ``"linear_generalist"``)."""
 
     @property
     def agent(self) -> str:
@@ -86,6 +88,7 @@ _AGENT_OF_KIND = {
     CheckpointKind.MDP_TRANSFORMER: "mdp_transformer",
     CheckpointKind.META_RL_POLICY: "meta_rl",
     CheckpointKind.GENERALIST_TRANSFORMER: "generalist",
+    CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: "linear_generalist",
 }
 
 
@@ -95,20 +98,25 @@ _KIND_OF_MODEL_CLASS = {
     "ActorCriticPolicy": CheckpointKind.META_RL_POLICY,
     "RecurrentActorCriticPolicy": CheckpointKind.META_RL_POLICY,
     "GeneralistTransformer": CheckpointKind.GENERALIST_TRANSFORMER,
+    "LinearGeneralistTransformer": CheckpointKind.LINEAR_GENERALIST_TRANSFORMER,
 }
 
 
 def checkpoint_kind(meta: dict[str, Any]) -> CheckpointKind:
     """The kind of a checkpoint record: its ``kind``, or for older records, the one of its ``model_class``.
 
-    The one place where records written before ``kind`` existed are mapped; the oldest have no
-    ``model_class`` either and hold bandit transformers.
+    The one place where older records are mapped: those written before ``kind`` existed (the oldest
+    have no ``model_class`` either and hold bandit transformers), and linear generalists written
+    before they had a kind of their own (the generalist kind with ``family = "linear"``).
     """
     if "kind" in meta:
         try:
-            return CheckpointKind(meta["kind"])
+            kind = CheckpointKind(meta["kind"])
         except ValueError as err:
             raise CheckpointError(f"unknown checkpoint kind {meta['kind']!r}") from err
+        if kind is CheckpointKind.GENERALIST_TRANSFORMER and meta.get("family") == "linear":
+            return CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
+        return kind
     model_class = meta.get("model_class", "BanditTransformer")
     if model_class not in _KIND_OF_MODEL_CLASS:
         raise CheckpointError(f"checkpoint record of unknown model class {model_class!r} and no kind")

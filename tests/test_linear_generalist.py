@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from agents import make_agent
-from agents.linear_generalist_agent import LINEAR_KIND, LinearGeneralistAgent, is_linear_generalist
-from icrl_gym.checkpoint import CheckpointError, CheckpointKind, read_checkpoint, save_checkpoint
+from agents.linear_generalist_agent import LinearGeneralistAgent
+from icrl_gym.checkpoint import CheckpointError, CheckpointKind, checkpoint_kind, read_checkpoint, save_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
@@ -145,7 +145,7 @@ def test_resume_is_bit_exact(tmp_path):
     for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(p, q), name
     _, meta = read_checkpoint(tmp_path / "b" / "run" / "checkpoints" / "step_0000006")
-    assert meta["family"] == "linear" and is_linear_generalist(meta)
+    assert meta["family"] == "linear" and checkpoint_kind(meta) is CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
     assert meta["training"]["steps"] == 6 and meta["training"]["time_budget_hours"] == 3.9
     assert 0 < meta["training"]["wall_time_s"] < 3.9 * 3600
 
@@ -168,7 +168,7 @@ def _checkpoint(tmp_path, model=None):
     model = model or _model(seed=9)
     stem = tmp_path / "lg"
     meta = {"family": "linear", "env": {"reward": "gaussian"}}
-    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=LINEAR_KIND)
+    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER)
     return stem
 
 
@@ -212,5 +212,19 @@ def test_agent_refuses_what_it_cannot_play(tmp_path):
     save_checkpoint(
         bernoulli_model, model, {}, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER
     )
-    with pytest.raises(CheckpointError, match="not a linear generalist"):
+    with pytest.raises(CheckpointError, match="not a linear_generalist_transformer"):
         LinearGeneralistAgent(bernoulli_model)
+
+
+def test_record_of_the_generalist_kind_with_family_linear_is_a_linear_generalist(tmp_path):
+    """Records written before the linear kind existed (generalist kind, family 'linear') load as linear generalists."""
+    model = _model()
+    stem = tmp_path / "legacy"
+    meta = {"family": "linear", "env": {"reward": "gaussian"}}
+    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    state, record = read_checkpoint(stem)
+    assert checkpoint_kind(record) is CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
+    agent = LinearGeneralistAgent(stem)
+    assert all(torch.equal(v, agent.model.state_dict()[k]) for k, v in state.items())
+    with pytest.raises(CheckpointError, match="play it with make_agent\\('linear_generalist'"):
+        make_agent({"name": "generalist", "checkpoint": str(stem)})

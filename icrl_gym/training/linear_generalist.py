@@ -54,12 +54,6 @@ from icrl_gym.device import resolve_device
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
 
-LINEAR_KIND: CheckpointKind = getattr(
-    CheckpointKind, "LINEAR_GENERALIST_TRANSFORMER", CheckpointKind.GENERALIST_TRANSFORMER
-)
-"""The kind written: a linear generalist's own member once :class:`CheckpointKind` has one, else the generalist
-kind (the record's ``family = "linear"`` tells them apart)."""
-
 PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 """The matched Gaussian prior N(1/2, I/12) of w* ~ U[0, 1]^d."""
 
@@ -392,7 +386,7 @@ def _save_state(
             "history": history[-200:],
         },
     }
-    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=LINEAR_KIND)
+    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER)
     buf = io.BytesIO()
     torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, buf)
     atomic_write_bytes(stem.with_suffix(".state.pt"), buf.getvalue())

@@ -268,6 +268,27 @@ def test_uniform_prior_bounds_must_be_finite(field, value):
         gym.make("ICRL-LinearBandit-v0", **{field: value})
 
 
+@pytest.mark.parametrize(
+    "value, shown",
+    [(2.5, "must be an integer, got 2.5"), ("5", "must be an integer, got '5'"), (0, "must be >= 1, got 0")],
+)
+def test_bernoulli_num_arms_is_named_as_given_not_as_the_specs_dim(value, shown):
+    """Found beside the probes: num_arms=2.5 was reported as 'dim must be an integer ...; num_actions ...'."""
+    with raises(ValueError, f"num_arms {shown}") as err:
+        gym.make("ICRL-BernoulliBandit-v0", num_arms=value)
+    assert "dim" not in str(err.value)
+
+
+@pytest.mark.parametrize("mean, index", [(1.5, 2), (-0.25, 4)])
+def test_bernoulli_reset_options_show_the_arm_mean_outside_0_1(mean, index):
+    """Found beside the probes: the message of a replayed instance with a mean outside [0, 1] showed no value."""
+    env = gym.make("ICRL-BernoulliBandit-v0").unwrapped
+    w_star = np.full(5, 0.5)
+    w_star[index] = mean
+    with raises(ValueError, "Bernoulli arm means w_star must lie in [0, 1]", f"got w_star[0, {index}] = {mean}"):
+        env.reset(seed=0, options={"w_star": w_star})
+
+
 @pytest.mark.parametrize("field", ["prior_high", "noise_std", "prior_var"])
 def test_scales_beyond_1e100_are_refused_so_that_rewards_cannot_overflow(field):
     with raises(ValueError, f"{field} must be at most 1e+100 in magnitude, got 1e+300"):

@@ -23,6 +23,7 @@ from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
     check_finite,
+    check_in_range,
     check_index_batch,
     check_integer,
     check_memory,
@@ -202,8 +203,8 @@ class BanditBatch:
         self.action_sets = self._given_or_sampled(
             action_sets, (batch_size, *spec.action_set_shape), "action_set", sample_action_sets
         )
-        if spec.reward == "bernoulli" and (self.w_star.min() < 0 or self.w_star.max() > 1):
-            raise ValueError("Bernoulli arm means w_star must lie in [0, 1]")
+        if spec.reward == "bernoulli":
+            check_in_range("Bernoulli arm means w_star", self.w_star, 0.0, 1.0, "w_star")
         self.t = 0
         self._refresh_means()
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
-from icrl_gym.envs.validation import is_integer
+from icrl_gym.envs.validation import integer_problem, is_integer
 
 
 def bernoulli_bandit_spec(
@@ -25,6 +25,9 @@ def bernoulli_bandit_spec(
     ``dim`` and ``num_actions`` are accepted for symmetry with the linear bandit; both must
     equal ``num_arms`` since the arms are the standard basis vectors.
     """
+    problem = integer_problem("num_arms", num_arms)
+    if problem is not None:  # checked here: the spec would name its own fields dim and num_actions
+        raise ValueError(f"invalid bandit specification: {problem}")
     for name, value in (("dim", dim), ("num_actions", num_actions)):
         if value is not None and not (is_integer(value) and is_integer(num_arms) and int(value) == int(num_arms)):
             raise ValueError(

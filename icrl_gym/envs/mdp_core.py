@@ -31,6 +31,7 @@ from icrl_gym.envs.validation import (
     as_float_array,
     check_distribution,
     check_finite,
+    check_in_range,
     check_index_batch,
     check_integer,
     check_memory,
@@ -339,9 +340,7 @@ class MDPBatch:
         check_distribution("P", P, "over next states s' for every (h, s, a)")
         check_distribution("mu", mu, "over initial states")
         check_finite("mean rewards R", R)
-        if R.min() < 0 or R.max() > 1:
-            where = tuple(int(i) for i in np.argwhere((R < 0) | (R > 1))[0])
-            raise ValueError(f"mean rewards R must lie in [0, 1], got R{list(where)} = {R[where]}")
+        check_in_range("mean rewards R", R, 0.0, 1.0, "R")
         return out
 
     def _start_states(self) -> np.ndarray:

@@ -3,7 +3,7 @@
 - Sizes and numbers of a configuration: :func:`integer_problem` / :func:`number_problem` describe
   what is wrong with one field (a spec collects them into one error), :func:`check_integer` raises
   at once (``TypeError`` for a value of the wrong type, ``ValueError`` for one out of range).
-- Arrays handed in by a caller: :func:`check_finite`, :func:`check_distribution`,
+- Arrays handed in by a caller: :func:`check_finite`, :func:`check_distribution`, :func:`check_in_range`,
   :func:`check_index_batch` (integer indices in a range, the actions of a batch of runs).
 - Memory: :func:`check_memory` refuses a construction whose estimated footprint exceeds the limit
   before anything is allocated.  The limit is ``max_memory_gib`` where a constructor takes it (the
@@ -130,6 +130,15 @@ def check_finite(name: str, arr: np.ndarray, bound: float = math.inf) -> None:
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         allowed = "finite" if bound == math.inf else f"finite with magnitude <= {bound:g}"
         raise ValueError(f"{name} must be {allowed}, got {plain(arr[where])!r} at index {list(where)}")
+
+
+def check_in_range(name: str, arr: np.ndarray, low: float, high: float, symbol: str | None = None) -> None:
+    """Refuse entries outside [low, high], naming the first as ``symbol[index] = value`` (``symbol``: ``name``)."""
+    bad = (arr < low) | (arr > high)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        shown = f"{symbol or name}{list(where)} = {plain(arr[where])!r}"
+        raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {shown}")
 
 
 def check_distribution(name: str, arr: np.ndarray, what: str) -> None:

@@ -19,14 +19,15 @@ one.  Validation regret on a fixed set of instances picks the checkpoint; the fi
 uses other fresh instances (the harness's seed).
 
 Command line: ``python -m icrl_gym.training.finetune CONFIG.json [--set key=value ...] --export PATH`` (resumable
-from out_dir).
+from out_dir).  At iteration 0 and at every validation the training state (weights, optimiser, RNG
+states, iteration, history, and the best validated weights) is committed to ``out_dir`` as one
+verified unit (:mod:`icrl_gym.training.state`), and the best model is copied to
+``out_dir/best.safetensors`` + ``best.json``; a resumed run continues exactly, also from a moved folder.
 """
 
 from __future__ import annotations
 
 import copy
-import io
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.algorithm import BanditAgent
-from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, read_checkpoint, resolve_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, resolve_checkpoint, save_checkpoint
 from icrl_gym.cli import ConfigParser
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.device import resolve_device
@@ -51,13 +52,13 @@ from icrl_gym.fileio import (
     Allowed,
     DictConfig,
     RunLog,
-    atomic_write_bytes,
     check_fields,
 )
 from icrl_gym.models.transformer import BanditTransformer
 from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_class
 from icrl_gym.training.curves import TrainingCurves
+from icrl_gym.training.state import RunState, check_config, set_rng_state
 
 
 @dataclass
@@ -205,6 +206,32 @@ def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneC
     return float(regret.sum(axis=1).mean())
 
 
+LEGACY_FILES = ("state.json", "optimizer.pt", "last.safetensors", "last.json")
+"""Resume files of the layout before :mod:`icrl_gym.training.state`: such a folder is refused, not overwritten."""
+
+
+def _save_state(
+    store: RunState,
+    model: BanditTransformer,
+    optimizer: torch.optim.Optimizer,
+    cfg: FinetuneConfig,
+    state: dict[str, Any],
+    base_meta: dict[str, Any],
+) -> None:
+    """Commit the state at ``state["iteration"]`` (keeping the best weights), then copy the best to ``out_dir/best``."""
+    best = state["best"]["iteration"]
+    store.save(
+        state["iteration"],
+        model,
+        optimizer,
+        cfg.to_dict(),
+        state,
+        {**base_meta, "finetune": state},
+        also_keep={"best": best},
+    )
+    store.publish(store.run_dir / "best", role="best")
+
+
 def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True) -> tuple[BanditTransformer, dict]:
     """Run (or resume) the fine-tuning; returns the best model on validation and its record."""
     device = resolve_device(cfg.device)
@@ -226,26 +253,29 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
         "best": None,
         "command": command,
         "command_history": [command],
+        "config": cfg.to_dict(),  # exported records carry it (the harness reads it)
     }
-    if (out / "state.json").exists():
-        state = json.loads((out / "state.json").read_text())
-        if state["config"] != cfg.to_dict():
-            raise ValueError(f"{out} holds a run with another configuration; use a new out_dir")
+    store = RunState(out, keep=1, legacy_files=LEGACY_FILES)
+    loaded = store.load()
+    if loaded is not None:
+        check_config(out, loaded.config, cfg.to_dict(), ignore=("out_dir",))  # the folder may move
+        loaded.restore(model, optimizer)
+        state = loaded.record
         state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
-        weights, _ = read_checkpoint(out / "last")
-        model.load_state_dict(weights)
-        optimizer.load_state_dict(torch.load(out / "optimizer.pt", map_location=device, weights_only=True))
-        log(f"resumed at iteration {state['iteration']}")
+        state["config"] = cfg.to_dict()  # the same but for out_dir
+        store.publish(out / "best", role="best")  # renews a copy that a stop during the last one left unfinished
+        log(f"resumed at iteration {state['iteration']} ({loaded.source})")
     else:
-        state["config"] = cfg.to_dict()
         start = validation_regret(model, spec, cfg, device)
         state["history"].append({"iteration": 0, "val_regret": start, "wall_seconds": 0.0})
         state["best"] = {"iteration": 0, "val_regret": start}
-        save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
+        _save_state(store, model, optimizer, cfg, state, base_meta)
         log(f"pretrained model: validation regret {start:.3f}")
     t_start = time.perf_counter() - state["wall_seconds"]
     curves = TrainingCurves(out)  # metrics.csv (+ TensorBoard): step = iteration, val = validation regret
     bar = progress_bar(cfg.iterations, "finetune", unit="it", initial=state["iteration"])
+    if loaded is not None:  # the generators as they were after the saved iteration: the run continues exactly
+        set_rng_state(loaded.rng)
     while state["iteration"] < cfg.iterations:
         it = state["iteration"]
         model.eval()
@@ -267,16 +297,11 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
             curves.record(state["iteration"], stats["loss"], val, cfg.lr, state["wall_seconds"])
             if val < state["best"]["val_regret"]:
                 state["best"] = {"iteration": state["iteration"], "val_regret": val}
-                save_checkpoint(out / "best", model, {**base_meta, "finetune": state})
-            save_checkpoint(out / "last", model, {**base_meta, "finetune": state})
-            buffer = io.BytesIO()
-            torch.save(optimizer.state_dict(), buffer)
-            atomic_write_bytes(out / "optimizer.pt", buffer.getvalue())
-            atomic_write_bytes(out / "state.json", json.dumps(state, indent=2).encode())
+            _save_state(store, model, optimizer, cfg, state, base_meta)
             log(f"iteration {state['iteration']}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
     bar.close()
     curves.close()
-    best, best_meta = _load_bandit_transformer(out / "best", device)
+    best, best_meta = _load_bandit_transformer(store.checkpoint("best"), device)
     best_meta["name"] = cfg.name
     best_meta["finetune"] = {**state, "base": str(cfg.base), "base_name": base_meta.get("name")}
     return best, best_meta

@@ -17,15 +17,18 @@ softmax(G / label_temperature).  The loss is the cross-entropy; the log also rep
 target (0 at a perfect imitation) and the fraction of queries whose argmax is a Gittins action.
 
 Resumable bit for bit: every step's randomness is ``default_rng([seed, step])``, and every
-``checkpoint_every`` steps the weights (a checkpoint), the optimiser and torch RNG state and the
-step are written atomically; a restarted run continues from the latest.  Run as::
+``checkpoint_every`` steps the training state (the weights as the checkpoint
+``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration and the
+history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
+``resume.json``; the last two checkpoints stay); a restarted run continues from it, also from a
+moved ``run_dir``.  Resuming with other values of the fields that define the training is refused,
+naming them; those of :data:`RESUMABLE_CHANGES` may change.  Run as::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.generalist icrl_gym/pretrained/configs/bernoulli-generalist.json
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -39,11 +42,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
+from icrl_gym.training.state import (
+    RunState,
+    TrainingState,
+    TrainingStateError,
+    check_config,
+    legacy_state,
+    set_rng_state,
+)
 
 
 @dataclass
@@ -273,13 +284,44 @@ def learning_rate(cfg: GeneralistTrainConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _latest(run_dir: Path) -> dict[str, Any] | None:
+RESUMABLE_CHANGES = (
+    "steps",
+    "time_budget_hours",
+    "log_every",
+    "checkpoint_every",
+    "eval_every",
+    "eval_instances",
+    "eval_arms",
+    "eval_horizon",
+    "init_checkpoint",
+    "table_cache",
+    "device",
+    "threads",
+)
+"""Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
+(``init_checkpoint`` only starts a new run)."""
+
+LEGACY_FILES = ("latest.json",)
+"""The pointer of the layout before :mod:`icrl_gym.training.state` (read once, deleted at the next commit)."""
+
+
+def _legacy_state(run_dir: Path) -> TrainingState | None:
+    """A run folder of the older layout (``latest.json`` + ``checkpoints/step_*.state.pt``), checked."""
     path = run_dir / "latest.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        latest = json.loads(path.read_text())
+        stem = run_dir / "checkpoints" / latest["checkpoint"]
+        record = {"wall_time_s": latest["wall_time_s"], "history": latest["history"]}
+        step = int(latest["step"])
+    except (ValueError, KeyError, TypeError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise TrainingStateError(f"{path} is corrupt or truncated: {err!r}") from err
+    return legacy_state(stem, stem.with_suffix(".state.pt"), lambda meta: (step, meta["pretrain"], record))
 
 
 def _save_state(
-    run_dir: Path,
+    store: RunState,
     model: GeneralistTransformer,
     opt: torch.optim.Optimizer,
     cfg: GeneralistTrainConfig,
@@ -287,8 +329,7 @@ def _save_state(
     wall: float,
     history: list[dict[str, float]],
 ) -> None:
-    """Write the checkpoint, the optimiser state and, last, the pointer to them (each atomically)."""
-    stem = run_dir / "checkpoints" / f"step_{step:07d}"
+    """Commit the training state at ``step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
     meta = {
         "env": {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0},
         "trained_range": {
@@ -308,15 +349,17 @@ def _save_state(
             "history": history[-200:],
         },
     }
-    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
-    buf = io.BytesIO()
-    torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, buf)
-    atomic_write_bytes(stem.with_suffix(".state.pt"), buf.getvalue())
-    pointer = {"step": step, "checkpoint": stem.name, "wall_time_s": wall, "history": history}
-    atomic_write_bytes(run_dir / "latest.json", json.dumps(pointer).encode())
-    for old in sorted((run_dir / "checkpoints").glob("step_*.json"))[:-2]:  # keep the last two
-        for suffix in (".json", ".safetensors", ".state.pt"):
-            old.with_suffix(suffix).unlink(missing_ok=True)
+    record = {"wall_time_s": wall, "history": history}
+    store.save(
+        step,
+        model,
+        opt,
+        cfg.to_dict(),
+        record,
+        meta,
+        model_config=model.config.to_dict(),
+        kind=CheckpointKind.GENERALIST_TRANSFORMER,
+    )
 
 
 def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
@@ -337,21 +380,27 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     log = RunLog(run_dir / "train.log", echo)
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    atomic_write_bytes(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
     torch.manual_seed(cfg.seed)
     model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     step, wall, history = 0, 0.0, []
-    latest = _latest(run_dir)
-    if latest is not None:
-        stem = run_dir / "checkpoints" / latest["checkpoint"]
-        state, _ = read_checkpoint(stem)
-        model.load_state_dict(state)
-        extra = torch.load(stem.with_suffix(".state.pt"), weights_only=True)
-        opt.load_state_dict(extra["optimizer"])
-        torch.set_rng_state(extra["torch_rng"])
-        step, wall, history = latest["step"], latest["wall_time_s"], latest["history"]
-        log(f"resumed from {stem} at step {step} ({wall / 3600:.2f} h of training so far)")
+    store = RunState(run_dir, keep=2, legacy_files=LEGACY_FILES)
+    loaded = store.load(_legacy_state)
+    if loaded is not None:
+        changes = check_config(
+            run_dir,
+            loaded.config,
+            cfg.to_dict(),
+            ignore=("run_dir",),
+            allowed=RESUMABLE_CHANGES,
+            folder_field="run_dir",
+        )
+        loaded.restore(model, opt)
+        step, wall, history = loaded.step, loaded.record["wall_time_s"], loaded.record["history"]
+        log(f"resumed from {loaded.source} at step {step} ({wall / 3600:.2f} h of training so far)")
+        for change in changes:
+            log(f"changed on resume: {change}")
     else:
         n_params = sum(p.numel() for p in model.parameters())
         log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
@@ -359,6 +408,10 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
             wall = _init_from(model, cfg.init_checkpoint)
             log(f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)")
     table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
+    if loaded is not None:  # the generators as they were after the saved step: the run continues exactly
+        set_rng_state(loaded.rng)
+    else:
+        _save_state(store, model, opt, cfg, step, wall, history)  # step 0: a folder with a state is never a foreign one
     sums: dict[str, float] = {}
     count, t_log = 0, time.time()
     while step < cfg.steps and wall < cfg.time_budget_hours * 3600:
@@ -402,7 +455,7 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
             )
             history.append({"step": step, "eval_regret": round(mean, 4), "eval_gittins": round(eval_gittins, 4)})
         if step % cfg.checkpoint_every == 0 or step >= cfg.steps or wall >= cfg.time_budget_hours * 3600:
-            _save_state(run_dir, model, opt, cfg, step, wall, history)
+            _save_state(store, model, opt, cfg, step, wall, history)
     log(f"done at step {step} ({wall / 3600:.2f} h of training)")
     return model
 

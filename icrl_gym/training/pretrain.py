@@ -16,12 +16,14 @@ in the checkpoint:
   chunk replaces the old one every ``passes_per_chunk`` passes (collection is cheap once batched).
 
 Training is resumable (also with a larger ``steps``, to extend a finished run; the cosine
-schedule then stretches to the new length): ``out_dir`` holds ``checkpoint.safetensors`` (weights),
-``optimizer.pt`` (loaded with ``weights_only=True``) and ``checkpoint.json`` (config, step,
-history); batches are drawn from ``np.random.default_rng([seed, step])`` and chunk c from seed
-``data_seed(c)``, so a resumed run continues exactly where it stopped.  Progress goes to
-``out_dir/train.log``.  The device comes from the ``device`` argument (``"auto"``: CUDA when
-present), never from a global.
+schedule then stretches to the new length): every ``eval_every`` steps ``out_dir`` receives the
+training state (weights, optimiser, RNG states, step, configuration, history) as one verified unit
+(:mod:`icrl_gym.training.state`: ``checkpoints/`` and the manifest ``resume.json``), and then a copy
+of the weights as the checkpoint ``checkpoint.safetensors`` + ``checkpoint.json``; batches are drawn
+from ``np.random.default_rng([seed, step])`` and chunk c from seed ``data_seed(c)``, so a resumed run
+continues exactly where it stopped, bit for bit.  The folder may be moved between runs (``out_dir``
+is not compared on resume).  Progress goes to ``out_dir/train.log``.  The device comes from the
+``device`` argument (``"auto"``: CUDA when present), never from a global.
 
 Under ``torchrun --nproc_per_node=N`` the same script and config train with
 DistributedDataParallel: each rank takes 1/N of every global batch and only rank 0 validates
@@ -30,7 +32,6 @@ and writes (see :mod:`icrl_gym.training.distributed`).
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import time
@@ -44,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.cli import ConfigParser
 from icrl_gym.data.collect import collect as collect_runs
 from icrl_gym.data.labels import Labelling, LabelMode, Target, upgrade_label_fields
@@ -62,7 +63,6 @@ from icrl_gym.fileio import (
     Allowed,
     DictConfig,
     RunLog,
-    atomic_write_bytes,
     check_fields,
 )
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
@@ -71,6 +71,7 @@ from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_names
 from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import close_distributed, init_distributed
+from icrl_gym.training.state import RunState, TrainingState, check_config, legacy_state, set_rng_state
 
 VALIDATION_SEED_OFFSET = 900_000
 """Validation data use seed ``10**6 * seed + VALIDATION_SEED_OFFSET``; chunks use smaller offsets."""
@@ -289,11 +290,28 @@ def evaluate_loss(
     return totals
 
 
-def _save_state(out: Path, model, optimizer, cfg: PretrainConfig, state: dict[str, Any]) -> None:
-    save_checkpoint(out / "checkpoint", model, _metadata(cfg, state))
-    buffer = io.BytesIO()
-    torch.save(optimizer.state_dict(), buffer)
-    atomic_write_bytes(out / "optimizer.pt", buffer.getvalue())
+LEGACY_FILES = ("optimizer.pt",)
+"""The resume file of the layout before :mod:`icrl_gym.training.state` (read once, deleted at the next commit)."""
+
+
+def _legacy_state(out: Path) -> TrainingState | None:
+    """A run folder of the older layout (``checkpoint.*`` + ``optimizer.pt``, no manifest), checked."""
+    if not (out / "optimizer.pt").exists() and not (
+        (out / "checkpoint.json").exists() and not (out / "checkpoints").exists()  # else: a copy of the current layout
+    ):
+        return None
+    return legacy_state(
+        out / "checkpoint",
+        out / "optimizer.pt",
+        lambda meta: (meta["training"]["step"], meta["pretrain"], meta["training"]),
+    )
+
+
+def _save_state(store: RunState, model, optimizer, cfg: PretrainConfig, state: dict[str, Any]) -> None:
+    """Commit the training state, then copy its weights to ``out_dir/checkpoint`` (the run's checkpoint)."""
+    store.save(state["step"], model, optimizer, cfg.to_dict(), state, _metadata(cfg, state))
+    if state["step"] > 0:
+        store.publish(store.run_dir / "checkpoint")
 
 
 def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
@@ -336,20 +354,20 @@ def pretrain(
         "threads": torch.get_num_threads(),
         "world_size": ctx.world_size,
     }
-    if (out / "checkpoint.json").exists():
-        weights, meta = read_checkpoint(out / "checkpoint")
-        saved = {k: v for k, v in upgrade_label_fields(meta["pretrain"]).items() if k != "steps"}
-        if saved != {k: v for k, v in cfg.to_dict().items() if k != "steps"}:
-            raise ValueError(f"{out} holds a run with another configuration; use a new out_dir")
-        if meta["pretrain"]["steps"] != cfg.steps:  # extending (or shortening) a run is allowed
-            log(f"run planned for {meta['pretrain']['steps']} steps continues to {cfg.steps}")
-        model.load_state_dict(weights)
-        optimizer.load_state_dict(torch.load(out / "optimizer.pt", map_location=device, weights_only=True))
-        state = meta["training"]
+    store = RunState(out, keep=1, legacy_files=LEGACY_FILES)
+    loaded = store.load(_legacy_state)
+    if loaded is not None:
+        saved = upgrade_label_fields(loaded.config)
+        check_config(out, saved, cfg.to_dict(), ignore=("out_dir",), allowed=("steps",))  # the folder may move
+        if saved["steps"] != cfg.steps:  # extending (or shortening) a run is allowed
+            log(f"run planned for {saved['steps']} steps continues to {cfg.steps}")
+        loaded.restore(model, optimizer)
+        state = loaded.record
+        state["step"] = loaded.step
         state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
         state["command"] = command
         state["world_size"] = ctx.world_size
-        log(f"resumed from step {state['step']}")
+        log(f"resumed from step {state['step']} ({loaded.source})")
     log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
     if ctx.enabled:
         log(f"DDP: {ctx.world_size} processes, {cfg.batch_size // ctx.world_size} trajectories each per step")
@@ -365,6 +383,12 @@ def pretrain(
     curves = TrainingCurves(out) if ctx.is_main else None  # metrics.csv (+ TensorBoard) beside the checkpoint
     bar = progress_bar(cfg.steps, "pretrain", unit="step", initial=state["step"])
     model.train()
+    if loaded is not None:  # the generators as they were after the saved step: the run continues exactly
+        set_rng_state(loaded.rng)
+        if ctx.is_main and store.committed and state["step"] > 0:
+            store.publish(out / "checkpoint")  # renews a copy that a stop during the last one left unfinished
+    elif ctx.is_main:
+        _save_state(store, model, optimizer, cfg, state)  # step 0: a folder with a state is never a foreign one
     while state["step"] < cfg.steps:
         step = state["step"]
         needed = step // cfg.steps_per_chunk
@@ -398,7 +422,7 @@ def pretrain(
             state["distinct_trajectories"] = min(
                 state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
             )
-            _save_state(out, model, optimizer, cfg, state)
+            _save_state(store, model, optimizer, cfg, state)
             log(
                 f"step {state['step']} val "
                 + " ".join(f"{k}={v:.4f}" for k, v in val_stats.items())

@@ -1,7 +1,5 @@
 """The linear generalist transformer (issue 16): model, cache, invariances, trainer, agent."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -20,6 +18,7 @@ from icrl_gym.training.linear_generalist import (
     rollout,
     train,
 )
+from icrl_gym.training.state import RunState
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "readouts": 4}
 
@@ -152,15 +151,17 @@ def test_resume_is_bit_exact(tmp_path):
 
 def test_time_budget_stops_training(tmp_path):
     train(_tiny_config(tmp_path, time_budget_hours=1e-9), echo=False)
-    latest = json.loads((tmp_path / "run" / "latest.json").read_text())
-    assert latest["step"] == 1
+    state = RunState(tmp_path / "run").load()
+    assert state is not None and state.step == 1
 
 
 @pytest.mark.slow
 def test_tiny_training_lowers_the_loss(tmp_path):
     cfg = _tiny_config(tmp_path, steps=150, dagger_start=10_000, lr=3e-3, warmup=10, eval_every=0, log_every=25)
     train(cfg, echo=False)
-    history = [h for h in json.loads((tmp_path / "run" / "latest.json").read_text())["history"] if "loss" in h]
+    state = RunState(tmp_path / "run").load()
+    assert state is not None
+    history = [h for h in state.record["history"] if "loss" in h]
     assert history[-1]["loss"] < 0.8 * history[0]["loss"]
 
 

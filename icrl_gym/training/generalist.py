@@ -32,8 +32,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,14 +45,15 @@ from icrl_gym.device import resolve_device
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
-from icrl_gym.training.state import (
-    RunState,
-    TrainingState,
-    TrainingStateError,
-    check_config,
-    legacy_state,
-    set_rng_state,
+from icrl_gym.training.loop import (
+    LEGACY_FILES,
+    Progress,
+    begin_run,
+    run_steps,
+    save_generalist_state,
 )
+from icrl_gym.training.loop import main as run_main
+from icrl_gym.training.state import RunState
 
 
 @dataclass
@@ -276,14 +275,6 @@ def evaluate_regret(
     return float(regrets[0].mean()), float(regrets[0].std(ddof=1) / math.sqrt(instances)), float(regrets[1].mean())
 
 
-def learning_rate(cfg: GeneralistTrainConfig, step: int) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr at cfg.steps."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 RESUMABLE_CHANGES = (
     "steps",
     "time_budget_hours",
@@ -301,64 +292,20 @@ RESUMABLE_CHANGES = (
 """Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
 (``init_checkpoint`` only starts a new run)."""
 
-LEGACY_FILES = ("latest.json",)
-"""The pointer of the layout before :mod:`icrl_gym.training.state` (read once, deleted at the next commit)."""
-
-
-def _legacy_state(run_dir: Path) -> TrainingState | None:
-    """A run folder of the older layout (``latest.json`` + ``checkpoints/step_*.state.pt``), checked."""
-    path = run_dir / "latest.json"
-    if not path.exists():
-        return None
-    try:
-        latest = json.loads(path.read_text())
-        stem = run_dir / "checkpoints" / latest["checkpoint"]
-        record = {"wall_time_s": latest["wall_time_s"], "history": latest["history"]}
-        step = int(latest["step"])
-    except (ValueError, KeyError, TypeError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
-        raise TrainingStateError(f"{path} is corrupt or truncated: {err!r}") from err
-    return legacy_state(stem, stem.with_suffix(".state.pt"), lambda meta: (step, meta["pretrain"], record))
-
 
 def _save_state(
-    store: RunState,
-    model: GeneralistTransformer,
-    opt: torch.optim.Optimizer,
-    cfg: GeneralistTrainConfig,
-    step: int,
-    wall: float,
-    history: list[dict[str, float]],
+    store: RunState, model: GeneralistTransformer, opt: torch.optim.Optimizer, cfg: GeneralistTrainConfig, at: Progress
 ) -> None:
-    """Commit the training state at ``step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
-    meta = {
+    """Commit the training state at ``at.step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
+    fields = {
         "env": {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0},
         "trained_range": {
             "num_arms": [cfg.min_arms, cfg.max_arms],
             "horizon": [cfg.min_horizon, cfg.max_horizon],
         },
-        "pretrain": cfg.to_dict(),
-        "training": {
-            "steps": step,
-            "planned_steps": cfg.steps,
-            "wall_time_s": wall,
-            "time_budget_hours": cfg.time_budget_hours,
-            "threads": torch.get_num_threads(),
-            "device": str(next(model.parameters()).device),
-            "seed": cfg.seed,
-            "command": " ".join([sys.executable, *sys.argv]),
-            "history": history[-200:],
-        },
     }
-    record = {"wall_time_s": wall, "history": history}
-    store.save(
-        step,
-        model,
-        opt,
-        cfg.to_dict(),
-        record,
-        meta,
-        model_config=model.config.to_dict(),
-        kind=CheckpointKind.GENERALIST_TRANSFORMER,
+    save_generalist_state(
+        store, model, opt, cfg, at, fields, model.config.to_dict(), CheckpointKind.GENERALIST_TRANSFORMER
     )
 
 
@@ -384,97 +331,47 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
     torch.manual_seed(cfg.seed)
     model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step, wall, history = 0, 0.0, []
     store = RunState(run_dir, keep=2, legacy_files=LEGACY_FILES)
-    loaded = store.load(_legacy_state)
-    if loaded is not None:
-        changes = check_config(
-            run_dir,
-            loaded.config,
-            cfg.to_dict(),
-            ignore=("run_dir",),
-            allowed=RESUMABLE_CHANGES,
-            folder_field="run_dir",
-        )
-        loaded.restore(model, opt)
-        step, wall, history = loaded.step, loaded.record["wall_time_s"], loaded.record["history"]
-        log(f"resumed from {loaded.source} at step {step} ({wall / 3600:.2f} h of training so far)")
-        for change in changes:
-            log(f"changed on resume: {change}")
-    else:
-        n_params = sum(p.numel() for p in model.parameters())
-        log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
-        if cfg.init_checkpoint:
-            wall = _init_from(model, cfg.init_checkpoint)
-            log(f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)")
+    loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
+    if loaded is None and cfg.init_checkpoint:
+        progress.wall = _init_from(model, cfg.init_checkpoint)
+        log(f"initialised from {cfg.init_checkpoint} ({progress.wall / 3600:.2f} h of training counted in the budget)")
     table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
-    if loaded is not None:  # the generators as they were after the saved step: the run continues exactly
-        set_rng_state(loaded.rng)
-    else:
-        _save_state(store, model, opt, cfg, step, wall, history)  # step 0: a folder with a state is never a foreign one
-    sums: dict[str, float] = {}
-    count, t_log = 0, time.time()
-    while step < cfg.steps and wall < cfg.time_budget_hours * 3600:
-        t0 = time.time()
-        rng = np.random.default_rng([cfg.seed, step])
-        use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
+
+    def sample(rng: np.random.Generator, use_model: bool) -> Batch:
         if use_model:
             model.eval()
-        batch = sample_batch(cfg, table, rng, model if use_model else None, device)
-        model.train()
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(cfg, step)
-        loss, metrics = batch_loss(model, batch, device)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        step += 1
-        wall += time.time() - t0
-        for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + value
-        sums["dagger"] = sums.get("dagger", 0.0) + use_model
-        count += 1
-        if step % cfg.log_every == 0:
-            avg = {key: value / count for key, value in sums.items()}
-            log(
-                f"step {step} loss {avg['loss']:.4f} kl {avg['kl']:.4f} agree {avg['agree']:.3f} "
-                f"dagger {avg['dagger']:.2f} lr {learning_rate(cfg, step - 1):.2e} "
-                f"{(time.time() - t_log) / count:.3f} s/step wall {wall / 3600:.2f} h"
-            )
-            history.append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
-            sums, count, t_log = {}, 0, time.time()
-        if cfg.eval_every and step % cfg.eval_every == 0:
-            model.eval()
-            mean, se, eval_gittins = evaluate_regret(
-                model, table, cfg.eval_arms, cfg.eval_horizon, cfg.eval_instances, 1, device
-            )
-            log(
-                f"eval step {step}: K={cfg.eval_arms} T={cfg.eval_horizon} regret {mean:.2f} +- {se:.2f} "
-                f"(Gittins {eval_gittins:.2f}, {cfg.eval_instances} instances, seed 1)"
-            )
-            history.append({"step": step, "eval_regret": round(mean, 4), "eval_gittins": round(eval_gittins, 4)})
-        if step % cfg.checkpoint_every == 0 or step >= cfg.steps or wall >= cfg.time_budget_hours * 3600:
-            _save_state(store, model, opt, cfg, step, wall, history)
-    log(f"done at step {step} ({wall / 3600:.2f} h of training)")
+        return sample_batch(cfg, table, rng, model if use_model else None, device)
+
+    def evaluate(step: int) -> dict[str, Any]:
+        mean, se, eval_gittins = evaluate_regret(
+            model, table, cfg.eval_arms, cfg.eval_horizon, cfg.eval_instances, 1, device
+        )
+        log(
+            f"eval step {step}: K={cfg.eval_arms} T={cfg.eval_horizon} regret {mean:.2f} +- {se:.2f} "
+            f"(Gittins {eval_gittins:.2f}, {cfg.eval_instances} instances, seed 1)"
+        )
+        return {"step": step, "eval_regret": round(mean, 4), "eval_gittins": round(eval_gittins, 4)}
+
+    run_steps(
+        cfg,
+        model,
+        opt,
+        log,
+        loaded,
+        progress,
+        sample,
+        lambda batch: batch_loss(model, batch, device),
+        {"loss": ".4f", "kl": ".4f", "agree": ".3f"},
+        evaluate,
+        lambda at: _save_state(store, model, opt, cfg, at),
+    )
     return model
 
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m icrl_gym.training.generalist CONFIG.json [key=value ...]`` (overrides as JSON values)."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__)
-        print("fields:", ", ".join(GeneralistTrainConfig().to_dict()))
-        return
-    data = json.loads(Path(args[0]).read_text())
-    for item in args[1:]:
-        key, _, value = item.partition("=")
-        try:
-            data[key] = json.loads(value)
-        except json.JSONDecodeError:
-            data[key] = value
-    train(GeneralistTrainConfig.from_dict(data))
+    run_main(argv, __doc__, GeneralistTrainConfig, train)
 
 
 if __name__ == "__main__":

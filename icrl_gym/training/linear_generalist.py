@@ -25,22 +25,24 @@ history (hard, or softmax(index / label_temperature)); the loss is the cross-ent
 reports ``agree`` (argmax equal to the expert's) and ``gap`` (the expert index lost by the model's
 argmax, in reward units).
 
-Resumable bit for bit (the weights, optimiser, torch RNG, step and history are written atomically
-every ``checkpoint_every`` steps; a restarted run continues from the latest) and capped at
-``time_budget_hours`` of training wall time summed over resumes (recorded in every checkpoint)::
+Resumable bit for bit: every ``checkpoint_every`` steps the training state (the weights as the
+checkpoint ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration
+and the history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
+``resume.json``); the last two checkpoints and every 1,000th (the learning curve) stay.  A restarted
+run continues from it, also from a moved ``run_dir`` or a folder of the older layout (``latest.json``,
+whose configuration is the one its checkpoint records).  Resuming with other values of the fields
+that define the training is refused, naming them; those of :data:`RESUMABLE_CHANGES` may change.
+Capped at ``time_budget_hours`` of training wall time summed over resumes (recorded in every
+checkpoint)::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist icrl_gym/pretrained/configs/linear-generalist.json
 """
 
 from __future__ import annotations
 
-import ctypes
-import io
 import json
 import math
 import os
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,10 +51,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.training.loop import (
+    LEGACY_FILES,
+    Progress,
+    begin_run,
+    release_freed_memory,
+    run_steps,
+    save_generalist_state,
+)
+from icrl_gym.training.loop import main as run_main
+from icrl_gym.training.state import RunState
 
 PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 """The matched Gaussian prior N(1/2, I/12) of w* ~ U[0, 1]^d."""
@@ -332,26 +344,32 @@ def evaluate(
         return rollout(inst, np.zeros(instances), rng, z, model, device)[3]
 
 
-def learning_rate(cfg: LinearGeneralistTrainConfig, step: int) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr at cfg.steps."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+RESUMABLE_CHANGES = (
+    "steps",
+    "time_budget_hours",
+    "log_every",
+    "checkpoint_every",
+    "eval_every",
+    "eval_instances",
+    "eval_cells",
+    "device",
+    "threads",
+)
+"""Fields a resumed run may change: its length and budget, logging, evaluation, device and threads."""
+
+CURVE_EVERY = 1_000
+"""Steps between the checkpoints that stay for the learning curve."""
 
 
 def _save_state(
-    run_dir: Path,
+    store: RunState,
     model: LinearGeneralistTransformer,
     opt: torch.optim.Optimizer,
     cfg: LinearGeneralistTrainConfig,
-    step: int,
-    wall: float,
-    history: list[dict[str, float]],
+    at: Progress,
 ) -> None:
-    """Write the checkpoint, the optimiser state and, last, the pointer to them (each atomically)."""
-    stem = run_dir / "checkpoints" / f"step_{step:07d}"
-    meta = {
+    """Commit the training state at ``at.step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
+    fields = {
         "family": "linear",
         "env": {
             "reward": "gaussian",
@@ -373,30 +391,10 @@ def _save_state(
             "prior_mean": PRIOR_MEAN,
             "prior_var": PRIOR_VAR,
         },
-        "pretrain": cfg.to_dict(),
-        "training": {
-            "steps": step,
-            "planned_steps": cfg.steps,
-            "wall_time_s": wall,
-            "time_budget_hours": cfg.time_budget_hours,
-            "threads": torch.get_num_threads(),
-            "device": str(next(model.parameters()).device),
-            "seed": cfg.seed,
-            "command": " ".join([sys.executable, *sys.argv]),
-            "history": history[-200:],
-        },
     }
-    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER)
-    buf = io.BytesIO()
-    torch.save({"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state()}, buf)
-    atomic_write_bytes(stem.with_suffix(".state.pt"), buf.getvalue())
-    pointer = {"step": step, "checkpoint": stem.name, "wall_time_s": wall, "history": history}
-    atomic_write_bytes(run_dir / "latest.json", json.dumps(pointer).encode())
-    keep = {f"step_{s:07d}" for s in range(0, step + 1, 1000)}  # every 1,000th for the learning curve
-    for old in sorted((run_dir / "checkpoints").glob("step_*.json"))[:-2]:
-        if old.stem not in keep:
-            for suffix in (".json", ".safetensors", ".state.pt"):
-                old.with_suffix(suffix).unlink(missing_ok=True)
+    save_generalist_state(
+        store, model, opt, cfg, at, fields, model.config.to_dict(), CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
+    )
 
 
 def load_model(checkpoint: str | os.PathLike, device: torch.device | str = "cpu") -> LinearGeneralistTransformer:
@@ -414,109 +412,53 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     log = RunLog(run_dir / "train.log", echo)
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    atomic_write_bytes(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
     torch.manual_seed(cfg.seed)
     model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step, wall, history = 0, 0.0, []
-    pointer = run_dir / "latest.json"
-    if pointer.exists():
-        latest = json.loads(pointer.read_text())
-        stem = run_dir / "checkpoints" / latest["checkpoint"]
-        state, _ = read_checkpoint(stem)
-        model.load_state_dict(state)
-        extra = torch.load(stem.with_suffix(".state.pt"), weights_only=True)
-        opt.load_state_dict(extra["optimizer"])
-        torch.set_rng_state(extra["torch_rng"])
-        step, wall, history = latest["step"], latest["wall_time_s"], latest["history"]
-        log(f"resumed from {stem} at step {step} ({wall / 3600:.2f} h of training so far)")
-    else:
-        n_params = sum(p.numel() for p in model.parameters())
-        log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
-    sums: dict[str, float] = {}
-    count, t_log = 0, time.time()
-    budget = cfg.time_budget_hours * 3600
-    while step < cfg.steps and wall < budget:
-        t0 = time.time()
-        rng = np.random.default_rng([cfg.seed, step])
-        use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
+    store = RunState(run_dir, keep=2, legacy_files=LEGACY_FILES, keep_every=CURVE_EVERY)
+    loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
+
+    def sample(rng: np.random.Generator, use_model: bool) -> Batch:
         model.eval()
         with torch.no_grad():
-            batch = sample_batch(cfg, rng, model if use_model else None, device)
-        model.train()
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(cfg, step)
-        loss, metrics = batch_loss(model, batch, device)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        step += 1
-        wall += time.time() - t0
-        for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + value
-        sums["dagger"] = sums.get("dagger", 0.0) + use_model
-        count += 1
-        if step % cfg.log_every == 0:
-            avg = {key: value / count for key, value in sums.items()}
+            return sample_batch(cfg, rng, model if use_model else None, device)
+
+    def evaluate_cells(step: int) -> dict[str, Any]:
+        entry: dict[str, Any] = {"step": step}
+        for i, cell in enumerate(cfg.eval_cells):
+            ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+            ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+            se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
+            own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
             log(
-                f"step {step} loss {avg['loss']:.4f} agree {avg['agree']:.3f} gap {avg['gap']:.4f} "
-                f"dagger {avg['dagger']:.2f} lr {learning_rate(cfg, step - 1):.2e} "
-                f"{(time.time() - t_log) / count:.3f} s/step wall {wall / 3600:.2f} h"
+                f"eval step {step}: {cell} regret {ours.mean():.2f} +- {own_se:.2f} "
+                f"(expert {ref.mean():.2f}, paired diff {ours.mean() - ref.mean():+.2f} +- {se:.2f})"
             )
-            history.append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
-            release_freed_memory()
-            sums, count, t_log = {}, 0, time.time()
-        if cfg.eval_every and step % cfg.eval_every == 0:
-            model.eval()
-            entry: dict[str, Any] = {"step": step}
-            for i, cell in enumerate(cfg.eval_cells):
-                ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
-                ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
-                se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
-                own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
-                log(
-                    f"eval step {step}: {cell} regret {ours.mean():.2f} +- {own_se:.2f} "
-                    f"(expert {ref.mean():.2f}, paired diff {ours.mean() - ref.mean():+.2f} +- {se:.2f})"
-                )
-                entry[f"eval{i}"] = round(float(ours.mean()), 3)
-                entry[f"expert{i}"] = round(float(ref.mean()), 3)
-            history.append(entry)
-        if step % cfg.checkpoint_every == 0 or step >= cfg.steps or wall >= budget:
-            _save_state(run_dir, model, opt, cfg, step, wall, history)
-    log(f"done at step {step} ({wall / 3600:.2f} h of training)")
+            entry[f"eval{i}"] = round(float(ours.mean()), 3)
+            entry[f"expert{i}"] = round(float(ref.mean()), 3)
+        return entry
+
+    run_steps(
+        cfg,
+        model,
+        opt,
+        log,
+        loaded,
+        progress,
+        sample,
+        lambda batch: batch_loss(model, batch, device),
+        {"loss": ".4f", "agree": ".3f", "gap": ".4f"},
+        evaluate_cells,
+        lambda at: _save_state(store, model, opt, cfg, at),
+        after_log=release_freed_memory,
+    )
     return model
 
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m icrl_gym.training.linear_generalist CONFIG.json [key=value ...]`` (overrides as JSON values)."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__)
-        print("fields:", ", ".join(LinearGeneralistTrainConfig().to_dict()))
-        return
-    data = json.loads(Path(args[0]).read_text())
-    for item in args[1:]:
-        key, _, value = item.partition("=")
-        try:
-            data[key] = json.loads(value)
-        except json.JSONDecodeError:
-            data[key] = value
-    train(LinearGeneralistTrainConfig.from_dict(data))
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
-
-    Batches of varied sizes leave freed blocks of many sizes in the heap, so without it the resident
-    memory climbs from ~1.5 GiB towards several GiB over a run; called every ``log_every`` steps it
-    keeps the process near its working set (one trim costs ~1 s of page faults, ~2% at 50 steps).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.malloc_trim(0)
+    run_main(argv, __doc__, LinearGeneralistTrainConfig, train)
 
 
 if __name__ == "__main__":

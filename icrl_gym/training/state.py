@@ -1,7 +1,8 @@
 """The resumable state of a training run, written and read as one verified unit.
 
 Pretraining (:mod:`icrl_gym.training.pretrain`), fine-tuning (:mod:`icrl_gym.training.finetune`)
-and the generalist trainer (:mod:`icrl_gym.training.generalist`) keep their resume state here.  A
+and the generalist trainers (:mod:`icrl_gym.training.generalist`,
+:mod:`icrl_gym.training.linear_generalist`) keep their resume state here.  A
 state is the model's weights, the optimiser state, the random-number generators (torch, CUDA when
 in use, numpy's and Python's global ones), the step, the run's configuration and the trainer's
 JSON record (history, wall time, ...).  In the run folder:
@@ -255,16 +256,23 @@ class RunState:
     """The resume state of one run folder: :meth:`load` the committed state, :meth:`save` a new one.
 
     ``keep`` is how many step checkpoints stay in ``checkpoints/`` (the newest; files a manifest
-    names always stay).  ``legacy_files`` are the names, relative to the run folder, of resume
-    files of the layout before the manifest: they make a folder without a manifest a refused one,
-    and are deleted once a new state is committed.
+    names always stay); with ``keep_every`` > 0 those of the steps that are multiples of it stay too
+    (a learning curve; the manifest does not name them, each is an ordinary checkpoint).
+    ``legacy_files`` are the names, relative to the run folder, of resume files of the layout before
+    the manifest: they make a folder without a manifest a refused one, and are deleted once a new
+    state is committed.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, keep: int = 1, legacy_files: Iterable[str] = ()) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike, keep: int = 1, legacy_files: Iterable[str] = (), keep_every: int = 0
+    ) -> None:
         if keep < 1:
             raise ValueError(f"RunState keep must be >= 1, got {keep}")
+        if keep_every < 0:
+            raise ValueError(f"RunState keep_every must be >= 0, got {keep_every}")
         self.run_dir = Path(run_dir)
         self.keep = keep
+        self.keep_every = keep_every
         self.legacy_files = tuple(legacy_files)
         self.manifest_path = self.run_dir / MANIFEST
         self.payload_dir = self.run_dir / PAYLOAD_DIR
@@ -452,13 +460,13 @@ class RunState:
         return FileEntry(path.relative_to(self.run_dir).as_posix(), _sha256(data), len(data))
 
     def _prune(self) -> None:
-        """Delete the files the committed manifest does not name (but the newest ``keep`` checkpoints)."""
+        """Delete the files the committed manifest does not name (but the newest ``keep``, the ``keep_every`` ones)."""
         named = {PurePosixPath(entry.path).name for entry in self._files.values()}
         current = self._checkpoints[""]
         # whole checkpoints (the record is written last) up to the committed step; the newest keep stay
         steps = sorted(int(m.group(1)) for p in self.payload_dir.glob("step_*.json") if (m := _STEP_FILE.match(p.name)))
         kept = {s for s in steps if s <= current}
-        kept = set(sorted(kept)[-self.keep :])
+        kept = set(sorted(kept)[-self.keep :]) | {s for s in kept if self.keep_every and s % self.keep_every == 0}
         for path in self.payload_dir.iterdir():
             m = _STEP_FILE.match(path.name)
             stale = path.name.startswith(".step_") and path.name.endswith(".tmp")  # a killed writer's temporary file

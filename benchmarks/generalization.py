@@ -37,7 +37,7 @@ from agents import make_agent
 from benchmarks.experiments import GridExperiment
 from benchmarks.plots import describe_env
 from benchmarks.pretrained_eval import mean_se
-from icrl_gym.checkpoint import checkpoint_files, read_record, resolve_checkpoint
+from icrl_gym.checkpoint import CheckpointError, checkpoint_files, read_record, resolve_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.fileio import atomic_write_bytes
@@ -274,7 +274,7 @@ def run_cell(
         try:
             result.totals[label] = _totals(cell.spec, agent, runs, seed)
         except ValueError as err:  # the size is beyond what this row can play: marked n/a
-            if not optional:
+            if not optional or isinstance(err, CheckpointError):  # a missing or damaged model is no size limit
                 raise
             result.totals[label], result.notes[label] = None, f"n/a: {err}"
         if store is not None:

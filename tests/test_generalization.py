@@ -213,3 +213,22 @@ def test_stored_cell_with_other_runs_is_not_reused(checkpoint, tmp_path):
     second = run_generalization(TINY, tmp_path, runs=7, seed=1, checkpoint=checkpoint, families=("bernoulli",))
     assert all(t.shape == (6,) for r in first for t in r.totals.values() if t is not None)
     assert all(t.shape == (7,) for r in second for t in r.totals.values() if t is not None)
+
+
+def test_missing_model_file_is_an_error_not_a_size_limit(checkpoint, tmp_path):
+    """A model whose files vanish mid-grid raises CheckpointError; it is not stored as an n/a row."""
+    import shutil
+
+    import benchmarks.generalization as gen
+    from icrl_gym.checkpoint import CheckpointError, checkpoint_files
+
+    copy = tmp_path / "copy"
+    for f in checkpoint_files(checkpoint):
+        shutil.copy(f, copy.with_suffix(f.suffix))
+    cell = gen.bernoulli_cells(TINY)[0]
+    model = {**TINY.bernoulli_model, "checkpoint": str(copy)}
+    copy.with_suffix(".safetensors").unlink()
+    store = tmp_path / "cells"
+    with pytest.raises(CheckpointError, match="does not exist"):
+        gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
+    assert not list(store.glob(f"*/{gen._slug(gen.MODEL)}.json"))

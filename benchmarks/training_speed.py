@@ -19,7 +19,7 @@ shared machine falls on both alike; the printed ratios are measured in the same 
 ``--device auto`` takes CUDA when present; ``--autocast bf16`` and ``--tf32`` are for GPUs (the
 ReLU kernel falls back to the plain ops under autocast).  Untested on CUDA so far.
 
-    python -m benchmarks.training_speed [--threads 1,2] [--repeats 3] [--batch 64] [--instances 1000]
+    python -m benchmarks.training_speed [--threads 1,2] [--repeats 3] [--batch 64] [--instances 1000] [--parts train]
 """
 
 from __future__ import annotations
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=200, help="steps of the rollout")
     parser.add_argument("--gemm", type=int, default=1024, help="size of the yardstick matmul")
     parser.add_argument("--models", default="paper,shipped", help="'paper', 'shipped' or both")
+    parser.add_argument("--parts", default="train,rollout", help="'train', 'rollout' or both")
     parser.add_argument("--reference", default=REFERENCE, help="git revision of the reference code")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
     parser.add_argument("--autocast", default="none", choices=("none", "bf16"), help="mixed precision (GPU)")
@@ -168,12 +169,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     ref_tf, ref_mdp = load_reference(args.reference)
     configs: dict[str, tuple[str, dict[str, Any]]] = {}
-    if "paper" in args.models:
+    if "paper" in args.models and "train" in args.parts:
         configs["paper (L=8, D=32, relu, 2 tokens/step)"] = (
             "BanditTransformer",
             transformer.TransformerConfig().to_dict(),
         )
-    if "shipped" in args.models:
+    if "shipped" in args.models and "train" in args.parts:
         configs.update(shipped_models())
 
     torch.manual_seed(0)
@@ -203,8 +204,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for name, (old, new, data, _, _) in pairs.items():
                 for label, model in (("old", old), ("new", new)):
                     tasks[name, label] = functools.partial(train_step, model, data, args.autocast)
-            for label, model in (("old", paper_old), ("new", paper)):
-                tasks["rollout", label] = functools.partial(rollout, model, sets, args.steps)
+            if "rollout" in args.parts:
+                for label, model in (("old", paper_old), ("new", paper)):
+                    tasks["rollout", label] = functools.partial(rollout, model, sets, args.steps)
             times = interleaved(tasks, args.repeats, device)
             gflops_after = gemm_gflops(args.gemm, device)
         run: dict[str, Any] = {"threads": n, "gemm_gflops": [gflops, gflops_after], "train": {}, "rollout": {}}
@@ -232,12 +234,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{rate['new'] * tokens:,.0f} | {achieved:.1f} | {achieved / yardstick:.1%} | "
                 f"{rate['new'] / rate['old']:.2f}x |"
             )
-        roll = {lab: args.instances * args.steps / float(np.median(times[("rollout", lab)])) for lab in ("old", "new")}
-        run["rollout"] = roll
-        print(
-            f"\nrollout, paper model, {args.instances} instances x {args.steps} steps: old {roll['old']:,.0f}, "
-            f"new {roll['new']:,.0f} env-steps/s, speed-up {roll['new'] / roll['old']:.2f}x"
-        )
+        if "rollout" in args.parts:
+            env_steps = args.instances * args.steps
+            roll = {lab: env_steps / float(np.median(times["rollout", lab])) for lab in ("old", "new")}
+            run["rollout"] = roll
+            print(
+                f"\nrollout, paper model, {args.instances} instances x {args.steps} steps: old {roll['old']:,.0f}, "
+                f"new {roll['new']:,.0f} env-steps/s, speed-up {roll['new'] / roll['old']:.2f}x"
+            )
         result["runs"].append(run)
     print("\n" + json.dumps(result))
     return result

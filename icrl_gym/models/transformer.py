@@ -180,8 +180,8 @@ class KVCache:
         self.last_tokens = None
 
 
-_QUERY_BLOCK = 48
-"""Query rows per block of :func:`relu_causal_attention` (tuned on a 2-core CPU for T = 399 tokens)."""
+_QUERY_BLOCK = 32
+"""Query columns per block of :func:`relu_causal_attention` (tuned on a 2-core CPU for T = 399 tokens, hs = 8)."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -198,52 +198,87 @@ def _future_mask(n_past: int, n_new: int, device: torch.device) -> Tensor:
     return torch.arange(n_past + n_new, device=device)[None, :] > q_pos[:, None]
 
 
-def _relu_scores(q: Tensor, k: Tensor, r0: int, r1: int) -> Tensor:
-    """Causal ReLU scores of query rows r0..r1-1 against keys 0..r1-1: (N, r1-r0, r1), a fresh tensor."""
-    att = torch.bmm(q[:, r0:r1], k[:, :r1].transpose(1, 2)).relu_()
-    att[:, :, r0:].tril_()  # the diagonal block: keys after the query are masked
+_THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.grad_input
+"""``out = grad * 1[x > 0]`` in one pass (``torch.where``/``masked_fill_`` on ``x == 0`` are many times slower)."""
+
+
+def _relu_scores_t(k: Tensor, qT: Tensor, r0: int, r1: int, workspace: Tensor) -> Tensor:
+    """Transposed causal ReLU scores of query columns r0..r1-1 and keys 0..r1-1: (N, r1, r1-r0).
+
+    ``P[n, j, i] = ReLU(<k[n, j], q[n, :, r0+i]>)`` for ``j <= r0+i`` and 0 after (the diagonal
+    block is masked), from ``k`` (N, T, hs) and ``qT`` (N, hs, T); written into the front of the
+    flat, reused ``workspace``, so that no block allocates (a fresh tensor of a few MB per block costs
+    page faults comparable to the product).
+    """
+    N = k.shape[0]
+    att = workspace[: N * r1 * (r1 - r0)].view(N, r1, r1 - r0)
+    torch.bmm(k[:, :r1], qT[:, :, r0:r1], out=att).relu_()
+    att[:, r0:].triu_()  # the diagonal block: keys after the query are masked
     return att
 
 
 class _ReLUCausalAttention(torch.autograd.Function):
-    """``y_i = sum_{j<=i} ReLU(<q_i, k_j>) v_j`` over (N, T, hs) inputs, in blocks of query rows.
+    """``y_i = sum_{j<=i} ReLU(<q_i, k_j>) v_j`` over (N, T, hs) inputs, in blocks of query positions.
 
     A query block ``[r0, r1)`` only meets keys ``0 .. r1-1`` (the rest are masked), which skips
-    about half of the T x T score matrix, and each block's scores stay small enough for the CPU
-    cache.  The scores are recomputed in backward instead of being stored (one bmm against the
-    write and re-read of an (N, T, T) tensor).  The ReLU derivative at 0 is 0, as for ``relu``.
+    about half of the T x T score matrix.  The work is done in the transposed layout: with
+    ``P = S^T`` the block's masked scores (keys x queries, ``P[j, i] = ReLU(<q_i, k_j>)``),
+
+        forward:   y^T[:, r0:r1] = V[:r1]^T P
+        backward:  dP = (V[:r1] dy^T[:, r0:r1]) * 1[P > 0]   (ReLU' and the causal mask at once;
+                                                             the ReLU derivative at 0 is 0)
+                   dV^T[:, :r1] += dy^T[:, r0:r1] P^T,  dQ^T[:, r0:r1] = K[:r1]^T dP,
+                   dK^T[:, :r1] += Q^T[:, r0:r1] dP^T
+
+    so every product that has the head size hs (8 in the paper model) as a dimension has it as its
+    row count: with ``bmm`` on a CPU that is about twice as fast as hs output columns.  The scores
+    are recomputed in backward instead of being stored (one product against the write and re-read of
+    an (N, T, T) tensor); they and their gradients go into two workspaces allocated once per call.
+    Every product writes a contiguous workspace that is then added or copied into its slice of the
+    result: a ``bmm`` or ``baddbmm_`` into a strided slice falls back to one matrix product per batch
+    item (N of them per block).  The results are transposed views of (N, hs, T) tensors.
     """
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        T = q.shape[1]
-        y = torch.empty_like(v)
-        for r0 in range(0, T, _QUERY_BLOCK):
-            r1 = min(r0 + _QUERY_BLOCK, T)
-            torch.bmm(_relu_scores(q, k, r0, r1), v[:, :r1], out=y[:, r0:r1])
-        ctx.save_for_backward(q, k, v)
-        return y
+        N, T, hs = q.shape
+        R = min(_QUERY_BLOCK, T)
+        qT, vT = q.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # (N, hs, T)
+        yT = q.new_empty(N, hs, T)
+        workspace, block = q.new_empty(N * T * R), q.new_empty(N * hs * R)
+        for r0 in range(0, T, R):
+            r1 = min(r0 + R, T)
+            out = block[: N * hs * (r1 - r0)].view(N, hs, r1 - r0)
+            yT[:, :, r0:r1] = torch.bmm(vT[:, :, :r1], _relu_scores_t(k, qT, r0, r1, workspace), out=out)
+        ctx.save_for_backward(qT, k, v)
+        return yT.transpose(1, 2)
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = ctx.saved_tensors
-        dy = dy.contiguous()
-        T = q.shape[1]
-        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        for r0 in range(0, T, _QUERY_BLOCK):
-            r1 = min(r0 + _QUERY_BLOCK, T)
-            att = _relu_scores(q, k, r0, r1)  # (N, r1-r0, r1)
-            dv[:, :r1].baddbmm_(att.transpose(1, 2), dy[:, r0:r1])
-            datt = torch.bmm(dy[:, r0:r1], v[:, :r1].transpose(1, 2))  # (N, r1-r0, r1)
-            datt.masked_fill_(att == 0, 0.0)  # ReLU' and the causal mask
-            torch.bmm(datt, k[:, :r1], out=dq[:, r0:r1])
-            dk[:, :r1].baddbmm_(datt.transpose(1, 2), q[:, r0:r1])
-        return dq, dk, dv
+        qT, k, v = ctx.saved_tensors
+        N, hs, T = qT.shape
+        R = min(_QUERY_BLOCK, T)
+        kT, dyT = k.transpose(1, 2).contiguous(), dy.transpose(1, 2).contiguous()  # (N, hs, T)
+        dqT, dkT, dvT = qT.new_empty(N, hs, T), qT.new_zeros(N, hs, T), qT.new_zeros(N, hs, T)
+        scores, grads, part = qT.new_empty(N * T * R), qT.new_empty(N * T * R), qT.new_empty(N * hs * T)
+        for r0 in range(0, T, R):
+            r1 = min(r0 + R, T)
+            att = _relu_scores_t(k, qT, r0, r1, scores)  # (N, r1, r1-r0)
+            acc = part[: N * hs * r1].view(N, hs, r1)
+            dvT[:, :, :r1] += torch.bmm(dyT[:, :, r0:r1], att.transpose(1, 2), out=acc)
+            datt = torch.bmm(v[:, :r1], dyT[:, :, r0:r1], out=grads[: att.numel()].view(att.shape))
+            _THRESHOLD_BACKWARD(datt, att, 0.0, grad_input=datt)
+            dqT[:, :, r0:r1] = torch.bmm(kT[:, :, :r1], datt, out=part[: N * hs * (r1 - r0)].view(N, hs, r1 - r0))
+            dkT[:, :, :r1] += torch.bmm(qT[:, :, r0:r1], datt.transpose(1, 2), out=acc)
+        return dqT.transpose(1, 2), dkT.transpose(1, 2), dvT.transpose(1, 2)
 
 
 def relu_causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Causal ReLU attention without normalisation, (N, T, hs) x3 -> (N, T, hs); scale ``q`` beforehand."""
-    out: Tensor = _ReLUCausalAttention.apply(q.contiguous(), k.contiguous(), v.contiguous())
+    """Causal ReLU attention without normalisation, (N, T, hs) x3 -> (N, T, hs); scale ``q`` beforehand.
+
+    ``y_i = sum_{j<=i} ReLU(<q_i, k_j>) v_j``; the result is a transposed view of an (N, hs, T) tensor.
+    """
+    out: Tensor = _ReLUCausalAttention.apply(q, k.contiguous(), v)
     return out
 
 
@@ -322,7 +357,7 @@ class CausalSelfAttention(nn.Module):
                 # training / full forward: blocked, causal-skipping kernel that recomputes att in backward
                 flat = (B * nh, n_new, hs)
                 y = relu_causal_attention((q * scale).reshape(flat), k.reshape(flat), v.reshape(flat))
-                y = y.view(B, nh, n_new, hs)
+                y = y.unflatten(0, (B, nh))  # (B, nh, n_new, hs), a view of the kernel's transposed result
             elif cache is not None and p == 0.0:
                 # cached decode: scores in the cache's workspace, only the new keys masked
                 scores = cache.workspace(B * nh * n_new * n_tot)

@@ -199,7 +199,8 @@ def _row_key(
     """What a stored row result must match to be reused: the environment, the row's agent, runs, seed, weights.
 
     The Gittins table folder is left out (a moved results folder still resumes); the model row is
-    identified by its weights' sha256, not its path.  Rows are stored one by one, so a new model
+    identified by its weights' sha256, not its checkpoint's path or name (a shipped copy of an
+    evaluated checkpoint reuses its rows).  Rows are stored one by one, so a new model
     re-runs only its own rows and the references of every cell are computed once.
     """
     return {
@@ -208,7 +209,7 @@ def _row_key(
         "runs": runs,
         "seed": seed,
         "row": label,
-        "agent": {k: v for k, v in agent.items() if k != "cache_dir"}
+        "agent": {k: v for k, v in agent.items() if k not in ("cache_dir", "checkpoint")}
         | ({"weights": model_id} if label == MODEL else {}),
     }
 

@@ -200,9 +200,11 @@ def test_new_model_reruns_only_its_own_rows(checkpoint, tmp_path, monkeypatch):
     monkeypatch.setattr(gen, "evaluate_regret", count)
     again = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
     assert calls == []  # everything reused
+    moved = gen.run_cell(TINY, cell, {**model, "checkpoint": "elsewhere"}, 6, 1, tmp_path, store, model_id="weights-a")
+    assert calls == []  # the same weights under another path or name: reused too
     other = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-b")
     assert calls == ["generalist"]  # only the model row ran again
-    for result in (again, other):
+    for result in (again, moved, other):
         for label, totals in first.totals.items():
             assert (totals is None and result.totals[label] is None) or np.array_equal(totals, result.totals[label])
 

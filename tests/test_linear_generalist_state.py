@@ -13,6 +13,7 @@ import torch
 import icrl_gym.training.linear_generalist as lg
 from icrl_gym.checkpoint import CheckpointKind, checkpoint_kind, read_checkpoint
 from icrl_gym.training.state import MANIFEST, RunState, TrainingStateError
+from tests.test_training_state import assert_same_state
 
 TINY = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "readouts": 2}
 
@@ -59,19 +60,6 @@ def _interrupted(folder, monkeypatch, at_step, **kw):
             lg.train(_config(folder, **kw), echo=False)
 
 
-def _assert_same(a, b):
-    """Two states hold bit-identical weights and optimiser tensors at the same step."""
-    assert a.step == b.step
-    assert a.weights.keys() == b.weights.keys()
-    for name in a.weights:
-        assert torch.equal(a.weights[name], b.weights[name]), name
-    flat_a = [v for s in a.optimizer["state"].values() for v in s.values()]
-    flat_b = [v for s in b.optimizer["state"].values() for v in s.values()]
-    assert len(flat_a) == len(flat_b) > 0
-    for x, y in zip(flat_a, flat_b, strict=True):
-        assert torch.equal(torch.as_tensor(x), torch.as_tensor(y))
-
-
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     """The committed state of the uninterrupted run (the reference of every resume)."""
@@ -86,7 +74,7 @@ def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, m
     assert RunState(folder).load().step == 4
     lg.train(_config(folder), echo=False)
     resumed = RunState(folder).load()
-    _assert_same(resumed, whole)
+    assert_same_state(resumed, whole)
     assert "resumed from" in (folder / "train.log").read_text()
     assert [h["step"] for h in resumed.record["history"]] == [h["step"] for h in whole.record["history"]]
     _, meta = read_checkpoint(folder / "checkpoints" / "step_0000007")
@@ -121,7 +109,7 @@ def test_a_folder_of_the_older_layout_resumes_to_the_same_weights(tmp_path, monk
     _to_older_layout(folder)
     lg.train(_config(folder), echo=False)
     assert "(older layout) at step 2" in (folder / "train.log").read_text()
-    _assert_same(RunState(folder).load(), whole)
+    assert_same_state(RunState(folder).load(), whole)
     assert not (folder / "latest.json").exists()
 
 

@@ -432,8 +432,18 @@ def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header
     return "\n".join(lines)
 
 
-def heatmap(path: Path, results: list[CellResult], title: str) -> Path:
-    """Ratio generalist / best reference per cell, one panel per prior or sub-grid; out-of-range cells hatched."""
+def describe_range(trained_range: dict[str, Any] | None) -> str:
+    """A checkpoint record's ``trained_range`` as text, e.g. ``num_arms 2..20, horizon 20..500``."""
+    if not trained_range:
+        return "the checkpoint records none"
+    return ", ".join(f"{k} {lo:g}..{hi:g}" for k, (lo, hi) in trained_range.items())
+
+
+def heatmap(path: Path, results: list[CellResult], title: str, trained: str) -> Path:
+    """Ratio generalist / best reference per cell, one panel per prior or sub-grid; out-of-range cells hatched.
+
+    ``trained`` describes the model's trained range (:func:`describe_range`) in the figure's note.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -474,7 +484,7 @@ def heatmap(path: Path, results: list[CellResult], title: str) -> Path:
         ax.set_title(panel, fontsize=9)
     if image is not None:
         fig.colorbar(image, ax=axes[0].tolist(), label="regret(generalist) / regret(best reference)")
-    note = "hatched: outside the trained range (K in 2..20, T <= 500); in brackets: the best reference"
+    note = f"hatched: outside the trained range ({trained}); in brackets: the best reference"
     fig.suptitle(f"{title}\n{note}", fontsize=9)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -578,5 +588,5 @@ def run_generalization(
                 f"{exp.title}: {envs}, {models[family]['checkpoint']}, "  # type: ignore[index]
                 f"{runs} runs, seed {eval_seed}, greedy"
             )
-            heatmap(folder / f"heatmap-{family}.png", fam, title)
+            heatmap(folder / f"heatmap-{family}.png", fam, title, describe_range(records[family]["trained_range"]))
     return results

@@ -25,7 +25,9 @@ C = TypeVar("C", bound="DictConfig")  # typing.Self needs Python 3.11; the packa
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
     """Call ``write(fh)`` on a temporary file beside ``path``, then rename it over ``path``.
 
-    A crash or an exception mid-way leaves the previous file untouched and no temporary file.
+    A crash or an exception mid-way leaves the previous file untouched and no temporary file; the
+    file's data is fsynced before the rename and the folder after it, so a power cut after the
+    return does not lose the new file either.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,6 +45,21 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(folder: Path) -> None:
+    """Flush ``folder``'s entries (the rename) to disk; a no-op where directories cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; the rename itself is still atomic
+    finally:
+        os.close(fd)
 
 
 def describe_size(path: str | os.PathLike) -> str:

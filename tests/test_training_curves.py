@@ -2,6 +2,9 @@
 
 import math
 
+import pytest
+
+import icrl_gym.training.pretrain as pretrain_module
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.progress import bars_enabled, progress_bar, set_quiet
 from icrl_gym.training.curves import COLUMNS, TrainingCurves, read_curves, tensorboard_available
@@ -17,6 +20,59 @@ def test_curves_append_rows_with_one_header(tmp_path):
     expected = {"step": 20, "loss": 1.0, "val": 0.75, "lr": 5e-4, "wall_seconds": 4.0}
     assert read_curves(tmp_path / "metrics.csv")[1] == expected
     assert (tmp_path / "tensorboard").exists() == tensorboard_available()
+
+
+def test_resumed_curves_drop_rows_after_the_resumed_step_and_a_torn_last_line(tmp_path):
+    curves = TrainingCurves(tmp_path)
+    for step in (10, 20, 30):
+        curves.record(step, 1.0, 0.5, 1e-3, float(step))
+    with open(tmp_path / "metrics.csv", "a") as fh:
+        fh.write("40,0.9,0.")  # a kill in the middle of an append
+    TrainingCurves(tmp_path, start_step=20)  # the saved state is at step 20: rows 30 and 40 come again
+    assert [r["step"] for r in read_curves(tmp_path / "metrics.csv")] == [10, 20]
+    TrainingCurves(tmp_path, start_step=20).record(30, 0.8, 0.4, 1e-3, 30.0)
+    lines = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert lines[0] == ",".join(COLUMNS) and [float(line.split(",")[0]) for line in lines[1:]] == [10, 20, 30]
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_kill_between_the_curve_row_and_the_saved_state_does_not_repeat_the_row(tmp_path, monkeypatch):
+    """The step-6 row is written, then the process dies before the step-6 state: the resumed curve equals the whole."""
+    cfg = dict(
+        name="tiny",
+        env=bernoulli_bandit_spec(horizon=8).to_dict(),
+        context={"name": "ucb"},
+        label="ad",
+        model={"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"},
+        steps=9,
+        warmup_steps=1,
+        batch_size=4,
+        trajectories_per_chunk=16,
+        val_trajectories=8,
+        eval_every=3,
+    )
+    pretrain(PretrainConfig(**cfg, out_dir=str(tmp_path / "whole")), echo=False)
+    save_state = pretrain_module._save_state
+
+    def dies_at_step_6(store, model, optimizer, config, state, *args):
+        if state["step"] == 6:
+            raise _Killed
+        save_state(store, model, optimizer, config, state, *args)
+
+    monkeypatch.setattr(pretrain_module, "_save_state", dies_at_step_6)
+    with pytest.raises(_Killed):
+        pretrain(PretrainConfig(**cfg, out_dir=str(tmp_path / "cut")), echo=False)
+    assert [r["step"] for r in read_curves(tmp_path / "cut" / "metrics.csv")] == [3, 6]
+    monkeypatch.setattr(pretrain_module, "_save_state", save_state)
+    pretrain(PretrainConfig(**cfg, out_dir=str(tmp_path / "cut")), echo=False)
+    whole = read_curves(tmp_path / "whole" / "metrics.csv")
+    resumed = read_curves(tmp_path / "cut" / "metrics.csv")
+    assert [r["step"] for r in resumed] == [3, 6, 9]
+    for a, b in zip(whole, resumed, strict=True):  # the same numbers; the wall time differs
+        assert (a["step"], a["loss"], a["val"], a["lr"]) == (b["step"], b["loss"], b["val"], b["lr"])
 
 
 def test_pretraining_writes_its_curve_beside_the_checkpoint(tmp_path):

@@ -2,7 +2,9 @@
 
 Each training loop (pretraining, fine-tuning, meta-RL) calls :meth:`TrainingCurves.record` at
 its evaluations with the step, the training loss, the validation metric, the learning rate and
-the wall time.  ``metrics.csv`` is always written (appended to on resume, a header once);
+the wall time.  ``metrics.csv`` is always written (appended to on resume, a header once; rows
+past the step a run resumes from are dropped first, so a run killed between writing a row and
+saving its state does not repeat that row);
 TensorBoard event files go to ``tensorboard/`` only when the optional ``tensorboard`` package is
 installed (``pip install -e .[tensorboard]``), which ``torch.utils.tensorboard`` needs.
 """
@@ -13,6 +15,8 @@ import csv
 import os
 from pathlib import Path
 from typing import Any
+
+from icrl_gym.fileio import atomic_write_bytes
 
 COLUMNS = ("step", "loss", "val", "lr", "wall_seconds")
 
@@ -29,15 +33,41 @@ def tensorboard_available() -> bool:
 class TrainingCurves:
     """Appends one row per evaluation to ``<folder>/metrics.csv`` and, if available, TensorBoard scalars."""
 
-    def __init__(self, folder: str | os.PathLike, tensorboard: bool = True) -> None:
+    def __init__(self, folder: str | os.PathLike, tensorboard: bool = True, start_step: int | None = None) -> None:
+        """Open the curves of ``folder`` for a run that starts (or resumes) at ``start_step``.
+
+        Rows with a step after ``start_step`` were written after the last state the run resumes
+        from and will be written again: they are dropped (the file is rewritten atomically), as is
+        an unreadable last line left by a kill during an append.  ``None`` keeps every row.
+        """
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.folder / "metrics.csv"
+        if start_step is not None:
+            self._drop_rows_after(start_step)
         self.writer: Any = None
         if tensorboard and tensorboard_available():
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(log_dir=str(self.folder / "tensorboard"))
+
+    def _drop_rows_after(self, start_step: int) -> None:
+        """Rewrite ``metrics.csv`` without the rows after ``start_step`` and without unreadable rows."""
+        if not self.csv_path.exists():
+            return
+        lines = self.csv_path.read_text().splitlines()
+        kept = [lines[0]] if lines and lines[0] == ",".join(COLUMNS) else [",".join(COLUMNS)]
+        for line in lines[1:]:
+            fields = line.split(",")
+            try:
+                values = [float(v) for v in fields]
+            except ValueError:
+                continue
+            if len(values) == len(COLUMNS) and values[0] <= start_step:
+                kept.append(line)
+        if kept != lines:
+            # csv.writer ends its rows with \r\n
+            atomic_write_bytes(self.csv_path, "".join(line + "\r\n" for line in kept).encode())
 
     def record(self, step: int, loss: float, val: float, lr: float, wall_seconds: float) -> None:
         """Write one row (and the TensorBoard scalars ``loss``, ``val``, ``lr`` at ``step``)."""

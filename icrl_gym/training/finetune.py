@@ -272,7 +272,8 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
         _save_state(store, model, optimizer, cfg, state, base_meta)
         log(f"pretrained model: validation regret {start:.3f}")
     t_start = time.perf_counter() - state["wall_seconds"]
-    curves = TrainingCurves(out)  # metrics.csv (+ TensorBoard): step = iteration, val = validation regret
+    # metrics.csv (+ TensorBoard): step = iteration, val = validation regret
+    curves = TrainingCurves(out, start_step=state["iteration"])
     bar = progress_bar(cfg.iterations, "finetune", unit="it", initial=state["iteration"])
     if loaded is not None:  # the generators as they were after the saved iteration: the run continues exactly
         set_rng_state(loaded.rng)

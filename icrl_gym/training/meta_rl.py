@@ -122,7 +122,7 @@ def export_policy(algo: BaseAlgorithm, meta: dict[str, Any], path: str | Path) -
     saved = save_checkpoint(path, algo.policy, meta, config=config, kind=CheckpointKind.META_RL_POLICY)
     # training curve beside the policy: metrics.csv (+ TensorBoard) in <path>-curves/; step = env steps,
     # val = mean regret of the runs finished in the rollout (PPO/A2C have no held-out loss)
-    curves = TrainingCurves(Path(str(path) + "-curves"))
+    curves = TrainingCurves(Path(str(path) + "-curves"), start_step=-1)  # the whole history, written anew
     lr = float(algo.lr_schedule(1.0)) if callable(getattr(algo, "lr_schedule", None)) else float("nan")
     for entry in meta["training"]["history"]:
         curves.record(int(entry["env_steps"]), float("nan"), entry["regret"], lr, entry["wall_seconds"])

@@ -380,7 +380,8 @@ def pretrain(
     val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET) if ctx.is_main else None
     chunk_index, chunk = -1, None  # chunk is collected on the first step (needed >= 0)
     start_time = time.perf_counter() - state["wall_seconds"]
-    curves = TrainingCurves(out) if ctx.is_main else None  # metrics.csv (+ TensorBoard) beside the checkpoint
+    # metrics.csv (+ TensorBoard) beside the checkpoint
+    curves = TrainingCurves(out, start_step=state["step"]) if ctx.is_main else None
     bar = progress_bar(cfg.steps, "pretrain", unit="step", initial=state["step"])
     model.train()
     if loaded is not None:  # the generators as they were after the saved step: the run continues exactly

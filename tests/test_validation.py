@@ -339,6 +339,24 @@ def test_bandit_agents_refuse_non_finite_observations(name):
         agent.act_batch(bad.reshape(1, 10, 5))
 
 
+@pytest.mark.parametrize(("name", "env_id"), [("ucb", "ICRL-BernoulliBandit-v0"), ("linucb", "ICRL-LinearBandit-v0")])
+@pytest.mark.parametrize("reward", ["1.0", b"1", np.array(["1.0"]), ["1.0"], [None]])
+def test_bandit_agents_refuse_a_reward_that_is_text_or_none(name, env_id, reward):
+    """numpy parses "1.0" as a float; the agents must not: a textual reward is a bug upstream."""
+    env = gym.make(env_id).unwrapped
+    obs, info = env.reset(seed=0)
+    agent = make_agent(name)
+    agent.reset(info)
+    action = agent.act(obs)
+    with raises(TypeError, "reward must be an array of numbers"):
+        agent.update(action, reward)
+    agent.update(action, 1.0)  # the refused call changed nothing: the agent goes on as a fresh one fed 1.0
+    fresh = make_agent(name)
+    fresh.reset(info)
+    fresh.update(fresh.act(obs), 1.0)
+    np.testing.assert_array_equal(agent.policy(obs), fresh.policy(obs))
+
+
 @pytest.mark.parametrize("name", MDP_AGENTS)
 def test_mdp_agents_name_the_shape_of_a_wrong_length_observation(name):
     _, _, _, agent = _mdp_agent(name)

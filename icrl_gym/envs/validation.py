@@ -112,13 +112,24 @@ def check_number(
 
 
 def as_float_array(name: str, value: Any) -> np.ndarray:
-    """``value`` as a float64 array, a ``TypeError`` naming ``name`` when it holds no numbers."""
+    """``value`` as a float64 array, a ``TypeError`` naming ``name`` when it holds no numbers.
+
+    Text is refused too, although numpy would parse it (``np.asarray("1.0", dtype=float)`` is 1.0):
+    a reward or an observation that arrives as a string is a bug upstream, not a number.
+    """
     if value is None:
         raise TypeError(f"{name} must be an array of numbers, got None")
+    problem = f"{name} must be an array of numbers, got {type(value).__name__} {_short(value)}"
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        raw = np.asarray(value)
+        not_numbers = raw.dtype.kind in "US" or (
+            raw.dtype.kind == "O" and any(x is None or isinstance(x, (str, bytes)) for x in raw.flat)
+        )
+        if not_numbers:
+            raise TypeError(problem)
+        arr = raw.astype(np.float64)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be an array of numbers, got {type(value).__name__} {_short(value)}") from err
+        raise TypeError(problem) from err
     return arr
 
 

@@ -35,26 +35,31 @@ def test_resumed_curves_drop_rows_after_the_resumed_step_and_a_torn_last_line(tm
     assert lines[0] == ",".join(COLUMNS) and [float(line.split(",")[0]) for line in lines[1:]] == [10, 20, 30]
 
 
+def _tiny_config(out_dir, steps):
+    """A pretraining run of a few seconds that evaluates (and writes a curve row) every 3 steps."""
+    return PretrainConfig(
+        name="tiny",
+        env=bernoulli_bandit_spec(horizon=8).to_dict(),
+        context={"name": "ucb"},
+        label="ad",
+        model={"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"},
+        steps=steps,
+        warmup_steps=1,
+        batch_size=4,
+        trajectories_per_chunk=16,
+        val_trajectories=8,
+        eval_every=3,
+        out_dir=str(out_dir),
+    )
+
+
 class _Killed(Exception):
     pass
 
 
 def test_a_kill_between_the_curve_row_and_the_saved_state_does_not_repeat_the_row(tmp_path, monkeypatch):
     """The step-6 row is written, then the process dies before the step-6 state: the resumed curve equals the whole."""
-    cfg = dict(
-        name="tiny",
-        env=bernoulli_bandit_spec(horizon=8).to_dict(),
-        context={"name": "ucb"},
-        label="ad",
-        model={"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"},
-        steps=9,
-        warmup_steps=1,
-        batch_size=4,
-        trajectories_per_chunk=16,
-        val_trajectories=8,
-        eval_every=3,
-    )
-    pretrain(PretrainConfig(**cfg, out_dir=str(tmp_path / "whole")), echo=False)
+    pretrain(_tiny_config(tmp_path / "whole", steps=9), echo=False)
     save_state = pretrain_module._save_state
 
     def dies_at_step_6(store, model, optimizer, config, state, *args):
@@ -64,10 +69,10 @@ def test_a_kill_between_the_curve_row_and_the_saved_state_does_not_repeat_the_ro
 
     monkeypatch.setattr(pretrain_module, "_save_state", dies_at_step_6)
     with pytest.raises(_Killed):
-        pretrain(PretrainConfig(**cfg, out_dir=str(tmp_path / "cut")), echo=False)
+        pretrain(_tiny_config(tmp_path / "cut", steps=9), echo=False)
     assert [r["step"] for r in read_curves(tmp_path / "cut" / "metrics.csv")] == [3, 6]
     monkeypatch.setattr(pretrain_module, "_save_state", save_state)
-    pretrain(PretrainConfig(**cfg, out_dir=str(tmp_path / "cut")), echo=False)
+    pretrain(_tiny_config(tmp_path / "cut", steps=9), echo=False)
     whole = read_curves(tmp_path / "whole" / "metrics.csv")
     resumed = read_curves(tmp_path / "cut" / "metrics.csv")
     assert [r["step"] for r in resumed] == [3, 6, 9]
@@ -76,20 +81,7 @@ def test_a_kill_between_the_curve_row_and_the_saved_state_does_not_repeat_the_ro
 
 
 def test_pretraining_writes_its_curve_beside_the_checkpoint(tmp_path):
-    cfg = PretrainConfig(
-        name="tiny",
-        env=bernoulli_bandit_spec(horizon=8).to_dict(),
-        context={"name": "ucb"},
-        label="ad",
-        model={"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"},
-        steps=6,
-        warmup_steps=1,
-        batch_size=4,
-        trajectories_per_chunk=16,
-        val_trajectories=8,
-        eval_every=3,
-        out_dir=str(tmp_path / "run"),
-    )
+    cfg = _tiny_config(tmp_path / "run", steps=6)
     _, meta = pretrain(cfg, echo=False)
     rows = read_curves(tmp_path / "run" / "metrics.csv")
     assert [r["step"] for r in rows] == [3, 6]

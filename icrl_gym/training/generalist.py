@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,12 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.device import resolve_device
-from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
+from icrl_gym.fileio import RunLog, atomic_write_bytes
 from icrl_gym.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
 from icrl_gym.training.loop import (
     LEGACY_FILES,
+    GeneralistLoopConfig,
     Progress,
     begin_run,
     run_steps,
@@ -57,62 +58,20 @@ from icrl_gym.training.state import RunState
 
 
 @dataclass
-class GeneralistTrainConfig(DictConfig):
-    """Everything that defines a pretraining run of the generalist transformer."""
+class GeneralistTrainConfig(GeneralistLoopConfig):
+    """Everything that defines a pretraining run of the Bernoulli generalist transformer.
+
+    The shared fields (:class:`~icrl_gym.training.loop.GeneralistLoopConfig`) keep their defaults;
+    ``model`` holds :class:`GeneralistConfig` fields, T of a batch is log-uniform in
+    [min_horizon, max_horizon], and the Gittins table is built for max_horizon.
+    """
 
     run_dir: str = "runs/bernoulli-generalist"
-    """Folder of the log, the checkpoints and the resume state."""
-    seed: int = 0
-    """Seed of the initialisation and of every batch (step i draws from default_rng([seed, i]))."""
-    model: dict[str, Any] = field(default_factory=dict)
-    """:class:`GeneralistConfig` fields (defaults where left out)."""
-    steps: int = 20_000
-    """Optimiser steps (the cosine schedule spans them)."""
-    time_budget_hours: float = 3.5
-    """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
-    min_arms: int = 2
-    """Smallest number of arms K of a batch."""
-    max_arms: int = 20
-    """Largest number of arms K of a batch."""
-    min_horizon: int = 20
-    """Smallest horizon T of a batch (T is log-uniform)."""
-    max_horizon: int = 500
-    """Largest horizon T of a batch (the Gittins table is built for it)."""
-    queries: int = 16
-    """Query steps Q per trajectory at which the loss is computed."""
     cost_per_batch: float = 2.0e6
     """Trajectories per batch B = cost_per_batch / (Q K (400 + T)), within [min_batch, max_batch]:
     about constant compute per step (400 ~ the per-arm-token MLP cost in units of one history key)."""
-    min_batch: int = 4
-    """Fewest trajectories in a batch."""
-    max_batch: int = 256
-    """Most trajectories in a batch."""
-    max_epsilon: float = 0.5
-    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
-    dagger_start: int = 5_000
-    """Step from which batches may be rolled out by the model."""
-    dagger_fraction: float = 0.15
-    """Probability that a batch (after dagger_start) is rolled out by the model."""
     label_temperature: float = 0.0
     """0: target uniform over the Gittins maximisers; > 0: softmax(G / label_temperature)."""
-    lr: float = 1e-3
-    """Peak AdamW learning rate."""
-    warmup: int = 500
-    """Linear warm-up steps."""
-    min_lr_ratio: float = 0.05
-    """Learning rate at the end of the cosine schedule, as a fraction of lr."""
-    weight_decay: float = 0.01
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Clip of the gradient norm."""
-    log_every: int = 50
-    """Steps between log lines (averages over them)."""
-    checkpoint_every: int = 250
-    """Steps between saved (resumable) states."""
-    eval_every: int = 1_000
-    """Steps between regret evaluations (0: never)."""
-    eval_instances: int = 200
-    """Instances of the in-training regret evaluation at eval_arms, eval_horizon."""
     eval_arms: int = 5
     """K of the in-training evaluation."""
     eval_horizon: int = 200
@@ -123,10 +82,6 @@ class GeneralistTrainConfig(DictConfig):
     ``time_budget_hours`` and is recorded, so the budget covers both phases ('': from scratch)."""
     table_cache: str = "runs/cache"
     """Folder where the Gittins table is kept between processes (5 min to build for T = 500)."""
-    device: str = "cpu"
-    """'auto' (CUDA when present), 'cpu', 'cuda', ..."""
-    threads: int = 1
-    """torch CPU threads."""
 
 
 @dataclass

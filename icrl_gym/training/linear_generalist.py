@@ -53,10 +53,11 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.device import resolve_device
-from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
+from icrl_gym.fileio import RunLog, atomic_write_bytes
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.training.loop import (
     LEGACY_FILES,
+    GeneralistLoopConfig,
     Progress,
     begin_run,
     release_freed_memory,
@@ -71,58 +72,43 @@ PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 
 
 @dataclass
-class LinearGeneralistTrainConfig(DictConfig):
-    """Everything that defines a pretraining run of the linear generalist transformer."""
+class LinearGeneralistTrainConfig(GeneralistLoopConfig):
+    """Everything that defines a pretraining run of the linear generalist transformer.
+
+    The shared fields (:class:`~icrl_gym.training.loop.GeneralistLoopConfig`) with the defaults of
+    this trainer; ``model`` holds :class:`LinearGeneralistConfig` fields and the evaluations run on
+    ``eval_cells``.
+    """
 
     run_dir: str = "runs/linear-generalist"
-    """Folder of the log, the checkpoints and the resume state."""
-    seed: int = 0
-    """Seed of the initialisation and of every batch (step i draws from default_rng([seed, i]))."""
-    model: dict[str, Any] = field(default_factory=dict)
-    """:class:`LinearGeneralistConfig` fields (defaults where left out)."""
-    steps: int = 20_000
-    """Optimiser steps (the cosine schedule spans them)."""
     time_budget_hours: float = 3.9
-    """Stop (and save) once the training wall time, summed over resumes, exceeds this."""
+    queries: int = 32
+    min_batch: int = 8
+    dagger_start: int = 2_000
+    dagger_fraction: float = 0.2
+    warmup: int = 300
+    checkpoint_every: int = 200
+    eval_every: int = 500
     min_dim: int = 2
+    """Smallest feature dimension d of a batch."""
     max_dim: int = 8
-    min_arms: int = 2
-    max_arms: int = 20
-    min_horizon: int = 20
-    max_horizon: int = 500
+    """Largest feature dimension d of a batch (the model's d_max)."""
     min_noise: float = 0.4
     """sigma is log-uniform in [min_noise, max_noise] per trajectory."""
     max_noise: float = 2.5
+    """See min_noise."""
     gaussian_arms_fraction: float = 0.3
     """Probability that a trajectory's arms are N(0, I/d) rows (else Unif[-1, 1]^d)."""
     per_step_fraction: float = 0.3
     """Probability that a batch has a fresh action set every step (else one per run)."""
     expert_z: float = 1.5
     """z of the expert's index <x, mu_t> + z * posterior std (module docstring)."""
-    queries: int = 32
-    """Query steps Q per trajectory."""
     cost_per_batch: float = 40_000.0
     """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
-    min_batch: int = 8
-    max_batch: int = 256
-    max_epsilon: float = 0.5
-    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
-    dagger_start: int = 2_000
-    dagger_fraction: float = 0.2
     dagger_max_batch: int = 96
     """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
     label_temperature: float = 0.0
     """0: one-hot expert action; > 0: softmax(index / label_temperature) (reward units)."""
-    lr: float = 1e-3
-    warmup: int = 300
-    min_lr_ratio: float = 0.05
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    log_every: int = 50
-    checkpoint_every: int = 200
-    eval_every: int = 500
-    """Steps between regret evaluations (0: never) on ``eval_cells``."""
-    eval_instances: int = 200
     eval_cells: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
@@ -131,9 +117,6 @@ class LinearGeneralistTrainConfig(DictConfig):
         ]
     )
     """Evaluation settings (keys: dim, num_actions, horizon, noise_std, arms, action_set)."""
-    device: str = "cpu"
-    """'auto' (CUDA when present), 'cpu', 'cuda', ..."""
-    threads: int = 1
 
 
 @dataclass

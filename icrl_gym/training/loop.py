@@ -46,25 +46,62 @@ BatchT = TypeVar("BatchT")
 ConfigT = TypeVar("ConfigT", bound=DictConfig)
 
 
-class GeneralistLoopConfig(Protocol):
-    """The fields of a generalist trainer's configuration that the shared loop reads."""
+@dataclass
+class GeneralistLoopConfig(DictConfig):
+    """The fields both generalist trainers share; each trainer's configuration adds its own and its defaults."""
 
-    seed: int
-    steps: int
-    time_budget_hours: float
-    dagger_start: int
-    dagger_fraction: float
-    lr: float
-    warmup: int
-    min_lr_ratio: float
-    grad_clip: float
-    log_every: int
-    eval_every: int
-    checkpoint_every: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The configuration as JSON."""
-        ...
+    run_dir: str = "runs/generalist"
+    """Folder of the log, the checkpoints and the resume state."""
+    seed: int = 0
+    """Seed of the initialisation and of every batch (step i draws from default_rng([seed, i]))."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """The model configuration's fields (defaults where left out)."""
+    steps: int = 20_000
+    """Optimiser steps (the cosine schedule spans them)."""
+    time_budget_hours: float = 3.5
+    """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
+    min_arms: int = 2
+    """Smallest number of arms of a batch."""
+    max_arms: int = 20
+    """Largest number of arms of a batch."""
+    min_horizon: int = 20
+    """Smallest horizon T of a batch."""
+    max_horizon: int = 500
+    """Largest horizon T of a batch."""
+    queries: int = 16
+    """Query steps Q per trajectory at which the loss is computed."""
+    min_batch: int = 4
+    """Fewest trajectories in a batch."""
+    max_batch: int = 256
+    """Most trajectories in a batch."""
+    max_epsilon: float = 0.5
+    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
+    dagger_start: int = 5_000
+    """Step from which batches may be rolled out by the model."""
+    dagger_fraction: float = 0.15
+    """Probability that a batch (after dagger_start) is rolled out by the model."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    warmup: int = 500
+    """Linear warm-up steps."""
+    min_lr_ratio: float = 0.05
+    """Learning rate at the end of the cosine schedule, as a fraction of lr."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Clip of the gradient norm."""
+    log_every: int = 50
+    """Steps between log lines (averages over them)."""
+    checkpoint_every: int = 250
+    """Steps between saved (resumable) states."""
+    eval_every: int = 1_000
+    """Steps between regret evaluations (0: never)."""
+    eval_instances: int = 200
+    """Instances of the in-training regret evaluation."""
+    device: str = "cpu"
+    """'auto' (CUDA when present), 'cpu', 'cuda', ..."""
+    threads: int = 1
+    """torch CPU threads."""
 
 
 class Logger(Protocol):

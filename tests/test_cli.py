@@ -182,3 +182,28 @@ def test_harness_errors(capsys, argv, expected):
 def test_harness_plot_only_needs_saved_results(capsys, tmp_path):
     err = exit_message(capsys, lambda: harness.main(["--plot-only", "--out", str(tmp_path)]))
     assert f"--plot-only re-draws saved results, but {tmp_path} has no regret.csv or config.json" in err
+
+
+@pytest.mark.parametrize(
+    ("module", "config"),
+    [("generalist", "bernoulli-generalist"), ("linear_generalist", "linear-generalist")],
+)
+def test_generalist_trainers_read_set_and_the_recorded_bare_overrides_alike(module, config, capsys, monkeypatch):
+    """The shipped models' commands say ``CONFIG.json run_dir=... steps=3800``; ``--set`` says the same."""
+    import importlib
+
+    trainer = importlib.import_module(f"icrl_gym.training.{module}")
+    config = f"icrl_gym/pretrained/configs/{config}.json"
+    seen = []
+    monkeypatch.setattr(trainer, "train", seen.append)
+    trainer.main([config, "run_dir=runs/x", "steps=3800"])
+    trainer.main([config, "--set", "run_dir=runs/x", "--quiet", "steps=3800"])
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert (seen[0].run_dir, seen[0].steps) == ("runs/x", 3800)
+    base = json.loads(open(config).read())
+    assert {k: v for k, v in seen[0].to_dict().items() if k in base and k not in ("run_dir", "steps")} == {
+        k: v for k, v in base.items() if k not in ("run_dir", "steps")
+    }
+    assert "field 'steps' expects int" in exit_message(capsys, lambda: trainer.main([config, "steps=abc"]))
+    assert "did you mean 'steps'" in exit_message(capsys, lambda: trainer.main([config, "stepz=5"]))
+    assert "CONFIG.json" in exit_message(capsys, lambda: trainer.main([]))

@@ -13,7 +13,7 @@ differs (the batch, the loss, the evaluation, the checkpoint record) they pass i
 - :func:`run_steps` runs the loop from there (restoring the RNG states first, or committing step 0
   of a new run) until ``steps`` or ``time_budget_hours``;
 - :func:`save_generalist_state` commits a state with the checkpoint record both write;
-- :func:`main` is the command line ``CONFIG.json [key=value ...]``.
+- :func:`main` is the command line ``[CONFIG.json] [--set key=value ...]``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from icrl_gym.checkpoint import CheckpointKind
+from icrl_gym.cli import ConfigParser
 from icrl_gym.fileio import DictConfig
 from icrl_gym.training.state import (
     RunState,
@@ -304,20 +305,30 @@ def run_steps(
 
 
 def main(argv: list[str] | None, doc: str | None, config: type[ConfigT], train: Callable[[ConfigT], Any]) -> None:
-    """``CONFIG.json [key=value ...]`` (values parsed as JSON, else taken as strings) -> ``train(config)``.
+    """``[CONFIG.json] [--set key=value ...]`` -> ``train(config)``: the trainers' :mod:`icrl_gym.cli` command line.
 
-    With no argument or ``-h`` / ``--help`` prints ``doc`` and the configuration's fields.
+    Values are parsed by the fields' types and checked before any work starts (an argparse error
+    naming the field otherwise); ``--help`` lists the fields with their docstrings.  A bare
+    ``key=value`` after CONFIG.json, the form the shipped models' recorded commands use, is read as
+    ``--set key=value``.
     """
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(doc)
-        print("fields:", ", ".join(config().to_dict()))
-        return
-    data = json.loads(Path(args[0]).read_text())
-    for item in args[1:]:
-        key, _, value = item.partition("=")
-        try:
-            data[key] = json.loads(value)
-        except json.JSONDecodeError:
-            data[key] = value
-    train(config.from_dict(data))
+    args = list(sys.argv[1:] if argv is None else argv)
+    module = train.__module__
+    if module == "__main__":  # python -m icrl_gym.training.generalist: the name it was started by
+        module = getattr(sys.modules["__main__"].__spec__, "name", module)
+    parser = ConfigParser(config, module, doc or "", config_required=True)
+    cfg, _ = parser.parse_config(_bare_overrides_as_set(args))
+    train(cfg)
+
+
+def _bare_overrides_as_set(args: list[str]) -> list[str]:
+    """``CONFIG.json a=1 --quiet b=2`` -> ``CONFIG.json --set a=1 --quiet --set b=2`` (``--set``'s own values stay)."""
+    out: list[str] = []
+    in_set = False
+    for arg in args:
+        if arg.startswith("-"):
+            in_set = arg == "--set"
+        elif "=" in arg and not in_set:
+            out.append("--set")
+        out.append(arg)
+    return out

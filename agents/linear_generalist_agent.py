@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from icrl_gym.algorithm import BanditAgent, sample_categorical
+from icrl_gym.algorithm import BanditAgent, logits_action, softmax_rows
 from icrl_gym.checkpoint import CheckpointKind, CheckpointRecord, read_checkpoint, resolve_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.models.linear_generalist import (
@@ -122,14 +122,10 @@ class LinearGeneralistAgent(BanditAgent):
         return self._logits
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:
-        z = self._step_logits(action_sets)
-        p = np.exp(z - z.max(axis=1, keepdims=True))
-        return p / p.sum(axis=1, keepdims=True)
+        return softmax_rows(self._step_logits(action_sets))
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
-        if self.greedy:
-            return self._step_logits(action_sets).argmax(axis=1)
-        return sample_categorical(self._policy(action_sets), self.rng)
+        return logits_action(self._step_logits(action_sets), self.greedy, self.rng)
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         if self._cache is None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from agents.checkpoint_agent import CheckpointAgent
-from icrl_gym.algorithm import BanditAgent, ObsT, sample_categorical
+from icrl_gym.algorithm import BanditAgent, ObsT, logits_action, softmax_rows
 from icrl_gym.checkpoint import (
     PRETRAINED_DIR,
     CheckpointKind,
@@ -143,14 +143,10 @@ class TransformerRollout(CheckpointAgent[ObsT]):
         return self._logits
 
     def _rollout_policy(self, observation: ObsT) -> np.ndarray:
-        z = self._step_logits(observation)
-        p = np.exp(z - z.max(axis=1, keepdims=True))
-        return p / p.sum(axis=1, keepdims=True)
+        return softmax_rows(self._step_logits(observation))
 
     def _rollout_act(self, observation: ObsT) -> np.ndarray:
-        if self.greedy:
-            return self._step_logits(observation).argmax(axis=1)
-        return sample_categorical(self._rollout_policy(observation), self.rng)
+        return logits_action(self._step_logits(observation), self.greedy, self.rng)
 
     def _rollout_update(self, observation: ObsT, actions: np.ndarray, rewards: np.ndarray) -> None:
         if self._logits is None:  # the step's tokens must be in the cache before its outcome

@@ -83,6 +83,19 @@ def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarra
     return np.minimum((cdf <= u).sum(axis=1), probs.shape[1] - 1)
 
 
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """``softmax(z)`` of every row of ``logits`` (B, A): ``exp(z - max z) / sum exp(z - max z)``."""
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def logits_action(logits: np.ndarray, greedy: bool, rng: np.random.Generator) -> np.ndarray:
+    """The action of a learned policy from its logits (B, A): the argmax, or a draw from their softmax."""
+    if greedy:
+        return logits.argmax(axis=1)
+    return sample_categorical(softmax_rows(logits), rng)
+
+
 def one_hot(index: np.ndarray, num_classes: int) -> np.ndarray:
     """(B,) integer indices -> (B, num_classes) one-hot float array."""
     out = np.zeros((index.shape[0], num_classes))

@@ -309,3 +309,18 @@ def test_gittins_table_matches_exact_recursion():
     for s, f, m in [(0, 0, 1), (2, 1, 1), (0, 0, 2), (1, 3, 4), (3, 0, 6), (0, 0, 10), (2, 2, 8)]:
         assert table[s, f, m] == pytest.approx(_reference_gittins(s, f, m), abs=3e-3)
     assert table[2, 1, 1] == pytest.approx(3 / 5)  # one pull left: the index is the posterior mean
+
+
+def test_learned_agents_policy_helpers_match_torch_softmax_and_argmax():
+    """softmax_rows equals torch.softmax; logits_action is the argmax when greedy, else follows the softmax."""
+    import torch
+
+    from icrl_gym.algorithm import logits_action, softmax_rows
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(500, 7)) * 5 + np.array([0, 0, 0, 0, 0, 0, 800.0])[None] * (rng.random((500, 1)) < 0.1)
+    np.testing.assert_allclose(softmax_rows(logits), torch.softmax(torch.as_tensor(logits), dim=1).numpy(), rtol=1e-12)
+    np.testing.assert_array_equal(logits_action(logits, True, rng), logits.argmax(axis=1))
+    z = np.tile(np.log([0.5, 0.3, 0.2]), (20_000, 1))
+    counts = np.bincount(logits_action(z, False, np.random.default_rng(1)), minlength=3) / 20_000
+    np.testing.assert_allclose(counts, [0.5, 0.3, 0.2], atol=0.015)  # 4.5 s.e. of the largest share

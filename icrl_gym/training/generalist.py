@@ -33,7 +33,6 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,8 +40,6 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
-from icrl_gym.device import resolve_device
-from icrl_gym.fileio import RunLog, atomic_write_bytes
 from icrl_gym.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
 from icrl_gym.training.loop import (
@@ -50,6 +47,7 @@ from icrl_gym.training.loop import (
     GeneralistLoopConfig,
     Progress,
     begin_run,
+    open_run,
     run_steps,
     save_generalist_state,
 )
@@ -277,15 +275,8 @@ def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
 
 def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
     """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
-    torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = RunLog(run_dir / "train.log", echo)
-    atomic_write_bytes(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
-    torch.manual_seed(cfg.seed)
-    model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model, run = open_run(cfg, echo, lambda: GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)))
+    device, run_dir, log, opt = run.device, run.run_dir, run.log, run.optimizer
     store = RunState(run_dir, keep=2, legacy_files=LEGACY_FILES)
     loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
     if loaded is None and cfg.init_checkpoint:

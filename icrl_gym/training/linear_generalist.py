@@ -40,11 +40,9 @@ checkpoint)::
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,14 +50,13 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
-from icrl_gym.device import resolve_device
-from icrl_gym.fileio import RunLog, atomic_write_bytes
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.training.loop import (
     LEGACY_FILES,
     GeneralistLoopConfig,
     Progress,
     begin_run,
+    open_run,
     release_freed_memory,
     run_steps,
     save_generalist_state,
@@ -390,15 +387,8 @@ def load_model(checkpoint: str | os.PathLike, device: torch.device | str = "cpu"
 
 def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGeneralistTransformer:
     """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
-    torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = RunLog(run_dir / "train.log", echo)
-    atomic_write_bytes(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
-    torch.manual_seed(cfg.seed)
-    model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model, run = open_run(cfg, echo, lambda: LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)))
+    device, run_dir, log, opt = run.device, run.run_dir, run.log, run.optimizer
     store = RunState(run_dir, keep=2, legacy_files=LEGACY_FILES, keep_every=CURVE_EVERY)
     loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
 

@@ -33,7 +33,8 @@ import torch
 
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.cli import ConfigParser
-from icrl_gym.fileio import DictConfig
+from icrl_gym.device import resolve_device
+from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
 from icrl_gym.training.state import (
     RunState,
     TrainingState,
@@ -44,6 +45,7 @@ from icrl_gym.training.state import (
 )
 
 BatchT = TypeVar("BatchT")
+ModelT = TypeVar("ModelT", bound=torch.nn.Module)
 ConfigT = TypeVar("ConfigT", bound=DictConfig)
 
 
@@ -124,6 +126,35 @@ class Progress:
     step: int = 0
     wall: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RunSetup:
+    """What :func:`open_run` gives a trainer: the device, the run folder, its log, and the optimiser."""
+
+    device: torch.device
+    run_dir: Path
+    log: RunLog
+    optimizer: torch.optim.AdamW
+
+
+def open_run(cfg: GeneralistLoopConfig, echo: bool, build: Callable[[], ModelT]) -> tuple[ModelT, RunSetup]:
+    """The model and the run's setup, the same steps for both trainers.
+
+    Sets the torch threads, opens ``cfg.run_dir`` (its ``train.log``; ``config.json`` rewritten
+    atomically), builds the model under ``torch.manual_seed(cfg.seed)`` on ``cfg.device`` and its
+    AdamW (``lr``, ``weight_decay``).
+    """
+    torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = RunLog(run_dir / "train.log", echo)
+    atomic_write_bytes(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    torch.manual_seed(cfg.seed)
+    model = build().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return model, RunSetup(device, run_dir, log, optimizer)
 
 
 def learning_rate(cfg: GeneralistLoopConfig, step: int) -> float:

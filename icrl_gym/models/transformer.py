@@ -126,8 +126,12 @@ class TransformerConfig(DecoderConfig):
 class KVCache:
     """Preallocated per-layer keys/values for incremental decoding with :meth:`BanditTransformer.step`.
 
-    ``k[l]`` and ``v[l]`` have shape ``(B, nh, max_tokens, hs)``; only the first ``length`` token
-    slots are filled. New keys/values are written in place, so a step costs ``O(length)``.
+    ``k[l]`` and ``v[l]`` have shape ``(max_tokens, B, nh, hs)``, token-major: only the first
+    ``length`` token slots are filled, and they are one dense block of memory, which a decode step
+    reads whole (with the batch-major ``(B, nh, max_tokens, hs)`` layout the filled slots of each
+    run sit between unfilled ones, and the same read of the cache took about 1.6x as long on a
+    2-core CPU: ``benchmarks/training_speed.py``, rollout).  New keys/values are written in place,
+    so a step costs ``O(length)``.
     ``steps`` counts environment steps taken and ``last_action_set`` (``(B, A, d)``) remembers the
     action set of the latest step, from which the vector of the next step's ``prev_action`` is read.
     """
@@ -151,7 +155,7 @@ class KVCache:
         The buffers are zero-filled once here (not ``empty``): the pages are touched at allocation
         instead of one page fault at a time inside the rollout's scattered per-step writes.
         """
-        shape = (batch_size, config.n_head, max_tokens, config.n_embd // config.n_head)
+        shape = (max_tokens, batch_size, config.n_head, config.n_embd // config.n_head)
         ks = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         vs = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         return cls(k=ks, v=vs)
@@ -165,12 +169,12 @@ class KVCache:
     @property
     def batch_size(self) -> int:
         """Number of trajectories B held by the cache."""
-        return self.k[0].shape[0]
+        return self.k[0].shape[1]
 
     @property
     def capacity(self) -> int:
         """Number of token slots (``max_tokens`` of the model)."""
-        return self.k[0].shape[2]
+        return self.k[0].shape[0]
 
     def reset(self) -> None:
         """Empty the cache for a new rollout, keeping its buffers (stale entries are never read)."""
@@ -286,7 +290,8 @@ def relu_cached_attention(q: Tensor, k: Tensor, v: Tensor, scores: Tensor) -> Te
     """ReLU attention of the ``n_new`` newest tokens against the whole cache, written into ``scores``.
 
     ``q`` (N, n_new, hs), already scaled; ``k``, ``v`` (N, n_tot, hs): the cache up to and including
-    the new tokens; ``scores`` a flat workspace of ``N * n_new * n_tot`` elements.  Returns
+    the new tokens (any strides with a unit last one: the token-major cache gives rows ``N * hs``
+    apart); ``scores`` a flat workspace of ``N * n_new * n_tot`` elements.  Returns
     ``y_i = sum_{j <= i} ReLU(<q_i, k_j>) v_j`` (N, n_new, hs).  The scores go into the reused,
     contiguous workspace (a fresh (N, n_new, n_tot) tensor per layer and step costs more in page
     faults than the product itself), and only the n_new x n_new block of the new keys is masked:
@@ -339,14 +344,15 @@ class CausalSelfAttention(nn.Module):
         n_past = 0 if cache is None else cache.length
         q, k, v = self.c_attn(x).split(D, dim=2)
         q = q.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
-        k = k.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
-        v = v.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
-        if cache is not None:
+        if cache is None:
+            k = k.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
+            v = v.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
+        else:  # the token-major cache (n_tot, B, nh, hs), seen as (B, nh, n_tot, hs)
             n_tot = n_past + n_new
-            cache.k[layer][:, :, n_past:n_tot] = k
-            cache.v[layer][:, :, n_past:n_tot] = v
-            k = cache.k[layer][:, :, :n_tot]  # (B, nh, n_tot, hs)
-            v = cache.v[layer][:, :, :n_tot]  # (B, nh, n_tot, hs)
+            cache.k[layer][n_past:n_tot] = k.view(B, n_new, nh, hs).transpose(0, 1)
+            cache.v[layer][n_past:n_tot] = v.view(B, n_new, nh, hs).transpose(0, 1)
+            k = cache.k[layer][:n_tot].permute(1, 2, 0, 3)  # (B, nh, n_tot, hs)
+            v = cache.v[layer][:n_tot].permute(1, 2, 0, 3)  # (B, nh, n_tot, hs)
         n_tot = k.shape[2]
         p = self.dropout if self.training else 0.0
 

@@ -153,7 +153,8 @@ class KVCache:
         """A cache of ``max_tokens`` slots per layer for the decoder of ``config``.
 
         The buffers are zero-filled once here (not ``empty``): the pages are touched at allocation
-        instead of one page fault at a time inside the rollout's scattered per-step writes.
+        instead of one page fault at a time inside the rollout (``empty`` measured no faster with the
+        token-major layout: 0.98x).
         """
         shape = (max_tokens, batch_size, config.n_head, config.n_embd // config.n_head)
         ks = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]

@@ -72,7 +72,8 @@ class BenchConfig:
     runs: int = 500
     """Instances per algorithm (the paper uses 500; at least 2 for standard errors)."""
     seed: int = 0
-    """Seed of the instances and noise, shared by all algorithms."""
+    """Seed of the instances and noise, shared by all algorithms (the generalization grid plays seed
+    30,000,000 + this, above every training seed, so 0 gives its documented instances)."""
     out: str = "results/latest"
     """Results folder (created; a run into it reuses the stored result of every experiment whose settings
     match, so a stopped run resumes, and replaces the other outputs)."""

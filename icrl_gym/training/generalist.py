@@ -275,9 +275,8 @@ def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
 
 def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
     """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
-    model, run = open_run(cfg, echo, lambda: GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)))
-    device, run_dir, log, opt = run.device, run.run_dir, run.log, run.optimizer
-    store = RunState(run_dir, keep=2, legacy_files=LEGACY_FILES)
+    model, opt, log, device = open_run(cfg, echo, lambda: GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)))
+    store = RunState(cfg.run_dir, keep=2, legacy_files=LEGACY_FILES)
     loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
     if loaded is None and cfg.init_checkpoint:
         progress.wall = _init_from(model, cfg.init_checkpoint)

@@ -387,9 +387,10 @@ def load_model(checkpoint: str | os.PathLike, device: torch.device | str = "cpu"
 
 def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGeneralistTransformer:
     """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
-    model, run = open_run(cfg, echo, lambda: LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)))
-    device, run_dir, log, opt = run.device, run.run_dir, run.log, run.optimizer
-    store = RunState(run_dir, keep=2, legacy_files=LEGACY_FILES, keep_every=CURVE_EVERY)
+    model, opt, log, device = open_run(
+        cfg, echo, lambda: LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model))
+    )
+    store = RunState(cfg.run_dir, keep=2, legacy_files=LEGACY_FILES, keep_every=CURVE_EVERY)
     loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
 
     def sample(rng: np.random.Generator, use_model: bool) -> Batch:

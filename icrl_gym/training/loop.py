@@ -128,22 +128,13 @@ class Progress:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class RunSetup:
-    """What :func:`open_run` gives a trainer: the device, the run folder, its log, and the optimiser."""
-
-    device: torch.device
-    run_dir: Path
-    log: RunLog
-    optimizer: torch.optim.AdamW
-
-
-def open_run(cfg: GeneralistLoopConfig, echo: bool, build: Callable[[], ModelT]) -> tuple[ModelT, RunSetup]:
-    """The model and the run's setup, the same steps for both trainers.
+def open_run(
+    cfg: GeneralistLoopConfig, echo: bool, build: Callable[[], ModelT]
+) -> tuple[ModelT, torch.optim.AdamW, RunLog, torch.device]:
+    """The model, its AdamW (``lr``, ``weight_decay``), the run's log and device: the same steps for both trainers.
 
     Sets the torch threads, opens ``cfg.run_dir`` (its ``train.log``; ``config.json`` rewritten
-    atomically), builds the model under ``torch.manual_seed(cfg.seed)`` on ``cfg.device`` and its
-    AdamW (``lr``, ``weight_decay``).
+    atomically), builds the model under ``torch.manual_seed(cfg.seed)`` on ``cfg.device``.
     """
     torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
@@ -154,7 +145,7 @@ def open_run(cfg: GeneralistLoopConfig, echo: bool, build: Callable[[], ModelT])
     torch.manual_seed(cfg.seed)
     model = build().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return model, RunSetup(device, run_dir, log, optimizer)
+    return model, optimizer, log, device
 
 
 def learning_rate(cfg: GeneralistLoopConfig, step: int) -> float:

@@ -119,17 +119,18 @@ def as_float_array(name: str, value: Any) -> np.ndarray:
     """
     if value is None:
         raise TypeError(f"{name} must be an array of numbers, got None")
+    cause: Exception | None = None  # numpy's own error, kept as the TypeError's cause
     try:
         raw = np.asarray(value)
-        not_numbers = raw.dtype.kind in "US" or (
+        text = raw.dtype.kind in "US" or (
             raw.dtype.kind == "O" and any(x is None or isinstance(x, (str, bytes)) for x in raw.flat)
         )
-        if not not_numbers:
-            return raw.astype(np.float64, copy=False)  # no copy of a float64 array, as np.asarray
+        arr = None if text else raw.astype(np.float64, copy=False)  # no copy of a float64 array, as np.asarray
     except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be an array of numbers, got {type(value).__name__} {_short(value)}") from err
-    # the message is built only here: repr of a large array costs more than the whole check
-    raise TypeError(f"{name} must be an array of numbers, got {type(value).__name__} {_short(value)}")
+        arr, cause = None, err
+    if arr is None:  # the message only now: a repr of a large array costs more than the whole check
+        raise TypeError(f"{name} must be an array of numbers, got {type(value).__name__} {_short(value)}") from cause
+    return arr
 
 
 def check_finite(name: str, arr: np.ndarray, bound: float = math.inf) -> None:

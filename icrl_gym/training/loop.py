@@ -148,12 +148,20 @@ def open_run(
     return model, optimizer, log, device
 
 
+def warmup_cosine(step: int, lr: float, warmup: int, steps: int, min_lr_ratio: float) -> float:
+    """The learning rate at ``step`` of the pretraining and the generalist trainers.
+
+    Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr_ratio * lr`` at ``steps``.
+    """
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def learning_rate(cfg: GeneralistLoopConfig, step: int) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr at cfg.steps."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    """:func:`warmup_cosine` with the generalist configuration's ``lr``, ``warmup``, ``steps`` and ``min_lr_ratio``."""
+    return warmup_cosine(step, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
 
 
 def release_freed_memory() -> None:

@@ -32,7 +32,6 @@ and writes (see :mod:`icrl_gym.training.distributed`).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -71,6 +70,7 @@ from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_names
 from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import close_distributed, init_distributed
+from icrl_gym.training.loop import warmup_cosine
 from icrl_gym.training.state import RunState, TrainingState, check_config, legacy_state, set_rng_state
 
 VALIDATION_SEED_OFFSET = 900_000
@@ -263,11 +263,8 @@ def pretraining_loss(
 
 
 def learning_rate(cfg: PretrainConfig, step: int) -> float:
-    """Linear warm-up to ``lr`` then cosine decay to ``min_lr_ratio * lr``."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    """:func:`~icrl_gym.training.loop.warmup_cosine` with ``lr``, ``warmup_steps``, ``steps`` and ``min_lr_ratio``."""
+    return warmup_cosine(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
 
 
 @torch.no_grad()

@@ -175,11 +175,13 @@ class MDPTransformer(nn.Module):
         index = torch.tensor([cfg.state_token(t) for t in range(T)], device=states.device)
         return PolicyOutput(self.lm_head(h[:, index]), None)
 
-    def new_cache(self, batch_size: int, device: torch.device | str | None = None) -> KVCache:
-        """An empty key/value cache for ``batch_size`` runs."""
+    def new_cache(
+        self, batch_size: int, device: torch.device | str | None = None, native: bool | None = None
+    ) -> KVCache:
+        """An empty key/value cache for ``batch_size`` runs (``native``: see :meth:`KVCache.allocate`)."""
         p = self.input_embed.weight
         device = p.device if device is None else device
-        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, p.dtype)
+        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, p.dtype, native)
 
     @torch.no_grad()
     def step(

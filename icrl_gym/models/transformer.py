@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icrl_gym.fileio import DictConfig
+from icrl_gym.models.native import ReluDecodeKernel, relu_decode_kernel
 from icrl_gym.models.policy_output import PolicyOutput
 
 _ATTENTIONS = ("relu", "softmax")
@@ -126,56 +127,80 @@ class TransformerConfig(DecoderConfig):
 class KVCache:
     """Preallocated per-layer keys/values for incremental decoding with :meth:`BanditTransformer.step`.
 
-    ``k[l]`` and ``v[l]`` have shape ``(max_tokens, B, nh, hs)``, token-major: only the first
-    ``length`` token slots are filled, and they are one dense block of memory, which a decode step
-    reads whole (with the batch-major ``(B, nh, max_tokens, hs)`` layout the filled slots of each
-    run sit between unfilled ones, and the same read of the cache took about 1.6x as long on a
-    2-core CPU: ``benchmarks/training_speed.py``, rollout).  New keys/values are written in place,
-    so a step costs ``O(length)``.
-    ``steps`` counts environment steps taken and ``last_action_set`` (``(B, A, d)``) remembers the
-    action set of the latest step, from which the vector of the next step's ``prev_action`` is read.
+    Two layouts of ``k[l]`` and ``v[l]``, fixed at allocation:
+
+    * ``"tokens"`` (PyTorch path): ``(max_tokens, B, nh, hs)``, token-major, so that the filled
+      slots are one dense block of memory that a decode step reads whole (with the batch-major
+      ``(B, nh, max_tokens, hs)`` layout the same read took about 1.6x as long on a 2-core CPU);
+    * ``"lanes"`` (compiled kernel, :mod:`icrl_gym.models.native`): ``(ceil(B/L), nh, max_tokens,
+      hs, L)``, ``L`` trajectories interleaved innermost (the kernel's vector width; the padding
+      trajectories stay zero and are never returned).
+
+    New keys/values are written in place, so a step costs ``O(length)``.  ``steps`` counts
+    environment steps taken and ``last_action_set`` (``(B, A, d)``) remembers the action set of the
+    latest step, from which the vector of the next step's ``prev_action`` is read.
     """
 
     k: list[Tensor]
     v: list[Tensor]
+    batch_size: int
+    """Number of trajectories B held by the cache."""
+    kernel: ReluDecodeKernel | None = field(default=None, repr=False)
+    """The compiled ReLU decode kernel when the layout is ``"lanes"``."""
     length: int = 0
     steps: int = 0
     last_action_set: Tensor | None = field(default=None, repr=False)
     last_tokens: Tensor | None = field(default=None, repr=False)
     """Raw features (B, p, F) of the latest p tokens, for a model whose embedding reads p predecessors."""
     scores: Tensor | None = field(default=None, repr=False)
-    """Flat workspace of the ReLU attention scores of a cached step, reused by every layer and step."""
+    """Flat workspace of a cached ReLU attention step, reused by every layer and step: the scores
+    (PyTorch path), or the queries and outputs in lanes (compiled kernel)."""
 
     @classmethod
     def allocate(
-        cls, batch_size: int, config: DecoderConfig, max_tokens: int, device: torch.device | str, dtype: torch.dtype
+        cls,
+        batch_size: int,
+        config: DecoderConfig,
+        max_tokens: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        native: bool | None = None,
     ) -> KVCache:
         """A cache of ``max_tokens`` slots per layer for the decoder of ``config``.
 
+        ``native``: None takes the compiled kernel where it applies (ReLU attention, float32 on a
+        CPU) and can be built, True requires it (ValueError otherwise), False keeps the PyTorch path.
         The buffers are zero-filled once here (not ``empty``): the pages are touched at allocation
-        instead of one page fault at a time inside the rollout (``empty`` measured no faster with the
-        token-major layout: 0.98x).
+        instead of one page fault at a time inside the rollout (``empty`` measured no faster: 0.98x).
         """
-        shape = (max_tokens, batch_size, config.n_head, config.n_embd // config.n_head)
+        device = torch.device(device)
+        applies = config.attention == "relu" and device.type == "cpu" and dtype == torch.float32
+        if native and not applies:
+            raise ValueError(
+                "the native decode kernel needs ReLU attention, float32 and a CPU, "
+                f"got {config.attention!r}, {dtype}, {device}"
+            )
+        kernel = relu_decode_kernel() if (native is None and applies) or native else None
+        if native and kernel is None:
+            raise ValueError("the native decode kernel is unavailable (see the warning above, or ICRL_GYM_NATIVE)")
+        nh, hs = config.n_head, config.n_embd // config.n_head
+        if kernel is None:
+            shape: tuple[int, ...] = (max_tokens, batch_size, nh, hs)
+        else:
+            shape = (-(-batch_size // kernel.lane), nh, max_tokens, hs, kernel.lane)
         ks = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         vs = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        return cls(k=ks, v=vs)
-
-    def workspace(self, numel: int) -> Tensor:
-        """The first ``numel`` elements of :attr:`scores`, grown (never shrunk) when too small."""
-        if self.scores is None or self.scores.numel() < numel:
-            self.scores = self.k[0].new_empty(numel)
-        return self.scores[:numel]
+        return cls(k=ks, v=vs, batch_size=batch_size, kernel=kernel)
 
     @property
-    def batch_size(self) -> int:
-        """Number of trajectories B held by the cache."""
-        return self.k[0].shape[1]
+    def layout(self) -> str:
+        """``"lanes"`` (compiled kernel) or ``"tokens"`` (PyTorch path)."""
+        return "tokens" if self.kernel is None else "lanes"
 
     @property
     def capacity(self) -> int:
         """Number of token slots (``max_tokens`` of the model)."""
-        return self.k[0].shape[0]
+        return self.k[0].shape[0 if self.kernel is None else 2]
 
     def reset(self) -> None:
         """Empty the cache for a new rollout, keeping its buffers (stale entries are never read)."""
@@ -183,6 +208,60 @@ class KVCache:
         self.steps = 0
         self.last_action_set = None
         self.last_tokens = None
+
+    def _into_lanes(self, dst: Tensor, src: Tensor) -> None:
+        """Copy ``src`` (B, nh, m, hs) into the lanes ``dst`` (nb, nh, m, hs, L) of the first B trajectories.
+
+        Two copies (the full blocks of L trajectories, then the partial last one) and no allocation;
+        the padding lanes keep their zeros.
+        """
+        lane = dst.shape[-1]
+        full, rest = divmod(src.shape[0], lane)
+        if full:
+            dst[:full].copy_(src[: full * lane].unflatten(0, (full, lane)).permute(0, 2, 3, 4, 1))
+        if rest:
+            dst[full, ..., :rest].copy_(src[full * lane :].permute(1, 2, 3, 0))
+
+    def _from_lanes(self, x: Tensor) -> Tensor:
+        """(nb, nh, m, hs, L) -> (B, nh, m, hs): the real trajectories, padding dropped."""
+        return x.permute(0, 4, 1, 2, 3).flatten(0, 1)[: self.batch_size]
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> None:
+        """Store keys and values ``k``, ``v`` (B, n_new, nh, hs) at slots ``length .. length + n_new - 1``."""
+        lo, hi = self.length, self.length + k.shape[1]
+        if self.kernel is None:
+            self.k[layer][lo:hi] = k.transpose(0, 1)
+            self.v[layer][lo:hi] = v.transpose(0, 1)
+        else:
+            self._into_lanes(self.k[layer][:, :, lo:hi], k.transpose(1, 2))
+            self._into_lanes(self.v[layer][:, :, lo:hi], v.transpose(1, 2))
+
+    def keys_values(self, layer: int, n_tot: int) -> tuple[Tensor, Tensor]:
+        """Keys and values of slots ``0 .. n_tot-1``, each (B, nh, n_tot, hs) (views of the token layout)."""
+        if self.kernel is None:
+            return self.k[layer][:n_tot].permute(1, 2, 0, 3), self.v[layer][:n_tot].permute(1, 2, 0, 3)
+        return self._from_lanes(self.k[layer][:, :, :n_tot]), self._from_lanes(self.v[layer][:, :, :n_tot])
+
+    def relu_attend(self, layer: int, q: Tensor, n_tot: int) -> Tensor:
+        """ReLU attention (B, nh, n_new, hs) of the new queries ``q`` (already scaled) to slots ``0 .. n_tot-1``.
+
+        ``y_i = sum_{j <= i} ReLU(<q_i, k_j>) v_j``; the new keys are the last ``n_new`` slots.
+        """
+        B, nh, n_new, hs = q.shape
+        if self.kernel is not None:  # q and y in the two halves of a workspace reused by every layer and step
+            nb, lane = self.k[layer].shape[0], self.kernel.lane
+            numel = nb * nh * n_new * hs * lane
+            if self.scores is None or self.scores.numel() < 2 * numel:
+                self.scores = q.new_zeros(2 * numel)  # the padding lanes of q stay zero
+            q_lanes, y = (self.scores[i * numel : (i + 1) * numel].view(nb, nh, n_new, hs, lane) for i in (0, 1))
+            self._into_lanes(q_lanes, q)
+            return self._from_lanes(self.kernel(q_lanes, self.k[layer], self.v[layer], n_tot, out=y))
+        if self.scores is None or self.scores.numel() < B * nh * n_new * n_tot:
+            self.scores = q.new_empty(B * nh * n_new * n_tot)  # grown (never shrunk) when too small
+        k, v = self.keys_values(layer, n_tot)
+        flat_q, flat_kv = (B * nh, n_new, hs), (B * nh, n_tot, hs)
+        y = relu_cached_attention(q.reshape(flat_q), k.reshape(flat_kv), v.reshape(flat_kv), self.scores)
+        return y.view(B, nh, n_new, hs)
 
 
 _QUERY_BLOCK = 32
@@ -348,14 +427,11 @@ class CausalSelfAttention(nn.Module):
         if cache is None:
             k = k.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
             v = v.view(B, n_new, nh, hs).transpose(1, 2)  # (B, nh, n_new, hs)
-        else:  # the token-major cache (n_tot, B, nh, hs), seen as (B, nh, n_tot, hs)
-            n_tot = n_past + n_new
-            cache.k[layer][n_past:n_tot] = k.view(B, n_new, nh, hs).transpose(0, 1)
-            cache.v[layer][n_past:n_tot] = v.view(B, n_new, nh, hs).transpose(0, 1)
-            k = cache.k[layer][:n_tot].permute(1, 2, 0, 3)  # (B, nh, n_tot, hs)
-            v = cache.v[layer][:n_tot].permute(1, 2, 0, 3)  # (B, nh, n_tot, hs)
-        n_tot = k.shape[2]
+        else:
+            cache.write(layer, k.view(B, n_new, nh, hs), v.view(B, n_new, nh, hs))
         p = self.dropout if self.training else 0.0
+        if cache is not None and (self.attention != "relu" or p > 0.0):  # these paths read the whole cache
+            k, v = cache.keys_values(layer, n_past + n_new)  # (B, nh, n_past + n_new, hs)
 
         if self.attention == "relu":
             # 1/(sqrt(hs) * i) for the 1-based query positions i = n_past+1 .. n_past+n_new, (n_new, 1)
@@ -366,11 +442,8 @@ class CausalSelfAttention(nn.Module):
                 y = relu_causal_attention((q * scale).reshape(flat), k.reshape(flat), v.reshape(flat))
                 y = y.unflatten(0, (B, nh))  # (B, nh, n_new, hs), a view of the kernel's transposed result
             elif cache is not None and p == 0.0:
-                # cached decode: scores in the cache's workspace, only the new keys masked
-                scores = cache.workspace(B * nh * n_new * n_tot)
-                flat_q, flat_kv = (B * nh, n_new, hs), (B * nh, n_tot, hs)
-                y = relu_cached_attention((q * scale).reshape(flat_q), k.reshape(flat_kv), v.reshape(flat_kv), scores)
-                y = y.view(B, nh, n_new, hs)
+                # cached decode: the compiled kernel, or scores in the cache's workspace
+                y = cache.relu_attend(layer, q * scale, n_past + n_new)
             else:
                 att = (q * scale) @ k.transpose(-2, -1)  # (B, nh, n_new, n_tot)
                 # causal mask: ReLU first, then zero the keys after each query (equal to adding -inf first)
@@ -401,7 +474,7 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the MLP token-wise to ``x`` of shape (B, N, D)."""
-        return self.dropout(self.c_proj(F.relu(self.c_fc(x))))
+        return self.dropout(self.c_proj(F.relu(self.c_fc(x), inplace=True)))  # in place: one (B, N, 4D) tensor fewer
 
 
 class Block(nn.Module):
@@ -658,13 +731,20 @@ class BanditTransformer(nn.Module):
 
     # ----------------------------------------------------------------- rollout
     def new_cache(
-        self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self,
+        batch_size: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        native: bool | None = None,
     ) -> KVCache:
-        """Allocate an empty :class:`KVCache` for ``batch_size`` trajectories (default: model's device)."""
+        """Allocate an empty :class:`KVCache` for ``batch_size`` trajectories (default: model's device and dtype).
+
+        ``native``: use the compiled decode kernel (None: where it applies and builds; see :meth:`KVCache.allocate`).
+        """
         p = self.input_embed.weight
         device = p.device if device is None else torch.device(device)
         dtype = p.dtype if dtype is None else dtype
-        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, dtype)
+        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, dtype, native)
 
     @torch.no_grad()
     def step(

@@ -1,0 +1,66 @@
+/* Cached decode step of causal ReLU attention (Definition 1 of the paper) on a CPU.
+ *
+ * Built on first use by icrl_gym/models/native.py with the system C compiler and called through
+ * ctypes; the PyTorch path in transformer.py computes the same function where no compiler is found.
+ *
+ * Layout ("lanes"): LANE consecutive trajectories are interleaved in the innermost dimension, so
+ * that every multiply-add below is one vector instruction across LANE trajectories and a
+ * (block, head) reads its keys and values as one contiguous stream:
+ *
+ *     q, y  (n_blocks, n_head, m,   hs, LANE)   the m newest queries (already scaled) and outputs
+ *     K, V  (n_blocks, n_head, cap, hs, LANE)   keys/values of tokens 0 .. n-1, the m newest last
+ *
+ * For query i (0-based among the m new ones, absolute position p = n - m + i):
+ *
+ *     y_i = sum_{j <= p} ReLU(<q_i, k_j>) v_j
+ *
+ * the sum over j in increasing order, the dot product over the head dimension in increasing order.
+ */
+
+#define LANE 16
+
+int icrl_relu_decode_lane(void) { return LANE; }
+
+/* One query of one (block, head): n_keys keys, head size hs (a constant where inlined below). */
+static inline void attend(const float *restrict q, const float *restrict K, const float *restrict V,
+                          float *restrict y, long n_keys, const long hs) {
+    float qq[hs][LANE], acc[hs][LANE];
+    for (long d = 0; d < hs; ++d)
+        for (int l = 0; l < LANE; ++l) {
+            qq[d][l] = q[d * LANE + l];
+            acc[d][l] = 0.0f;
+        }
+    for (long j = 0; j < n_keys; ++j) {
+        const float *k = K + j * hs * LANE, *v = V + j * hs * LANE;
+        float s[LANE];
+        for (int l = 0; l < LANE; ++l) s[l] = 0.0f;
+        for (long d = 0; d < hs; ++d)
+            for (int l = 0; l < LANE; ++l) s[l] += k[d * LANE + l] * qq[d][l];
+        for (int l = 0; l < LANE; ++l) s[l] = s[l] > 0.0f ? s[l] : 0.0f;
+        for (long d = 0; d < hs; ++d)
+            for (int l = 0; l < LANE; ++l) acc[d][l] += s[l] * v[d * LANE + l];
+    }
+    for (long d = 0; d < hs; ++d)
+        for (int l = 0; l < LANE; ++l) y[d * LANE + l] = acc[d][l];
+}
+
+/* Blocks b0 .. b1-1 of the layout above (a caller may split the blocks across threads). */
+void icrl_relu_decode(const float *q, const float *K, const float *V, float *y, long b0, long b1,
+                      long n_head, long cap, long n, long hs, long m) {
+    for (long b = b0; b < b1; ++b)
+        for (long h = 0; h < n_head; ++h) {
+            long bh = b * n_head + h;
+            const float *Kbh = K + bh * cap * hs * LANE, *Vbh = V + bh * cap * hs * LANE;
+            for (long i = 0; i < m; ++i) {
+                const float *qi = q + (bh * m + i) * hs * LANE;
+                float *yi = y + (bh * m + i) * hs * LANE;
+                long n_keys = n - m + i + 1;
+                switch (hs) { /* constant head sizes keep qq and acc in vector registers */
+                case 4: attend(qi, Kbh, Vbh, yi, n_keys, 4); break;
+                case 8: attend(qi, Kbh, Vbh, yi, n_keys, 8); break;
+                case 16: attend(qi, Kbh, Vbh, yi, n_keys, 16); break;
+                default: attend(qi, Kbh, Vbh, yi, n_keys, hs);
+                }
+            }
+        }
+}

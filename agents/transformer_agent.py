@@ -124,7 +124,10 @@ class TransformerRollout(CheckpointAgent[ObsT]):
     # ------------------------------------------------------------------ the cached rollout
     def _start(self, info: dict[str, Any]) -> None:
         super()._start(info)  # checks the environment, sizes the runs
-        self._cache = self.model.new_cache(self.batch_size, device=self.device)
+        if self._cache is not None and self._cache.batch_size == self.batch_size:
+            self._cache.reset()  # keep the buffers: a fresh cache costs page faults on every episode
+        else:
+            self._cache = self.model.new_cache(self.batch_size, device=self.device)
         self._logits, self._prev = None, None
 
     def _step_logits(self, observation: ObsT) -> np.ndarray:

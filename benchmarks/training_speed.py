@@ -9,7 +9,8 @@ In one process, for each thread count in ``--threads``:
   sequences/s and tokens/s, and as GFLOP/s (FLOPs counted by ``torch.utils.flop_counter`` on the
   reference code, full T x T attention) next to the GEMM rate;
 - ``rollout``: greedy cached rollout (``model.step``) of the paper model over ``--instances`` random
-  linear-bandit action sets for ``--steps`` steps, in env-steps/s.
+  linear-bandit action sets for ``--steps`` steps, in env-steps/s: the reference, the new model on
+  its PyTorch decode path (``native=False``) and on the compiled kernel (``icrl_gym/models/native.py``).
 
 The reference is the same file at ``--reference`` (default: the revision before the new kernels),
 imported from ``git show``, with the new model's weights copied in.  Old and new run interleaved
@@ -43,6 +44,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.timing import interleaved, timed
 from icrl_gym.device import resolve_device
 from icrl_gym.models import mdp_transformer, transformer
+from icrl_gym.models.native import relu_decode_kernel
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
 """The commit before the blocked ReLU kernel and the rollout clean-up."""
@@ -118,10 +120,14 @@ def train_step(model: torch.nn.Module, data: tuple[torch.Tensor, ...], autocast:
     model.zero_grad(set_to_none=True)
 
 
-def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int) -> None:
-    """Greedy cached rollout: ``sets`` (steps, B, A, d), rewards a fixed function of the action."""
+def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, native: bool | None = None) -> None:
+    """Greedy cached rollout: ``sets`` (steps, B, A, d), rewards a fixed function of the action.
+
+    ``native=False`` takes the PyTorch decode path of the new model (the reference has no other).
+    """
     B = sets.shape[1]
-    cache = model.new_cache(B, device=sets.device)
+    kwargs = {} if native is None else {"native": native}
+    cache = model.new_cache(B, device=sets.device, **kwargs)
     prev_a = prev_r = None
     rows = torch.arange(B, device=sets.device)
     with torch.inference_mode():
@@ -205,8 +211,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for label, model in (("old", old), ("new", new)):
                     tasks[name, label] = functools.partial(train_step, model, data, args.autocast)
             if "rollout" in args.parts:
-                for label, model in (("old", paper_old), ("new", paper)):
-                    tasks["rollout", label] = functools.partial(rollout, model, sets, args.steps)
+                tasks["rollout", "old"] = functools.partial(rollout, paper_old, sets, args.steps)
+                tasks["rollout", "torch"] = functools.partial(rollout, paper, sets, args.steps, native=False)
+                tasks["rollout", "new"] = functools.partial(rollout, paper, sets, args.steps)
             times = interleaved(tasks, args.repeats, device)
             gflops_after = gemm_gflops(args.gemm, device)
         run: dict[str, Any] = {"threads": n, "gemm_gflops": [gflops, gflops_after], "train": {}, "rollout": {}}
@@ -236,11 +243,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         if "rollout" in args.parts:
             env_steps = args.instances * args.steps
-            roll = {lab: env_steps / float(np.median(times["rollout", lab])) for lab in ("old", "new")}
+            roll = {lab: env_steps / float(np.median(times["rollout", lab])) for lab in ("old", "torch", "new")}
             run["rollout"] = roll
+            native = "compiled kernel" if relu_decode_kernel() is not None else "kernel unavailable: PyTorch path"
             print(
                 f"\nrollout, paper model, {args.instances} instances x {args.steps} steps: old {roll['old']:,.0f}, "
-                f"new {roll['new']:,.0f} env-steps/s, speed-up {roll['new'] / roll['old']:.2f}x"
+                f"new {roll['new']:,.0f} env-steps/s ({native}), speed-up {roll['new'] / roll['old']:.2f}x; "
+                f"new with the PyTorch path {roll['torch']:,.0f} ({roll['torch'] / roll['old']:.2f}x)"
             )
         result["runs"].append(run)
     print("\n" + json.dumps(result))

@@ -30,7 +30,6 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +44,12 @@ CACHE_ENV = "ICRL_GYM_NATIVE_CACHE"
 """Directory of the compiled library (default ``$XDG_CACHE_HOME/icrl_gym`` or ``~/.cache/icrl_gym``)."""
 SOURCE = Path(__file__).with_name("relu_decode.c")
 FLAG_SETS = (
-    ("-O3", "-march=native", "-mprefer-vector-width=512"),
-    ("-O3", "-march=native"),
+    ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"),
+    ("-O3", "-march=native", "-fopenmp"),
+    ("-O3", "-fopenmp"),
     ("-O3",),
 )
-"""Compiler flags, tried in order (the first two are for GCC/Clang on x86; the last is portable)."""
+"""Compiler flags, tried in order (the first two are for GCC/Clang on x86; the last is portable and single-threaded)."""
 COMPILE_TIMEOUT_S = 120
 
 _lock = threading.Lock()
@@ -62,14 +62,17 @@ class ReluDecodeKernel:
     function: Callable[..., None]
     lane: int
     path: Path
+    openmp: bool
+    """Built with ``-fopenmp``: the library then runs on PyTorch's own OpenMP threads (``libgomp.so.1``
+    is loaded by torch before it, and the loader reuses a loaded library of that name), so the
+    kernel's threads do not compete with torch's spinning workers as a separate pool would."""
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, n: int, out: Tensor | None = None) -> Tensor:
         """``y`` (nb, nh, m, hs, lane) from ``q`` (nb, nh, m, hs, lane) and caches ``k``, ``v`` (nb, nh, cap, hs, lane).
 
         Keys ``0 .. n-1`` are read, the ``m`` new ones last; query ``i`` meets keys ``0 .. n-m+i``.
         All tensors are contiguous float32 on the CPU (checked); ``out`` (like ``q``) receives ``y``
-        if given.  With more than one torch thread the blocks are split across that many threads
-        (ctypes releases the GIL during the call).
+        if given.  The blocks are split across :meth:`threads` threads.
         """
         nb, nh, m, hs, lane = q.shape
         cap = k.shape[2]
@@ -81,26 +84,12 @@ class ReluDecodeKernel:
         for name, x in (("q", q), ("k", k), ("v", v), ("out", y)):
             if x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
                 raise ValueError(f"relu_decode: {name} must be contiguous float32 on the CPU, got {x.dtype} {x.device}")
-        args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr())
-        n_threads = min(torch.get_num_threads(), nb)
-        if n_threads <= 1:
-            self.function(*args, 0, nb, nh, cap, n, hs, m)
-            return y
-        bounds = [nb * t // n_threads for t in range(n_threads + 1)]
-        pool = _pool(n_threads)
-        jobs = [
-            pool.submit(self.function, *args, b0, b1, nh, cap, n, hs, m)
-            for b0, b1 in zip(bounds, bounds[1:], strict=False)
-        ]
-        for job in jobs:
-            job.result()
+        self.function(q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr(), nb, nh, cap, n, hs, m, self.threads())
         return y
 
-
-@functools.cache
-def _pool(n_threads: int) -> ThreadPoolExecutor:
-    """A pool of ``n_threads`` workers, made once per thread count."""
-    return ThreadPoolExecutor(n_threads, thread_name_prefix="icrl-relu-decode")
+    def threads(self) -> int:
+        """Threads of a call: torch's intra-op count where the library has OpenMP, else 1."""
+        return torch.get_num_threads() if self.openmp else 1
 
 
 def cache_dir() -> Path:
@@ -153,14 +142,14 @@ def _compile(cc: str, flags: tuple[str, ...], target: Path) -> str | None:
     return None
 
 
-def _load(path: Path) -> ReluDecodeKernel:
+def _load(path: Path, openmp: bool) -> ReluDecodeKernel:
     """Load a compiled library (OSError if it is not one, AttributeError if it lacks the kernel)."""
     lib = ctypes.CDLL(str(path))
     fn = lib.icrl_relu_decode
     fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 7
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_int]
     lib.icrl_relu_decode_lane.restype = ctypes.c_int
-    return ReluDecodeKernel(fn, int(lib.icrl_relu_decode_lane()), path)
+    return ReluDecodeKernel(fn, int(lib.icrl_relu_decode_lane()), path, openmp)
 
 
 def build(directory: Path | None = None) -> ReluDecodeKernel:
@@ -184,13 +173,13 @@ def build(directory: Path | None = None) -> ReluDecodeKernel:
         path = directory / f"relu_decode-{key.hexdigest()[:16]}.so"
         if path.exists():
             try:
-                return _load(path)
+                return _load(path, "-fopenmp" in flags)
             except (OSError, AttributeError):
                 pass  # corrupt or truncated: compile it again
         complaint = _compile(cc, flags, path)
         if complaint is None:
             try:
-                return _load(path)
+                return _load(path, "-fopenmp" in flags)
             except (OSError, AttributeError) as exc:
                 complaint = f"{path}: {exc}"
         complaints.append(complaint)

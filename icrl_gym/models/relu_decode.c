@@ -44,10 +44,14 @@ static inline void attend(const float *restrict q, const float *restrict K, cons
         for (int l = 0; l < LANE; ++l) y[d * LANE + l] = acc[d][l];
 }
 
-/* Blocks b0 .. b1-1 of the layout above (a caller may split the blocks across threads). */
-void icrl_relu_decode(const float *q, const float *K, const float *V, float *y, long b0, long b1,
-                      long n_head, long cap, long n, long hs, long m) {
-    for (long b = b0; b < b1; ++b)
+/* All n_blocks blocks of the layout above, split across n_threads OpenMP threads where the library
+ * was built with -fopenmp (it then shares PyTorch's OpenMP runtime, libgomp.so.1 being loaded
+ * already); each block is computed by one thread, so the result does not depend on n_threads. */
+void icrl_relu_decode(const float *q, const float *K, const float *V, float *y, long n_blocks,
+                      long n_head, long cap, long n, long hs, long m, int n_threads) {
+    (void)n_threads; /* unused without OpenMP */
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (long b = 0; b < n_blocks; ++b)
         for (long h = 0; h < n_head; ++h) {
             long bh = b * n_head + h;
             const float *Kbh = K + bh * cap * hs * LANE, *Vbh = V + bh * cap * hs * LANE;

@@ -123,29 +123,37 @@ def test_dotted_names_keep_their_dots(tmp_path):
 
 
 def test_agent_cache_matches_full_forward(tmp_path):
-    """The online agent's policies equal a full forward pass over the trajectory it produced."""
+    """The online agent's policies equal a full forward pass over the trajectory it produced.
+
+    Three episodes: the second (same batch size) reuses the first one's cache buffers, the third
+    (another batch size) gets a new cache; each matches the forward pass on its own trajectory.
+    """
     model = _tiny_model()
     spec = bernoulli_bandit_spec(horizon=12)
     save_checkpoint(tmp_path / "m", model, {"env": spec.to_dict()})
     agent = TransformerAgent(tmp_path / "m", seed=0)
-    agent.reset(batch_size=3, dim=5, num_actions=5)
-    sets = np.broadcast_to(np.eye(5), (3, 5, 5))
     rng = np.random.default_rng(0)
-    online, acts, rews = [], [], []
-    for _ in range(12):
-        online.append(agent.policy_batch(sets))
-        a = agent.act_batch(sets)
-        r = rng.integers(0, 2, size=3).astype(float)
-        agent.update_batch(sets, a, r)
-        acts.append(a)
-        rews.append(r)
-    with torch.no_grad():
-        logits, _ = model(
-            torch.tensor(np.broadcast_to(sets[:, None], (3, 12, 5, 5)).copy(), dtype=torch.float32),
-            torch.tensor(np.stack(acts, 1)),
-            torch.tensor(np.stack(rews, 1), dtype=torch.float32),
-        )
-    np.testing.assert_allclose(np.stack(online, 1), torch.softmax(logits, -1).numpy(), atol=1e-5)
+    caches = []
+    for B in (3, 3, 2):
+        agent.reset(batch_size=B, dim=5, num_actions=5)
+        caches.append(agent._cache)
+        sets = np.broadcast_to(np.eye(5), (B, 5, 5))
+        online, acts, rews = [], [], []
+        for _ in range(12):
+            online.append(agent.policy_batch(sets))
+            a = agent.act_batch(sets)
+            r = rng.integers(0, 2, size=B).astype(float)
+            agent.update_batch(sets, a, r)
+            acts.append(a)
+            rews.append(r)
+        with torch.no_grad():
+            logits, _ = model(
+                torch.tensor(np.broadcast_to(sets[:, None], (B, 12, 5, 5)).copy(), dtype=torch.float32),
+                torch.tensor(np.stack(acts, 1)),
+                torch.tensor(np.stack(rews, 1), dtype=torch.float32),
+            )
+        np.testing.assert_allclose(np.stack(online, 1), torch.softmax(logits, -1).numpy(), atol=1e-5)
+    assert caches[1] is caches[0] and caches[2] is not caches[0] and caches[2].batch_size == 2
 
 
 def test_corrupt_and_mismatched_checkpoints(tmp_path):

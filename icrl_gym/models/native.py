@@ -5,9 +5,10 @@ query to every cached key: ``y_i = sum_{j<=i} ReLU(<q_i, k_j>) v_j`` (Definition
 and ``1/sqrt(hs)`` factors folded into ``q``).  With PyTorch that is two batched matrix products
 per layer over ``B * n_head`` tiny matrices (``hs = 8`` rows in the paper model), whose per-matrix
 overhead makes them run at a fraction of the memory bandwidth.  ``relu_decode.c`` does the whole
-step in one pass over the keys and values, vectorised across trajectories; on the 2-core CPU of
-this project that made the attention about 4x and a rollout step about 2x faster
-(``python -m benchmarks.training_speed --parts rollout``).
+step in one pass over the keys and values, vectorised across trajectories (the cache's ``"lanes"``
+layout, :class:`~icrl_gym.models.transformer.KVCache`); on the 2-core CPU of this project a cached
+rollout of the paper model runs about 2x as fast as on the PyTorch path, and 2.65x / 2.34x the
+code before issue 15 on 1 / 2 threads (``python -m benchmarks.training_speed --parts rollout``).
 
 The source is compiled with the system C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) the
 first time a process needs it, into ``$ICRL_GYM_NATIVE_CACHE`` (default
@@ -49,7 +50,7 @@ FLAG_SETS = (
     ("-O3", "-fopenmp"),
     ("-O3",),
 )
-"""Compiler flags, tried in order (the first two are for GCC/Clang on x86; the last is portable and single-threaded)."""
+"""Compiler flags, tried in order (the first two for GCC/Clang on x86; the last is portable, single-threaded)."""
 COMPILE_TIMEOUT_S = 120
 
 _lock = threading.Lock()

@@ -474,7 +474,7 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the MLP token-wise to ``x`` of shape (B, N, D)."""
-        return self.dropout(self.c_proj(F.relu(self.c_fc(x), inplace=True)))  # in place: one (B, N, 4D) tensor fewer
+        return self.dropout(self.c_proj(F.relu(self.c_fc(x))))
 
 
 class Block(nn.Module):

@@ -180,7 +180,7 @@ class KVCache:
                 "the native decode kernel needs ReLU attention, float32 and a CPU, "
                 f"got {config.attention!r}, {dtype}, {device}"
             )
-        kernel = relu_decode_kernel() if (native is None and applies) or native else None
+        kernel = relu_decode_kernel() if applies and native is not False else None
         if native and kernel is None:
             raise ValueError("the native decode kernel is unavailable (see the warning above, or ICRL_GYM_NATIVE)")
         nh, hs = config.n_head, config.n_embd // config.n_head
@@ -208,6 +208,17 @@ class KVCache:
         self.steps = 0
         self.last_action_set = None
         self.last_tokens = None
+
+    def workspace(self, numel: int) -> Tensor:
+        """The first ``numel`` elements of :attr:`scores`, grown (never shrunk) when too small.
+
+        Zero-filled when (re)allocated, so that the padding lanes of the kernel's queries start as
+        zeros rather than arbitrary bits (possibly denormals, slow to compute with); afterwards they
+        hold only finite values of earlier steps, which the lane-wise kernel never mixes into real runs.
+        """
+        if self.scores is None or self.scores.numel() < numel:
+            self.scores = self.k[0].new_zeros(numel)
+        return self.scores[:numel]
 
     def _into_lanes(self, dst: Tensor, src: Tensor) -> None:
         """Copy ``src`` (B, nh, m, hs) into the lanes ``dst`` (nb, nh, m, hs, L) of the first B trajectories.
@@ -248,19 +259,15 @@ class KVCache:
         ``y_i = sum_{j <= i} ReLU(<q_i, k_j>) v_j``; the new keys are the last ``n_new`` slots.
         """
         B, nh, n_new, hs = q.shape
-        if self.kernel is not None:  # q and y in the two halves of a workspace reused by every layer and step
+        if self.kernel is not None:  # q and y in the two halves of the workspace
             nb, lane = self.k[layer].shape[0], self.kernel.lane
-            numel = nb * nh * n_new * hs * lane
-            if self.scores is None or self.scores.numel() < 2 * numel:
-                self.scores = q.new_zeros(2 * numel)  # the padding lanes of q stay zero
-            q_lanes, y = (self.scores[i * numel : (i + 1) * numel].view(nb, nh, n_new, hs, lane) for i in (0, 1))
+            q_lanes, y = self.workspace(2 * nb * nh * n_new * hs * lane).view(2, nb, nh, n_new, hs, lane)
             self._into_lanes(q_lanes, q)
             return self._from_lanes(self.kernel(q_lanes, self.k[layer], self.v[layer], n_tot, out=y))
-        if self.scores is None or self.scores.numel() < B * nh * n_new * n_tot:
-            self.scores = q.new_empty(B * nh * n_new * n_tot)  # grown (never shrunk) when too small
         k, v = self.keys_values(layer, n_tot)
         flat_q, flat_kv = (B * nh, n_new, hs), (B * nh, n_tot, hs)
-        y = relu_cached_attention(q.reshape(flat_q), k.reshape(flat_kv), v.reshape(flat_kv), self.scores)
+        scores = self.workspace(B * nh * n_new * n_tot)
+        y = relu_cached_attention(q.reshape(flat_q), k.reshape(flat_kv), v.reshape(flat_kv), scores)
         return y.view(B, nh, n_new, hs)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from agents.index_agent import IndexAgent
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
-from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
+from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_indices, gittins_table
 from icrl_gym.statistics import ArmStatistics
 
 
@@ -72,9 +72,7 @@ class Gittins(IndexAgent):
         remaining = self.horizon - self.t
         if remaining < 1:
             raise ValueError(f"the Gittins table was built for T={self.horizon} steps")
-        s = self.stats.sums.astype(np.int64)
-        f = (self.stats.counts - self.stats.sums).astype(np.int64)
-        return self.table.lookup(s, f, remaining)
+        return gittins_indices(self.table, self.stats, remaining)
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.stats.update(actions, rewards)

@@ -41,29 +41,36 @@ from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, resolve_checkpoint, save_checkpoint
 from icrl_gym.cli import ConfigParser
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import (
-    DEVICE,
-    NONNEGATIVE,
-    NONNEGATIVE_INT,
-    POSITIVE,
-    POSITIVE_INT,
-    Allowed,
-    DictConfig,
-    RunLog,
-    check_fields,
-)
+from icrl_gym.fileio import NONNEGATIVE, POSITIVE_INT, Allowed, RunLog
 from icrl_gym.models.transformer import BanditTransformer
 from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_class
 from icrl_gym.training.curves import TrainingCurves
-from icrl_gym.training.state import RunState, check_config, set_rng_state
+from icrl_gym.training.distributed import DistContext
+from icrl_gym.training.loop import (
+    Logger,
+    TrainerConfig,
+    global_means,
+    no_log,
+    resume,
+    run_in_folder,
+    save_state,
+    scale_to_global_mean,
+    shard_rows,
+    train_steps,
+    wrap_ddp,
+)
+from icrl_gym.training.state import RunState, set_rng_state
 
 
 @dataclass
-class FinetuneConfig(DictConfig):
-    """An online fine-tuning run (saved with every checkpoint)."""
+class FinetuneConfig(TrainerConfig):
+    """An online fine-tuning run (saved with every checkpoint).
+
+    The shared fields (``out_dir``, ``seed``: of the instances and of the sampling, ``lr``: Adam's,
+    ``grad_clip``, ``device``, ``threads``) are :class:`~icrl_gym.training.loop.TrainerConfig`'s.
+    """
 
     name: str = "bernoulli-ad-ucb-finetuned"
     """Name of the exported model."""
@@ -74,41 +81,25 @@ class FinetuneConfig(DictConfig):
     runs_per_iteration: int = 128
     """Fresh instances B per step."""
     lr: float = 3e-5
-    """Adam learning rate."""
     kl_weight: float = 0.0
     """beta of the KL penalty to the pretrained policy (0: none)."""
-    grad_clip: float = 1.0
-    """Gradient-norm clipping."""
     val_runs: int = 1000
     """Validation instances (fixed seed) for choosing the checkpoint."""
     eval_every: int = 25
     """Iterations between validations (and resumable checkpoints)."""
-    seed: int = 0
-    """Seed of the instances and of the sampling."""
-    threads: int = 1
-    """torch CPU threads."""
-    device: str = "auto"
-    """"auto" (CUDA when present), "cpu" or "cuda"."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
-    """Folder of the resumable state and the log."""
 
-    def __post_init__(self) -> None:
-        check_fields(
-            self,
-            {
-                "iterations": POSITIVE_INT,
-                # the leave-one-out baseline of a run is the mean over the B - 1 others
-                "runs_per_iteration": Allowed(low=2, integer=True),
-                "lr": POSITIVE,
-                "kl_weight": NONNEGATIVE,
-                "grad_clip": POSITIVE,
-                "val_runs": POSITIVE_INT,
-                "eval_every": POSITIVE_INT,
-                "seed": NONNEGATIVE_INT,
-                "threads": POSITIVE_INT,
-                "device": DEVICE,
-            },
-        )
+    def field_rules(self) -> dict[str, Allowed]:
+        """The shared fields' and fine-tuning's."""
+        return {
+            **super().field_rules(),
+            "iterations": POSITIVE_INT,
+            # the leave-one-out baseline of a run is the mean over the B - 1 others
+            "runs_per_iteration": Allowed(low=2, integer=True),
+            "kl_weight": NONNEGATIVE,
+            "val_runs": POSITIVE_INT,
+            "eval_every": POSITIVE_INT,
+        }
 
 
 VALIDATION_SEED = 777_000
@@ -171,23 +162,40 @@ def rollout(
     return {"action_sets": sets, "actions": actions, "rewards": rewards, "means": means, "best": best}
 
 
+def advantages(runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+    """Reg_t - b_t (B, T): the regret-to-go minus its leave-one-out mean over the batch (module docstring).
+
+    Computed on the whole batch (the baseline of a run is the mean of the others), before a
+    data-parallel rank takes its rows; also the batch's mean regret.
+    """
+    gaps = runs["best"] - runs["means"]
+    to_go = np.flip(np.cumsum(np.flip(gaps, axis=1), axis=1), axis=1)  # Reg_t
+    B = to_go.shape[0]
+    baseline = (to_go.sum(axis=0, keepdims=True) - to_go) / (B - 1)  # leave-one-out mean
+    return to_go - baseline, {"regret": float(gaps.sum(axis=1).mean())}
+
+
 def policy_gradient_loss(
-    model: BanditTransformer, base: BanditTransformer | None, runs: dict[str, np.ndarray], kl_weight: float, device
+    model: BanditTransformer | torch.nn.Module,
+    base: BanditTransformer | None,
+    runs: dict[str, np.ndarray],
+    advantage: np.ndarray,
+    kl_weight: float,
+    device: torch.device,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """REINFORCE loss with the regret-to-go of the mean rewards and a leave-one-out baseline (module docstring)."""
+    """The model's forward pass for training: the REINFORCE loss of ``advantage`` (B, T) (+ the KL penalty).
+
+    ``model`` may be the DistributedDataParallel wrapper of a :class:`BanditTransformer`.
+    """
     sets = torch.as_tensor(runs["action_sets"], device=device)
     actions = torch.as_tensor(runs["actions"], device=device)
     rewards = torch.as_tensor(runs["rewards"], device=device)
     logits, _ = model(sets, actions, rewards)
     logp_all = F.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, actions[..., None])[..., 0]  # (B, T)
-    gaps = runs["best"] - runs["means"]
-    to_go = np.flip(np.cumsum(np.flip(gaps, axis=1), axis=1), axis=1)  # Reg_t
-    B = to_go.shape[0]
-    baseline = (to_go.sum(axis=0, keepdims=True) - to_go) / (B - 1)  # leave-one-out mean
-    advantage = torch.as_tensor((to_go - baseline).astype(np.float32), device=device)
-    loss = (advantage * logp).sum(dim=1).mean() / to_go.shape[1]
-    stats = {"regret": float((runs["best"] - runs["means"]).sum(axis=1).mean())}
+    weight = torch.as_tensor(advantage.astype(np.float32), device=device)
+    loss = (weight * logp).sum(dim=1).mean() / advantage.shape[1]
+    stats = {}
     if kl_weight > 0 and base is not None:
         with torch.no_grad():
             base_logp = F.log_softmax(base(sets, actions, rewards)[0], dim=-1)
@@ -210,7 +218,7 @@ LEGACY_FILES = ("state.json", "optimizer.pt", "last.safetensors", "last.json")
 """Resume files of the layout before :mod:`icrl_gym.training.state`: such a folder is refused, not overwritten."""
 
 
-def _save_state(
+def _save(
     store: RunState,
     model: BanditTransformer,
     optimizer: torch.optim.Optimizer,
@@ -219,28 +227,20 @@ def _save_state(
     base_meta: dict[str, Any],
 ) -> None:
     """Commit the state at ``state["iteration"]`` (keeping the best weights), then copy the best to ``out_dir/best``."""
-    best = state["best"]["iteration"]
-    store.save(
-        state["iteration"],
-        model,
-        optimizer,
-        cfg.to_dict(),
-        state,
-        {**base_meta, "finetune": state},
-        also_keep={"best": best},
-    )
-    store.publish(store.run_dir / "best", role="best")
+    meta = {**base_meta, "finetune": state}
+    keep = {"best": state["best"]["iteration"]}
+    save_state(store, state["iteration"], model, optimizer, cfg, state, meta, publish={"best": "best"}, also_keep=keep)
 
 
 def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True) -> tuple[BanditTransformer, dict]:
     """Run (or resume) the fine-tuning; returns the best model on validation and its record."""
-    device = resolve_device(cfg.device)
-    torch.set_num_threads(cfg.threads)
+    return run_in_folder(cfg, lambda ctx, device: _finetune(cfg, command, echo, ctx, device))
+
+
+def _finetune(
+    cfg: FinetuneConfig, command: str | None, echo: bool, ctx: DistContext, device: torch.device
+) -> tuple[BanditTransformer, dict]:
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-
-    log = RunLog(out / "train.log", echo)
-
     base_path = resolve_checkpoint(cfg.base)
     model, base_meta = _load_bandit_transformer(base_path, device)
     spec = BanditSpec.from_dict(base_meta["env"])
@@ -256,51 +256,69 @@ def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True)
         "config": cfg.to_dict(),  # exported records carry it (the harness reads it)
     }
     store = RunState(out, keep=1, legacy_files=LEGACY_FILES)
-    loaded = store.load()
+    loaded, _ = resume(store, cfg, model, optimizer)
+    log: Logger = RunLog(out / "train.log", echo) if ctx.is_main else no_log
     if loaded is not None:
-        check_config(out, loaded.config, cfg.to_dict(), ignore=("out_dir",))  # the folder may move
-        loaded.restore(model, optimizer)
         state = loaded.record
         state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
         state["config"] = cfg.to_dict()  # the same but for out_dir
-        store.publish(out / "best", role="best")  # renews a copy that a stop during the last one left unfinished
+        if ctx.is_main:
+            store.publish(out / "best", role="best")  # renews a copy that a stop during the last one left unfinished
         log(f"resumed at iteration {state['iteration']} ({loaded.source})")
-    else:
+    elif ctx.is_main:
         start = validation_regret(model, spec, cfg, device)
         state["history"].append({"iteration": 0, "val_regret": start, "wall_seconds": 0.0})
         state["best"] = {"iteration": 0, "val_regret": start}
-        _save_state(store, model, optimizer, cfg, state, base_meta)
+        _save(store, model, optimizer, cfg, state, base_meta)
         log(f"pretrained model: validation regret {start:.3f}")
+    net = wrap_ddp(model, ctx, device, unused=True)  # the value head gets no gradient
     t_start = time.perf_counter() - state["wall_seconds"]
     # metrics.csv (+ TensorBoard): step = iteration, val = validation regret
-    curves = TrainingCurves(out, start_step=state["iteration"])
+    curves = TrainingCurves(out, start_step=state["iteration"]) if ctx.is_main else None
     bar = progress_bar(cfg.iterations, "finetune", unit="it", initial=state["iteration"])
     if loaded is not None:  # the generators as they were after the saved iteration: the run continues exactly
         set_rng_state(loaded.rng)
-    while state["iteration"] < cfg.iterations:
-        it = state["iteration"]
+
+    def loss_at(it: int) -> tuple[torch.Tensor, dict[str, float]]:
         model.eval()
         runs = rollout(model, spec, cfg.runs_per_iteration, np.random.default_rng([cfg.seed, it]), device)
         model.train()
-        loss, stats = policy_gradient_loss(model, base, runs, cfg.kl_weight, device)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        state["iteration"] = it + 1
+        advantage, stats = advantages(runs)
+        rows = shard_rows(ctx, cfg.runs_per_iteration)
+        if ctx.enabled:  # every rank rolled out the same runs: each takes its rows
+            runs, advantage = {k: v[rows] for k, v in runs.items()}, advantage[rows]
+        loss, local = policy_gradient_loss(net, base, runs, advantage, cfg.kl_weight, device)
+        stats.update(global_means(ctx, local, rows.size, cfg.runs_per_iteration))
+        return scale_to_global_mean(loss, ctx, rows.size, cfg.runs_per_iteration), stats
+
+    def after_step(it: int, stats: dict[str, float], seconds: float) -> None:
+        state["iteration"] = it
         bar.update(1)
-        if state["iteration"] % 5 == 0:
-            log(f"iteration {state['iteration']}: batch regret {stats['regret']:.2f}, loss {stats['loss']:.4f}")
-        if state["iteration"] % cfg.eval_every == 0 or state["iteration"] == cfg.iterations:
+        if it % 5 == 0:
+            log(f"iteration {it}: batch regret {stats['regret']:.2f}, loss {stats['loss']:.4f}")
+        if ctx.is_main and curves is not None and (it % cfg.eval_every == 0 or it == cfg.iterations):
             val = validation_regret(model, spec, cfg, device)
             state["wall_seconds"] = time.perf_counter() - t_start
-            state["history"].append({"iteration": state["iteration"], "val_regret": val, **stats})
-            curves.record(state["iteration"], stats["loss"], val, cfg.lr, state["wall_seconds"])
+            state["history"].append({"iteration": it, "val_regret": val, **stats})
+            curves.record(it, stats["loss"], val, cfg.lr, state["wall_seconds"])
             if val < state["best"]["val_regret"]:
-                state["best"] = {"iteration": state["iteration"], "val_regret": val}
-            _save_state(store, model, optimizer, cfg, state, base_meta)
-            log(f"iteration {state['iteration']}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
+                state["best"] = {"iteration": it, "val_regret": val}
+            _save(store, model, optimizer, cfg, state, base_meta)
+            log(f"iteration {it}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
+
+    train_steps(
+        model,
+        optimizer,
+        state["iteration"],
+        lambda it: it < cfg.iterations,
+        loss_at,
+        lambda it: cfg.lr,
+        cfg.grad_clip,
+        after_step,
+    )
     bar.close()
+    if curves is None:  # a rank other than 0: no validation, no files
+        return model, {**base_meta, "finetune": state}
     curves.close()
     best, best_meta = _load_bandit_transformer(store.checkpoint("best"), device)
     best_meta["name"] = cfg.name

@@ -1,4 +1,4 @@
-"""Supervised pretraining of the generalist Bernoulli-bandit transformer on Gittins labels (issue 16).
+"""Supervised pretraining of the generalist Bernoulli-bandit transformer on Gittins labels.
 
 Every step draws a fresh batch in numpy: one (K, T) from the training range (K uniform in
 [min_arms, max_arms], T log-uniform in [min_horizon, max_horizon]), arm means iid U[0, 1], and B
@@ -21,7 +21,7 @@ Resumable bit for bit: every step's randomness is ``default_rng([seed, step])``,
 ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration and the
 history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
 ``resume.json``; the last two checkpoints stay); a restarted run continues from it, also from a
-moved ``run_dir``.  Resuming with other values of the fields that define the training is refused,
+moved ``out_dir``.  Resuming with other values of the fields that define the training is refused,
 naming them; those of :data:`RESUMABLE_CHANGES` may change.  Run as::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.generalist icrl_gym/pretrained/configs/bernoulli-generalist.json
@@ -29,6 +29,7 @@ naming them; those of :data:`RESUMABLE_CHANGES` may change.  Run as::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -40,19 +41,15 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
-from icrl_gym.gittins import GittinsTable, cached_gittins_table
+from icrl_gym.envs.bandit_core import BanditBatch
+from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
+from icrl_gym.fileio import POSITIVE_INT, Allowed
+from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_indices
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
-from icrl_gym.training.loop import (
-    LEGACY_FILES,
-    GeneralistLoopConfig,
-    Progress,
-    begin_run,
-    open_run,
-    run_steps,
-    save_generalist_state,
-)
+from icrl_gym.statistics import ArmStatistics
+from icrl_gym.training.distributed import DistContext
+from icrl_gym.training.loop import GeneralistLoopConfig, GeneralistTrainer, Logger, check_order, train_generalist
 from icrl_gym.training.loop import main as run_main
-from icrl_gym.training.state import RunState
 
 
 @dataclass
@@ -64,12 +61,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     [min_horizon, max_horizon], and the Gittins table is built for max_horizon.
     """
 
-    run_dir: str = "runs/bernoulli-generalist"
+    out_dir: str = "runs/bernoulli-generalist"
     cost_per_batch: float = 2.0e6
     """Trajectories per batch B = cost_per_batch / (Q K (400 + T)), within [min_batch, max_batch]:
     about constant compute per step (400 ~ the per-arm-token MLP cost in units of one history key)."""
-    label_temperature: float = 0.0
-    """0: target uniform over the Gittins maximisers; > 0: softmax(G / label_temperature)."""
     eval_arms: int = 5
     """K of the in-training evaluation."""
     eval_horizon: int = 200
@@ -80,6 +75,19 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     ``time_budget_hours`` and is recorded, so the budget covers both phases ('': from scratch)."""
     table_cache: str = "runs/cache"
     """Folder where the Gittins table is kept between processes (5 min to build for T = 500)."""
+
+    def field_rules(self) -> dict[str, Allowed]:
+        """The shared fields' and the evaluation's."""
+        return {**super().field_rules(), "eval_arms": POSITIVE_INT, "eval_horizon": POSITIVE_INT}
+
+    def check(self) -> None:
+        """The shared checks; the model's fields build a :class:`GeneralistConfig`."""
+        super().check()
+        check_order(self, ("eval_horizon", "max_horizon"))  # the Gittins table is built for max_horizon
+        try:
+            GeneralistConfig.from_dict(self.model)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"GeneralistTrainConfig.model={self.model!r} is not a GeneralistConfig: {err}") from err
 
 
 @dataclass
@@ -98,6 +106,16 @@ class Batch:
     """K."""
     horizon: int
     """T."""
+
+    @property
+    def size(self) -> int:
+        """B."""
+        return self.actions.shape[0]
+
+    def rows(self, index: np.ndarray) -> Batch:
+        """The batch of the trajectories ``index`` (a data-parallel rank's share)."""
+        arrays = ("actions", "rewards", "query_steps", "targets")
+        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
 
 
 def gittins_targets(index: np.ndarray, temperature: float) -> np.ndarray:
@@ -121,15 +139,17 @@ def rollout(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Trajectories of eps-Gittins (``model`` None) or eps-greedy model play on arms ``means`` (B, K).
 
-    Returns actions (B, T), rewards (B, T) and the Gittins indices G (B, T, K) before every step.
+    The bandits are a :class:`~icrl_gym.envs.bandit_core.BanditBatch` of Bernoulli arms with means
+    ``means`` drawing from ``rng``; the expert's index is :func:`icrl_gym.gittins.gittins_indices`
+    of the arms' counts.  Returns actions (B, T), rewards (B, T) and the Gittins indices G (B, T, K)
+    before every step.
     """
     b, k = means.shape
-    succ = np.zeros((b, k), dtype=np.int64)
-    fail = np.zeros((b, k), dtype=np.int64)
+    bandits = BanditBatch(bernoulli_bandit_spec(num_arms=k, horizon=horizon), b, rng, w_star=means)
+    stats = ArmStatistics(b, k)
     actions = np.zeros((b, horizon), dtype=np.int64)
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, k), dtype=np.float32)
-    rows = np.arange(b)
     cache: GeneralistCache | None = None
     if model is not None:
         if device is None:  # the model's own device
@@ -137,7 +157,7 @@ def rollout(
         cache = model.new_cache(b, horizon, device, grouped=True)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     for t in range(horizon):
-        index[:, t] = table.lookup(succ, fail, horizon - t)
+        index[:, t] = gittins_indices(table, stats, horizon - t)
         if model is None or cache is None:  # Gittins, ties broken at random (cache is None iff model is)
             best = index[:, t] == index[:, t].max(axis=1, keepdims=True)
             greedy = (best * rng.random((b, k))).argmax(axis=1)
@@ -146,9 +166,8 @@ def rollout(
             greedy = model.step(cache, k, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
         explore = rng.random(b) < epsilon
         a = np.where(explore, rng.integers(0, k, b), greedy)
-        r = (rng.random(b) < means[rows, a]).astype(np.float64)
-        succ[rows, a] += r.astype(np.int64)
-        fail[rows, a] += 1 - r.astype(np.int64)
+        r = bandits.step(a)["reward"]
+        stats.update(a, r)
         actions[:, t], rewards[:, t] = a, r
         if model is not None:
             prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
@@ -175,9 +194,12 @@ def sample_batch(
 
 
 def batch_loss(
-    model: GeneralistTransformer, batch: Batch, device: torch.device
+    model: GeneralistTransformer | torch.nn.Module, batch: Batch, device: torch.device
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cross-entropy to the targets, and the KL and argmax-agreement metrics."""
+    """The model's forward pass for training: cross-entropy to the targets, and the KL and argmax-agreement metrics.
+
+    ``model`` may be the DistributedDataParallel wrapper of a :class:`GeneralistTransformer`.
+    """
     logits = model(
         torch.as_tensor(batch.actions, device=device),
         torch.as_tensor(batch.rewards, dtype=torch.float32, device=device),
@@ -246,20 +268,14 @@ RESUMABLE_CHANGES = (
 (``init_checkpoint`` only starts a new run)."""
 
 
-def _save_state(
-    store: RunState, model: GeneralistTransformer, opt: torch.optim.Optimizer, cfg: GeneralistTrainConfig, at: Progress
-) -> None:
-    """Commit the training state at ``at.step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
-    fields = {
-        "env": {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0},
-        "trained_range": {
-            "num_arms": [cfg.min_arms, cfg.max_arms],
-            "horizon": [cfg.min_horizon, cfg.max_horizon],
-        },
-    }
-    save_generalist_state(
-        store, model, opt, cfg, at, fields, model.config.to_dict(), CheckpointKind.GENERALIST_TRANSFORMER
-    )
+TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0}
+"""The environment family of the training batches, as the checkpoint records it."""
+
+
+def _record(cfg: GeneralistTrainConfig) -> dict[str, Any]:
+    """The checkpoint record's fields: the environment family and the trained range of K and T."""
+    trained = {"num_arms": [cfg.min_arms, cfg.max_arms], "horizon": [cfg.min_horizon, cfg.max_horizon]}
+    return {"env": TRAINED_ENV, "trained_range": trained}
 
 
 def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
@@ -274,44 +290,50 @@ def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
 
 
 def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
-    """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
-    model, opt, log, device = open_run(cfg, echo, lambda: GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)))
-    store = RunState(cfg.run_dir, keep=2, legacy_files=LEGACY_FILES)
-    loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
-    if loaded is None and cfg.init_checkpoint:
-        progress.wall = _init_from(model, cfg.init_checkpoint)
-        log(f"initialised from {cfg.init_checkpoint} ({progress.wall / 3600:.2f} h of training counted in the budget)")
-    table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
+    """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
 
-    def sample(rng: np.random.Generator, use_model: bool) -> Batch:
-        if use_model:
-            model.eval()
-        return sample_batch(cfg, table, rng, model if use_model else None, device)
+    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
+        model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
+        table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
 
-    def evaluate(step: int) -> dict[str, Any]:
-        mean, se, eval_gittins = evaluate_regret(
-            model, table, cfg.eval_arms, cfg.eval_horizon, cfg.eval_instances, 1, device
+        def sample(rng: np.random.Generator, use_model: bool) -> Batch:
+            if use_model:
+                model.eval()
+            return sample_batch(cfg, table, rng, model if use_model else None, device)
+
+        def evaluate(step: int, log: Logger) -> dict[str, Any]:
+            mean, se, eval_gittins = evaluate_regret(
+                model, table, cfg.eval_arms, cfg.eval_horizon, cfg.eval_instances, 1, device
+            )
+            log(
+                f"eval step {step}: K={cfg.eval_arms} T={cfg.eval_horizon} regret {mean:.2f} +- {se:.2f} "
+                f"(Gittins {eval_gittins:.2f}, {cfg.eval_instances} instances, seed 1)"
+            )
+            return {"step": step, "eval_regret": round(mean, 4), "eval_gittins": round(eval_gittins, 4)}
+
+        def init() -> tuple[float, str]:
+            if not cfg.init_checkpoint:
+                return 0.0, ""
+            wall = _init_from(model, cfg.init_checkpoint)
+            return (
+                wall,
+                f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",
+            )
+
+        return GeneralistTrainer(
+            model=model,
+            sample=sample,
+            loss=lambda net, batch: batch_loss(net, batch, device),
+            metrics={"loss": ".4f", "kl": ".4f", "agree": ".3f"},
+            evaluate=evaluate,
+            record=lambda: _record(cfg),
+            kind=CheckpointKind.GENERALIST_TRANSFORMER,
+            model_config=model.config.to_dict(),
+            allowed=RESUMABLE_CHANGES,
+            init=init,
         )
-        log(
-            f"eval step {step}: K={cfg.eval_arms} T={cfg.eval_horizon} regret {mean:.2f} +- {se:.2f} "
-            f"(Gittins {eval_gittins:.2f}, {cfg.eval_instances} instances, seed 1)"
-        )
-        return {"step": step, "eval_regret": round(mean, 4), "eval_gittins": round(eval_gittins, 4)}
 
-    run_steps(
-        cfg,
-        model,
-        opt,
-        log,
-        loaded,
-        progress,
-        sample,
-        lambda batch: batch_loss(model, batch, device),
-        {"loss": ".4f", "kl": ".4f", "agree": ".3f"},
-        evaluate,
-        lambda at: _save_state(store, model, opt, cfg, at),
-    )
-    return model
+    return train_generalist(cfg, echo, build)  # type: ignore[return-value]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Supervised pretraining of the LINEAR generalist transformer (issue 16) on a Bayes-level expert.
+"""Supervised pretraining of the LINEAR generalist transformer on a Bayes-level expert.
 
 Supervised pretraining as in Section 2.2 / Section 4.1 of Lin, Bai, Mei, "Transformers as Decision
 Makers" (ICLR 2024): contexts D_T are drawn from a context algorithm, and the model imitates an expert
@@ -29,7 +29,7 @@ Resumable bit for bit: every ``checkpoint_every`` steps the training state (the 
 checkpoint ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration
 and the history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
 ``resume.json``); the last two checkpoints and every 1,000th (the learning curve) stay.  A restarted
-run continues from it, also from a moved ``run_dir`` or a folder of the older layout (``latest.json``,
+run continues from it, also from a moved ``out_dir`` or a folder of the older layout (``latest.json``,
 whose configuration is the one its checkpoint records).  Resuming with other values of the fields
 that define the training is refused, naming them; those of :data:`RESUMABLE_CHANGES` may change.
 Capped at ``time_budget_hours`` of training wall time summed over resumes (recorded in every
@@ -40,6 +40,7 @@ checkpoint)::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -49,20 +50,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
+from icrl_gym.checkpoint import CheckpointKind
+from icrl_gym.fileio import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
-    LEGACY_FILES,
+    PROBABILITY,
     GeneralistLoopConfig,
-    Progress,
-    begin_run,
-    open_run,
+    GeneralistTrainer,
+    Logger,
+    check_order,
     release_freed_memory,
-    run_steps,
-    save_generalist_state,
+    train_generalist,
 )
 from icrl_gym.training.loop import main as run_main
-from icrl_gym.training.state import RunState
 
 PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 """The matched Gaussian prior N(1/2, I/12) of w* ~ U[0, 1]^d."""
@@ -77,13 +78,13 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     ``eval_cells``.
     """
 
-    run_dir: str = "runs/linear-generalist"
+    out_dir: str = "runs/linear-generalist"
     time_budget_hours: float = 3.9
     queries: int = 32
     min_batch: int = 8
     dagger_start: int = 2_000
     dagger_fraction: float = 0.2
-    warmup: int = 300
+    warmup_steps: int = 300
     checkpoint_every: int = 200
     eval_every: int = 500
     min_dim: int = 2
@@ -104,8 +105,6 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
     dagger_max_batch: int = 96
     """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
-    label_temperature: float = 0.0
-    """0: one-hot expert action; > 0: softmax(index / label_temperature) (reward units)."""
     eval_cells: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
@@ -114,6 +113,61 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
         ]
     )
     """Evaluation settings (keys: dim, num_actions, horizon, noise_std, arms, action_set)."""
+
+    def field_rules(self) -> dict[str, Allowed]:
+        """The shared fields' and the linear prior's."""
+        return {
+            **super().field_rules(),
+            "min_dim": POSITIVE_INT,
+            "max_dim": POSITIVE_INT,
+            "min_noise": POSITIVE,
+            "max_noise": POSITIVE,
+            "gaussian_arms_fraction": PROBABILITY,
+            "per_step_fraction": PROBABILITY,
+            "expert_z": NONNEGATIVE,
+            "dagger_max_batch": POSITIVE_INT,
+        }
+
+    def check(self) -> None:
+        """The ranges are ordered, d fits the model (``d_max``), every evaluation cell is one the trainer plays."""
+        super().check()
+        check_order(self, ("min_dim", "max_dim"), ("min_noise", "max_noise"))
+        try:
+            d_max = LinearGeneralistConfig.from_dict(self.model).d_max
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"LinearGeneralistTrainConfig.model={self.model!r} is not a model config: {err}") from err
+        if self.max_dim > d_max:
+            raise ValueError(
+                f"LinearGeneralistTrainConfig.max_dim={self.max_dim} must be <= the model's d_max={d_max} "
+                "(model.d_max): larger d cannot be fed to it"
+            )
+        for i, cell in enumerate(self.eval_cells):
+            _check_cell(cell, f"LinearGeneralistTrainConfig.eval_cells[{i}]", d_max)
+
+
+EVAL_CELL_FIELDS = {
+    "dim": POSITIVE_INT,
+    "num_actions": POSITIVE_INT,
+    "horizon": POSITIVE_INT,
+    "noise_std": POSITIVE,
+    "arms": Allowed(choices=("uniform", "gaussian")),
+    "action_set": Allowed(choices=("fixed", "per_step")),
+}
+"""The keys of an evaluation cell and their allowed values."""
+
+
+def _check_cell(cell: Any, where: str, d_max: int) -> None:
+    """A ``ValueError`` naming the first key of an evaluation cell that is unknown or out of range."""
+    if not isinstance(cell, dict):
+        raise ValueError(f"{where} must be a dict with keys {sorted(EVAL_CELL_FIELDS)}, got {cell!r}")
+    for key, value in cell.items():
+        rule = EVAL_CELL_FIELDS.get(key)
+        if rule is None:
+            raise ValueError(f"{where} has an unknown key {key!r}; keys: {sorted(EVAL_CELL_FIELDS)}")
+        if not rule.admits(value):
+            raise ValueError(f"{where}.{key} must be {rule}, got {value!r}")
+    if cell.get("dim", 5) > d_max:
+        raise ValueError(f"{where}.dim={cell.get('dim', 5)} must be <= the model's d_max={d_max}")
 
 
 @dataclass
@@ -130,6 +184,11 @@ class Instances:
     def action_set(self, t: int) -> np.ndarray:
         """The action sets (B, A, d_max) of step t."""
         return self.sets[:, t if self.sets.shape[1] > 1 else 0]
+
+    def rows(self, index: np.ndarray) -> Instances:
+        """The runs ``index``."""
+        arrays = ("w", "sets", "noise", "sigma", "dim")
+        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
 
 
 def draw_instances(
@@ -245,6 +304,16 @@ class Batch:
     targets: np.ndarray
     """(B, Q, A) target distributions."""
 
+    @property
+    def size(self) -> int:
+        """B."""
+        return self.actions.shape[0]
+
+    def rows(self, index: np.ndarray) -> Batch:
+        """The batch of the trajectories ``index`` (a data-parallel rank's share)."""
+        arrays = ("actions", "rewards", "query_steps", "index", "targets")
+        return Batch(self.inst.rows(index), *(getattr(self, name)[index] for name in arrays))
+
 
 def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
     """One-hot argmax (temperature 0) or softmax(index / temperature), (..., A)."""
@@ -280,9 +349,13 @@ def sample_batch(
 
 
 def batch_loss(
-    model: LinearGeneralistTransformer, batch: Batch, device: torch.device
+    model: LinearGeneralistTransformer | torch.nn.Module, batch: Batch, device: torch.device
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cross-entropy to the targets; ``agree`` (argmax = expert's) and ``gap`` (expert index lost) metrics."""
+    """The model's forward pass for training: cross-entropy to the targets; ``agree`` and ``gap`` metrics.
+
+    ``agree``: the argmax is the expert's; ``gap``: the expert index the argmax loses.  ``model``
+    may be the DistributedDataParallel wrapper of a :class:`LinearGeneralistTransformer`.
+    """
     inst = batch.inst
     logits = model(
         torch.as_tensor(inst.sets, device=device).expand(-1, inst.horizon, -1, -1),
@@ -341,24 +414,22 @@ CURVE_EVERY = 1_000
 """Steps between the checkpoints that stay for the learning curve."""
 
 
-def _save_state(
-    store: RunState,
-    model: LinearGeneralistTransformer,
-    opt: torch.optim.Optimizer,
-    cfg: LinearGeneralistTrainConfig,
-    at: Progress,
-) -> None:
-    """Commit the training state at ``at.step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
-    fields = {
+TRAINED_ENV = {
+    "reward": "gaussian",
+    "arms": "uniform|gaussian",
+    "prior": "uniform",
+    "prior_low": 0.0,
+    "prior_high": 1.0,
+    "action_set": "fixed|per_step",
+}
+"""The environment family of the training batches, as the checkpoint records it."""
+
+
+def _record(cfg: LinearGeneralistTrainConfig) -> dict[str, Any]:
+    """The checkpoint record's fields: the family, the trained ranges and the expert."""
+    return {
         "family": "linear",
-        "env": {
-            "reward": "gaussian",
-            "arms": "uniform|gaussian",
-            "prior": "uniform",
-            "prior_low": 0.0,
-            "prior_high": 1.0,
-            "action_set": "fixed|per_step",
-        },
+        "env": TRAINED_ENV,
         "trained_range": {
             "dim": [cfg.min_dim, cfg.max_dim],
             "num_actions": [cfg.min_arms, cfg.max_arms],
@@ -372,62 +443,49 @@ def _save_state(
             "prior_var": PRIOR_VAR,
         },
     }
-    save_generalist_state(
-        store, model, opt, cfg, at, fields, model.config.to_dict(), CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
-    )
-
-
-def load_model(checkpoint: str | os.PathLike, device: torch.device | str = "cpu") -> LinearGeneralistTransformer:
-    """The model of a checkpoint of this trainer."""
-    state, meta = read_checkpoint(checkpoint)
-    model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(meta["model"]))
-    model.load_state_dict(state, strict=True)
-    return model.to(device).eval()
 
 
 def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGeneralistTransformer:
-    """Train (or resume) the run in ``cfg.run_dir``; returns the model.  See the module docstring."""
-    model, opt, log, device = open_run(
-        cfg, echo, lambda: LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model))
-    )
-    store = RunState(cfg.run_dir, keep=2, legacy_files=LEGACY_FILES, keep_every=CURVE_EVERY)
-    loaded, progress = begin_run(store, cfg, model, opt, log, RESUMABLE_CHANGES)
+    """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
 
-    def sample(rng: np.random.Generator, use_model: bool) -> Batch:
-        model.eval()
-        with torch.no_grad():
-            return sample_batch(cfg, rng, model if use_model else None, device)
+    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
+        model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).to(device)
 
-    def evaluate_cells(step: int) -> dict[str, Any]:
-        entry: dict[str, Any] = {"step": step}
-        for i, cell in enumerate(cfg.eval_cells):
-            ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
-            ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
-            se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
-            own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
-            log(
-                f"eval step {step}: {cell} regret {ours.mean():.2f} +- {own_se:.2f} "
-                f"(expert {ref.mean():.2f}, paired diff {ours.mean() - ref.mean():+.2f} +- {se:.2f})"
-            )
-            entry[f"eval{i}"] = round(float(ours.mean()), 3)
-            entry[f"expert{i}"] = round(float(ref.mean()), 3)
-        return entry
+        def sample(rng: np.random.Generator, use_model: bool) -> Batch:
+            model.eval()
+            with torch.no_grad():
+                return sample_batch(cfg, rng, model if use_model else None, device)
 
-    run_steps(
-        cfg,
-        model,
-        opt,
-        log,
-        loaded,
-        progress,
-        sample,
-        lambda batch: batch_loss(model, batch, device),
-        {"loss": ".4f", "agree": ".3f", "gap": ".4f"},
-        evaluate_cells,
-        lambda at: _save_state(store, model, opt, cfg, at),
-        after_log=release_freed_memory,
-    )
-    return model
+        def evaluate_cells(step: int, log: Logger) -> dict[str, Any]:
+            entry: dict[str, Any] = {"step": step}
+            for i, cell in enumerate(cfg.eval_cells):
+                ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+                ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+                se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
+                own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
+                log(
+                    f"eval step {step}: {cell} regret {ours.mean():.2f} +- {own_se:.2f} "
+                    f"(expert {ref.mean():.2f}, paired diff {ours.mean() - ref.mean():+.2f} +- {se:.2f})"
+                )
+                entry[f"eval{i}"] = round(float(ours.mean()), 3)
+                entry[f"expert{i}"] = round(float(ref.mean()), 3)
+            return entry
+
+        return GeneralistTrainer(
+            model=model,
+            sample=sample,
+            loss=lambda net, batch: batch_loss(net, batch, device),
+            metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
+            evaluate=evaluate_cells,
+            record=lambda: _record(cfg),
+            kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER,
+            model_config=model.config.to_dict(),
+            allowed=RESUMABLE_CHANGES,
+            keep_every=CURVE_EVERY,
+            after_log=release_freed_memory,
+        )
+
+    return train_generalist(cfg, echo, build)  # type: ignore[return-value]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,41 +1,69 @@
-"""What the online generalist trainers share: the step loop, the schedule, the resume state, the CLI.
+"""The one training loop of every trainer: configuration fields and their checks, the step, the state, DDP.
 
-The Bernoulli (:mod:`icrl_gym.training.generalist`) and the linear
-(:mod:`icrl_gym.training.linear_generalist`) generalist trainers draw every step's batch from
-``default_rng([seed, step])`` (from ``dagger_start`` on, with probability ``dagger_fraction``, rolled
-out by the model: DAgger), minimise a cross-entropy under a warm-up + cosine learning rate, log,
-evaluate and commit their training state through :class:`icrl_gym.training.state.RunState`.  What
-differs (the batch, the loss, the evaluation, the checkpoint record) they pass in:
+Pretraining (:mod:`icrl_gym.training.pretrain`), online fine-tuning
+(:mod:`icrl_gym.training.finetune`) and the two generalist trainers
+(:mod:`icrl_gym.training.generalist`, :mod:`icrl_gym.training.linear_generalist`) differ in their
+batch, their loss, their evaluation and their checkpoint record; everything else is here, once:
 
-- :func:`begin_run` reads the committed state (or a folder of the layout before the manifest,
-  :func:`legacy_generalist_state`), checks the configuration and restores the weights and the
-  optimiser;
-- :func:`run_steps` runs the loop from there (restoring the RNG states first, or committing step 0
-  of a new run) until ``steps`` or ``time_budget_hours``;
-- :func:`save_generalist_state` commits a state with the checkpoint record both write;
-- :func:`main` is the command line ``[CONFIG.json] [--set key=value ...]``.
+- the fields every trainer has (:class:`TrainerConfig`: ``out_dir``, ``seed``, ``lr``,
+  ``grad_clip``, ``device``, ``threads``; :class:`ScheduleConfig` adds ``steps``,
+  ``warmup_steps``, ``min_lr_ratio`` and ``weight_decay``), checked when a configuration is built,
+  before any file is written: a refused value raises a ``ValueError`` naming the field, the value
+  and the allowed range (:func:`icrl_gym.fileio.check_fields`);
+- :func:`upgrade_config`, the one reader of older records (configuration files and the ``pretrain``
+  record of shipped checkpoints): fields that were renamed keep their meaning;
+- :func:`start_process` (threads, device, torchrun's process group), :func:`resume` (the committed
+  state, its configuration compared with this run's), :func:`train_steps` (the loop and its one
+  optimiser step, :func:`optimizer_step`) and :func:`save_state` (the one commit of a state);
+- the data-parallel pieces (:func:`shard_rows`, :func:`scale_to_global_mean`,
+  :func:`global_means`): every rank draws the same global batch, keeps its share of the rows and
+  scales its loss so that DDP's average of the gradients is the gradient of the global mean.
+
+The generalist trainers share more (:class:`GeneralistLoopConfig`, :func:`train_generalist`): every
+step's batch comes from ``default_rng([seed, step])`` (from ``dagger_start`` on, with probability
+``dagger_fraction``, rolled out by the model: DAgger), a log line every ``log_every`` steps, an
+evaluation every ``eval_every``, a committed state every ``checkpoint_every`` and at the end, under a
+wall-time budget ``time_budget_hours``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.cli import ConfigParser
+from icrl_gym.data.labels import upgrade_label_fields
 from icrl_gym.device import resolve_device
-from icrl_gym.fileio import DictConfig, RunLog, atomic_write_bytes
+from icrl_gym.fileio import (
+    DEVICE,
+    NONNEGATIVE,
+    NONNEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    Allowed,
+    DictConfig,
+    RunLog,
+    atomic_write_bytes,
+    check_fields,
+    dataclass_from_dict,
+)
+from icrl_gym.training.distributed import DistContext, close_distributed, init_distributed
 from icrl_gym.training.state import (
+    RunFolderLock,
     RunState,
     TrainingState,
     TrainingStateError,
@@ -47,20 +75,296 @@ from icrl_gym.training.state import (
 BatchT = TypeVar("BatchT")
 ModelT = TypeVar("ModelT", bound=torch.nn.Module)
 ConfigT = TypeVar("ConfigT", bound=DictConfig)
+R = TypeVar("R")
+
+# --- configuration ------------------------------------------------------------------------------
+
+RENAMED_FIELDS = {"run_dir": "out_dir", "warmup": "warmup_steps"}
+"""Older names of trainer fields -> today's (the generalist trainers once said ``run_dir`` and ``warmup``)."""
+
+
+def upgrade_config(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A trainer configuration as any version recorded it, in today's fields (the one compatibility reader).
+
+    Renamed fields (:data:`RENAMED_FIELDS`) take their new name; a pretraining record's label
+    fields are read by :func:`icrl_gym.data.labels.upgrade_label_fields`.  A record that holds a
+    field under both names with two values is refused (``ValueError`` naming both).
+    """
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        new = RENAMED_FIELDS.get(key, key)
+        if new in out and out[new] != value:
+            raise ValueError(f"a trainer configuration holds {key}={value!r} and its new name {new}={out[new]!r}")
+        out[new] = value
+    return upgrade_label_fields(out) if "label" in out else out
+
+
+SEED = Allowed(low=0, high=2**63 - 1, integer=True)
+"""A seed torch accepts (``torch.manual_seed`` takes 64-bit integers)."""
+LEARNING_RATE = Allowed(low=0, high=1, strict=True)
+"""A peak learning rate: larger values only overflow the weights."""
+MAX_THREADS = 256
+"""Upper bound of ``threads`` (OpenMP crashes when asked for tens of thousands)."""
+THREADS = Allowed(low=0, high=MAX_THREADS, integer=True)
+PROBABILITY = Allowed(low=0, high=1)
+FRACTION = Allowed(low=0, high=1)
+
+
+def check_order(config: Any, *pairs: tuple[str, str]) -> None:
+    """A ``ValueError`` naming every pair of fields ``(low, high)`` of ``config`` whose values are not low <= high."""
+    name = type(config).__name__
+    problems = [
+        f"{name}.{low}={getattr(config, low)!r} must be <= {name}.{high}={getattr(config, high)!r}"
+        for low, high in pairs
+        if getattr(config, low) > getattr(config, high)
+    ]
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 @dataclass
-class GeneralistLoopConfig(DictConfig):
+class TrainerConfig(DictConfig):
+    """The fields every trainer has; a subclass adds its own (and its defaults) and its checks.
+
+    Building one checks every field (:meth:`field_rules`, then :meth:`check`), so a refused
+    configuration never reaches a run folder.
+    """
+
+    out_dir: str = "runs/run"
+    """Folder of the resumable training state, the checkpoints and the log."""
+    seed: int = 0
+    """Seed of the initialisation and of every batch."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping threshold."""
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu", "cuda" or "cuda:N"."""
+    threads: int = 1
+    """torch CPU threads per process (0: leave torch's default)."""
+
+    renamed_fields: ClassVar[Mapping[str, str]] = RENAMED_FIELDS
+    """Older field names the command line still reads (:func:`upgrade_config`)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.field_rules())
+        self.check()
+
+    def field_rules(self) -> dict[str, Allowed]:
+        """The allowed values of every checked field (a subclass extends them)."""
+        return {"seed": SEED, "lr": LEARNING_RATE, "grad_clip": POSITIVE, "device": DEVICE, "threads": THREADS}
+
+    def check(self) -> None:
+        """Checks across fields, after :meth:`field_rules` (``ValueError`` naming the fields)."""
+
+    @classmethod
+    def from_dict(cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
+        """The configuration of ``data``, which may use older field names (:func:`upgrade_config`)."""
+        return dataclass_from_dict(cls, upgrade_config(data))
+
+
+@dataclass
+class ScheduleConfig(TrainerConfig):
+    """A trainer with a fixed number of AdamW steps under a warm-up + cosine learning rate."""
+
+    steps: int = 5000
+    """Optimiser steps (the cosine schedule spans them)."""
+    warmup_steps: int = 200
+    """Linear warm-up steps."""
+    min_lr_ratio: float = 0.05
+    """Learning rate at the end of the cosine schedule, as a fraction of lr."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+
+    def field_rules(self) -> dict[str, Allowed]:
+        """:class:`TrainerConfig`'s and the schedule's."""
+        return {
+            **super().field_rules(),
+            "steps": POSITIVE_INT,
+            "warmup_steps": NONNEGATIVE_INT,
+            "min_lr_ratio": FRACTION,
+            "weight_decay": NONNEGATIVE,
+        }
+
+
+def warmup_cosine(step: int, lr: float, warmup: int, steps: int, min_lr_ratio: float) -> float:
+    """The learning rate at ``step``: linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay.
+
+    The decay reaches ``min_lr_ratio * lr`` at ``steps``.
+    """
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def learning_rate(cfg: ScheduleConfig, step: int) -> float:
+    """:func:`warmup_cosine` with ``lr``, ``warmup_steps``, ``steps`` and ``min_lr_ratio``."""
+    return warmup_cosine(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
+
+
+# --- the run: process, state, loop --------------------------------------------------------------
+
+
+class Logger(Protocol):
+    """A line logger (:class:`icrl_gym.fileio.RunLog`)."""
+
+    def __call__(self, msg: str) -> None:
+        """Write one line."""
+        ...
+
+
+def no_log(msg: str) -> None:
+    """The logger of the ranks other than 0 (only rank 0 writes)."""
+
+
+def start_process(cfg: TrainerConfig) -> tuple[DistContext, torch.device]:
+    """Set the torch threads (``threads`` > 0), resolve ``device`` and join torchrun's process group if any."""
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    return init_distributed(resolve_device(cfg.device))
+
+
+def run_in_folder(cfg: TrainerConfig, body: Callable[[DistContext, torch.device], R]) -> R:
+    """``body(ctx, device)`` after :func:`start_process`, with ``out_dir`` locked by rank 0 (:class:`RunFolderLock`).
+
+    A folder another live process trains in is refused (:class:`~icrl_gym.training.state.RunFolderBusy`)
+    before anything is read or written; the process group is left when ``body`` returns.
+    """
+    ctx, device = start_process(cfg)
+    with RunFolderLock(cfg.out_dir) if ctx.is_main else contextlib.nullcontext():
+        result = body(ctx, device)
+    close_distributed(ctx)
+    return result
+
+
+def resume(
+    store: RunState,
+    cfg: TrainerConfig,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    allowed: Iterable[str] = (),
+    legacy: Callable[[Path], TrainingState | None] | None = None,
+) -> tuple[TrainingState | None, list[str]]:
+    """The committed state of ``out_dir`` restored into the model and optimiser; ``None`` for a new run.
+
+    The run's configuration (read by :func:`upgrade_config`) may differ from ``cfg`` only in
+    ``out_dir`` (the folder may move) and the fields ``allowed``, whose changes are returned as
+    ``"field: old -> new"`` lines; any other difference is a :class:`TrainingStateError` naming it.
+    Nothing is written.
+    """
+    loaded = store.load(legacy)
+    if loaded is None:
+        return None, []
+    changes = check_config(store.run_dir, upgrade_config(loaded.config), cfg.to_dict(), ("out_dir",), allowed)
+    loaded.restore(model, optimizer)
+    return loaded, changes
+
+
+def optimizer_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float, grad_clip: float
+) -> None:
+    """One step: the learning rate ``lr`` for every group, the gradient of ``loss`` clipped to norm ``grad_clip``."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+
+
+def train_steps(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    keep_going: Callable[[int], bool],
+    loss_at: Callable[[int], tuple[torch.Tensor, dict[str, float]]],
+    lr_at: Callable[[int], float],
+    grad_clip: float,
+    after_step: Callable[[int, dict[str, float], float], None],
+) -> int:
+    """The loop of every trainer, from ``step`` while ``keep_going(step)``; returns the steps done.
+
+    Each step: ``loss_at(step)`` (the batch and the forward pass; it sets the model's mode), one
+    :func:`optimizer_step` at ``lr_at(step)``, then ``after_step(step + 1, metrics, seconds)`` (the
+    trainer's logging, evaluation and saving; ``seconds``: the step's wall time).
+    """
+    while keep_going(step):
+        t0 = time.time()
+        loss, metrics = loss_at(step)
+        optimizer_step(model, optimizer, loss, lr_at(step), grad_clip)
+        step += 1
+        after_step(step, metrics, time.time() - t0)
+    return step
+
+
+def save_state(
+    store: RunState,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    cfg: TrainerConfig,
+    record: dict[str, Any],
+    meta: dict[str, Any],
+    publish: Mapping[str, str] | None = None,
+    **save: Any,
+) -> None:
+    """Commit the state at ``step`` (:meth:`RunState.save`; ``save``: its other arguments), then publish.
+
+    ``publish`` maps a checkpoint role to a stem in ``out_dir`` that receives a copy of it (pretraining's
+    ``checkpoint``, fine-tuning's ``best``), for readers of a fixed name.
+    """
+    store.save(step, model, optimizer, cfg.to_dict(), record, meta, **save)
+    for role, stem in (publish or {}).items():
+        store.publish(store.run_dir / stem, role=role)
+
+
+def wrap_ddp(model: torch.nn.Module, ctx: DistContext, device: torch.device, unused: bool = False) -> torch.nn.Module:
+    """``model`` itself for one process, else its DistributedDataParallel wrapper (what the forward runs through)."""
+    if not ctx.enabled:
+        return model
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=unused)
+
+
+def shard_rows(ctx: DistContext, rows: int) -> np.ndarray:
+    """The rows of a batch of ``rows`` that belong to this rank: contiguous shares differing by at most one row."""
+    if rows < ctx.world_size:
+        raise ValueError(f"a batch of {rows} rows cannot be shared by {ctx.world_size} processes")
+    return np.array_split(np.arange(rows), ctx.world_size)[ctx.rank]
+
+
+def scale_to_global_mean(loss: torch.Tensor, ctx: DistContext, local: int, total: int) -> torch.Tensor:
+    """A rank's mean loss over ``local`` of ``total`` rows, scaled so that DDP's gradient average is the global mean's.
+
+        (1/N) sum_r (N n_r / B) mean_r  =  (1/B) sum_r sum_{i in r} l_i.
+
+    One process: ``loss`` itself.
+    """
+    return loss * (ctx.world_size * local / total) if ctx.enabled else loss
+
+
+def global_means(ctx: DistContext, metrics: dict[str, float], local: int, total: int) -> dict[str, float]:
+    """Per-rank means over ``local`` of ``total`` rows -> the means over all rows (one process: unchanged)."""
+    if not ctx.enabled:
+        return metrics
+    values = torch.tensor([metrics[k] * local / total for k in metrics], dtype=torch.float64)
+    dist.all_reduce(values)
+    return {k: float(v) for k, v in zip(metrics, values.tolist(), strict=True)}
+
+
+# --- the generalist trainers --------------------------------------------------------------------
+
+
+@dataclass
+class GeneralistLoopConfig(ScheduleConfig):
     """The fields both generalist trainers share; each trainer's configuration adds its own and its defaults."""
 
-    run_dir: str = "runs/generalist"
-    """Folder of the log, the checkpoints and the resume state."""
-    seed: int = 0
-    """Seed of the initialisation and of every batch (step i draws from default_rng([seed, i]))."""
+    out_dir: str = "runs/generalist"
     model: dict[str, Any] = field(default_factory=dict)
     """The model configuration's fields (defaults where left out)."""
     steps: int = 20_000
-    """Optimiser steps (the cosine schedule spans them)."""
+    warmup_steps: int = 500
     time_budget_hours: float = 3.5
     """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
     min_arms: int = 2
@@ -83,16 +387,10 @@ class GeneralistLoopConfig(DictConfig):
     """Step from which batches may be rolled out by the model."""
     dagger_fraction: float = 0.15
     """Probability that a batch (after dagger_start) is rolled out by the model."""
-    lr: float = 1e-3
-    """Peak AdamW learning rate."""
-    warmup: int = 500
-    """Linear warm-up steps."""
-    min_lr_ratio: float = 0.05
-    """Learning rate at the end of the cosine schedule, as a fraction of lr."""
-    weight_decay: float = 0.01
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Clip of the gradient norm."""
+    cost_per_batch: float = 2.0e6
+    """The compute budget of a batch; each trainer turns it into B (its docstring)."""
+    label_temperature: float = 0.0
+    """0: hard targets (the expert's maximisers); > 0: softmax(index / label_temperature)."""
     log_every: int = 50
     """Steps between log lines (averages over them)."""
     checkpoint_every: int = 250
@@ -101,18 +399,33 @@ class GeneralistLoopConfig(DictConfig):
     """Steps between regret evaluations (0: never)."""
     eval_instances: int = 200
     """Instances of the in-training regret evaluation."""
-    device: str = "cpu"
-    """'auto' (CUDA when present), 'cpu', 'cuda', ..."""
-    threads: int = 1
-    """torch CPU threads."""
 
+    def field_rules(self) -> dict[str, Allowed]:
+        """:class:`ScheduleConfig`'s and the generalist fields'."""
+        return {
+            **super().field_rules(),
+            "time_budget_hours": POSITIVE,
+            "min_arms": POSITIVE_INT,
+            "max_arms": POSITIVE_INT,
+            "min_horizon": POSITIVE_INT,
+            "max_horizon": POSITIVE_INT,
+            "queries": POSITIVE_INT,
+            "min_batch": POSITIVE_INT,
+            "max_batch": POSITIVE_INT,
+            "max_epsilon": PROBABILITY,
+            "dagger_start": NONNEGATIVE_INT,
+            "dagger_fraction": PROBABILITY,
+            "cost_per_batch": POSITIVE,
+            "label_temperature": NONNEGATIVE,
+            "log_every": POSITIVE_INT,
+            "checkpoint_every": POSITIVE_INT,
+            "eval_every": NONNEGATIVE_INT,
+            "eval_instances": Allowed(low=2, integer=True),  # the standard error needs two
+        }
 
-class Logger(Protocol):
-    """A line logger (:class:`icrl_gym.fileio.RunLog`)."""
-
-    def __call__(self, msg: str) -> None:
-        """Write one line."""
-        ...
+    def check(self) -> None:
+        """The ranges are ordered."""
+        check_order(self, ("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
 
 
 LEGACY_FILES = ("latest.json",)
@@ -126,42 +439,6 @@ class Progress:
     step: int = 0
     wall: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def open_run(
-    cfg: GeneralistLoopConfig, echo: bool, build: Callable[[], ModelT]
-) -> tuple[ModelT, torch.optim.AdamW, RunLog, torch.device]:
-    """The model, its AdamW (``lr``, ``weight_decay``), the run's log and device: the same steps for both trainers.
-
-    Sets the torch threads, opens ``cfg.run_dir`` (its ``train.log``; ``config.json`` rewritten
-    atomically), builds the model under ``torch.manual_seed(cfg.seed)`` on ``cfg.device``.
-    """
-    torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = RunLog(run_dir / "train.log", echo)
-    atomic_write_bytes(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
-    torch.manual_seed(cfg.seed)
-    model = build().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return model, optimizer, log, device
-
-
-def warmup_cosine(step: int, lr: float, warmup: int, steps: int, min_lr_ratio: float) -> float:
-    """The learning rate at ``step`` of the pretraining and the generalist trainers.
-
-    Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr_ratio * lr`` at ``steps``.
-    """
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def learning_rate(cfg: GeneralistLoopConfig, step: int) -> float:
-    """:func:`warmup_cosine` with the generalist configuration's ``lr``, ``warmup``, ``steps`` and ``min_lr_ratio``."""
-    return warmup_cosine(step, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
 
 
 def release_freed_memory() -> None:
@@ -198,53 +475,55 @@ def legacy_generalist_state(run_dir: Path) -> TrainingState | None:
     return legacy_state(stem, stem.with_suffix(".state.pt"), lambda meta: (step, meta["pretrain"], record))
 
 
-def begin_run(
-    store: RunState,
-    cfg: GeneralistLoopConfig,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    log: Logger,
-    allowed: Iterable[str],
-) -> tuple[TrainingState | None, Progress]:
-    """Read the run folder's state; on resume check the configuration and restore the model and optimiser.
+class ShardableBatch(Protocol):
+    """A generalist training batch: B trajectories that a rank can take a share of."""
 
-    Fields other than ``allowed`` (and ``run_dir``) may not differ from the saved configuration
-    (:func:`check_config`; a :class:`TrainingStateError` names them).  Returns the state (``None``:
-    a new run) and the progress to continue from.
-    """
-    loaded = store.load(legacy_generalist_state)
-    if loaded is None:
-        n_params = sum(p.numel() for p in model.parameters())
-        log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
-        return None, Progress()
-    changes = check_config(
-        store.run_dir, loaded.config, cfg.to_dict(), ignore=("run_dir",), allowed=allowed, folder_field="run_dir"
-    )
-    loaded.restore(model, opt)
-    progress = Progress(loaded.step, loaded.record["wall_time_s"], loaded.record["history"])
-    log(f"resumed from {loaded.source} at step {progress.step} ({progress.wall / 3600:.2f} h of training so far)")
-    for change in changes:
-        log(f"changed on resume: {change}")
-    return loaded, progress
+    @property
+    def size(self) -> int:
+        """B."""
+        ...
+
+    def rows(self, index: np.ndarray) -> Any:
+        """The batch of the trajectories ``index``."""
+        ...
 
 
-def save_generalist_state(
-    store: RunState,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    cfg: GeneralistLoopConfig,
-    progress: Progress,
-    fields: Mapping[str, Any],
-    model_config: dict[str, Any],
-    kind: CheckpointKind,
-) -> None:
-    """Commit the state at ``progress.step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``.
+GBatchT = TypeVar("GBatchT", bound=ShardableBatch)
 
-    The checkpoint's record is ``fields`` (env, trained_range, ...), then ``pretrain`` (the
-    configuration) and ``training`` (steps, wall time, budget, threads, device, seed, command and
-    the last 200 history entries).
-    """
-    meta = {
+
+@dataclass
+class GeneralistTrainer(Generic[ModelT, GBatchT]):
+    """What a generalist trainer passes to :func:`train_generalist`: its model, batch, loss and record."""
+
+    model: ModelT
+    """The model (built under ``torch.manual_seed(seed)``, on the run's device)."""
+    sample: Callable[[np.random.Generator, bool], GBatchT]
+    """``sample(rng, use_model)``: the global batch of a step (rolled out by the model when ``use_model``)."""
+    loss: Callable[[torch.nn.Module, GBatchT], tuple[torch.Tensor, dict[str, float]]]
+    """``loss(net, batch)``: the mean loss over the batch's rows through ``net`` (the model or its DDP wrapper)."""
+    metrics: Mapping[str, str]
+    """The metrics of the log line (name -> format spec)."""
+    evaluate: Callable[[int, Logger], dict[str, Any]]
+    """``evaluate(step, log)``: a history entry of the in-training evaluation."""
+    record: Callable[[], dict[str, Any]]
+    """The checkpoint record's fields (env, trained_range, ...)."""
+    kind: CheckpointKind
+    """The checkpoint kind."""
+    model_config: dict[str, Any]
+    """The model's configuration as the checkpoint records it."""
+    allowed: Sequence[str]
+    """Fields a resumed run may change."""
+    keep_every: int = 0
+    """Steps between the checkpoints that stay for the learning curve (0: none)."""
+    after_log: Callable[[], None] | None = None
+    """Called after every log line."""
+    init: Callable[[], tuple[float, str]] | None = None
+    """A new run's start (weights of another run): the training wall seconds it counts and a log line ('': none)."""
+
+
+def generalist_meta(cfg: GeneralistLoopConfig, progress: Progress, fields: Mapping[str, Any], device: str) -> dict:
+    """The checkpoint record: ``fields``, ``pretrain`` (the configuration) and ``training`` (steps, time, history)."""
+    return {
         **fields,
         "pretrain": cfg.to_dict(),
         "training": {
@@ -253,85 +532,142 @@ def save_generalist_state(
             "wall_time_s": progress.wall,
             "time_budget_hours": cfg.time_budget_hours,
             "threads": torch.get_num_threads(),
-            "device": str(next(model.parameters()).device),
+            "device": device,
             "seed": cfg.seed,
             "command": " ".join([sys.executable, *sys.argv]),
             "history": progress.history[-200:],
         },
     }
-    record = {"wall_time_s": progress.wall, "history": progress.history}
-    store.save(progress.step, model, opt, cfg.to_dict(), record, meta, model_config=model_config, kind=kind)
 
 
-def run_steps(
-    cfg: GeneralistLoopConfig,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    log: Logger,
-    loaded: TrainingState | None,
-    progress: Progress,
-    sample: Callable[[np.random.Generator, bool], BatchT],
-    loss_of: Callable[[BatchT], tuple[torch.Tensor, dict[str, float]]],
-    metrics: Mapping[str, str],
-    evaluate: Callable[[int], dict[str, Any]],
-    save: Callable[[Progress], None],
-    after_log: Callable[[], None] | None = None,
-) -> Progress:
-    """The training loop from ``progress`` (updated in place and returned); see the module docstring.
+def train_generalist(
+    cfg: GeneralistLoopConfig, echo: bool, build: Callable[[torch.device, DistContext], GeneralistTrainer]
+) -> torch.nn.Module:
+    """Train (or resume) a generalist run in ``cfg.out_dir``; returns the model.
 
-    ``loaded`` (from :func:`begin_run`) restores the RNG states before the first step, a new run
-    (``None``) commits step 0.  Every step: ``sample(rng, use_model)`` with ``rng =
-    default_rng([seed, step])`` (it sets the model's mode; the loop sets training mode after it),
-    the learning rate, ``loss_of(batch)`` -> (loss, metrics), a clipped optimiser step.  Every
-    ``log_every`` steps a line with the averages of ``metrics`` (name -> format spec) and the
-    DAgger fraction, then ``after_log()``; every ``eval_every`` steps (0: never) ``evaluate(step)``
-    gives a history entry; every ``checkpoint_every`` steps and at the end ``save(progress)``.
+    ``build(device, ctx)`` makes the trainer's pieces (after the model is seeded).  On resume the
+    RNG states are restored before the first step; a new run commits step 0.  Every step: the
+    global batch ``sample(rng, use_model)`` with ``rng = default_rng([seed, step])``, this rank's
+    rows of it, ``loss`` scaled to the global mean, one optimiser step.  Every ``log_every`` steps a
+    line with the averages of ``metrics`` and the DAgger fraction; every ``eval_every`` steps (0:
+    never) an evaluation; every ``checkpoint_every`` steps and at the end a committed state.  Only
+    rank 0 logs, evaluates and writes; the folder is locked for the run (:class:`RunFolderLock`).
     """
+
+    def body(ctx: DistContext, device: torch.device) -> torch.nn.Module:
+        if cfg.min_batch < ctx.world_size:
+            raise ValueError(f"min_batch={cfg.min_batch} must be >= the {ctx.world_size} processes (each takes rows)")
+        return _train_generalist(cfg, echo, build, ctx, device)
+
+    return run_in_folder(cfg, body)
+
+
+def _train_generalist(
+    cfg: GeneralistLoopConfig,
+    echo: bool,
+    build: Callable[[torch.device, DistContext], GeneralistTrainer],
+    ctx: DistContext,
+    device: torch.device,
+) -> torch.nn.Module:
+    torch.manual_seed(cfg.seed)
+    trainer = build(device, ctx)
+    model = trainer.model
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    store = RunState(cfg.out_dir, keep=2, legacy_files=LEGACY_FILES, keep_every=trainer.keep_every)
+    loaded, changes = resume(store, cfg, model, opt, trainer.allowed, legacy_generalist_state)
+    progress = (
+        Progress() if loaded is None else Progress(loaded.step, loaded.record["wall_time_s"], loaded.record["history"])
+    )
+    started = trainer.init() if loaded is None and trainer.init is not None else (0.0, "")
+    progress.wall += started[0]
+    out = Path(cfg.out_dir)
+    log: Logger = RunLog(out / "train.log", echo) if ctx.is_main else no_log
+    if ctx.is_main:  # written once the run is accepted: a refused run changes no file
+        atomic_write_bytes(out / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    if loaded is None:
+        n_params = sum(p.numel() for p in model.parameters())
+        log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
+        if started[1]:
+            log(started[1])
+    else:
+        log(f"resumed from {loaded.source} at step {progress.step} ({progress.wall / 3600:.2f} h of training so far)")
+        for change in changes:
+            log(f"changed on resume: {change}")
+    if ctx.enabled:
+        log(f"DDP: {ctx.world_size} processes share the rows of every batch")
+    net = wrap_ddp(model, ctx, device)
+
+    def save() -> None:
+        if ctx.is_main:
+            meta = generalist_meta(cfg, progress, trainer.record(), str(next(model.parameters()).device))
+            record = {"wall_time_s": progress.wall, "history": progress.history}
+            save_state(
+                store,
+                progress.step,
+                model,
+                opt,
+                cfg,
+                record,
+                meta,
+                model_config=trainer.model_config,
+                kind=trainer.kind,
+            )
+
     if loaded is not None:  # the generators as they were after the saved step: the run continues exactly
         set_rng_state(loaded.rng)
     else:
-        save(progress)  # step 0: a folder with a state is never a foreign one
+        save()  # step 0: a folder with a state is never a foreign one
     budget = cfg.time_budget_hours * 3600
     sums: dict[str, float] = {}
     count, t_log = 0, time.time()
-    while progress.step < cfg.steps and progress.wall < budget:
-        t0 = time.time()
-        step = progress.step
+
+    def loss_at(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         rng = np.random.default_rng([cfg.seed, step])
         use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
-        batch = sample(rng, use_model)
+        batch = trainer.sample(rng, use_model)
         model.train()
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(cfg, step)
-        loss, values = loss_of(batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        progress.step = step = step + 1
-        progress.wall += time.time() - t0
+        rows = shard_rows(ctx, batch.size)
+        local = batch.rows(rows) if ctx.enabled else batch
+        loss, values = trainer.loss(net, local)
+        values = global_means(ctx, values, rows.size, batch.size)
+        return scale_to_global_mean(loss, ctx, rows.size, batch.size), {**values, "dagger": float(use_model)}
+
+    def after_step(step: int, values: dict[str, float], seconds: float) -> None:
+        nonlocal count, t_log, sums
+        progress.step = step
+        progress.wall += seconds
         for key, value in values.items():
             sums[key] = sums.get(key, 0.0) + value
-        sums["dagger"] = sums.get("dagger", 0.0) + use_model
         count += 1
         if step % cfg.log_every == 0:
             avg = {key: value / count for key, value in sums.items()}
-            shown = " ".join(f"{name} {avg[name]:{spec}}" for name, spec in metrics.items())
+            shown = " ".join(f"{name} {avg[name]:{spec}}" for name, spec in trainer.metrics.items())
             log(
                 f"step {step} {shown} dagger {avg['dagger']:.2f} lr {learning_rate(cfg, step - 1):.2e} "
                 f"{(time.time() - t_log) / count:.3f} s/step wall {progress.wall / 3600:.2f} h"
             )
             progress.history.append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
-            if after_log is not None:
-                after_log()
+            if trainer.after_log is not None:
+                trainer.after_log()
             sums, count, t_log = {}, 0, time.time()
-        if cfg.eval_every and step % cfg.eval_every == 0:
+        if cfg.eval_every and step % cfg.eval_every == 0 and ctx.is_main:
             model.eval()
-            progress.history.append(evaluate(step))
+            progress.history.append(trainer.evaluate(step, log))
         if step % cfg.checkpoint_every == 0 or step >= cfg.steps or progress.wall >= budget:
-            save(progress)
+            save()
+
+    train_steps(
+        model,
+        opt,
+        progress.step,
+        lambda step: step < cfg.steps and progress.wall < budget,
+        loss_at,
+        lambda step: learning_rate(cfg, step),
+        cfg.grad_clip,
+        after_step,
+    )
     log(f"done at step {progress.step} ({progress.wall / 3600:.2f} h of training)")
-    return progress
+    return model
 
 
 def main(argv: list[str] | None, doc: str | None, config: type[ConfigT], train: Callable[[ConfigT], Any]) -> None:

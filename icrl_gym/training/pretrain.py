@@ -32,6 +32,7 @@ and writes (see :mod:`icrl_gym.training.distributed`).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -42,44 +43,48 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.cli import ConfigParser
 from icrl_gym.data.collect import collect as collect_runs
-from icrl_gym.data.labels import Labelling, LabelMode, Target, upgrade_label_fields
+from icrl_gym.data.labels import Labelling, LabelMode, Target
 from icrl_gym.data.mdp_rollout import MDPRollouts
 from icrl_gym.data.trajectories import TrajectoryData
-from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import (
-    DEVICE,
-    NONNEGATIVE,
-    NONNEGATIVE_INT,
-    POSITIVE,
-    POSITIVE_INT,
-    Allowed,
-    DictConfig,
-    RunLog,
-    check_fields,
-)
+from icrl_gym.fileio import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, RunLog
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_names
 from icrl_gym.training.curves import TrainingCurves
-from icrl_gym.training.distributed import close_distributed, init_distributed
-from icrl_gym.training.loop import warmup_cosine
-from icrl_gym.training.state import RunState, TrainingState, check_config, legacy_state, set_rng_state
+from icrl_gym.training.distributed import DistContext
+from icrl_gym.training.loop import (
+    Logger,
+    ScheduleConfig,
+    learning_rate,
+    no_log,
+    resume,
+    run_in_folder,
+    save_state,
+    train_steps,
+    upgrade_config,
+    wrap_ddp,
+)
+from icrl_gym.training.state import RunState, TrainingState, legacy_state, set_rng_state
 
 VALIDATION_SEED_OFFSET = 900_000
 """Validation data use seed ``10**6 * seed + VALIDATION_SEED_OFFSET``; chunks use smaller offsets."""
 
 
 @dataclass
-class PretrainConfig(DictConfig):
-    """Everything that defines a pretraining run (saved with every checkpoint)."""
+class PretrainConfig(ScheduleConfig):
+    """Everything that defines a pretraining run (saved with every checkpoint).
+
+    The shared fields (``out_dir``, ``seed``, ``lr``, ``grad_clip``, ``device``, ``threads``,
+    ``steps``, ``warmup_steps``, ``min_lr_ratio``, ``weight_decay``) are
+    :class:`~icrl_gym.training.loop.ScheduleConfig`'s.
+    """
 
     name: str = "linear-bandit-ad-linucb"
     """Name of the model (the file name of the exported checkpoint)."""
@@ -103,58 +108,37 @@ class PretrainConfig(DictConfig):
     """Trajectories collected at once; a fresh chunk replaces the old one after passes_per_chunk passes."""
     passes_per_chunk: float = 1.0
     """Passes over a chunk before the next one is collected."""
-    steps: int = 5000
-    """Optimizer steps."""
     batch_size: int = 64
     """Trajectories per optimizer step."""
-    lr: float = 1e-3
-    """Peak learning rate of AdamW."""
-    min_lr_ratio: float = 0.05
-    """Final learning rate as a fraction of the peak (cosine decay after warm-up)."""
-    warmup_steps: int = 200
-    """Linear warm-up steps."""
-    weight_decay: float = 0.01
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Gradient-norm clipping threshold."""
     val_trajectories: int = 1000
     """Held-out trajectories for the validation loss."""
     eval_every: int = 250
     """Steps between validation losses (and checkpoints)."""
-    seed: int = 0
-    """Seed of the model initialisation, the batches and the data."""
-    device: str = "auto"
-    """"auto" (CUDA when present), "cpu" or "cuda"."""
-    threads: int = 0
-    """torch CPU threads (0: leave torch's default)."""
     out_dir: str = "runs/linear-bandit-ad-linucb"
-    """Folder of the resumable training state and the log."""
 
     def __post_init__(self) -> None:
-        legacy = upgrade_label_fields({"env": self.env, "expert": self.expert, "posterior": self.posterior})
-        self.expert, self.posterior = legacy["expert"], legacy["posterior"]
-        check_fields(
-            self,
-            {
-                "label": Allowed(choices=tuple(m.value for m in LabelMode if m is not LabelMode.NONE)),
-                "target": Allowed(choices=Target.values()),
-                "value_loss_weight": NONNEGATIVE,
-                "trajectories_per_chunk": POSITIVE_INT,
-                "passes_per_chunk": POSITIVE,
-                "steps": POSITIVE_INT,
-                "batch_size": POSITIVE_INT,
-                "lr": POSITIVE,
-                "min_lr_ratio": Allowed(low=0, high=1),
-                "warmup_steps": NONNEGATIVE_INT,
-                "weight_decay": NONNEGATIVE,
-                "grad_clip": POSITIVE,
-                "val_trajectories": POSITIVE_INT,
-                "eval_every": POSITIVE_INT,
-                "seed": NONNEGATIVE_INT,
-                "device": DEVICE,
-                "threads": NONNEGATIVE_INT,
-            },
+        labels = upgrade_config(
+            {"label": self.label, "env": self.env, "expert": self.expert, "posterior": self.posterior}
         )
+        self.expert, self.posterior = labels["expert"], labels["posterior"]
+        super().__post_init__()
+
+    def field_rules(self) -> dict[str, Allowed]:
+        """The shared fields' and pretraining's."""
+        return {
+            **super().field_rules(),
+            "label": Allowed(choices=tuple(m.value for m in LabelMode if m is not LabelMode.NONE)),
+            "target": Allowed(choices=Target.values()),
+            "value_loss_weight": NONNEGATIVE,
+            "trajectories_per_chunk": POSITIVE_INT,
+            "passes_per_chunk": POSITIVE,
+            "batch_size": POSITIVE_INT,
+            "val_trajectories": POSITIVE_INT,
+            "eval_every": POSITIVE_INT,
+        }
+
+    def check(self) -> None:
+        """A batch fits a chunk, the agents are registered, the environment and the labelling check themselves."""
         if self.trajectories_per_chunk < self.batch_size:
             raise ValueError(
                 f"PretrainConfig.trajectories_per_chunk={self.trajectories_per_chunk} must be >= "
@@ -240,7 +224,7 @@ def to_tensors(data: TrajectoryData | MDPRollouts, index: np.ndarray, device: to
 
 
 def pretraining_loss(
-    model: BanditTransformer | MDPTransformer | DistributedDataParallel,
+    model: BanditTransformer | MDPTransformer | torch.nn.Module,
     batch: dict[str, torch.Tensor],
     target: str,
     value_weight: float,
@@ -260,11 +244,6 @@ def pretraining_loss(
         stats["value_mse"] = float(value_loss.detach())
     stats["loss"] = float(loss.detach())
     return loss, stats
-
-
-def learning_rate(cfg: PretrainConfig, step: int) -> float:
-    """:func:`~icrl_gym.training.loop.warmup_cosine` with ``lr``, ``warmup_steps``, ``steps`` and ``min_lr_ratio``."""
-    return warmup_cosine(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
 
 
 @torch.no_grad()
@@ -304,13 +283,6 @@ def _legacy_state(out: Path) -> TrainingState | None:
     )
 
 
-def _save_state(store: RunState, model, optimizer, cfg: PretrainConfig, state: dict[str, Any]) -> None:
-    """Commit the training state, then copy its weights to ``out_dir/checkpoint`` (the run's checkpoint)."""
-    store.save(state["step"], model, optimizer, cfg.to_dict(), state, _metadata(cfg, state))
-    if state["step"] > 0:
-        store.publish(store.run_dir / "checkpoint")
-
-
 def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": cfg.name,
@@ -321,16 +293,31 @@ def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _save(
+    store: RunState, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: PretrainConfig, state: dict
+) -> None:
+    """Commit the training state, then copy its weights to ``out_dir/checkpoint`` (not at step 0)."""
+    publish = {"": "checkpoint"} if state["step"] > 0 else None
+    save_state(store, state["step"], model, optimizer, cfg, state, _metadata(cfg, state), publish=publish)
+
+
 def pretrain(
     cfg: PretrainConfig, command: str | None = None, echo: bool = True, callback: Callable | None = None
 ) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
     """Train (or resume) the model of ``cfg``; returns the model and its metadata."""
-    ctx, device = init_distributed(resolve_device(cfg.device))
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    return run_in_folder(cfg, lambda ctx, device: _pretrain(cfg, command, echo, callback, ctx, device))
+
+
+def _pretrain(
+    cfg: PretrainConfig,
+    command: str | None,
+    echo: bool,
+    callback: Callable | None,
+    ctx: DistContext,
+    device: torch.device,
+) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    log: Callable[[str], None] = RunLog(out / "train.log", echo) if ctx.is_main else (lambda msg: None)
+    log: Logger = RunLog(out / "train.log", echo) if ctx.is_main else no_log
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model_config).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
@@ -352,13 +339,11 @@ def pretrain(
         "world_size": ctx.world_size,
     }
     store = RunState(out, keep=1, legacy_files=LEGACY_FILES)
-    loaded = store.load(_legacy_state)
+    loaded, _ = resume(store, cfg, model, optimizer, allowed=("steps",), legacy=_legacy_state)
     if loaded is not None:
-        saved = upgrade_label_fields(loaded.config)
-        check_config(out, saved, cfg.to_dict(), ignore=("out_dir",), allowed=("steps",))  # the folder may move
-        if saved["steps"] != cfg.steps:  # extending (or shortening) a run is allowed
-            log(f"run planned for {saved['steps']} steps continues to {cfg.steps}")
-        loaded.restore(model, optimizer)
+        planned = upgrade_config(loaded.config)["steps"]
+        if planned != cfg.steps:  # extending (or shortening) a run is allowed
+            log(f"run planned for {planned} steps continues to {cfg.steps}")
         state = loaded.record
         state["step"] = loaded.step
         state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
@@ -368,14 +353,11 @@ def pretrain(
     log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
     if ctx.enabled:
         log(f"DDP: {ctx.world_size} processes, {cfg.batch_size // ctx.world_size} trajectories each per step")
-    net: BanditTransformer | MDPTransformer | DistributedDataParallel = model  # what forward runs through
-    if ctx.enabled:  # gradients are averaged over ranks (see icrl_gym.training.distributed)
-        # the bandit model's value head gets no gradient without the value loss
-        unused = not cfg.is_mdp and cfg.value_loss_weight == 0
-        device_ids = [device.index] if device.type == "cuda" else None
-        net = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=unused)
+    # gradients are averaged over ranks (see icrl_gym.training.distributed); the bandit model's value head
+    # gets no gradient without the value loss
+    net = wrap_ddp(model, ctx, device, unused=not cfg.is_mdp and cfg.value_loss_weight == 0)
     val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET) if ctx.is_main else None
-    chunk_index, chunk = -1, None  # chunk is collected on the first step (needed >= 0)
+    chunks: dict[int, TrajectoryData | MDPRollouts] = {}  # the current chunk, collected on the first step it serves
     start_time = time.perf_counter() - state["wall_seconds"]
     # metrics.csv (+ TensorBoard) beside the checkpoint
     curves = TrainingCurves(out, start_step=state["step"]) if ctx.is_main else None
@@ -386,52 +368,54 @@ def pretrain(
         if ctx.is_main and store.committed and state["step"] > 0:
             store.publish(out / "checkpoint")  # renews a copy that a stop during the last one left unfinished
     elif ctx.is_main:
-        _save_state(store, model, optimizer, cfg, state)  # step 0: a folder with a state is never a foreign one
-    while state["step"] < cfg.steps:
-        step = state["step"]
+        _save(store, model, optimizer, cfg, state)  # step 0: a folder with a state is never a foreign one
+
+    def loss_at(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         needed = step // cfg.steps_per_chunk
-        if needed != chunk_index or chunk is None:
-            chunk_index = needed
+        if needed not in chunks:
+            chunks.clear()
             t0 = time.perf_counter()
-            chunk = collect(cfg, cfg.trajectories_per_chunk, cfg.data_seed(chunk_index))
-            log(f"chunk {chunk_index}: {cfg.trajectories_per_chunk:,} trajectories in {time.perf_counter() - t0:.1f}s")
+            chunks[needed] = collect(cfg, cfg.trajectories_per_chunk, cfg.data_seed(needed))
+            log(f"chunk {needed}: {cfg.trajectories_per_chunk:,} trajectories in {time.perf_counter() - t0:.1f}s")
+        chunk = chunks[needed]
         index = np.random.default_rng([cfg.seed, step]).integers(0, chunk.num_trajectories, size=cfg.batch_size)
         batch = to_tensors(chunk, ctx.shard(index), device)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(cfg, step)
-        loss, stats = pretraining_loss(net, batch, cfg.target, cfg.value_loss_weight)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        state["step"] = step + 1
+        return pretraining_loss(net, batch, cfg.target, cfg.value_loss_weight)
+
+    def after_step(step: int, stats: dict[str, float], seconds: float) -> None:
+        state["step"] = step
         state["trajectories_seen"] += cfg.batch_size
         bar.update(1)
-        if state["step"] % 50 == 0:
-            log(f"step {state['step']}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
-        if ctx.is_main and val is not None and (state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps):
+        if step % 50 == 0:
+            log(f"step {step}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
+        if ctx.is_main and val is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
             val_stats = evaluate_loss(model, val, cfg, device)
             state["wall_seconds"] = time.perf_counter() - start_time
-            state["history"].append({"step": state["step"], "wall_seconds": state["wall_seconds"], **val_stats})
+            state["history"].append({"step": step, "wall_seconds": state["wall_seconds"], **val_stats})
             state["val"] = val_stats
             if curves is not None:
                 lr = optimizer.param_groups[0]["lr"]
-                curves.record(state["step"], stats["loss"], val_stats["loss"], lr, state["wall_seconds"])
+                curves.record(step, stats["loss"], val_stats["loss"], lr, state["wall_seconds"])
+            chunk_index = next(iter(chunks))
             state["distinct_trajectories"] = min(
                 state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
             )
-            _save_state(store, model, optimizer, cfg, state)
+            _save(store, model, optimizer, cfg, state)
             log(
-                f"step {state['step']} val "
+                f"step {step} val "
                 + " ".join(f"{k}={v:.4f}" for k, v in val_stats.items())
                 + f" ({state['wall_seconds'] / 60:.1f} min)"
             )
             if callback is not None:
                 callback(model, state)
+
+    lr_at = functools.partial(learning_rate, cfg)
+    train_steps(
+        model, optimizer, state["step"], lambda step: step < cfg.steps, loss_at, lr_at, cfg.grad_clip, after_step
+    )
     bar.close()
     if curves is not None:
         curves.close()
-    close_distributed(ctx)
     return model, _metadata(cfg, state)
 
 

@@ -243,6 +243,10 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
     def _hints(self) -> dict[str, Any]:
         return field_types(typing.cast(type, self.config_cls))
 
+    def _current_name(self, key: str) -> str:
+        """A field's name today: the configuration's ``renamed_fields`` (older name -> new) still read."""
+        return getattr(self.config_cls, "renamed_fields", {}).get(key, key)
+
     def _unknown(self, key: str, where: str) -> typing.NoReturn:
         known = list(self._fields())
         close = difflib.get_close_matches(key, known, n=1)
@@ -259,6 +263,7 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
         if not isinstance(data, dict):
             self.error(f"{path} must hold a JSON object of {self.config_cls.__name__} fields")
         hints = self._hints()
+        data = {self._current_name(key): value for key, value in data.items()}
         for key, value in data.items():
             if key not in hints:
                 self._unknown(key, path)
@@ -272,6 +277,7 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
             hint = " (CONFIG.json goes before --set)" if item.endswith(".json") else ""
             self.error(f"--set {item!r}: expected key=value, e.g. steps=2000{hint}")
         name, *path = key.split(".")
+        name = self._current_name(name)
         fields, hints = self._fields(), self._hints()
         if name not in fields:
             self._unknown(name, f"--set {item}")

@@ -183,11 +183,16 @@ class Allowed:
         if self.pattern:
             return self.text or f"a string matching {self.pattern!r}"
         what = "an integer" if self.integer else "a finite number"
+        low, high = (self._shown(self.low), self._shown(self.high))
         if self.low > -math.inf and self.high < math.inf:
-            return f"{what} in {'(' if self.strict else '['}{self.low:g}, {self.high:g}]"
+            return f"{what} in {'(' if self.strict else '['}{low}, {high}]"
         if self.low > -math.inf:
-            return f"{what} {'>' if self.strict else '>='} {self.low:g}"
-        return f"{what} <= {self.high:g}" if self.high < math.inf else what
+            return f"{what} {'>' if self.strict else '>='} {low}"
+        return f"{what} <= {high}" if self.high < math.inf else what
+
+    def _shown(self, bound: float) -> str:
+        """A bound as the error shows it: an integer field's in full (2**63 - 1 is not 9.22337e+18)."""
+        return str(int(bound)) if self.integer and math.isfinite(bound) else f"{bound:g}"
 
 
 POSITIVE_INT = Allowed(low=1, integer=True)

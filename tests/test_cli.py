@@ -69,7 +69,7 @@ def test_parse_value(text, hint, value):
     [
         ("no_such_field=1", ["unknown", "'no_such_field'", "known fields:", "seed", "device"]),
         ("seed=abc", ["'seed'", "'abc'", "expects int"]),
-        ("seed=-1", ["seed", "-1", "integer >= 0"]),
+        ("seed=-1", ["seed", "-1", "must be an integer"]),
         ("device=gpu", ["device", "'gpu'", "'auto', 'cpu'"]),
         ("seed", ["expected key=value"]),
     ],
@@ -84,8 +84,8 @@ def test_bad_overrides_exit_2_naming_the_field(capsys, module, cls, override, ex
     [
         ("steps=abc", "--set steps=abc: field 'steps' expects int, got 'abc' (not an integer)"),
         ("eval_every=0", "PretrainConfig.eval_every must be an integer >= 1, got 0"),
-        ("lr=nan", "PretrainConfig.lr must be a finite number > 0, got nan"),
-        ("lr=inf", "PretrainConfig.lr must be a finite number > 0, got inf"),
+        ("lr=nan", "PretrainConfig.lr must be a finite number in (0, 1], got nan"),
+        ("lr=inf", "PretrainConfig.lr must be a finite number in (0, 1], got inf"),
         ("batch_size=0", "PretrainConfig.batch_size must be an integer >= 1, got 0"),
         ("stpes=3", "unknown PretrainConfig field 'stpes' (did you mean 'steps'?)"),
         ("env.horizon=x", "entry 'env.horizon' holds 200, so 'x' does not fit"),
@@ -135,7 +135,7 @@ def test_every_field_has_a_docstring(cls):
 
 
 def test_field_docs_reads_the_source():
-    assert field_docs(PretrainConfig)["steps"] == "Optimizer steps."
+    assert field_docs(PretrainConfig)["steps"] == "Optimiser steps (the cosine schedule spans them)."
     # a docstring over several lines reads as one paragraph
     assert field_docs(MetaRLConfig)["gamma"].startswith("Discount. 1 is the regret's own objective, but PPO's regret")
     assert field_docs(harness.BenchConfig)["list"] == "List the experiments and exit."
@@ -189,7 +189,10 @@ def test_harness_plot_only_needs_saved_results(capsys, tmp_path):
     [("generalist", "bernoulli-generalist"), ("linear_generalist", "linear-generalist")],
 )
 def test_generalist_trainers_read_set_and_the_recorded_bare_overrides_alike(module, config, capsys, monkeypatch):
-    """The shipped models' commands say ``CONFIG.json run_dir=... steps=3800``; ``--set`` says the same."""
+    """The shipped models' commands say ``CONFIG.json run_dir=... steps=3800``; ``--set`` says the same.
+
+    ``run_dir`` and ``warmup`` (the shipped configs' names) are today's ``out_dir`` and ``warmup_steps``.
+    """
     import importlib
 
     trainer = importlib.import_module(f"icrl_gym.training.{module}")
@@ -198,11 +201,15 @@ def test_generalist_trainers_read_set_and_the_recorded_bare_overrides_alike(modu
     monkeypatch.setattr(trainer, "train", seen.append)
     trainer.main([config, "run_dir=runs/x", "steps=3800"])
     trainer.main([config, "--set", "run_dir=runs/x", "--quiet", "steps=3800"])
-    assert len(seen) == 2 and seen[0] == seen[1]
-    assert (seen[0].run_dir, seen[0].steps) == ("runs/x", 3800)
+    trainer.main([config, "--set", "out_dir=runs/x", "steps=3800"])
+    assert len(seen) == 3 and seen[0] == seen[1] == seen[2]
+    assert (seen[0].out_dir, seen[0].steps) == ("runs/x", 3800)
     base = json.loads(open(config).read())
-    assert {k: v for k, v in seen[0].to_dict().items() if k in base and k not in ("run_dir", "steps")} == {
-        k: v for k, v in base.items() if k not in ("run_dir", "steps")
+    renamed = {"run_dir": "out_dir", "warmup": "warmup_steps"}
+    base = {renamed.get(k, k): v for k, v in base.items()}
+    assert base["warmup_steps"] == seen[0].warmup_steps == 300
+    assert {k: v for k, v in seen[0].to_dict().items() if k in base and k not in ("out_dir", "steps")} == {
+        k: v for k, v in base.items() if k not in ("out_dir", "steps")
     }
     assert "field 'steps' expects int" in exit_message(capsys, lambda: trainer.main([config, "steps=abc"]))
     assert "did you mean 'steps'" in exit_message(capsys, lambda: trainer.main([config, "stepz=5"]))

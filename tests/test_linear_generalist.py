@@ -116,7 +116,7 @@ def test_evaluation_uses_common_random_numbers():
 
 def _tiny_config(tmp_path, **kw):
     base = {
-        "run_dir": str(tmp_path / "run"),
+        "out_dir": str(tmp_path / "run"),
         "model": TINY,
         "steps": 6,
         "queries": 4,
@@ -125,7 +125,7 @@ def _tiny_config(tmp_path, **kw):
         "max_batch": 8,
         "max_horizon": 40,
         "max_arms": 6,
-        "warmup": 2,
+        "warmup_steps": 2,
         "dagger_start": 2,
         "dagger_fraction": 0.5,
         "checkpoint_every": 3,
@@ -157,7 +157,7 @@ def test_time_budget_stops_training(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_training_lowers_the_loss(tmp_path):
-    cfg = _tiny_config(tmp_path, steps=150, dagger_start=10_000, lr=3e-3, warmup=10, eval_every=0, log_every=25)
+    cfg = _tiny_config(tmp_path, steps=150, dagger_start=10_000, lr=3e-3, warmup_steps=10, eval_every=0, log_every=25)
     train(cfg, echo=False)
     state = RunState(tmp_path / "run").load()
     assert state is not None

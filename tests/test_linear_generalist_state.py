@@ -20,7 +20,7 @@ TINY = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "readouts": 2
 
 def _config(folder, **kw):
     base = {
-        "run_dir": str(folder),
+        "out_dir": str(folder),
         "model": TINY,
         "steps": 7,
         "queries": 2,
@@ -29,7 +29,7 @@ def _config(folder, **kw):
         "max_batch": 4,
         "max_horizon": 24,
         "max_arms": 4,
-        "warmup": 1,  # the cosine schedule moves at every step: a resume with the wrong step would show
+        "warmup_steps": 1,  # the cosine schedule moves at every step: a resume with the wrong step would show
         "dagger_start": 2,
         "dagger_fraction": 0.5,
         "dagger_max_batch": 3,

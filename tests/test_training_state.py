@@ -66,7 +66,7 @@ def run_pretrain(folder, tmp_path):
 
 def run_generalist(folder, tmp_path):
     cfg = GeneralistTrainConfig(
-        run_dir=str(folder),
+        out_dir=str(folder),
         model={"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]},
         steps=6,
         max_arms=3,
@@ -77,7 +77,7 @@ def run_generalist(folder, tmp_path):
         max_batch=4,
         dagger_start=3,
         dagger_fraction=0.5,
-        warmup=1,
+        warmup_steps=1,
         log_every=2,
         checkpoint_every=2,
         eval_every=0,
@@ -464,7 +464,7 @@ def test_a_generalist_run_refuses_another_model_but_takes_a_longer_budget(tmp_pa
     cfg = GeneralistTrainConfig.from_dict({**base, "steps": 8, "time_budget_hours": 9.0})
     train(cfg, echo=False)
     assert committed(tmp_path / "run").step == 8
-    with pytest.raises(TrainingStateError, match=r"\(lr: 0\.001 in the run, 0\.002 now\); .* a new run_dir"):
+    with pytest.raises(TrainingStateError, match=r"\(lr: 0\.001 in the run, 0\.002 now\); .* a new out_dir"):
         train(GeneralistTrainConfig.from_dict({**base, "lr": 2e-3, "run_dir": str(tmp_path / "run")}), echo=False)
 
 

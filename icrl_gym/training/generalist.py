@@ -83,7 +83,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     def check(self) -> None:
         """The shared checks; the model's fields build a :class:`GeneralistConfig`."""
         super().check()
-        check_order(self, ("eval_horizon", "max_horizon"))  # the Gittins table is built for max_horizon
+        if self.eval_every:  # the evaluation reads the Gittins table, built for max_horizon
+            check_order(self, ("eval_horizon", "max_horizon"))
         try:
             GeneralistConfig.from_dict(self.model)
         except (TypeError, ValueError) as err:

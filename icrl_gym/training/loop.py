@@ -143,8 +143,8 @@ class TrainerConfig(DictConfig):
     threads: int = 1
     """torch CPU threads per process (0: leave torch's default)."""
 
+    # older field names the command line still reads (:func:`upgrade_config` reads them in records)
     renamed_fields: ClassVar[Mapping[str, str]] = RENAMED_FIELDS
-    """Older field names the command line still reads (:func:`upgrade_config`)."""
 
     def __post_init__(self) -> None:
         check_fields(self, self.field_rules())

@@ -27,7 +27,7 @@ from agents.index_agent import IndexAgent
 from agents.linear_posterior import GaussianModelMixin
 from agents.resolved_model import ResolvedModelMixin
 from agents.thompson import beta_prior
-from icrl_gym.statistics import ArmStatistics
+from icrl_gym.statistics import ArmStatistics, gaussian_index
 
 
 def quantile_level(t: int, horizon: int, c: float) -> float:
@@ -135,11 +135,8 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
     def index(self, action_sets: np.ndarray) -> np.ndarray:
         """<a, mu_t> + Phi^{-1}(level) sigma ||a||_{V_t^{-1}}, shape (B, A)."""
         z = ndtri(quantile_level(self.t + 1, self.used_horizon, self.c))
-        mean = np.einsum("bad,bd->ba", action_sets, self.stats.estimate())
-        width = np.sqrt(self.stats.widths(action_sets))
         # at t = 1 the level is 0 and z = -inf: an arm of zero width (a zero vector) has no bonus, not NaN
-        with np.errstate(invalid="ignore"):
-            return mean + np.where(width > 0, z * self.model.noise_std * width, 0.0)
+        return gaussian_index(self.stats, action_sets, self.model.noise_std, z)
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.stats.update(action_sets[np.arange(self.batch_size), actions], rewards)

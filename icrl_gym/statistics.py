@@ -18,14 +18,20 @@ import numpy as np
 class RidgeStatistics:
     """Ridge-regression statistics of B runs: V^{-1} (B, d, d) and b (B, d)."""
 
-    def __init__(self, batch_size: int, dim: int, reg: float, center: np.ndarray | None = None) -> None:
-        """``center`` m shrinks the estimate towards m instead of 0: b starts at reg * m."""
-        if reg <= 0:
+    def __init__(self, batch_size: int, dim: int, reg: float | np.ndarray, center: np.ndarray | None = None) -> None:
+        """``center`` m shrinks the estimate towards m instead of 0: b starts at reg * m.
+
+        ``reg`` is one regulariser for every run or one per run (B,) (runs of different noise levels).
+        """
+        if np.any(np.asarray(reg) <= 0):
             raise ValueError(f"the ridge regulariser must be > 0, got {reg}")
         self.reg = reg
-        self.gram_inv = np.broadcast_to(np.eye(dim) / reg, (batch_size, dim, dim)).copy()
+        per_run = np.asarray(reg, dtype=np.float64)[..., None]  # (1,) or (B, 1)
+        self.gram_inv = np.broadcast_to(np.eye(dim) / per_run[..., None], (batch_size, dim, dim)).copy()
         self.target = (
-            np.zeros((batch_size, dim)) if center is None else np.broadcast_to(reg * center, (batch_size, dim)).copy()
+            np.zeros((batch_size, dim))
+            if center is None
+            else np.broadcast_to(per_run * center, (batch_size, dim)).copy()
         )
 
     def update(self, x: np.ndarray, r: np.ndarray) -> None:
@@ -46,6 +52,25 @@ class RidgeStatistics:
         """Squared widths a_k^T V^{-1} a_k of every arm, shape (B, A)."""
         va = np.matmul(action_sets, self.gram_inv)  # (B, A, d)
         return np.maximum((va * action_sets).sum(axis=-1), 0.0)
+
+
+def gaussian_index(
+    stats: RidgeStatistics, action_sets: np.ndarray, noise_std: float | np.ndarray, z: float | np.ndarray
+) -> np.ndarray:
+    """The Gaussian-posterior index <a_k, mu_t> + z sigma ||a_k||_{V_t^{-1}} of every arm, (B, A).
+
+    With ``stats`` centred at the prior mean m and regularised by sigma^2 / v (prior N(m 1, v I),
+    noise N(0, sigma^2)), mu_t = V_t^{-1} b_t is the posterior mean and sigma^2 a^T V_t^{-1} a the
+    posterior variance of <a, w*>: z = 0 is the greedy posterior mean, a constant z the trainer's
+    expert, z = Phi^{-1}(level) Bayes-UCB.  ``noise_std`` is one sigma or one per run (B,).  An arm
+    of zero width gets no bonus (also for z = -inf).
+    """
+    mean = np.einsum("bad,bd->ba", action_sets, stats.estimate())
+    width = np.sqrt(stats.widths(action_sets))
+    scale = z * np.asarray(noise_std)
+    scale = scale[:, None] if np.ndim(scale) == 1 else scale
+    with np.errstate(invalid="ignore"):
+        return mean + np.where(width > 0, scale * width, 0.0)
 
 
 class ArmStatistics:

@@ -6,7 +6,7 @@ import torch
 
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
-from icrl_gym.training.finetune import FinetuneConfig, finetune, policy_gradient_loss
+from icrl_gym.training.finetune import FinetuneConfig, advantages, finetune, policy_gradient_loss
 from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
 
 
@@ -43,7 +43,8 @@ def test_loss_uses_regret_to_go_and_a_leave_one_out_baseline(tiny_model):
         "means": rng.random((B, T)),
         "best": np.ones((B, T)),
     }
-    loss, stats = policy_gradient_loss(model, None, runs, 0.0, torch.device("cpu"))
+    advantage, stats = advantages(runs)
+    loss, _ = policy_gradient_loss(model, None, runs, advantage, 0.0, torch.device("cpu"))
     # the same quantity with explicit loops
     logits, _ = model(*(torch.as_tensor(runs[k]) for k in ("action_sets", "actions", "rewards")))
     logp = torch.log_softmax(logits, -1).detach().numpy()
@@ -79,7 +80,7 @@ def test_policy_gradient_is_unbiased_against_exact_enumeration(tiny_model):
     exact_grad = torch.autograd.grad(exact / 2, params)
     runs = rollout(model, spec, 40_000, np.random.default_rng(0), torch.device("cpu"), instance={"w_star": mu})
     assert runs["actions"].shape == (40_000, 2)
-    loss, _ = policy_gradient_loss(model, None, runs, 0.0, torch.device("cpu"))
+    loss, _ = policy_gradient_loss(model, None, runs, advantages(runs)[0], 0.0, torch.device("cpu"))
     estimate = torch.autograd.grad(loss, params)
     flat = lambda grads: torch.cat([g.reshape(-1) for g in grads])  # noqa: E731
     e, g = flat(exact_grad), flat(estimate)

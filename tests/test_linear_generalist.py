@@ -1,4 +1,4 @@
-"""The linear generalist transformer (issue 16): model, cache, invariances, trainer, agent."""
+"""The linear generalist transformer: model, cache, invariances, trainer, agent."""
 
 import numpy as np
 import pytest
@@ -10,11 +10,12 @@ from icrl_gym.checkpoint import CheckpointError, CheckpointKind, checkpoint_kind
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.statistics import gaussian_index
 from icrl_gym.training.linear_generalist import (
-    GaussianExpert,
     LinearGeneralistTrainConfig,
     draw_instances,
     evaluate,
+    expert_statistics,
     rollout,
     train,
 )
@@ -87,19 +88,21 @@ def test_padding_invariance():
 
 
 def test_expert_is_the_gaussian_posterior_index():
-    """The Sherman-Morrison expert equals the closed-form posterior N(mu, Sigma) (Appendix F.1)."""
+    """The Sherman-Morrison expert equals the closed-form posterior N(mu, Sigma) (Appendix F.1), per run's sigma."""
     rng = np.random.default_rng(0)
-    d, n, sigma, z = 4, 30, np.array([1.3]), 1.5
+    d, n, sigma, z = 4, 30, np.array([1.3, 0.6]), 1.5
     xs, rs = rng.uniform(-1, 1, (n, d)), rng.standard_normal(n)
-    expert = GaussianExpert(sigma, d, z)
+    expert = expert_statistics(sigma, d)
     for x, r in zip(xs, rs, strict=True):
-        expert.update(x[None], np.array([r]))
-    precision = 12.0 * np.eye(d) + xs.T @ xs / sigma[0] ** 2
-    cov = np.linalg.inv(precision)
-    mu = cov @ (6.0 * np.ones(d) + xs.T @ rs / sigma[0] ** 2)
+        expert.update(np.stack([x, x]), np.array([r, r]))
     arms = rng.uniform(-1, 1, (1, 5, d))
-    want = arms[0] @ mu + z * np.sqrt(np.einsum("ad,de,ae->a", arms[0], cov, arms[0]))
-    np.testing.assert_allclose(expert.index(arms)[0], want, rtol=1e-9)
+    got = gaussian_index(expert, np.concatenate([arms, arms]), sigma, z)
+    for run, s in enumerate(sigma):
+        precision = 12.0 * np.eye(d) + xs.T @ xs / s**2
+        cov = np.linalg.inv(precision)
+        mu = cov @ (6.0 * np.ones(d) + xs.T @ rs / s**2)
+        want = arms[0] @ mu + z * np.sqrt(np.einsum("ad,de,ae->a", arms[0], cov, arms[0]))
+        np.testing.assert_allclose(got[run], want, rtol=1e-9)
 
 
 def test_evaluation_uses_common_random_numbers():

@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.fileio import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
     PROBABILITY,
@@ -217,30 +218,12 @@ def draw_instances(
     return Instances(w, sets, noise, sigma.astype(np.float64), dim, horizon)
 
 
-class GaussianExpert:
-    """The expert's posterior (module docstring), kept by Sherman-Morrison: Sigma (B, d_max, d_max), eta (B, d_max)."""
+def expert_statistics(sigma: np.ndarray, d_max: int) -> RidgeStatistics:
+    """The expert's posterior (module docstring) as ridge statistics: prior N(m 1, v I), noise sigma (B,) per run.
 
-    def __init__(self, sigma: np.ndarray, d_max: int, z: float) -> None:
-        b = sigma.shape[0]
-        self.s2, self.z = sigma**2, z
-        self.cov = np.broadcast_to(np.eye(d_max) * PRIOR_VAR, (b, d_max, d_max)).copy()
-        self.eta = np.full((b, d_max), PRIOR_MEAN / PRIOR_VAR)  # natural mean parameter Sigma^{-1} mu
-
-    def index(self, arms: np.ndarray) -> np.ndarray:
-        """<x_k, mu> + z sqrt(x_k^T Sigma x_k) of arms (B, A, d_max) -> (B, A)."""
-        mu = np.einsum("bij,bj->bi", self.cov, self.eta)
-        mean = np.einsum("bad,bd->ba", arms, mu)
-        if self.z == 0:
-            return mean
-        var = np.einsum("bad,bde,bae->ba", arms, self.cov, arms)
-        return mean + self.z * np.sqrt(np.maximum(var, 0.0))
-
-    def update(self, x: np.ndarray, r: np.ndarray) -> None:
-        """Observe x (B, d_max), r (B,): Sigma <- (Sigma^{-1} + x x^T / s2)^{-1}, eta += x r / s2."""
-        cx = np.einsum("bij,bj->bi", self.cov, x)
-        denom = self.s2 + np.einsum("bi,bi->b", x, cx)
-        self.cov -= cx[:, :, None] * cx[:, None, :] / denom[:, None, None]
-        self.eta += x * (r / self.s2)[:, None]
+    Regulariser sigma^2 / v and centre m (:func:`icrl_gym.statistics.gaussian_index` reads the index).
+    """
+    return RidgeStatistics(sigma.shape[0], d_max, sigma**2 / PRIOR_VAR, center=np.full(d_max, PRIOR_MEAN))
 
 
 def rollout(
@@ -258,7 +241,7 @@ def rollout(
     """
     b, horizon = inst.noise.shape
     num_arms = inst.sets.shape[2]
-    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z)
+    expert = expert_statistics(inst.sigma, inst.sets.shape[-1])
     actions = np.zeros((b, horizon), dtype=np.int64)
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, num_arms), dtype=np.float32)
@@ -272,7 +255,7 @@ def rollout(
         dim_t = torch.as_tensor(inst.dim, device=device)
     for t in range(horizon):
         arms = inst.action_set(t).astype(np.float64)
-        index[:, t] = expert.index(arms)
+        index[:, t] = gaussian_index(expert, arms, inst.sigma, z)
         if model is None or cache is None:
             greedy = index[:, t].argmax(axis=1)
         else:

@@ -34,18 +34,21 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
+from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.fileio import POSITIVE_INT, Allowed
 from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_indices
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
+from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.statistics import ArmStatistics
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import GeneralistLoopConfig, GeneralistTrainer, Logger, check_order, train_generalist
@@ -215,40 +218,29 @@ def batch_loss(
     return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
 
 
-def evaluate_regret(
-    model: GeneralistTransformer,
-    table: GittinsTable,
-    num_arms: int,
-    horizon: int,
-    instances: int,
-    seed: int,
-    device: torch.device,
+class _InMemoryAgentClass(Protocol):
+    """The registered ``"generalist"`` agent class: it wraps an in-memory model (``from_model``)."""
+
+    def from_model(self, model: GeneralistTransformer, greedy: bool = True) -> BanditAgent:
+        """The agent playing ``model`` without reading a checkpoint."""
+        ...
+
+
+def evaluate_against_gittins(
+    model: GeneralistTransformer, num_arms: int, horizon: int, instances: int, seed: int, table_cache: str
 ) -> tuple[float, float, float]:
-    """Mean regret (and its s.e.) of the greedy model and the Gittins mean regret, on common instances."""
-    rng = np.random.default_rng(seed)
-    means = rng.random((instances, num_arms))
-    uniforms = rng.random((instances, horizon))  # common reward noise: r_t = 1[u_t < mu_{a_t}]
-    regrets = []
-    for use_model in (True, False):
-        succ = np.zeros((instances, num_arms), dtype=np.int64)
-        fail = np.zeros_like(succ)
-        rows = np.arange(instances)
-        cache = model.new_cache(instances, horizon, device, grouped=True) if use_model else None
-        prev: tuple[torch.Tensor, torch.Tensor] | None = None
-        regret = np.zeros(instances)
-        for t in range(horizon):
-            if cache is not None:  # use_model
-                prev_a, prev_r = prev if prev is not None else (None, None)
-                a = model.step(cache, num_arms, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
-            else:
-                a = table.lookup(succ, fail, horizon - t).argmax(axis=1)
-            r = (uniforms[:, t] < means[rows, a]).astype(np.int64)
-            succ[rows, a] += r
-            fail[rows, a] += 1 - r
-            regret += means.max(axis=1) - means[rows, a]
-            prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
-        regrets.append(regret)
-    return float(regrets[0].mean()), float(regrets[0].std(ddof=1) / math.sqrt(instances)), float(regrets[1].mean())
+    """Mean regret (and its s.e.) of the greedy model and the Gittins agent's mean regret, on common instances.
+
+    Both play :func:`icrl_gym.data.trajectories.evaluate_regret` with the same ``seed``: the same
+    instances and the same reward noise (common random numbers).  The agents are the registered
+    ``"generalist"`` and ``"gittins"``, looked up by name (icrl_gym never imports ``agents``).
+    """
+    spec = bernoulli_bandit_spec(num_arms=num_arms, horizon=horizon)
+    learned = cast(_InMemoryAgentClass, agent_class("generalist")).from_model(model, greedy=True)
+    expert = cast(BanditAgent, make_agent({"name": "gittins", "horizon": horizon}, cache_dir=table_cache))
+    ours = evaluate_regret(spec, learned, instances, seed=seed, batch_size=instances).sum(axis=1)
+    gittins = evaluate_regret(spec, expert, instances, seed=seed, batch_size=instances).sum(axis=1)
+    return float(ours.mean()), float(ours.std(ddof=1) / math.sqrt(instances)), float(gittins.mean())
 
 
 RESUMABLE_CHANGES = (
@@ -303,8 +295,8 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
             return sample_batch(cfg, table, rng, model if use_model else None, device)
 
         def evaluate(step: int, log: Logger) -> dict[str, Any]:
-            mean, se, eval_gittins = evaluate_regret(
-                model, table, cfg.eval_arms, cfg.eval_horizon, cfg.eval_instances, 1, device
+            mean, se, eval_gittins = evaluate_against_gittins(
+                model, cfg.eval_arms, cfg.eval_horizon, cfg.eval_instances, 1, cfg.table_cache
             )
             log(
                 f"eval step {step}: K={cfg.eval_arms} T={cfg.eval_horizon} regret {mean:.2f} +- {se:.2f} "

@@ -70,3 +70,186 @@ def test_shard_splits_the_global_batch():
     np.testing.assert_array_equal(np.concatenate(shards), index)
     with pytest.raises(ValueError, match="not divisible"):
         DistContext(rank=0, world_size=5).shard(index)
+
+
+# --- every other trainer under torchrun: the same update as one process -------------------------
+
+GENERALIST = {"d_model": 16, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
+LINEAR = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "readouts": 2}
+
+
+def _generalist_config(out_dir, cache):
+    from icrl_gym.training.generalist import GeneralistTrainConfig
+
+    # B in [3, 7] (odd sizes: the two ranks take 1 or 2 rows more or less); DAgger from step 2
+    return GeneralistTrainConfig(
+        out_dir=str(out_dir),
+        model=GENERALIST,
+        steps=4,
+        max_arms=4,
+        min_horizon=8,
+        max_horizon=16,
+        queries=3,
+        cost_per_batch=1e4,
+        min_batch=3,
+        max_batch=7,
+        dagger_start=2,
+        dagger_fraction=0.5,
+        warmup_steps=1,
+        lr=1e-2,
+        log_every=2,
+        checkpoint_every=2,
+        eval_every=0,
+        device="cpu",
+        table_cache=str(cache),
+    )
+
+
+def _linear_config(out_dir, cache):
+    from icrl_gym.training.linear_generalist import LinearGeneralistTrainConfig
+
+    return LinearGeneralistTrainConfig(
+        out_dir=str(out_dir),
+        model=LINEAR,
+        steps=4,
+        queries=2,
+        cost_per_batch=100.0,
+        min_batch=3,
+        max_batch=5,
+        min_horizon=8,
+        max_horizon=16,
+        max_arms=4,
+        dagger_start=2,
+        dagger_fraction=0.5,
+        dagger_max_batch=5,
+        warmup_steps=1,
+        lr=1e-2,
+        log_every=2,
+        checkpoint_every=2,
+        eval_every=0,
+        device="cpu",
+    )
+
+
+def _finetune_config(out_dir, cache):
+    from icrl_gym.training.finetune import FinetuneConfig
+
+    return FinetuneConfig(
+        base=str(cache / "base"),
+        iterations=3,
+        runs_per_iteration=5,  # odd: shares of 3 and 2 runs
+        lr=1e-2,
+        kl_weight=0.1,
+        val_runs=8,
+        eval_every=3,
+        device="cpu",
+        out_dir=str(out_dir),
+    )
+
+
+def _tiny_base(cache):
+    from icrl_gym.training.pretrain import export
+
+    model, meta = pretrain(
+        _config(cache / "pre", bernoulli_bandit_spec(horizon=6).to_dict(), {"name": "ucb"}), echo=False
+    )
+    export(model, meta, cache / "base")
+
+
+def _initial_weights(module, cfg):
+    """The weights a run of ``cfg`` starts from."""
+    import torch
+
+    from icrl_gym.checkpoint import read_checkpoint
+    from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+    from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+
+    if module == "finetune":
+        return read_checkpoint(cfg.base)[0]
+    torch.manual_seed(cfg.seed)
+    if module == "generalist":
+        return GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).state_dict()
+    return LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).state_dict()
+
+
+def _policy(module, cfg, weights):
+    """Log-probabilities (..., K) of the model with ``weights`` on a fixed batch of ``cfg``'s kind."""
+    import torch
+
+    from icrl_gym.checkpoint import load_checkpoint
+
+    rng = np.random.default_rng(123)
+    if module == "generalist":
+        from icrl_gym.gittins import cached_gittins_table
+        from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+        from icrl_gym.training.generalist import sample_batch
+
+        model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model))
+        batch = sample_batch(cfg, cached_gittins_table(cfg.max_horizon, cfg.table_cache), rng)
+        args = (torch.as_tensor(batch.actions), torch.as_tensor(batch.rewards, dtype=torch.float32))
+        inputs = (*args, torch.as_tensor(batch.query_steps), batch.horizon, batch.num_arms)
+    elif module == "linear_generalist":
+        from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+        from icrl_gym.training.linear_generalist import sample_batch
+
+        model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model))
+        batch = sample_batch(cfg, rng)
+        inst = batch.inst
+        inputs = (
+            torch.as_tensor(inst.sets).expand(-1, inst.horizon, -1, -1),
+            torch.as_tensor(batch.actions),
+            torch.as_tensor(batch.rewards, dtype=torch.float32),
+            torch.as_tensor(batch.query_steps),
+            inst.horizon,
+            torch.as_tensor(inst.sigma, dtype=torch.float32),
+            torch.as_tensor(inst.dim),
+        )
+    else:
+        model, _ = load_checkpoint(cfg.base)
+        sets = torch.eye(5).expand(8, 6, 5, 5)
+        inputs = (sets, torch.as_tensor(rng.integers(0, 5, (8, 6))), torch.as_tensor(rng.random((8, 6)) < 0.5).float())
+    model.load_state_dict(weights)
+    with torch.no_grad():
+        out = model(*inputs)
+    return torch.log_softmax(out[0] if isinstance(out, tuple) else out, dim=-1).numpy()
+
+
+@pytest.mark.parametrize(
+    "module, make",
+    [("generalist", _generalist_config), ("linear_generalist", _linear_config), ("finetune", _finetune_config)],
+)
+def test_every_trainer_under_torchrun_matches_one_process(tmp_path, module, make):
+    """2 gloo processes sharing the rows of every batch take the single-process steps (to float round-off).
+
+    The policies are compared, not every weight: parameters the loss does not depend on (a bias
+    added to every arm's logit, the key bias of attention) have a gradient that is round-off only,
+    and Adam scales that noise up to steps of size lr, differently in every summation order.
+    """
+    import importlib
+
+    from icrl_gym.training.state import RunState
+
+    trainer = importlib.import_module(f"icrl_gym.training.{module}")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if module == "finetune":
+        _tiny_base(cache)
+    single = make(tmp_path / "single", cache)
+    (trainer.finetune if module == "finetune" else trainer.train)(single, echo=False)
+    expected = RunState(single.out_dir).load()
+
+    config_file = tmp_path / "ddp.json"
+    config_file.write_text(json.dumps(make(tmp_path / "ddp", cache).to_dict()))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += ["-m", f"icrl_gym.training.{module}", str(config_file)]
+    env_vars = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env_vars)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = RunState(tmp_path / "ddp").load()
+    planned = single.to_dict().get("steps", single.to_dict().get("iterations"))
+    assert expected is not None and got is not None and got.step == expected.step == planned
+    assert got.weights.keys() == expected.weights.keys()
+    want = _policy(module, single, expected.weights)
+    np.testing.assert_allclose(_policy(module, single, got.weights), want, atol=2e-4)
+    assert np.abs(want - _policy(module, single, _initial_weights(module, single))).max() > 1e-2  # it trained
+    assert "DDP: 2 processes" in (tmp_path / "ddp" / "train.log").read_text()

@@ -271,6 +271,8 @@ def _finetune(
         state["best"] = {"iteration": 0, "val_regret": start}
         _save(store, model, optimizer, cfg, state, base_meta)
         log(f"pretrained model: validation regret {start:.3f}")
+    if ctx.enabled:
+        log(f"DDP: {ctx.world_size} processes share the {cfg.runs_per_iteration} runs of every iteration")
     net = wrap_ddp(model, ctx, device, unused=True)  # the value head gets no gradient
     t_start = time.perf_counter() - state["wall_seconds"]
     # metrics.csv (+ TensorBoard): step = iteration, val = validation regret

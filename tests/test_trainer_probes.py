@@ -318,3 +318,34 @@ def test_a_refused_new_run_leaves_no_folder(tmp_path):
     with pytest.raises(ValueError, match="holds a model"):
         generalist.train(cfg, echo=False)
     assert not (tmp_path / "run").exists()
+
+
+def _config_class(record):
+    """The trainer configuration class of a recorded configuration (by the fields only it has)."""
+    if "base" in record:
+        return finetune_module.FinetuneConfig
+    if "min_dim" in record:
+        return linear_generalist.LinearGeneralistTrainConfig
+    if "eval_arms" in record:
+        return generalist.GeneralistTrainConfig
+    return pretrain.PretrainConfig
+
+
+def test_every_shipped_record_reads_as_a_config():
+    """Shipped configs and the training records of shipped checkpoints, old field names included, still build."""
+    import json
+    from pathlib import Path
+
+    folder = Path(pretrain.__file__).parents[1] / "pretrained"
+    records = [json.loads(p.read_text()) for p in sorted((folder / "configs").glob("*.json"))]
+    for path in sorted(folder.glob("*.json")):
+        meta = json.loads(path.read_text())
+        records += [meta["pretrain"]] if "pretrain" in meta else []
+        records += [meta["finetune"]["config"]] if "finetune" in meta else []
+    trainer_records = [r for r in records if "algo" not in r]  # the meta-RL configs are MetaRLConfig's
+    assert len(trainer_records) >= 30 and any("run_dir" in r and "warmup" in r for r in trainer_records)
+    for record in trainer_records:
+        cfg = _config_class(record).from_dict(record)
+        assert cfg.out_dir == record.get("out_dir", record.get("run_dir"))
+        if "warmup" in record or "warmup_steps" in record:
+            assert cfg.warmup_steps == record.get("warmup_steps", record.get("warmup"))

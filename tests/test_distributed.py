@@ -78,30 +78,23 @@ GENERALIST = {"d_model": 16, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "same_
 LINEAR = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "readouts": 2}
 
 
+SHARED = dict(steps=4, max_arms=4, min_horizon=8, max_horizon=16, min_batch=3, dagger_start=2, dagger_fraction=0.5)
+"""Both generalist runs: odd batch sizes (the two ranks take shares differing by one row), DAgger from step 2."""
+SCHEDULE = dict(warmup_steps=1, lr=1e-2, log_every=2, checkpoint_every=2, eval_every=0, device="cpu")
+
+
 def _generalist_config(out_dir, cache):
     from icrl_gym.training.generalist import GeneralistTrainConfig
 
-    # B in [3, 7] (odd sizes: the two ranks take 1 or 2 rows more or less); DAgger from step 2
     return GeneralistTrainConfig(
         out_dir=str(out_dir),
         model=GENERALIST,
-        steps=4,
-        max_arms=4,
-        min_horizon=8,
-        max_horizon=16,
         queries=3,
         cost_per_batch=1e4,
-        min_batch=3,
         max_batch=7,
-        dagger_start=2,
-        dagger_fraction=0.5,
-        warmup_steps=1,
-        lr=1e-2,
-        log_every=2,
-        checkpoint_every=2,
-        eval_every=0,
-        device="cpu",
         table_cache=str(cache),
+        **SHARED,
+        **SCHEDULE,
     )
 
 
@@ -111,23 +104,12 @@ def _linear_config(out_dir, cache):
     return LinearGeneralistTrainConfig(
         out_dir=str(out_dir),
         model=LINEAR,
-        steps=4,
         queries=2,
         cost_per_batch=100.0,
-        min_batch=3,
         max_batch=5,
-        min_horizon=8,
-        max_horizon=16,
-        max_arms=4,
-        dagger_start=2,
-        dagger_fraction=0.5,
         dagger_max_batch=5,
-        warmup_steps=1,
-        lr=1e-2,
-        log_every=2,
-        checkpoint_every=2,
-        eval_every=0,
-        device="cpu",
+        **SHARED,
+        **SCHEDULE,
     )
 
 

@@ -24,48 +24,20 @@ BERNOULLI_MODEL = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "s
 LINEAR_MODEL = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "readouts": 2}
 
 
+SHARED = dict(steps=2, queries=2, min_horizon=4, max_horizon=8, max_arms=3, dagger_start=100, warmup_steps=1)
+"""Tiny runs of both generalist trainers: two steps, one log line each, a state at 0 and 2."""
+SCHEDULE = dict(log_every=1, checkpoint_every=2, eval_every=0, device="cpu")
+
+
 def _bernoulli(tmp_path, **kw):
-    base = dict(
-        out_dir=str(tmp_path / "run"),
-        model=BERNOULLI_MODEL,
-        steps=2,
-        max_arms=3,
-        min_horizon=4,
-        max_horizon=8,
-        queries=2,
-        cost_per_batch=1e3,
-        max_batch=4,
-        dagger_start=100,
-        warmup_steps=1,
-        log_every=1,
-        checkpoint_every=2,
-        eval_every=0,
-        device="cpu",
-        table_cache=str(tmp_path / "cache"),
-    )
+    base = dict(out_dir=str(tmp_path / "run"), model=BERNOULLI_MODEL, cost_per_batch=1e3, max_batch=4)
+    base.update(table_cache=str(tmp_path / "cache"), **SHARED, **SCHEDULE)
     return generalist.GeneralistTrainConfig(**{**base, **kw})
 
 
 def _linear(tmp_path, **kw):
-    base = dict(
-        out_dir=str(tmp_path / "run"),
-        model=LINEAR_MODEL,
-        steps=2,
-        queries=2,
-        cost_per_batch=100.0,
-        min_batch=2,
-        max_batch=3,
-        min_horizon=4,
-        max_horizon=8,
-        max_arms=3,
-        dagger_start=100,
-        warmup_steps=1,
-        log_every=1,
-        checkpoint_every=2,
-        eval_every=0,
-        device="cpu",
-    )
-    return linear_generalist.LinearGeneralistTrainConfig(**{**base, **kw})
+    base = dict(out_dir=str(tmp_path / "run"), model=LINEAR_MODEL, cost_per_batch=100.0, min_batch=2, max_batch=3)
+    return linear_generalist.LinearGeneralistTrainConfig(**{**base, **SHARED, **SCHEDULE, **kw})
 
 
 TRAINERS = {"bernoulli": (_bernoulli, generalist.train), "linear": (_linear, linear_generalist.train)}

@@ -321,3 +321,26 @@ def test_every_shipped_record_reads_as_a_config():
         assert cfg.out_dir == record.get("out_dir", record.get("run_dir"))
         if "warmup" in record or "warmup_steps" in record:
             assert cfg.warmup_steps == record.get("warmup_steps", record.get("warmup"))
+
+
+@pytest.mark.parametrize("trainer", list(TRAINERS))
+def test_a_run_saved_with_the_old_field_names_resumes(tmp_path, trainer):
+    """A manifest written before the rename (``run_dir``, ``warmup``) resumes, and is compared field by field."""
+    import json
+
+    from icrl_gym.fileio import CONTENT_HASH_FIELD, content_sha256
+    from icrl_gym.training.state import MANIFEST
+
+    make, train = TRAINERS[trainer]
+    train(make(tmp_path), echo=False)
+    path = tmp_path / "run" / MANIFEST
+    manifest = json.loads(path.read_text())
+    config = manifest["config"]
+    config["run_dir"], config["warmup"] = config.pop("out_dir"), config.pop("warmup_steps")
+    manifest[CONTENT_HASH_FIELD] = content_sha256(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(TrainingStateError, match=r"warmup_steps: 1 in the run, 2 now"):
+        train(make(tmp_path, steps=4, warmup_steps=2), echo=False)
+    train(make(tmp_path, steps=4), echo=False)
+    assert "resumed from" in (tmp_path / "run" / "train.log").read_text()
+    assert json.loads(path.read_text())["step"] == 4

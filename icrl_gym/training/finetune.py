@@ -23,6 +23,9 @@ from out_dir).  At iteration 0 and at every validation the training state (weigh
 states, iteration, history, and the best validated weights) is committed to ``out_dir`` as one
 verified unit (:mod:`icrl_gym.training.state`), and the best model is copied to
 ``out_dir/best.safetensors`` + ``best.json``; a resumed run continues exactly, also from a moved folder.
+Under ``torchrun`` every rank rolls out the same B runs and computes the advantages on all of them
+(the baseline needs every run), then takes the policy-gradient step on its share of the runs
+(:mod:`icrl_gym.training.loop`); rank 0 validates and writes.
 """
 
 from __future__ import annotations

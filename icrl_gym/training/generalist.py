@@ -25,6 +25,10 @@ moved ``out_dir``.  Resuming with other values of the fields that define the tra
 naming them; those of :data:`RESUMABLE_CHANGES` may change.  Run as::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.generalist icrl_gym/pretrained/configs/bernoulli-generalist.json
+
+or under ``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.generalist bernoulli-generalist.json``
+with DistributedDataParallel: every rank draws the same batch and trains on its share of the
+trajectories (:mod:`icrl_gym.training.loop`); rank 0 logs, evaluates and writes.
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ Capped at ``time_budget_hours`` of training wall time summed over resumes (recor
 checkpoint)::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist icrl_gym/pretrained/configs/linear-generalist.json
+
+or under ``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.linear_generalist linear-generalist.json``
+with DistributedDataParallel: every rank draws the same batch and trains on its share of the
+trajectories (:mod:`icrl_gym.training.loop`); rank 0 logs, evaluates and writes.
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.fileio import POSITIVE_INT, Allowed
 from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_indices
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.statistics import ArmStatistics
 from icrl_gym.training.distributed import DistContext
@@ -162,7 +163,7 @@ def rollout(
     if model is not None:
         if device is None:  # the model's own device
             device = next(model.parameters()).device
-        cache = model.new_cache(b, horizon, device, grouped=True)
+        cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=horizon), device)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     for t in range(horizon):
         index[:, t] = gittins_indices(table, stats, horizon - t)
@@ -171,7 +172,7 @@ def rollout(
             greedy = (best * rng.random((b, k))).argmax(axis=1)
         else:
             prev_a, prev_r = prev if prev is not None else (None, None)
-            greedy = model.step(cache, k, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
+            greedy = model.step(cache, None, prev_a, prev_r).logits.argmax(dim=1).cpu().numpy()
         explore = rng.random(b) < epsilon
         a = np.where(explore, rng.integers(0, k, b), greedy)
         r = bandits.step(a)["reward"]

@@ -221,7 +221,7 @@ LEGACY_FILES = ("state.json", "optimizer.pt", "last.safetensors", "last.json")
 """Resume files of the layout before :mod:`icrl_gym.training.state`: such a folder is refused, not overwritten."""
 
 
-def _save(
+def _save_state(
     store: RunState,
     model: BanditTransformer,
     optimizer: torch.optim.Optimizer,
@@ -272,7 +272,7 @@ def _finetune(
         start = validation_regret(model, spec, cfg, device)
         state["history"].append({"iteration": 0, "val_regret": start, "wall_seconds": 0.0})
         state["best"] = {"iteration": 0, "val_regret": start}
-        _save(store, model, optimizer, cfg, state, base_meta)
+        _save_state(store, model, optimizer, cfg, state, base_meta)
         log(f"pretrained model: validation regret {start:.3f}")
     if ctx.enabled:
         log(f"DDP: {ctx.world_size} processes share the {cfg.runs_per_iteration} runs of every iteration")
@@ -308,7 +308,7 @@ def _finetune(
             curves.record(it, stats["loss"], val, cfg.lr, state["wall_seconds"])
             if val < state["best"]["val_regret"]:
                 state["best"] = {"iteration": it, "val_regret": val}
-            _save(store, model, optimizer, cfg, state, base_meta)
+            _save_state(store, model, optimizer, cfg, state, base_meta)
             log(f"iteration {it}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
 
     train_steps(

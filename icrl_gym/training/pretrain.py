@@ -293,7 +293,7 @@ def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _save(
+def _save_state(
     store: RunState, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: PretrainConfig, state: dict
 ) -> None:
     """Commit the training state, then copy its weights to ``out_dir/checkpoint`` (not at step 0)."""
@@ -368,7 +368,7 @@ def _pretrain(
         if ctx.is_main and store.committed and state["step"] > 0:
             store.publish(out / "checkpoint")  # renews a copy that a stop during the last one left unfinished
     elif ctx.is_main:
-        _save(store, model, optimizer, cfg, state)  # step 0: a folder with a state is never a foreign one
+        _save_state(store, model, optimizer, cfg, state)  # step 0: a folder with a state is never a foreign one
 
     def loss_at(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         needed = step // cfg.steps_per_chunk
@@ -400,7 +400,7 @@ def _pretrain(
             state["distinct_trajectories"] = min(
                 state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
             )
-            _save(store, model, optimizer, cfg, state)
+            _save_state(store, model, optimizer, cfg, state)
             log(
                 f"step {step} val "
                 + " ".join(f"{k}={v:.4f}" for k, v in val_stats.items())

@@ -20,7 +20,7 @@ exactly the same float32 operations whatever N, so a table for N >= T holds the 
 one built for T.
 
 This module is the table math and the index of a batch of runs (:func:`gittins_indices`); the policy
-playing it is ``agents.gittins.Gittins``, and the generalist trainer's expert reads the same index.
+playing it is ``agents.bandit.gittins.Gittins``, and the generalist trainer's expert reads the same index.
 
 Building the table for N = 500 takes about 5 minutes, so :func:`cached_gittins_table` keeps it on
 disk for later processes, in a directory the caller names (nothing is written by default; the

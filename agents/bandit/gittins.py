@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.index_agent import IndexAgent
+from agents.bandit.index_agent import IndexAgent
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_indices, gittins_table

@@ -10,7 +10,10 @@ The reset ``info`` also carries ``"model"``: the environment's :class:`BanditSpe
 dict (``spec.to_dict()``: horizon, reward kind, noise_std, prior kind and its parameters
 prior_low/prior_high, prior_var or prior_a/prior_b, arms, action_set, dim, num_actions).  It is the
 model that Bayesian algorithms assume (Thompson sampling, Bayes-UCB read noise and prior from it),
-so that parameters of the world are never typed a second time by hand.
+so that parameters of the world are never typed a second time by hand.  When the spec draws the
+prior's hyperparameters or sigma per instance (the prior family of :mod:`icrl_gym.envs.prior_family`,
+a noise range), ``info["model"]["instance"]`` holds them, one row per run: the references told
+each instance's own prior read them there.
 
 A fixed instance is replayed by seeding ``reset`` or by passing it in
 ``options={"w_star": ..., "action_set": ...}``.
@@ -32,6 +35,19 @@ from icrl_gym.envs.vector import BatchVectorEnv, check_env_memory, check_options
 def _observation_space(spec: BanditSpec) -> spaces.Box:
     low, high = spec.action_bounds
     return spaces.Box(low=low, high=high, shape=(spec.num_actions * spec.dim,), dtype=np.float32)
+
+
+def model_info(spec: BanditSpec, batch: BanditBatch, single: bool = False) -> dict[str, Any]:
+    """The reset ``info["model"]``: the spec as a dict, with ``"instance"`` when the prior or sigma is drawn per instance.
+
+    ``"instance"`` holds arrays with one row per run (``single``: the one run's row): ``noise_std`` and the
+    matched Gaussian prior ``prior_mean``, ``prior_var`` (linear), or ``prior_a``, ``prior_b`` (Bernoulli),
+    and the drawn hyperparameters.
+    """
+    out = spec.to_dict()
+    if batch.instance is not None:
+        out["instance"] = {k: (v[0] if single else v).copy() for k, v in batch.instance.items()}
+    return out
 
 
 def _instance_options(options: dict[str, Any] | None) -> dict[str, Any]:
@@ -83,7 +99,7 @@ class BanditEnv(gym.Env):
             "best_expected_reward": float(batch.best_mean[0]),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
-            "model": self.bandit_spec.to_dict(),
+            "model": model_info(self.bandit_spec, batch, single=True),
         }
         return self._obs(), info
 
@@ -143,7 +159,7 @@ class BanditVectorEnv(BatchVectorEnv):
             "best_expected_reward": batch.best_mean.copy(),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
-            "model": self.bandit_spec.to_dict(),
+            "model": model_info(self.bandit_spec, batch),
         }
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -4,13 +4,15 @@ The model (:class:`icrl_gym.models.linear_generalist.LinearGeneralistTransformer
 trajectory (the action sets, the arms pulled, the rewards) through its cache -- the linear
 attention's state, O(1) per step whatever t -- and scores the A arms of the current action set.
 It needs the horizon T and the noise level sigma of the environment, read from the reset
-``info["model"]`` (the environment's :class:`BanditSpec`), or given to the constructor / ``reset``
-(``horizon=``, ``noise_std=``); d and A come from the action sets.  ``greedy=True`` (default; the
+``info["model"]`` (the environment's :class:`BanditSpec`; each instance's sigma where it reports them), or
+given to the constructor / ``reset`` (``horizon=``, ``noise_std=``); d and A come from the action sets.  An
+environment whose sigma is marked unknown (``noise_known=False``) is played without it: a model trained to
+(``noise_estimate``) estimates sigma in context, any other refuses.  ``greedy=True`` (default; the
 model imitates a deterministic index policy) takes the argmax, ``greedy=False`` samples from
 softmax(logits).  It was trained on Gaussian rewards, w* ~ U[0, 1]^d, d in 2..8, A in 2..20,
-T <= 500, sigma in [0.4, 2.5] (Section 4.1 of Lin, Bai, Mei, ICLR 2024); it refuses d > 8 and
-Bernoulli (one-hot) bandits with a ``ValueError``, and plays any A and T (outside the trained
-range, an out-of-distribution use).
+T <= 500, sigma in [0.4, 2.5] (Section 4.1 of Lin, Bai, Mei, ICLR 2024); it refuses d > d_max and
+Bernoulli bandits with a ``ValueError``, and plays any A and T and one-hot arms (the Gaussian
+multi-armed bandit; outside the trained range, an out-of-distribution use).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class LinearGeneralistAgent(BanditAgent):
         self.model, self.checkpoint, self.greedy = model, checkpoint, bool(greedy)
         self.deterministic = self.greedy
         self.default_horizon, self.default_noise = horizon, noise_std
-        self.horizon, self.noise_std = 0, 1.0
+        self.horizon, self.noise_std = 0, torch.ones(1)
         self.device = next(model.parameters()).device
         self._cache: LinearGeneralistCache | None = None
         self._logits: np.ndarray | None = None
@@ -86,21 +88,31 @@ class LinearGeneralistAgent(BanditAgent):
 
     def _start(self, info: dict[str, Any]) -> None:
         model = info.get("model") or {}
-        if model.get("reward", "gaussian") != "gaussian" or model.get("arms") == "one_hot":
+        if model.get("reward", "gaussian") != "gaussian":
             raise ValueError(
                 "the linear generalist transformer plays linear bandits with Gaussian rewards only; this environment "
-                f"has reward={model.get('reward')!r}, arms={model.get('arms')!r}"
+                f"has reward={model.get('reward')!r}"
             )
+        instance = model.get("instance") or {}
         horizon = info.get("horizon", model.get("horizon", self.default_horizon))
-        noise = info.get("noise_std", model.get("noise_std", self.default_noise))
-        if horizon is None or noise is None:
+        noise = info.get("noise_std", instance.get("noise_std", model.get("noise_std", self.default_noise)))
+        if horizon is None:
             raise ValueError(
-                "the linear generalist transformer needs the horizon T and the noise level sigma: reset with "
-                "the environment's info (info['model']) or pass horizon= and noise_std="
+                "the linear generalist transformer needs the horizon T: reset with the environment's info "
+                "(info['model']) or pass horizon="
             )
-        if not float(noise) > 0:
+        if model.get("noise_known", True) is False and "noise_std" not in info:
+            noise = np.nan  # the user's bandit of unknown noise: estimated in context
+        if noise is None or (np.isnan(noise).any() and not self.model.config.noise_estimate):
+            raise ValueError(
+                "this linear generalist transformer needs the noise level sigma: reset with the environment's info "
+                "(info['model']) or pass noise_std="
+            )
+        noise_arr = np.asarray(noise, dtype=np.float64)
+        if not (np.isnan(noise_arr) | (noise_arr > 0)).all():
             raise ValueError(f"noise_std must be > 0, got {noise}")
-        self.horizon, self.noise_std = int(horizon), float(noise)
+        self.horizon = int(horizon)
+        self.noise_std = torch.as_tensor(noise_arr.reshape(-1), dtype=torch.float32, device=self.device)
         super()._start(info)
         if self.dim > self.model.config.d_max:
             raise ValueError(
@@ -135,7 +147,6 @@ class LinearGeneralistAgent(BanditAgent):
             self._cache,
             torch.as_tensor(chosen, dtype=torch.float32, device=self.device),
             torch.as_tensor(rewards, dtype=torch.float32, device=self.device),
-            self.noise_std,
         )
         self._logits = None
 

@@ -44,7 +44,7 @@ def test_cached_step_equals_forward(per_step, extra):
     cache, steps = model.new_cache(b), []
     for t in range(s):
         steps.append(model.step(cache, sets[:, t], 40, sigma, dims))
-        model.append(cache, sets[torch.arange(b), t, actions[:, t]], rewards[:, t], sigma)
+        model.append(cache, sets[torch.arange(b), t, actions[:, t]], rewards[:, t])
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -206,8 +206,10 @@ def test_agent_refuses_what_it_cannot_play(tmp_path):
         evaluate_regret(linear_bandit_spec(9, 5, 10, 1.0), agent, 1)
     with pytest.raises(ValueError, match="Gaussian rewards"):
         evaluate_regret(bernoulli_bandit_spec(3, 10), agent, 1)
-    with pytest.raises(ValueError, match="horizon T and the noise level"):
+    with pytest.raises(ValueError, match="horizon T"):
         agent.reset(dim=3, num_actions=4)
+    with pytest.raises(ValueError, match="needs the noise level sigma"):  # trained without estimating it
+        evaluate_regret(linear_bandit_spec(3, 5, 10, 1.0, noise_known=False), agent, 1)
     bernoulli_model = tmp_path / "other"
     model = _model()
     save_checkpoint(
@@ -250,3 +252,38 @@ def test_shipped_linear_generalist_beats_linucb_on_fresh_instances():
     model = evaluate_regret(spec, agent, 200, seed=10**7, batch_size=200).sum(axis=1).mean()
     linucb = evaluate_regret(spec, make_agent("linucb"), 200, seed=10**7, batch_size=200).sum(axis=1).mean()
     assert model < 0.6 * linucb and model < 14.5
+
+
+def test_in_context_noise_estimate_is_the_residual_variance_of_ridge_regression():
+    """estimate_noise against numpy's least squares on the same history (d = 3 of d_max = 8)."""
+    from icrl_gym.models.linear_generalist import NOISE_PRIOR_COUNT, NOISE_PRIOR_STD, NOISE_RIDGE, estimate_noise
+
+    rng = np.random.default_rng(0)
+    n, d = 40, 3
+    x = rng.uniform(-1, 1, (n, d))
+    r = x @ np.array([0.3, -1.0, 2.0]) + 0.7 * rng.standard_normal(n)
+    tokens = np.concatenate([x, np.zeros((n, 5)), r[:, None], np.ones((n, 1))], axis=1)
+    moments = torch.as_tensor(tokens.T @ tokens)
+    w = np.linalg.solve(x.T @ x + NOISE_RIDGE * np.eye(d), x.T @ r)
+    rss = np.sum((r - x @ w) ** 2) + NOISE_RIDGE * w @ w  # the ridge objective's minimum: rr - b^T G^-1 b
+    expected = np.sqrt((rss + NOISE_PRIOR_COUNT * NOISE_PRIOR_STD**2) / (n - d + NOISE_PRIOR_COUNT))
+    assert float(estimate_noise(moments, torch.tensor(d))) == pytest.approx(expected, rel=1e-5)
+
+
+def test_noise_estimating_model_plays_unknown_sigma_and_one_hot_arms(tmp_path):
+    """A model with noise_estimate plays sigma NaN (step equals forward) and the Gaussian multi-armed bandit."""
+    torch.manual_seed(0)
+    model = LinearGeneralistTransformer(LinearGeneralistConfig(d_model=16, n_layers=2, noise_estimate=True)).eval()
+    b, steps = 3, 12
+    sets = torch.rand(b, steps + 1, 4, 5) * 2 - 1
+    actions = torch.randint(0, 4, (b, steps))
+    rewards = torch.randn(b, steps)
+    sigma = torch.tensor([float("nan"), 0.5, float("nan")])
+    full = model(sets, actions, rewards, torch.arange(steps).expand(b, -1), steps, sigma)
+    cache = model.new_cache(b)
+    for t in range(steps):
+        assert torch.allclose(model.step(cache, sets[:, t], steps, sigma), full[:, t], atol=1e-4)
+        model.append(cache, sets[torch.arange(b), t, actions[:, t]], rewards[:, t])
+    agent = LinearGeneralistAgent.from_model(model)
+    spec = linear_bandit_spec(5, 5, 20, 0.3, arms="one_hot", prior="hierarchical", noise_known=False)
+    assert np.isfinite(evaluate_regret(spec, agent, 2, seed=1)).all()

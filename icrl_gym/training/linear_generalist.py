@@ -227,7 +227,7 @@ def rollout(
         regret += means.max(axis=1) - means[rows, a]
         expert.update(x, r)
         if model is not None and cache is not None:
-            model.append(cache, torch.as_tensor(x, dtype=torch.float32, device=device), torch.as_tensor(r), sigma_t)
+            model.append(cache, torch.as_tensor(x, dtype=torch.float32, device=device), torch.as_tensor(r))
         actions[:, t], rewards[:, t] = a, r
     return actions, rewards, index, regret
 

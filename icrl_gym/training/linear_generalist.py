@@ -50,7 +50,8 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
-from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.training.linear_family import draw_family
 from icrl_gym.training.loop import (
     LEGACY_FILES,
     GeneralistLoopConfig,
@@ -106,6 +107,15 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
     label_temperature: float = 0.0
     """0: one-hot expert action; > 0: softmax(index / label_temperature) (reward units)."""
+    prior: str = "uniform"
+    """'uniform': w* ~ U[0, 1]^d and the expert's prior N(1/2, I/12) (the first version); 'family': the prior
+    family of :mod:`icrl_gym.training.linear_family`, the expert told each instance's matched prior."""
+    sphere_arms_fraction: float = 0.0
+    """Probability that a trajectory's arms are uniform on the unit sphere ('family' only)."""
+    one_hot_fraction: float = 0.0
+    """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
+    unknown_noise_fraction: float = 0.0
+    """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
     eval_cells: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
@@ -118,7 +128,11 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
 
 @dataclass
 class Instances:
-    """B linear-bandit runs: w* (B, d_max), action sets (B, T or 1, A, d_max), noise (B, T), sigma (B,), d (B,)."""
+    """B linear-bandit runs: w* (B, d_max), action sets (B, T or 1, A, d_max), noise (B, T), sigma (B,), d (B,).
+
+    ``prior_mean``, ``prior_var`` (B, d_max): the expert's prior per run (None: N(1/2, I/12) for all);
+    ``noise_known`` (B,): whether the model is given sigma (None: always).
+    """
 
     w: np.ndarray
     sets: np.ndarray
@@ -126,6 +140,13 @@ class Instances:
     sigma: np.ndarray
     dim: np.ndarray
     horizon: int
+    prior_mean: np.ndarray | None = None
+    prior_var: np.ndarray | None = None
+    noise_known: np.ndarray | None = None
+
+    def model_noise(self) -> np.ndarray:
+        """sigma as the model is given it (B,): NaN where it is unknown to the model."""
+        return self.sigma if self.noise_known is None else np.where(self.noise_known, self.sigma, np.nan)
 
     def action_set(self, t: int) -> np.ndarray:
         """The action sets (B, A, d_max) of step t."""
@@ -159,13 +180,26 @@ def draw_instances(
 
 
 class GaussianExpert:
-    """The expert's posterior (module docstring), kept by Sherman-Morrison: Sigma (B, d_max, d_max), eta (B, d_max)."""
+    """The expert's posterior (module docstring), kept by Sherman-Morrison: Sigma (B, d_max, d_max), eta (B, d_max).
 
-    def __init__(self, sigma: np.ndarray, d_max: int, z: float) -> None:
+    The prior is N(m, diag(v)) per run (``prior_mean``, ``prior_var`` (B, d_max)), N(1/2, I/12) when not given.
+    """
+
+    def __init__(
+        self,
+        sigma: np.ndarray,
+        d_max: int,
+        z: float,
+        prior_mean: np.ndarray | None = None,
+        prior_var: np.ndarray | None = None,
+    ) -> None:
         b = sigma.shape[0]
         self.s2, self.z = sigma**2, z
-        self.cov = np.broadcast_to(np.eye(d_max) * PRIOR_VAR, (b, d_max, d_max)).copy()
-        self.eta = np.full((b, d_max), PRIOR_MEAN / PRIOR_VAR)  # natural mean parameter Sigma^{-1} mu
+        mean = np.full((b, d_max), PRIOR_MEAN) if prior_mean is None else prior_mean
+        var = np.full((b, d_max), PRIOR_VAR) if prior_var is None else prior_var
+        self.cov = np.zeros((b, d_max, d_max))
+        self.cov[:, np.arange(d_max), np.arange(d_max)] = var
+        self.eta = mean / var  # natural mean parameter Sigma^{-1} mu
 
     def index(self, arms: np.ndarray) -> np.ndarray:
         """<x_k, mu> + z sqrt(x_k^T Sigma x_k) of arms (B, A, d_max) -> (B, A)."""
@@ -199,7 +233,7 @@ def rollout(
     """
     b, horizon = inst.noise.shape
     num_arms = inst.sets.shape[2]
-    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z)
+    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z, inst.prior_mean, inst.prior_var)
     actions = np.zeros((b, horizon), dtype=np.int64)
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, num_arms), dtype=np.float32)
@@ -209,7 +243,7 @@ def rollout(
     if model is not None:
         device = next(model.parameters()).device if device is None else device
         cache = model.new_cache(b, device)
-        sigma_t = torch.as_tensor(inst.sigma, dtype=torch.float32, device=device)
+        sigma_t = torch.as_tensor(inst.model_noise(), dtype=torch.float32, device=device)
         dim_t = torch.as_tensor(inst.dim, device=device)
     for t in range(horizon):
         arms = inst.action_set(t).astype(np.float64)
@@ -255,6 +289,33 @@ def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
     return np.eye(index.shape[-1])[index.argmax(axis=-1)]
 
 
+def family_instances(
+    rng: np.random.Generator,
+    cfg: LinearGeneralistTrainConfig | dict[str, float],
+    batch: int,
+    num_arms: int,
+    horizon: int,
+    per_step: bool,
+    d_max: int,
+    dim_range: tuple[int, int],
+    noise_range: tuple[float, float],
+) -> Instances:
+    """B runs over the prior family (:func:`icrl_gym.training.linear_family.draw_family`) and their noise.
+
+    ``cfg`` gives the fractions of arm kinds and of runs whose sigma the model is not given (the
+    configuration's fields, or a dict of them).
+    """
+    get = cfg.get if isinstance(cfg, dict) else lambda name: getattr(cfg, name)
+    fractions = (get("gaussian_arms_fraction"), get("sphere_arms_fraction"), get("one_hot_fraction"))
+    draw = draw_family(
+        rng, batch, num_arms, horizon, per_step, d_max, dim_range, noise_range, fractions, get("unknown_noise_fraction")
+    )
+    noise = rng.standard_normal((batch, horizon))
+    return Instances(
+        draw.w, draw.sets, noise, draw.sigma, draw.dim, horizon, draw.prior_mean, draw.prior_var, draw.noise_known
+    )
+
+
 def sample_batch(
     cfg: LinearGeneralistTrainConfig,
     rng: np.random.Generator,
@@ -267,11 +328,16 @@ def sample_batch(
     most = cfg.max_batch if model is None else min(cfg.max_batch, cfg.dagger_max_batch)
     b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * num_arms + horizon / 2)), cfg.min_batch, most))
     per_step = bool(rng.random() < cfg.per_step_fraction)
-    dim = rng.integers(cfg.min_dim, cfg.max_dim + 1, b)
-    sigma = np.exp(rng.uniform(math.log(cfg.min_noise), math.log(cfg.max_noise), b))
-    gaussian = rng.random(b) < cfg.gaussian_arms_fraction
     d_max = model.config.d_max if model is not None else LinearGeneralistConfig.from_dict(cfg.model).d_max
-    inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
+    if cfg.prior == "family":
+        inst = family_instances(
+            rng, cfg, b, num_arms, horizon, per_step, d_max, (cfg.min_dim, cfg.max_dim), (cfg.min_noise, cfg.max_noise)
+        )
+    else:
+        dim = rng.integers(cfg.min_dim, cfg.max_dim + 1, b)
+        sigma = np.exp(rng.uniform(math.log(cfg.min_noise), math.log(cfg.max_noise), b))
+        gaussian = rng.random(b) < cfg.gaussian_arms_fraction
+        inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
     actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
@@ -290,7 +356,7 @@ def batch_loss(
         torch.as_tensor(batch.rewards, dtype=torch.float32, device=device),
         torch.as_tensor(batch.query_steps, device=device),
         inst.horizon,
-        torch.as_tensor(inst.sigma, dtype=torch.float32, device=device),
+        torch.as_tensor(inst.model_noise(), dtype=torch.float32, device=device),
         torch.as_tensor(inst.dim, device=device),
     )  # (B, Q, A)
     target = torch.as_tensor(batch.targets, dtype=torch.float32, device=device)
@@ -309,17 +375,35 @@ def evaluate(
     seed: int,
     z: float,
     device: torch.device,
+    d_max: int | None = None,
 ) -> np.ndarray:
     """Per-run regret (instances,) of the greedy model (or, ``model`` None, the expert) on fixed instances.
 
-    The same ``seed`` gives the same instances and noise (common random numbers) for every policy.
+    The same ``seed`` and ``d_max`` (the padding; default the model's) give the same instances and noise
+    (common random numbers) for every policy.  A cell with ``"prior": "family"`` draws over the prior family
+    (``arms`` one of uniform, gaussian, sphere, one_hot; ``noise_known``), the expert told each prior.
     """
     rng = np.random.default_rng(seed)
     d, a, horizon = int(cell.get("dim", 5)), int(cell.get("num_actions", 10)), int(cell.get("horizon", 200))
-    dim = np.full(instances, d)
-    sigma = np.full(instances, float(cell.get("noise_std", 1.5)))
-    gaussian = np.full(instances, cell.get("arms", "uniform") == "gaussian")
-    inst = draw_instances(rng, instances, a, horizon, dim, sigma, gaussian, cell.get("action_set") == "per_step")
+    per_step = cell.get("action_set") == "per_step"
+    if d_max is None:
+        d_max = model.config.d_max if model is not None else max(d, D_MAX)
+    if cell.get("prior", "uniform") == "family":  # the family's priors, one kind of arms, a fixed d and sigma
+        arms = cell.get("arms", "uniform")
+        fractions = (float(arms == "gaussian"), float(arms == "sphere"), float(arms == "one_hot"))
+        sigma_cell = float(cell.get("noise_std", 0.5))
+        kinds = {
+            "gaussian_arms_fraction": fractions[0],
+            "sphere_arms_fraction": fractions[1],
+            "one_hot_fraction": fractions[2],
+            "unknown_noise_fraction": float(not cell.get("noise_known", True)),
+        }
+        inst = family_instances(rng, kinds, instances, a, horizon, per_step, d_max, (d, d), (sigma_cell, sigma_cell))
+    else:
+        dim = np.full(instances, d)
+        sigma = np.full(instances, float(cell.get("noise_std", 1.5)))
+        gaussian = np.full(instances, cell.get("arms", "uniform") == "gaussian")
+        inst = draw_instances(rng, instances, a, horizon, dim, sigma, gaussian, per_step, d_max)
     with torch.no_grad():
         return rollout(inst, np.zeros(instances), rng, z, model, device)[3]
 
@@ -349,16 +433,27 @@ def _save_state(
     at: Progress,
 ) -> None:
     """Commit the training state at ``at.step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
-    fields = {
-        "family": "linear",
-        "env": {
+    if cfg.prior == "family":
+        env: dict[str, Any] = {
+            "reward": "gaussian",
+            "arms": "uniform|gaussian|sphere|one_hot",
+            "prior": "family",
+            "action_set": "fixed|per_step",
+        }
+        expert_prior: dict[str, Any] = {"prior": "matched Gaussian prior of each instance"}
+    else:
+        env = {
             "reward": "gaussian",
             "arms": "uniform|gaussian",
             "prior": "uniform",
             "prior_low": 0.0,
             "prior_high": 1.0,
             "action_set": "fixed|per_step",
-        },
+        }
+        expert_prior = {"prior_mean": PRIOR_MEAN, "prior_var": PRIOR_VAR}
+    fields = {
+        "family": "linear",
+        "env": env,
         "trained_range": {
             "dim": [cfg.min_dim, cfg.max_dim],
             "num_actions": [cfg.min_arms, cfg.max_arms],
@@ -368,8 +463,7 @@ def _save_state(
         "expert": {
             "name": "gaussian_posterior_index",
             "z": cfg.expert_z,
-            "prior_mean": PRIOR_MEAN,
-            "prior_var": PRIOR_VAR,
+            **expert_prior,
         },
     }
     save_generalist_state(
@@ -401,8 +495,9 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
     def evaluate_cells(step: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"step": step}
         for i, cell in enumerate(cfg.eval_cells):
-            ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
-            ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+            d_max = model.config.d_max  # the expert meets the same (padded) instances: common random numbers
+            ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device, d_max)
+            ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device, d_max)
             se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
             own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
             log(

@@ -304,6 +304,18 @@ class BanditBatch:
                 )
         return arr.copy()
 
+    def model_info(self, single: bool = False) -> dict[str, Any]:
+        """The reset ``info["model"]``: the spec as a dict, with ``"instance"`` when the prior or sigma is drawn per instance.
+
+        ``"instance"`` holds arrays with one row per run (``single``: the one run's row): ``noise_std`` and the
+        matched Gaussian prior ``prior_mean``, ``prior_var`` (linear), or ``prior_a``, ``prior_b`` (Bernoulli),
+        and the drawn hyperparameters.
+        """
+        out = self.spec.to_dict()
+        if self.instance is not None:
+            out["instance"] = {k: (v[0] if single else v).copy() for k, v in self.instance.items()}
+        return out
+
     def _refresh_means(self) -> None:
         # (B, A): expected reward of every arm of the current action set.
         self.means = np.einsum("bad,bd->ba", self.action_sets, self.w_star)

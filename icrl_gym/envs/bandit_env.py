@@ -37,19 +37,6 @@ def _observation_space(spec: BanditSpec) -> spaces.Box:
     return spaces.Box(low=low, high=high, shape=(spec.num_actions * spec.dim,), dtype=np.float32)
 
 
-def model_info(spec: BanditSpec, batch: BanditBatch, single: bool = False) -> dict[str, Any]:
-    """The reset ``info["model"]``: the spec as a dict, with ``"instance"`` when the prior or sigma is drawn per instance.
-
-    ``"instance"`` holds arrays with one row per run (``single``: the one run's row): ``noise_std`` and the
-    matched Gaussian prior ``prior_mean``, ``prior_var`` (linear), or ``prior_a``, ``prior_b`` (Bernoulli),
-    and the drawn hyperparameters.
-    """
-    out = spec.to_dict()
-    if batch.instance is not None:
-        out["instance"] = {k: (v[0] if single else v).copy() for k, v in batch.instance.items()}
-    return out
-
-
 def _instance_options(options: dict[str, Any] | None) -> dict[str, Any]:
     options = check_options(options)
     allowed = {"w_star", "action_set"}
@@ -99,7 +86,7 @@ class BanditEnv(gym.Env):
             "best_expected_reward": float(batch.best_mean[0]),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
-            "model": model_info(self.bandit_spec, batch, single=True),
+            "model": batch.model_info(single=True),
         }
         return self._obs(), info
 
@@ -159,7 +146,7 @@ class BanditVectorEnv(BatchVectorEnv):
             "best_expected_reward": batch.best_mean.copy(),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
-            "model": model_info(self.bandit_spec, batch),
+            "model": batch.model_info(),
         }
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -8,8 +8,8 @@ a zero-padded batch are 0):
 - ``hierarchical``: w* ~ N(mu, s^2 I_d), centre mu ~ Unif([-1, 1]^d), scale s log-uniform in
   [0.03, 3] (two decades);
 - ``box``: w* ~ Unif([lo, hi]^d), lo ~ Unif[-1, 1], hi - lo log-uniform in [0.1, 2];
-- ``sparse``: k ~ Unif{1..d} coordinates (a uniformly random support) are N(0, s^2), the others 0,
-  s log-uniform in [0.1, 3];
+- ``sparse``: k ~ Unif{2..d} coordinates (a uniformly random support; k = 1 when d = 1) are N(0, s^2),
+  the others 0, s log-uniform in [0.1, 3] (k >= 2 keeps "a single non-zero coordinate" a held-out prior);
 - ``direction``: w* = rho u, u uniform on the unit sphere S^{d-1}, rho ~ Unif[rho_lo, rho_hi],
   rho_hi log-uniform in [0.1, 5], rho_lo = rho_hi * Unif[0, 1];
 - ``family``: one of the four above, uniformly, per instance.
@@ -93,7 +93,7 @@ def sample_prior(rng: np.random.Generator, kind: str, dims: np.ndarray, d_max: i
     hi = lo + log_uniform(rng, *BOX_WIDTH, n)
     w_b = lo[:, None] + (hi - lo)[:, None] * rng.random((n, d_max))
     # sparse: k random coordinates N(0, s^2)
-    k = np.floor(rng.random(n) * dims).astype(np.int64) + 1
+    k = np.minimum(np.floor(rng.random(n) * (dims - 1)).astype(np.int64) + 2, dims)
     s_sparse = log_uniform(rng, *SPARSE_SCALE, n)
     order = np.argsort(np.where(mask, rng.random((n, d_max)), np.inf), axis=1)  # a random permutation of 0..d-1
     support = np.zeros((n, d_max), dtype=bool)

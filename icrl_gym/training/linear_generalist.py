@@ -361,11 +361,14 @@ def batch_loss(
     )  # (B, Q, A)
     target = torch.as_tensor(batch.targets, dtype=torch.float32, device=device)
     loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    metrics_loss = loss.item()
+    if not math.isfinite(metrics_loss):  # a non-finite batch leaves the weights as they are; the log shows nan
+        loss = sum((p * 0.0).sum() for p in model.parameters())  # type: ignore[assignment]
     pick = logits.argmax(-1).cpu().numpy()
     chosen = np.take_along_axis(batch.index, pick[..., None], axis=-1)[..., 0]
     gap = batch.index.max(axis=-1) - chosen
     agree = pick == batch.index.argmax(axis=-1)
-    return loss, {"loss": loss.item(), "agree": float(agree.mean()), "gap": float(gap.mean())}
+    return loss, {"loss": metrics_loss, "agree": float(agree.mean()), "gap": float(gap.mean())}
 
 
 def evaluate(

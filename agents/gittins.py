@@ -83,12 +83,14 @@ class Gittins(IndexAgent):
         a, b = beta_prior(self.env_model, self.prior_a, self.prior_b)
         pairs = np.stack(np.broadcast_arrays(np.ravel(a), np.ravel(b)), axis=1)  # (1 or B, 2)
         if pairs.shape[0] not in (1, self.batch_size):
-            raise ValueError(f"the per-instance prior has {pairs.shape[0]} rows, the agent plays {self.batch_size} runs")
+            raise ValueError(
+                f"the per-instance prior has {pairs.shape[0]} rows, the agent plays {self.batch_size} runs"
+            )
         unique, which = np.unique(pairs, axis=0, return_inverse=True)
         runs = [np.flatnonzero(np.ravel(which) == i) for i in range(len(unique))]
         if pairs.shape[0] == 1:
             runs = [np.arange(self.batch_size)]
-        self.tables = [(rows, self._table(float(pa), float(pb))) for rows, (pa, pb) in zip(runs, unique)]
+        self.tables = [(rows, self._table(float(pa), float(pb))) for rows, (pa, pb) in zip(runs, unique, strict=False)]
 
     @property
     def table(self) -> GittinsTable:

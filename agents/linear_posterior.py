@@ -73,14 +73,17 @@ class GaussianModel:
                 raise ValueError(f"a Gaussian linear model needs Gaussian rewards, the environment has {spec.reward!r}")
             mean, var = spec.prior_moments()
             env: dict[str, Any] = {"noise_std": spec.noise_std, "prior_mean": mean, "prior_var": var}
-            for name in env if instance is not None else ():
-                if name in instance:  # one row per run: (B,) for sigma, (B, d) for the prior
+            for name in env:
+                if instance is not None and name in instance:  # one row per run: (B,) for sigma, (B, d) the prior
                     shape = (-1,) if name == "noise_std" else (-1, spec.dim)
                     env[name] = np.asarray(instance[name], dtype=np.float64).reshape(shape)
             noise_std = env["noise_std"] if noise_std is None else noise_std
             prior_mean = env["prior_mean"] if prior_mean is None else prior_mean
             prior_var = env["prior_var"] if prior_var is None else prior_var
-        if not (np.all(np.asarray(noise_std) > 0) and np.all(np.asarray(prior_var) > 0)) or not np.isfinite(prior_mean).all():
+        if (
+            not (np.all(np.asarray(noise_std) > 0) and np.all(np.asarray(prior_var) > 0))
+            or not np.isfinite(prior_mean).all()
+        ):
             raise ValueError(f"need noise_std > 0, prior_var > 0 and a finite prior_mean, got {noise_std, prior_var}")
         return cls(*(v if np.ndim(v) else float(v) for v in (noise_std, prior_mean, prior_var)))
 
@@ -95,13 +98,15 @@ class GaussianModel:
         return np.square(self.noise_std) if np.ndim(self.noise_std) else float(self.noise_std) ** 2
 
     def noise_column(self) -> float | np.ndarray:
-        """sigma as a number or a (B, 1) column, to scale (B, A) widths."""
+        """Sigma as a number or a (B, 1) column, to scale (B, A) widths."""
         return np.reshape(self.noise_std, (-1, 1)) if np.ndim(self.noise_std) else float(self.noise_std)
 
     def statistics(self, batch_size: int, dim: int) -> RidgeStatistics:
         """Ridge statistics whose estimate is the posterior mean mu_t (regulariser s2/lambda, centre m)."""
         if not self.per_run:
-            return RidgeStatistics(batch_size, dim, self.noise_var / self.prior_var, center=np.full(dim, self.prior_mean))
+            return RidgeStatistics(
+                batch_size, dim, self.noise_var / self.prior_var, center=np.full(dim, self.prior_mean)
+            )
         rows = {np.shape(v)[0] for v in (self.noise_std, self.prior_mean, self.prior_var) if np.ndim(v)}
         if rows != {batch_size}:
             raise ValueError(f"the per-instance prior has {sorted(rows)} rows, the agent plays {batch_size} runs")
@@ -113,6 +118,7 @@ class GaussianModel:
         s2 = self.noise_var
         cov = (np.reshape(s2, (-1, 1, 1)) if np.ndim(s2) else s2) * stats.gram_inv
         return stats.estimate(), 0.5 * (cov + np.swapaxes(cov, 1, 2))
+
 
 class GaussianModelMixin:
     """Constructor overrides (None: read from the environment), the resolved model, and their config."""

@@ -42,7 +42,9 @@ def cells(horizon: int) -> dict[str, BanditSpec]:
         "family d=5 A=10 sigma=0.5": linear_bandit_spec(5, 10, horizon, 0.5, prior="family"),
         "family d=16 A=50 sigma=0.5": linear_bandit_spec(16, 50, horizon, 0.5, prior="family"),
         "Gaussian MAB K=10 U[0,1] sigma=0.5": linear_bandit_spec(10, 10, horizon, 0.5, arms="one_hot"),
-        "family d=5 A=10 sigma=0.1, sigma unknown": linear_bandit_spec(5, 10, horizon, 0.1, prior="family", noise_known=False),
+        "family d=5 A=10 sigma=0.1, sigma unknown": linear_bandit_spec(
+            5, 10, horizon, 0.1, prior="family", noise_known=False
+        ),
         "paper d=5 A=10 sigma=1.5 U[0,1]": linear_bandit_spec(5, 10, horizon, 1.5),
     }
 

@@ -34,8 +34,8 @@ class RidgeStatistics:
             center_rows = np.broadcast_to(0.0 if center is None else center, (batch_size, dim))
         except ValueError:
             raise ValueError(
-                f"the ridge regulariser {np.shape(reg)} and centre {np.shape(center)} must broadcast to the "
-                f"(batch, dim) = {(batch_size, dim)} of the runs"
+                f"the ridge regulariser {np.shape(diag)} and centre {np.shape(np.asarray(center))} must broadcast to "
+                f"the (batch, dim) = {(batch_size, dim)} of the runs"
             ) from None
         self.reg = reg
         self.gram_inv = np.zeros((batch_size, dim, dim))

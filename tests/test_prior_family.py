@@ -7,7 +7,7 @@ recursion with bisection on the retirement reward.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -40,7 +40,9 @@ def test_family_draws_are_seeded_and_every_member_follows_its_hyperparameters():
     assert np.array_equal((draw.w[sparse] != 0).sum(axis=1), h["support_size"][sparse])
     direction = draw.member == FAMILY_MEMBERS.index("direction")
     radius = np.linalg.norm(draw.w[direction], axis=1)
-    assert (radius >= h["radius_low"][direction] - 1e-12).all() and (radius <= h["radius_high"][direction] + 1e-12).all()
+    assert (radius >= h["radius_low"][direction] - 1e-12).all() and (
+        radius <= h["radius_high"][direction] + 1e-12
+    ).all()
 
 
 @pytest.mark.parametrize("member", FAMILY_MEMBERS)
@@ -156,7 +158,7 @@ def _slow_gittins(s, f, m, a0, b0, tol=1e-6):
     """G(s, f, m) by bisection on lambda, each V_lambda by a memoised recursion in float64."""
 
     def value(lam):
-        @lru_cache(maxsize=None)
+        @cache
         def v(s, f, m):
             if m == 0:
                 return 0.0

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from icrl_gym.envs.prior_family import FAMILY_PRIORS, sample_beta_priors, sample_noise, sample_prior, sample_sphere
 from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
@@ -32,7 +33,6 @@ from icrl_gym.envs.validation import (
     number_problem,
     plain,
 )
-from icrl_gym.envs.prior_family import FAMILY_PRIORS, sample_beta_priors, sample_noise, sample_prior, sample_sphere
 from icrl_gym.fileio import DictConfig
 
 ARM_KINDS = ("uniform", "one_hot", "gaussian", "sphere")
@@ -123,7 +123,9 @@ class BanditSpec(DictConfig):
         if not self.prior_low < self.prior_high:
             problems.append(f"prior_low must be < prior_high, got [{self.prior_low}, {self.prior_high}]")
         if self.noise_high is not None and not 0 < self.noise_std <= self.noise_high:
-            problems.append(f"a noise range needs 0 < noise_std <= noise_high, got [{self.noise_std}, {self.noise_high}]")
+            problems.append(
+                f"a noise range needs 0 < noise_std <= noise_high, got [{self.noise_std}, {self.noise_high}]"
+            )
         if self.arms == "one_hot" and self.num_actions != self.dim:
             problems.append(
                 f"one-hot arms need num_actions == dim (one arm per basis vector e_i), "
@@ -131,7 +133,10 @@ class BanditSpec(DictConfig):
             )
         if self.arms == "one_hot" and self.action_set == "per_step":
             problems.append("one-hot arms form a single fixed action set; use action_set='fixed'")
-        if (self.prior == "beta_family") != (self.reward == "bernoulli") and self.prior in ("beta_family", *FAMILY_PRIORS):
+        if (self.prior == "beta_family") != (self.reward == "bernoulli") and self.prior in (
+            "beta_family",
+            *FAMILY_PRIORS,
+        ):
             problems.append(
                 f"prior={self.prior!r} is for {'Bernoulli' if self.prior == 'beta_family' else 'Gaussian'} rewards, "
                 f"got reward={self.reward!r}"
@@ -305,7 +310,7 @@ class BanditBatch:
         return arr.copy()
 
     def model_info(self, single: bool = False) -> dict[str, Any]:
-        """The reset ``info["model"]``: the spec as a dict, with ``"instance"`` when the prior or sigma is drawn per instance.
+        """The reset ``info["model"]``: the spec as a dict, and ``"instance"`` when priors or sigma are per instance.
 
         ``"instance"`` holds arrays with one row per run (``single``: the one run's row): ``noise_std`` and the
         matched Gaussian prior ``prior_mean``, ``prior_var`` (linear), or ``prior_a``, ``prior_b`` (Bernoulli),

@@ -81,7 +81,7 @@ def sample_prior(rng: np.random.Generator, kind: str, dims: np.ndarray, d_max: i
         raise ValueError(f"every dimension must lie in [1, {d_max}], got {dims.min()}..{dims.max()}")
     mask = np.arange(d_max)[None, :] < dims[:, None]  # (n, d_max)
     dimf = dims[:, None].astype(np.float64)
-    member = (
+    member = np.asarray(
         rng.integers(0, len(FAMILY_MEMBERS), n) if kind == "family" else np.full(n, FAMILY_MEMBERS.index(kind))
     )
     # hierarchical: N(mu, s^2 I)
@@ -89,7 +89,7 @@ def sample_prior(rng: np.random.Generator, kind: str, dims: np.ndarray, d_max: i
     scale = log_uniform(rng, *HIERARCHICAL_SCALE, n)
     w_h = centre + scale[:, None] * rng.standard_normal((n, d_max))
     # box: Unif([lo, hi]^d)
-    lo = rng.uniform(-1.0, 1.0, n)
+    lo = np.asarray(rng.uniform(-1.0, 1.0, n))
     hi = lo + log_uniform(rng, *BOX_WIDTH, n)
     w_b = lo[:, None] + (hi - lo)[:, None] * rng.random((n, d_max))
     # sparse: k random coordinates N(0, s^2)
@@ -137,7 +137,7 @@ def sample_prior(rng: np.random.Generator, kind: str, dims: np.ndarray, d_max: i
 
 
 def sample_noise(rng: np.random.Generator, low: float, high: float, n: int) -> np.ndarray:
-    """sigma of n instances, log-uniform in [low, high] (the constant ``low`` when high == low)."""
+    """Sigma of n instances, log-uniform in [low, high] (the constant ``low`` when high == low)."""
     if high == low:
         return np.full(n, float(low))
     return log_uniform(rng, low, high, n)

@@ -139,7 +139,9 @@ def estimate_noise(moments: torch.Tensor, dim: torch.Tensor) -> torch.Tensor:
 def noise_levels(
     moments: torch.Tensor, dim: torch.Tensor, noise_std: torch.Tensor, estimate: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """sigma (B, Q) used at every query and whether it was given (B, Q) from raw moments (B, Q, E, E), d (B,), sigma (B,).
+    """The noise level sigma (B, Q) used at every query and whether it was given (B, Q).
+
+    From raw moments (B, Q, E, E), d (B,) and the given sigma (B,).
 
     sigma is the given one where finite; NaN means unknown: then the in-context estimate (``estimate``) or an error.
     """
@@ -162,8 +164,10 @@ def arm_features(
     sigma: torch.Tensor,
     noise_inputs: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """f_k (B, Q, A, F) from arms (B, Q, A, d_max), d (B,), steps t (B, Q), T (B,), sigma (B, Q) and, for a model
-    that estimates sigma, ``noise_inputs`` (B, Q, 2): [sigma given, log(1 + max(n - d, 0))]."""
+    """f_k (B, Q, A, F) from arms (B, Q, A, d_max), d (B,), steps t (B, Q), T (B,), sigma (B, Q).
+
+    A model that estimates sigma also reads ``noise_inputs`` (B, Q, 2): [sigma given, log(1 + max(n - d, 0))].
+    """
     b, nq, na, dmax = arms.shape
     mask = (torch.arange(dmax, device=arms.device).view(1, -1) < dim.view(-1, 1)).float()  # (B, d_max)
     phi = step_features(steps, horizon.view(-1, 1).expand_as(steps))  # (B, Q, 4)

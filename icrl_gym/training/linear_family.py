@@ -30,8 +30,11 @@ ARM_KINDS = ("cube", "gaussian", "sphere", "one_hot")
 
 @dataclass
 class FamilyDraw:
-    """B trajectories: w* (B, d_max), action sets (B, T or 1, A, d_max) float32, sigma (B,), d (B,), the matched
-    prior mean and variance (B, d_max), whether sigma is given to the model (B,), the kind of arms (B,)."""
+    """B trajectories' instances.
+
+    w* (B, d_max), action sets (B, T or 1, A, d_max) float32, sigma (B,), d (B,), the matched prior mean and
+    variance (B, d_max), whether sigma is given to the model (B,), the kind of arms (B,).
+    """
 
     w: np.ndarray
     sets: np.ndarray

@@ -145,7 +145,7 @@ class Instances:
     noise_known: np.ndarray | None = None
 
     def model_noise(self) -> np.ndarray:
-        """sigma as the model is given it (B,): NaN where it is unknown to the model."""
+        """Sigma as the model is given it (B,): NaN where it is unknown to the model."""
         return self.sigma if self.noise_known is None else np.where(self.noise_known, self.sigma, np.nan)
 
     def action_set(self, t: int) -> np.ndarray:
@@ -305,7 +305,10 @@ def family_instances(
     ``cfg`` gives the fractions of arm kinds and of runs whose sigma the model is not given (the
     configuration's fields, or a dict of them).
     """
-    get = cfg.get if isinstance(cfg, dict) else lambda name: getattr(cfg, name)
+
+    def get(name: str) -> float:
+        return float(cfg[name] if isinstance(cfg, dict) else getattr(cfg, name))
+
     fractions = (get("gaussian_arms_fraction"), get("sphere_arms_fraction"), get("one_hot_fraction"))
     draw = draw_family(
         rng, batch, num_arms, horizon, per_step, d_max, dim_range, noise_range, fractions, get("unknown_noise_fraction")

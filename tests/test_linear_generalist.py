@@ -287,3 +287,52 @@ def test_noise_estimating_model_plays_unknown_sigma_and_one_hot_arms(tmp_path):
     agent = LinearGeneralistAgent.from_model(model)
     spec = linear_bandit_spec(5, 5, 20, 0.3, arms="one_hot", prior="hierarchical", noise_known=False)
     assert np.isfinite(evaluate_regret(spec, agent, 2, seed=1)).all()
+
+
+def test_family_batches_label_with_each_instance_prior():
+    """prior='family': one-hot rows have d = A and identity arms, sphere rows unit arms, and the expert's index
+    at every query is <x, mu> + z sqrt(x^T Sigma x) of the instance's own matched prior (a direct solve)."""
+    from icrl_gym.training.linear_generalist import sample_batch
+
+    cfg = LinearGeneralistTrainConfig(
+        prior="family",
+        model={**TINY, "d_max": 6, "noise_estimate": True},
+        min_dim=1,
+        max_dim=6,
+        min_arms=4,
+        max_arms=4,
+        min_horizon=12,
+        max_horizon=12,
+        min_noise=0.05,
+        max_noise=3.0,
+        gaussian_arms_fraction=0.25,
+        sphere_arms_fraction=0.25,
+        one_hot_fraction=0.25,
+        unknown_noise_fraction=0.5,
+        per_step_fraction=0.0,
+        queries=3,
+        max_batch=40,
+        min_batch=40,
+    )
+    batch = sample_batch(cfg, np.random.default_rng(0))
+    inst = batch.inst
+    assert inst.sets.shape[1] == 1  # per_step_fraction = 0: one action set per run
+    assert np.isnan(inst.model_noise()).any() and np.isfinite(inst.model_noise()).any()
+    sets = inst.sets[:, 0].astype(np.float64)
+    seen = set()
+    for i in range(len(inst.dim)):
+        norms = np.linalg.norm(sets[i], axis=1)
+        if np.array_equal(sets[i], np.eye(4, 6)):
+            assert inst.dim[i] == 4
+            seen.add("one_hot")
+        elif np.allclose(norms, 1.0, atol=1e-6):
+            seen.add("sphere")
+        assert (sets[i][:, inst.dim[i] :] == 0).all() and (norms > 0).all()
+        for q, t in enumerate(batch.query_steps[i]):
+            x = sets[i][batch.actions[i, :t]]
+            precision = np.diag(1 / inst.prior_var[i]) + x.T @ x / inst.sigma[i] ** 2
+            cov = np.linalg.inv(precision)
+            mu = cov @ (inst.prior_mean[i] / inst.prior_var[i] + x.T @ batch.rewards[i, :t] / inst.sigma[i] ** 2)
+            expected = sets[i] @ mu + cfg.expert_z * np.sqrt(np.einsum("ad,de,ae->a", sets[i], cov, sets[i]))
+            assert np.allclose(batch.index[i, q], expected, rtol=1e-4, atol=1e-4)
+    assert seen == {"one_hot", "sphere"}

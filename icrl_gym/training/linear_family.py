@@ -46,6 +46,20 @@ class FamilyDraw:
     arm_kind: np.ndarray
 
 
+@dataclass(frozen=True)
+class FamilyOptions:
+    """The ranges a trajectory's instance is drawn from (module docstring)."""
+
+    dim_range: tuple[int, int]
+    """Smallest and largest d."""
+    noise_range: tuple[float, float]
+    """sigma is log-uniform between these (equal: a fixed sigma)."""
+    arm_fractions: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """Probabilities of Gaussian, sphere and one-hot arms (the rest: cube)."""
+    unknown_noise_fraction: float = 0.0
+    """Probability that the model is not given sigma."""
+
+
 def draw_family(
     rng: np.random.Generator,
     batch: int,
@@ -53,15 +67,12 @@ def draw_family(
     horizon: int,
     per_step: bool,
     d_max: int,
-    dim_range: tuple[int, int],
-    noise_range: tuple[float, float],
-    arm_fractions: tuple[float, float, float],
-    unknown_noise_fraction: float,
+    options: FamilyOptions,
 ) -> FamilyDraw:
-    """Draw B trajectories' instances (module docstring); ``arm_fractions`` = (gaussian, sphere, one-hot)."""
-    dim = rng.integers(dim_range[0], dim_range[1] + 1, batch)
+    """Draw B trajectories' instances of A arms and T steps, zero-padded to d_max (module docstring)."""
+    dim = rng.integers(options.dim_range[0], options.dim_range[1] + 1, batch)
     u = rng.random(batch)
-    edges = np.cumsum(arm_fractions)
+    edges = np.cumsum(options.arm_fractions)
     arm_kind = 1 + np.searchsorted(edges, u, side="right")  # 1..3 below the total, 4 above: cube
     arm_kind = np.where(arm_kind > 3, 0, arm_kind)
     if num_arms > d_max:
@@ -82,6 +93,6 @@ def draw_family(
     sets *= mask[:, None, None, :]
     if one_hot.any():
         sets[one_hot] = np.eye(num_arms, d_max, dtype=np.float32)
-    sigma = sample_noise(rng, noise_range[0], noise_range[1], batch)
-    known = rng.random(batch) >= unknown_noise_fraction
+    sigma = sample_noise(rng, options.noise_range[0], options.noise_range[1], batch)
+    known = rng.random(batch) >= options.unknown_noise_fraction
     return FamilyDraw(prior.w, sets, sigma, dim, prior.mean, prior.var, known, arm_kind)

@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
-from icrl_gym.training.linear_family import draw_family
+from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import (
     LEGACY_FILES,
     GeneralistLoopConfig,
@@ -289,30 +289,27 @@ def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
     return np.eye(index.shape[-1])[index.argmax(axis=-1)]
 
 
+def family_options(cfg: LinearGeneralistTrainConfig) -> FamilyOptions:
+    """The prior-family ranges of the configuration."""
+    return FamilyOptions(
+        (cfg.min_dim, cfg.max_dim),
+        (cfg.min_noise, cfg.max_noise),
+        (cfg.gaussian_arms_fraction, cfg.sphere_arms_fraction, cfg.one_hot_fraction),
+        cfg.unknown_noise_fraction,
+    )
+
+
 def family_instances(
     rng: np.random.Generator,
-    cfg: LinearGeneralistTrainConfig | dict[str, float],
+    options: FamilyOptions,
     batch: int,
     num_arms: int,
     horizon: int,
     per_step: bool,
     d_max: int,
-    dim_range: tuple[int, int],
-    noise_range: tuple[float, float],
 ) -> Instances:
-    """B runs over the prior family (:func:`icrl_gym.training.linear_family.draw_family`) and their noise.
-
-    ``cfg`` gives the fractions of arm kinds and of runs whose sigma the model is not given (the
-    configuration's fields, or a dict of them).
-    """
-
-    def get(name: str) -> float:
-        return float(cfg[name] if isinstance(cfg, dict) else getattr(cfg, name))
-
-    fractions = (get("gaussian_arms_fraction"), get("sphere_arms_fraction"), get("one_hot_fraction"))
-    draw = draw_family(
-        rng, batch, num_arms, horizon, per_step, d_max, dim_range, noise_range, fractions, get("unknown_noise_fraction")
-    )
+    """B runs over the prior family (:func:`icrl_gym.training.linear_family.draw_family`) and their noise."""
+    draw = draw_family(rng, batch, num_arms, horizon, per_step, d_max, options)
     noise = rng.standard_normal((batch, horizon))
     return Instances(
         draw.w, draw.sets, noise, draw.sigma, draw.dim, horizon, draw.prior_mean, draw.prior_var, draw.noise_known
@@ -333,9 +330,7 @@ def sample_batch(
     per_step = bool(rng.random() < cfg.per_step_fraction)
     d_max = model.config.d_max if model is not None else LinearGeneralistConfig.from_dict(cfg.model).d_max
     if cfg.prior == "family":
-        inst = family_instances(
-            rng, cfg, b, num_arms, horizon, per_step, d_max, (cfg.min_dim, cfg.max_dim), (cfg.min_noise, cfg.max_noise)
-        )
+        inst = family_instances(rng, family_options(cfg), b, num_arms, horizon, per_step, d_max)
     else:
         dim = rng.integers(cfg.min_dim, cfg.max_dim + 1, b)
         sigma = np.exp(rng.uniform(math.log(cfg.min_noise), math.log(cfg.max_noise), b))
@@ -398,13 +393,9 @@ def evaluate(
         arms = cell.get("arms", "uniform")
         fractions = (float(arms == "gaussian"), float(arms == "sphere"), float(arms == "one_hot"))
         sigma_cell = float(cell.get("noise_std", 0.5))
-        kinds = {
-            "gaussian_arms_fraction": fractions[0],
-            "sphere_arms_fraction": fractions[1],
-            "one_hot_fraction": fractions[2],
-            "unknown_noise_fraction": float(not cell.get("noise_known", True)),
-        }
-        inst = family_instances(rng, kinds, instances, a, horizon, per_step, d_max, (d, d), (sigma_cell, sigma_cell))
+        unknown = float(not cell.get("noise_known", True))
+        options = FamilyOptions((d, d), (sigma_cell, sigma_cell), fractions, unknown)
+        inst = family_instances(rng, options, instances, a, horizon, per_step, d_max)
     else:
         dim = np.full(instances, d)
         sigma = np.full(instances, float(cell.get("noise_std", 1.5)))

@@ -8,8 +8,10 @@ An arm with Beta(a0 + s, b0 + f) posterior (s successes, f failures) and m pulls
 p = (a0 + s) / (a0 + b0 + s + f), V_lambda(., ., 0) = 0: the retirement reward lambda per step
 at which playing the arm for up to m more pulls (stopping at will) stops being worth it
 (calibration; Gittins, Glazebrook & Weber, "Multi-armed Bandit Allocation Indices", ch. 7).  At
-step t the policy pulls argmax_k G(s_k, f_k, T - t + 1).  a0 and b0 are pseudo-counts, any positive
-reals (Beta(0.5, 0.5) works as Beta(1, 1) does); T and (a0, b0) are the environment's unless given.
+step t the policy pulls argmax_k G(s_k, f_k, T - t + 1), with T the environment's horizon
+(:func:`~icrl_gym.algorithm.resolve_horizon`; the constructor's ``horizon`` only for runs whose
+environment states none).  a0 and b0 are pseudo-counts, any positive reals (Beta(0.5, 0.5) works as
+Beta(1, 1) does), the environment's unless given.
 
 The table (its math and compact storage) lives in :mod:`icrl_gym.gittins`; one table built for the
 largest horizon asked for serves every smaller one.  Building it takes minutes at T = 500, so with a
@@ -27,6 +29,7 @@ import numpy as np
 
 from agents.index_agent import IndexAgent
 from agents.thompson import beta_prior
+from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
 from icrl_gym.statistics import ArmStatistics
@@ -35,10 +38,10 @@ from icrl_gym.statistics import ArmStatistics
 class Gittins(IndexAgent):
     """Pulls the arm with the largest finite-horizon Gittins index (Beta-Bernoulli model).
 
-    ``horizon`` T and the Beta(a, b) prior (pseudo-counts, any a, b > 0) default to the environment's
-    (its reset ``info["model"]``: ``horizon``; ``prior_a``, ``prior_b`` of a 'beta' prior, Beta(1, 1) for
-    the uniform one, or each instance's own prior when the environment draws them, one table per
-    distinct prior); explicit values override them.
+    T is the environment's (the constructor's ``horizon`` for runs whose environment states none).  The
+    Beta(a, b) prior (pseudo-counts, any a, b > 0) is the environment's unless given: ``prior_a``,
+    ``prior_b`` of a 'beta' prior, Beta(1, 1) for the uniform one, or each instance's own prior when the
+    environment draws them (``info["model"]["instance"]``), one table per distinct prior.
     """
 
     name = "gittins"
@@ -57,29 +60,26 @@ class Gittins(IndexAgent):
         cache_dir: str | os.PathLike | None = None,
     ):
         super().__init__(temperature=0.0, seed=seed)
-        self.horizon = None if horizon is None else check_integer("horizon", horizon)
+        self.default_horizon = None if horizon is None else check_integer("horizon", horizon)
+        """The constructor's T, for runs whose environment states none."""
+        self.horizon = self.default_horizon or 0
+        """T of the runs since the last reset."""
         self.prior_a = None if prior_a is None else check_number("prior_a", prior_a, 0.0, True, MAX_SCALE)
         self.prior_b = None if prior_b is None else check_number("prior_b", prior_b, 0.0, True, MAX_SCALE)
         self.cache_dir = gittins_cache_dir(cache_dir)
         """Where the table is kept between processes (None: memory only); not a hyper-parameter, not in config()."""
-        self.used_horizon = 0
-        """The horizon T resolved at the last reset."""
 
-    def _resolve_horizon(self) -> int:
-        if self.horizon is not None:
-            return self.horizon
-        if self.env_model is None or "horizon" not in self.env_model:
-            raise ValueError("Gittins needs the horizon T: reset it with the environment's reset info or pass horizon")
-        return check_integer("the environment's horizon", self.env_model["horizon"])
+    def _start(self, info: dict[str, Any]) -> None:
+        self.horizon = resolve_horizon(info, self.default_horizon, "Gittins")
+        super()._start(info)
 
     def _memory_bytes(self) -> int:
         """The base statistics and the table (about (T + 2)^3 / 6 float32 values, built on a 256-point grid)."""
-        n = self._resolve_horizon() + 2
+        n = self.horizon + 2
         return super()._memory_bytes() + 4 * (4 * 256 * n * n + 2 * n**3 // 6)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)
-        self.used_horizon = self._resolve_horizon()
         a, b = beta_prior(self.env_model, self.prior_a, self.prior_b)
         pairs = np.stack(np.broadcast_arrays(np.ravel(a), np.ravel(b)), axis=1)  # (1 or B, 2)
         if pairs.shape[0] not in (1, self.batch_size):
@@ -101,14 +101,14 @@ class Gittins(IndexAgent):
 
     def _table(self, prior_a: float, prior_b: float) -> GittinsTable:
         if self.cache_dir is None:
-            return gittins_table(self.used_horizon, prior_a, prior_b)
-        return cached_gittins_table(self.used_horizon, self.cache_dir, prior_a, prior_b)
+            return gittins_table(self.horizon, prior_a, prior_b)
+        return cached_gittins_table(self.horizon, self.cache_dir, prior_a, prior_b)
 
     def index(self, action_sets: np.ndarray) -> np.ndarray:
         """G(s_k, f_k, T - t + 1) for every arm, from the table of each run's prior."""
-        remaining = self.used_horizon - self.t
+        remaining = self.horizon - self.t
         if remaining < 1:
-            raise ValueError(f"the Gittins table was built for T={self.used_horizon} steps")
+            raise ValueError(f"the Gittins table was built for T={self.horizon} steps")
         s = self.stats.sums.astype(np.int64)
         f = (self.stats.counts - self.stats.sums).astype(np.int64)
         out = np.empty(s.shape)
@@ -121,4 +121,4 @@ class Gittins(IndexAgent):
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters (None: the environment's)."""
-        return {"name": self.name, "horizon": self.horizon, "prior_a": self.prior_a, "prior_b": self.prior_b}
+        return {"name": self.name, "horizon": self.default_horizon, "prior_a": self.prior_a, "prior_b": self.prior_b}

@@ -5,11 +5,12 @@ import pytest
 import torch
 
 from agents import make_agent
-from agents.linear_generalist_agent import LinearGeneralistAgent
+from agents.learned.linear_generalist import LinearGeneralistAgent
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, checkpoint_kind, read_checkpoint, save_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.linear_generalist import (
     GaussianExpert,
     LinearGeneralistTrainConfig,
@@ -41,10 +42,11 @@ def test_cached_step_equals_forward(per_step, extra):
     sets, actions, rewards = _trajectory(b, s, a, d, per_step=per_step)
     sigma, dims = torch.tensor([0.5, 1.0, 2.0]), torch.tensor([4, 2, 3])
     full = model(sets, actions, rewards, torch.arange(s).expand(b, s), 40, sigma, dims)  # (B, S, A)
-    cache, steps = model.new_cache(b), []
+    cache, steps = model.new_cache(b, EnvInfo(num_actions=a, horizon=40, dim=d, noise_std=1.0)), []
+    cache.noise_std, cache.dims = sigma, dims  # a batch of mixed instances, as in training
     for t in range(s):
-        steps.append(model.step(cache, sets[:, t], 40, sigma, dims))
-        model.append(cache, sets[torch.arange(b), t, actions[:, t]], rewards[:, t])
+        prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
+        steps.append(model.step(cache, sets[:, t], *prev).logits)
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -206,7 +208,7 @@ def test_agent_refuses_what_it_cannot_play(tmp_path):
         evaluate_regret(linear_bandit_spec(9, 5, 10, 1.0), agent, 1)
     with pytest.raises(ValueError, match="Gaussian rewards"):
         evaluate_regret(bernoulli_bandit_spec(3, 10), agent, 1)
-    with pytest.raises(ValueError, match="horizon T"):
+    with pytest.raises(ValueError, match="needs the horizon T"):
         agent.reset(dim=3, num_actions=4)
     with pytest.raises(ValueError, match="needs the noise level sigma"):  # trained without estimating it
         evaluate_regret(linear_bandit_spec(3, 5, 10, 1.0, noise_known=False), agent, 1)
@@ -239,7 +241,7 @@ def test_shipped_linear_generalist_beats_linucb_on_fresh_instances():
     On 2,000 instances (docs/results.md) it is 10.38 +- 0.38 against LinUCB 32.95; 200 instances
     have a standard error of about 1.2, so 0.6x LinUCB is a wide but failing-on-a-broken-model bound.
     """
-    from agents.transformer_agent import TransformerAgent
+    from agents.learned.transformer import TransformerAgent
     from icrl_gym.checkpoint import PRETRAINED_DIR, read_record
 
     record = read_record(PRETRAINED_DIR / "linear-generalist")
@@ -280,10 +282,11 @@ def test_noise_estimating_model_plays_unknown_sigma_and_one_hot_arms(tmp_path):
     rewards = torch.randn(b, steps)
     sigma = torch.tensor([float("nan"), 0.5, float("nan")])
     full = model(sets, actions, rewards, torch.arange(steps).expand(b, -1), steps, sigma)
-    cache = model.new_cache(b)
+    cache = model.new_cache(b, EnvInfo(num_actions=4, horizon=steps, dim=5))  # sigma not given: NaN
+    cache.noise_std = sigma
     for t in range(steps):
-        assert torch.allclose(model.step(cache, sets[:, t], steps, sigma), full[:, t], atol=1e-4)
-        model.append(cache, sets[torch.arange(b), t, actions[:, t]], rewards[:, t])
+        prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
+        assert torch.allclose(model.step(cache, sets[:, t], *prev).logits, full[:, t], atol=1e-4)
     agent = LinearGeneralistAgent.from_model(model)
     spec = linear_bandit_spec(5, 5, 20, 0.3, arms="one_hot", prior="hierarchical", noise_known=False)
     assert np.isfinite(evaluate_regret(spec, agent, 2, seed=1)).all()

@@ -188,11 +188,11 @@ def test_gittins_reads_the_horizon_and_each_instance_prior_from_the_env():
     obs, info = env.reset(seed=4)
     agent = Gittins()
     agent.reset(info)
-    assert agent.used_horizon == 6 and len(agent.tables) == 3
+    assert agent.horizon == 6 and len(agent.tables) == 3
     inst = info["model"]["instance"]
     got = agent.index(None)
     for i in range(3):
         assert np.allclose(got[i], build_gittins_table(6, inst["prior_a"][i], inst["prior_b"][i]).lookup(0, 0, 6))
     single = Gittins()
     single.reset(BernoulliBanditVectorEnv(1, num_arms=2, horizon=11).reset(seed=0)[1])
-    assert single.used_horizon == 11 and single.table.prior_a == 1.0
+    assert single.horizon == 11 and single.table.prior_a == 1.0

@@ -53,6 +53,7 @@ from torch import nn
 
 from icrl_gym.fileio import DictConfig
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
+from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 D_MAX = 8
 """Largest dimension d of the arms (smaller d are zero-padded to it)."""
@@ -336,10 +337,27 @@ class HistoryEncoder(nn.Module):
 
 
 class LinearGeneralistCache:
-    """The history of B runs as the linear attention's state: the raw moment matrices M_t (B, E, E) and t."""
+    """The history of B runs as the linear attention's state: the raw moment matrices M_t (B, E, E) and t.
 
-    def __init__(self, batch_size: int, token_dim: int, device: torch.device) -> None:
+    It also holds what every step reads: the horizon T, the noise level sigma and the arms' dimension
+    d of every run (``noise_std`` and ``dims``, (B,): set from the :class:`EnvInfo`; a batch that
+    mixes instances, as in training, overwrites them per run), and the action sets of the latest step
+    (from which the next step's ``prev_action`` is read).
+    """
+
+    def __init__(self, batch_size: int, token_dim: int, env_info: EnvInfo, device: torch.device) -> None:
+        if env_info.dim is None:
+            raise ValueError("the linear generalist needs the arms' dimension d (EnvInfo.dim), got None")
+        self.batch_size = batch_size
         self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device)
+        self.horizon = env_info.horizon
+        sigma = float("nan") if env_info.noise_std is None else float(env_info.noise_std)
+        self.noise_std = torch.full((batch_size,), sigma, dtype=torch.float32, device=device)
+        """sigma (B,) of every run (NaN: unknown, estimated in context by a model trained to)."""
+        self.dims = torch.full((batch_size,), env_info.dim, dtype=torch.long, device=device)
+        """d (B,) of every run (its arms are zero-padded to ``d_max``)."""
+        self.last_action_set: torch.Tensor | None = None
+        """The action sets (B, A, d) of the latest step."""
         self.steps = 0
         """Steps in the history (the next decision is at step ``steps``)."""
 
@@ -347,6 +365,12 @@ class LinearGeneralistCache:
         """Add raw history tokens e_s = [x, r, 1] (B, E) of one step."""
         self.moments += tokens.unsqueeze(-1) * tokens.unsqueeze(-2)
         self.steps += 1
+
+    def reset(self) -> None:
+        """Empty the history for new runs of the same environment."""
+        self.moments.zero_()
+        self.last_action_set = None
+        self.steps = 0
 
 
 class LinearGeneralistTransformer(nn.Module):
@@ -393,7 +417,8 @@ class LinearGeneralistTransformer(nn.Module):
         noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
         dims = torch.as_tensor(dim, device=device).reshape(-1).expand(b)
         sigma, known = noise_levels(raw_moments, dims, noise, self.config.noise_estimate)
-        moments = raw_moments / sigma.square()[..., None, None]
+        inv = (1.0 / sigma)[..., None, None]  # twice, not 1 / sigma^2: an empty history stays 0 for tiny sigma
+        moments = raw_moments * inv * inv
         noise_inputs = None
         if self.config.noise_estimate:
             spare = (raw_moments[..., -1, -1] - dims.view(-1, 1)).clamp_min(0.0)
@@ -446,9 +471,14 @@ class LinearGeneralistTransformer(nn.Module):
         dims = action_sets.shape[-1] if dim is None else dim
         return self._decide(arms, moments, query_steps, horizon, noise_std, dims, arm_mask)
 
-    def new_cache(self, batch_size: int, device: torch.device | str = "cpu") -> LinearGeneralistCache:
-        """An empty cache (history of B runs)."""
-        return LinearGeneralistCache(batch_size, self.config.token_dim, torch.device(device))
+    def new_cache(
+        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None
+    ) -> LinearGeneralistCache:
+        """An empty cache (history of B runs) of the linear bandit ``env_info`` (T, sigma and d are read from it)."""
+        if env_info.dim is not None and env_info.dim > self.config.d_max:
+            raise ValueError(f"this model plays d <= {self.config.d_max}, got EnvInfo.dim={env_info.dim}")
+        device = self.head.weight.device if device is None else torch.device(device)
+        return LinearGeneralistCache(batch_size, self.config.token_dim, env_info, device)
 
     @torch.no_grad()
     def append(self, cache: LinearGeneralistCache, chosen: torch.Tensor, rewards: torch.Tensor) -> None:
@@ -461,14 +491,31 @@ class LinearGeneralistTransformer(nn.Module):
         self,
         cache: LinearGeneralistCache,
         action_set: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dim: torch.Tensor | int | None = None,
+        prev_action: torch.Tensor | None,
+        prev_reward: torch.Tensor | None,
+        *,
         arm_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Logits (B, A) at step ``cache.steps`` for the action set (B, A, d) of that step (sigma NaN: unknown)."""
+    ) -> PolicyOutput:
+        """``PolicyOutput(logits (B, A), None)`` at step ``cache.steps`` for the action set (B, A, d) of that step.
+
+        The previous step's arm ``prev_action`` (B,) (its vector read from the previous action set)
+        and reward ``prev_reward`` (B,) are appended to the history first; both are None at step 0.
+        A run whose sigma is NaN (unknown) is played with the in-context estimate (``noise_estimate``).
+        """
+        first = cache.last_action_set is None
+        if (prev_action is None) != (prev_reward is None) or (prev_action is None) != first:
+            raise ValueError("prev_action and prev_reward must be None exactly at the first step")
+        if prev_action is not None and prev_reward is not None and cache.last_action_set is not None:
+            rows = torch.arange(cache.batch_size, device=prev_action.device)
+            self.append(cache, cache.last_action_set[rows, prev_action.long()], prev_reward)
+        if cache.steps >= cache.horizon:
+            raise ValueError(f"the runs were started for T={cache.horizon} steps; there is no step {cache.steps + 1}")
         b = action_set.shape[0]
+        if b != cache.batch_size:
+            raise ValueError(f"action_set has batch size {b} but the cache holds {cache.batch_size}")
+        cache.last_action_set = action_set
         arms = self.pad(action_set).unsqueeze(1)  # (B, 1, A, d_max)
         steps = torch.full((b, 1), cache.steps, device=action_set.device)
-        dims = action_set.shape[-1] if dim is None else dim
-        return self._decide(arms, cache.moments.unsqueeze(1), steps, horizon, noise_std, dims, arm_mask)[:, 0]
+        moments = cache.moments.unsqueeze(1)
+        logits = self._decide(arms, moments, steps, cache.horizon, cache.noise_std, cache.dims, arm_mask)[:, 0]
+        return PolicyOutput(logits, None)

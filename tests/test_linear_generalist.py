@@ -339,3 +339,23 @@ def test_family_batches_label_with_each_instance_prior():
             expected = sets[i] @ mu + cfg.expert_z * np.sqrt(np.einsum("ad,de,ae->a", sets[i], cov, sets[i]))
             assert np.allclose(batch.index[i, q], expected, rtol=1e-4, atol=1e-4)
     assert seen == {"one_hot", "sphere"}
+
+
+def test_agent_reads_each_instance_sigma_and_plays_unknown_sigma_without_it():
+    from icrl_gym.envs.linear_bandit import LinearBanditVectorEnv
+
+    model = _model(noise_estimate=True)
+    agent = LinearGeneralistAgent.from_model(model)
+    env = LinearBanditVectorEnv(3, dim=4, num_actions=5, horizon=6, prior="family", noise_std=0.05, noise_high=3.0)
+    obs, info = env.reset(seed=0)
+    agent.reset(info)
+    sigma = info["model"]["instance"]["noise_std"]
+    assert np.allclose(agent._cache.noise_std.numpy(), sigma, rtol=1e-6)
+    hidden = LinearBanditVectorEnv(3, dim=4, num_actions=5, horizon=6, noise_known=False, noise_std=0.3)
+    obs, info = hidden.reset(seed=0)
+    agent.reset(info)
+    assert torch.isnan(agent._cache.noise_std).all()
+    a = agent.act(obs)
+    obs, r, *_ = hidden.step(a)
+    agent.update(a, r)
+    assert np.isin(agent.act(obs), np.arange(5)).all()

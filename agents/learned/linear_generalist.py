@@ -46,9 +46,13 @@ class LinearGeneralistAgent(BanditRollout):
                 f"has reward={model.get('reward')!r}"
             )
         super()._start(info)
-        per_run = self._per_run_noise(info)
-        if per_run is not None and isinstance(self._cache, LinearGeneralistCache):  # each instance's own sigma
-            self._cache.noise_std = torch.as_tensor(per_run, dtype=torch.float32, device=self.device)
+        if isinstance(self._cache, LinearGeneralistCache) and self.env_info is not None:
+            # every reset sets sigma per run (a reused cache keeps the last runs' otherwise): each instance's
+            # own, or the environment's, NaN where unknown
+            per_run = self._per_run_noise(info)
+            given = self.env_info.noise_std
+            sigma = per_run if per_run is not None else np.full(self.batch_size, np.nan if given is None else given)
+            self._cache.noise_std = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
 
     @staticmethod
     def _noise_known(info: dict[str, Any]) -> bool:
@@ -60,7 +64,9 @@ class LinearGeneralistAgent(BanditRollout):
         instance = (info.get("model") or {}).get("instance") or {}
         if "noise_std" in info or "noise_std" not in instance or not self._noise_known(info):
             return None
-        return np.broadcast_to(np.asarray(instance["noise_std"], dtype=np.float64).reshape(-1), (self.batch_size,))
+        return np.broadcast_to(
+            np.asarray(instance["noise_std"], dtype=np.float64).reshape(-1), (self.batch_size,)
+        ).copy()
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         d_max = int(self.record.meta["model"]["d_max"])

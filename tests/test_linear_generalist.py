@@ -359,3 +359,24 @@ def test_agent_reads_each_instance_sigma_and_plays_unknown_sigma_without_it():
     obs, r, *_ = hidden.step(a)
     agent.update(a, r)
     assert np.isin(agent.act(obs), np.arange(5)).all()
+
+
+def test_bayes_ucb_schedule_expert_equals_the_bayes_ucb_reference():
+    """The expert with expert_schedule='bayes_ucb' scores arms as LinearBayesUCB told the same prior (from step 2)."""
+    from agents.bayes_ucb import LinearBayesUCB
+    from icrl_gym.envs.linear_bandit import LinearBanditVectorEnv
+
+    env = LinearBanditVectorEnv(4, dim=3, num_actions=5, horizon=15, prior="family", noise_std=0.1, noise_high=2.0)
+    obs, info = env.reset(seed=1)
+    inst = info["model"]["instance"]
+    reference = LinearBayesUCB()
+    reference.reset(info)
+    expert = GaussianExpert(inst["noise_std"], 3, 0.0, inst["prior_mean"], inst["prior_var"], "bayes_ucb")
+    for t in range(15):
+        sets = obs.reshape(4, 5, 3).astype(np.float64)
+        if t:
+            assert np.allclose(expert.index(sets), reference.index(sets), atol=1e-9)
+        actions = reference.act(obs)
+        obs, rewards, *_ = env.step(actions)
+        reference.update(actions, rewards)
+        expert.update(sets[np.arange(4), actions], rewards)

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.special import ndtri
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
@@ -65,6 +66,9 @@ from icrl_gym.training.loop import (
 )
 from icrl_gym.training.loop import main as run_main
 from icrl_gym.training.state import RunState
+
+EXPERT_SCHEDULES = ("constant", "bayes_ucb")
+"""How the expert's z evolves over a run (``expert_schedule``)."""
 
 PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 """The matched Gaussian prior N(1/2, I/12) of w* ~ U[0, 1]^d."""
@@ -101,7 +105,10 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     per_step_fraction: float = 0.3
     """Probability that a batch has a fresh action set every step (else one per run)."""
     expert_z: float = 1.5
-    """z of the expert's index <x, mu_t> + z * posterior std (module docstring)."""
+    """z of the expert's index <x, mu_t> + z * posterior std (module docstring), with ``expert_schedule`` 'constant'."""
+    expert_schedule: str = "constant"
+    """'constant': z = expert_z at every step; 'bayes_ucb': z_t = max(Phi^{-1}(1 - 1/t), 0) at step t >= 1, the
+    quantile of Bayes-UCB (c = 0), which keeps exploring as t grows (no lock-on onto a wrong arm)."""
     cost_per_batch: float = 40_000.0
     """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
     dagger_max_batch: int = 96
@@ -193,9 +200,12 @@ class GaussianExpert:
         z: float,
         prior_mean: np.ndarray | None = None,
         prior_var: np.ndarray | None = None,
+        schedule: str = "constant",
     ) -> None:
+        if schedule not in EXPERT_SCHEDULES:
+            raise ValueError(f"expert_schedule must be one of {EXPERT_SCHEDULES}, got {schedule!r}")
         b = sigma.shape[0]
-        self.s2, self.z = sigma**2, z
+        self.s2, self.z, self.schedule, self.t = sigma**2, z, schedule, 0
         mean = np.full((b, d_max), PRIOR_MEAN) if prior_mean is None else prior_mean
         var = np.full((b, d_max), PRIOR_VAR) if prior_var is None else prior_var
         self.cov = np.zeros((b, d_max, d_max))
@@ -203,13 +213,14 @@ class GaussianExpert:
         self.eta = mean / var  # natural mean parameter Sigma^{-1} mu
 
     def index(self, arms: np.ndarray) -> np.ndarray:
-        """<x_k, mu> + z sqrt(x_k^T Sigma x_k) of arms (B, A, d_max) -> (B, A)."""
+        """<x_k, mu> + z sqrt(x_k^T Sigma x_k) of arms (B, A, d_max) -> (B, A) (z of the schedule at this step)."""
         mu = np.einsum("bij,bj->bi", self.cov, self.eta)
         mean = np.einsum("bad,bd->ba", arms, mu)
-        if self.z == 0:
+        z = self.z if self.schedule == "constant" else max(float(ndtri(1.0 - 1.0 / (self.t + 1))), 0.0)
+        if z == 0:
             return mean
         var = np.einsum("bad,bde,bae->ba", arms, self.cov, arms)
-        return mean + self.z * np.sqrt(np.maximum(var, 0.0))
+        return mean + z * np.sqrt(np.maximum(var, 0.0))
 
     def update(self, x: np.ndarray, r: np.ndarray) -> None:
         """Observe x (B, d_max), r (B,): Sigma <- (Sigma^{-1} + x x^T / s2)^{-1}, eta += x r / s2."""
@@ -217,6 +228,7 @@ class GaussianExpert:
         denom = self.s2 + np.einsum("bi,bi->b", x, cx)
         self.cov -= cx[:, :, None] * cx[:, None, :] / denom[:, None, None]
         self.eta += x * (r / self.s2)[:, None]
+        self.t += 1
 
 
 def rollout(
@@ -226,6 +238,7 @@ def rollout(
     z: float,
     model: LinearGeneralistTransformer | None = None,
     device: torch.device | None = None,
+    schedule: str = "constant",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Play eps-expert (``model`` None) or eps-greedy model on ``inst``.
 
@@ -234,7 +247,7 @@ def rollout(
     """
     b, horizon = inst.noise.shape
     num_arms = inst.sets.shape[2]
-    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z, inst.prior_mean, inst.prior_var)
+    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z, inst.prior_mean, inst.prior_var, schedule)
     actions = np.zeros((b, horizon), dtype=np.int64)
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, num_arms), dtype=np.float32)
@@ -340,7 +353,7 @@ def sample_batch(
         gaussian = rng.random(b) < cfg.gaussian_arms_fraction
         inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
-    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device)
+    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device, cfg.expert_schedule)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     q_index = index[np.arange(b)[:, None], query_steps].astype(np.float64)
     return Batch(inst, actions, rewards, query_steps, q_index, targets_from_index(q_index, cfg.label_temperature))
@@ -380,6 +393,7 @@ def evaluate(
     z: float,
     device: torch.device,
     d_max: int | None = None,
+    schedule: str = "constant",
 ) -> np.ndarray:
     """Per-run regret (instances,) of the greedy model (or, ``model`` None, the expert) on fixed instances.
 
@@ -405,7 +419,7 @@ def evaluate(
         gaussian = np.full(instances, cell.get("arms", "uniform") == "gaussian")
         inst = draw_instances(rng, instances, a, horizon, dim, sigma, gaussian, per_step, d_max)
     with torch.no_grad():
-        return rollout(inst, np.zeros(instances), rng, z, model, device)[3]
+        return rollout(inst, np.zeros(instances), rng, z, model, device, schedule)[3]
 
 
 RESUMABLE_CHANGES = (
@@ -462,7 +476,7 @@ def _save_state(
         },
         "expert": {
             "name": "gaussian_posterior_index",
-            "z": cfg.expert_z,
+            "z": cfg.expert_z if cfg.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
             **expert_prior,
         },
     }
@@ -496,8 +510,8 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
         entry: dict[str, Any] = {"step": step}
         for i, cell in enumerate(cfg.eval_cells):
             d_max = model.config.d_max  # the expert meets the same (padded) instances: common random numbers
-            ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device, d_max)
-            ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device, d_max)
+            args = (cell, cfg.eval_instances, 1 + i, cfg.expert_z, device, d_max, cfg.expert_schedule)
+            ours, ref = evaluate(model, *args), evaluate(None, *args)
             se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
             own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
             log(

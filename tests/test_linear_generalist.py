@@ -363,7 +363,7 @@ def test_agent_reads_each_instance_sigma_and_plays_unknown_sigma_without_it():
 
 def test_bayes_ucb_schedule_expert_equals_the_bayes_ucb_reference():
     """The expert with expert_schedule='bayes_ucb' scores arms as LinearBayesUCB told the same prior (from step 2)."""
-    from agents.bayes_ucb import LinearBayesUCB
+    from agents.bandit.bayes_ucb import LinearBayesUCB
     from icrl_gym.envs.linear_bandit import LinearBanditVectorEnv
 
     env = LinearBanditVectorEnv(4, dim=3, num_actions=5, horizon=15, prior="family", noise_std=0.1, noise_high=2.0)

@@ -14,9 +14,9 @@ import pytest
 from scipy.stats import beta as beta_dist
 from scipy.stats import norm
 
-from agents.bayes_ucb import BayesUCB, LinearBayesUCB
-from agents.gittins import Gittins
-from agents.thompson import BernoulliThompson, LinearThompson
+from agents.bandit.bayes_ucb import BayesUCB, LinearBayesUCB
+from agents.bandit.gittins import Gittins
+from agents.bandit.thompson import BernoulliThompson, LinearThompson
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bernoulli_bandit import BernoulliBanditVectorEnv
 from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.index_agent import IndexAgent
-from agents.resolved_model import per_instance_summary
+from agents.bandit.index_agent import IndexAgent
+from agents.bandit.resolved_model import per_instance_summary
 from icrl_gym.envs.bandit_core import split_model
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.statistics import RidgeStatistics

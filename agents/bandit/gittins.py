@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.index_agent import IndexAgent
-from agents.thompson import beta_prior
+from agents.bandit.index_agent import IndexAgent
+from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table

@@ -9,7 +9,7 @@ are read from the environment the agent is reset on (its reset ``info["model"]``
 
 - :class:`BayesUCB`, Bernoulli arms with Beta(a, b) priors: the quantile of Beta(a + S_k, b + N_k - S_k)
   (the environment's Beta prior, Beta(1, 1) for its uniform prior).
-- :class:`LinearBayesUCB`, linear bandits with the Gaussian model of :mod:`agents.linear_posterior`:
+- :class:`LinearBayesUCB`, linear bandits with the Gaussian model of :mod:`agents.bandit.linear_posterior`:
   <a_{t,k}, w*> | D_{t-1} ~ N(<a_{t,k}, mu_t>, s2 a_{t,k}^T V_t^{-1} a_{t,k}), so the index is
   <a_{t,k}, mu_t> + Phi^{-1}(1 - 1/(t (log T)^c)) sigma ||a_{t,k}||_{V_t^{-1}}: LinUCB with a
   Bayesian, time-dependent width, exact for the Gaussian prior and matched to the uniform one.
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 from scipy.special import betaincinv, ndtri
 
-from agents.index_agent import IndexAgent
-from agents.linear_posterior import GaussianModelMixin
-from agents.resolved_model import ResolvedModelMixin
-from agents.thompson import beta_prior
+from agents.bandit.index_agent import IndexAgent
+from agents.bandit.linear_posterior import GaussianModelMixin
+from agents.bandit.resolved_model import ResolvedModelMixin
+from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.statistics import ArmStatistics
 

@@ -11,7 +11,7 @@ DPT models are also set against the Bayes-optimal DPT policy, P(a* = a | D) of t
 sampled and greedy (:class:`agents.posterior_dpt.PosteriorOptimalAction`): the policy a perfect
 fit of the DPT loss would be.
 
-    python -m benchmarks.mdp_pretrained_eval [--runs 2000] [--models a,b]
+    python -m benchmarks.evaluations.mdp_pretrained_eval [--runs 2000] [--models a,b]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 import torch
 
 from agents import make_agent
-from benchmarks.pretrained_eval import EVAL_SEED, mean_se
+from benchmarks.evaluations.pretrained_eval import EVAL_SEED, mean_se
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPSpec

@@ -89,12 +89,21 @@ class LinearBanditEnv(BanditEnv):
     any draw of the existing settings.
     """
 
-    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
+        super().__init__(linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib, render_mode=render_mode)
 
 
 class LinearBanditVectorEnv(BanditVectorEnv):
     """Natively batched :class:`LinearBanditEnv`: ``num_envs`` runs stepped as arrays."""
 
-    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(num_envs, linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        max_memory_gib: float | None = None,
+        render_mode: str | None = None,
+        autoreset_mode: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        spec = linear_bandit_spec(**kwargs)
+        super().__init__(num_envs, spec, max_memory_gib, render_mode=render_mode, autoreset_mode=autoreset_mode)

@@ -42,12 +42,23 @@ class RandomMDPEnv(TabularMDPEnv):
     v0: initial version.
     """
 
-    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(MDPSpec(kind="random", **kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
+        super().__init__(MDPSpec(kind="random", **kwargs), max_memory_gib=max_memory_gib, render_mode=render_mode)
 
 
 class RandomMDPVectorEnv(TabularMDPVectorEnv):
     """Natively batched :class:`RandomMDPEnv`."""
 
-    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(num_envs, MDPSpec(kind="random", **kwargs), max_memory_gib=max_memory_gib)
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        max_memory_gib: float | None = None,
+        render_mode: str | None = None,
+        autoreset_mode: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        spec = MDPSpec(kind="random", **kwargs)
+        super().__init__(
+            num_envs, spec, max_memory_gib=max_memory_gib, render_mode=render_mode, autoreset_mode=autoreset_mode
+        )

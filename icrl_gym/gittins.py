@@ -167,7 +167,9 @@ def cached_gittins_table(
 
     A cached table for a horizon N >= ``horizon`` (the smallest there is) serves; if none is valid the
     table is built and written atomically as ``gittins_cache_path(cache_dir, horizon, ...)``,
-    replacing a corrupt file of that name.
+    replacing a corrupt file of that name.  A cache folder that cannot be listed or written (a file
+    in its place, a read-only folder, a full disk) only costs the rebuild in a later process: the
+    table is returned from memory after one ``RuntimeWarning`` per folder naming it and the cause.
     """
     key = (float(prior_a), float(prior_b), int(grid))
     path = gittins_cache_path(cache_dir, horizon, *key)

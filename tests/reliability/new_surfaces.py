@@ -180,6 +180,26 @@ def _export_over_export(tmp: Path) -> Outcome:
     return Outcome(Verdict.HANDLED, f"replaced whole (now {meta.get('name')!r}), nothing beside; empty folder filled")
 
 
+@probe("export of a Hub folder onto itself", Section.LOST)
+def _export_onto_itself(tmp: Path) -> Outcome:
+    from icrl_gym.checkpoint import load_checkpoint
+
+    folder = _export(SHIPPED, tmp / "hub")
+    before = snapshot(folder)
+    _export(folder, folder)
+    load_checkpoint(folder)
+    return unchanged(
+        Outcome(Verdict.HANDLED, "the folder is rewritten with the same two files and loads"), before, folder
+    )
+
+
+@probe("export into a folder holding only an icrl-gym config.json", Section.LOST)
+def _export_into_half_folder(tmp: Path) -> Outcome:
+    folder = _export(SHIPPED, tmp / "hub")
+    (folder / "model.safetensors").unlink()
+    return _export_refused(folder, "config.json")
+
+
 @probe("export of a corrupt checkpoint", Section.SILENT)
 def _export_corrupt(tmp: Path) -> Outcome:
     from icrl_gym.checkpoint import CheckpointError
@@ -302,6 +322,19 @@ def _render_human(tmp: Path) -> Outcome:
         )
 
 
+@probe("gym.make(id, render_mode='rgb_array')", Section.CRASH)
+def _render_rgb(tmp: Path) -> Outcome:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Gymnasium's own warning that the mode is not listed
+        return refused_by_each(
+            "environments",
+            each_env(lambda env_id: gym.make(env_id, render_mode="rgb_array")),
+            "render_mode",
+            "'rgb_array'",
+            kinds=(ValueError,),
+        )
+
+
 def _render_without_mode(env_id: str) -> Any:
     env = gym.make(env_id)
     env.reset(seed=0)
@@ -387,6 +420,30 @@ def _vec_text(env_id: str) -> str:
 @probe("make_vec(..., render_mode='ansi').render()", Section.CRASH)
 def _vec_render(tmp: Path) -> Outcome:
     return handled_by_each("vector environments", each_env(_vec_text))
+
+
+@probe("vector env render() before reset()", Section.CRASH)
+def _vec_render_before_reset(tmp: Path) -> Outcome:
+    return refused_by_each(
+        "environments",
+        each_env(lambda env_id: _vec(env_id, render_mode="ansi").render()),
+        "reset()",
+        kinds=(RuntimeError,),
+    )
+
+
+@probe("an environment with render_mode='ansi' pickled mid-run", Section.SILENT)
+def _pickle_ansi(tmp: Path) -> Outcome:
+    def run(env_id: str) -> str:
+        env = gym.make(env_id, render_mode="ansi")
+        env.reset(seed=0)
+        env.step(1)
+        clone = pickle.loads(pickle.dumps(env))
+        if clone.render() != env.render():
+            raise AssertionError("the copy renders another step")
+        return "the copy renders the same step"
+
+    return handled_by_each("environments", each_env(run))
 
 
 @probe("make_vec(..., vectorization_mode='sync')", Section.CRASH)
@@ -553,6 +610,21 @@ def _gittins_cache_read_only(tmp: Path) -> Outcome:
     (tmp / "cache").mkdir()
     with replaced(gittins, "atomic_write", refuse):
         return _gittins_with_cache(tmp / "cache", tmp / "cache")
+
+
+@probe("ICRL_GYM_GITTINS_CACHE set to an empty string", Section.CRASH)
+def _gittins_cache_empty(tmp: Path) -> Outcome:
+    from icrl_gym.gittins import CACHE_ENV, gittins_cache_dir
+
+    with environment(CACHE_ENV, ""):
+        where = gittins_cache_dir()
+        agent = make_agent("gittins")
+        obs, info = gym.make("ICRL-BernoulliBandit-v0", horizon=20).unwrapped.reset(seed=0)
+        agent.reset(info)
+        agent.act(obs)
+    if where is not None or any(Path.cwd().glob("gittins_N*.npy")):
+        return Outcome(Verdict.PROBLEM, f"an empty value was taken as the folder {where}")
+    return Outcome(Verdict.HANDLED, "an empty value means no disk cache; the table stays in memory")
 
 
 @probe("Gittins cache file truncated", Section.SILENT)

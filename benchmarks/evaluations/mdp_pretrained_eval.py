@@ -1,4 +1,4 @@
-"""Acceptance numbers of the shipped tabular-MDP transformers (issue: tabular MDPs end to end).
+"""Acceptance numbers of the shipped tabular-MDP transformers.
 
 For every shipped MDP model: Bayes regret over the K episodes (sum of V* - return) on fresh
 instances (seed 10**7; training uses seeds 10**6 * s + c), next to its reduced expert and the

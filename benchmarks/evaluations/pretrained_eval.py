@@ -1,4 +1,4 @@
-"""Acceptance numbers of the shipped pretrained transformers (issue: in-context transformer).
+"""Acceptance numbers of the shipped pretrained transformers.
 
 For every shipped model: cumulative regret at T on fresh instances (seed 10**7, never used in
 training: training chunks use seeds 10**6 * s + c, validation 10**6 * s + 900,000) next to its

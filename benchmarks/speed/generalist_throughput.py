@@ -1,4 +1,4 @@
-"""Rollout throughput of the generalist transformers next to the shipped paper-setting models (issue 16).
+"""Rollout throughput of the generalist transformers next to the shipped paper-setting models.
 
 Each pair plays the same environment, one batch of ``instances`` runs of T steps, greedy, with
 every model's key/value cache (:func:`icrl_gym.data.trajectories.evaluate_regret`, which also steps

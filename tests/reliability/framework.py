@@ -61,7 +61,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Probe:
-    """One case of the issue: ``run(tmp)`` does it in the temporary folder ``tmp`` and says what happened."""
+    """One case: ``run(tmp)`` does it in the temporary folder ``tmp`` and says what happened."""
 
     name: str
     section: Section

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import icrl_gym.gittins
-from benchmarks.experiments import GENERALIZATION
 from benchmarks.evaluations.generalization import MODEL, run_generalization
+from benchmarks.experiments import GENERALIZATION
 from benchmarks.harness import main, parse_args
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer

@@ -131,7 +131,7 @@ class BanditEnv(gym.Env):
         }
         return self._obs(), float(out["reward"][0]), batch.done, False, info
 
-    def render(self) -> str:  # type: ignore[override]
+    def render(self) -> str:
         """With ``render_mode="ansi"``: the step, the last pull and its reward, the current best arm."""
         return render_text(self.render_mode, *_describe(self._require_batch(), self._last), numbered=False)
 

@@ -137,7 +137,7 @@ class TabularMDPEnv(gym.Env):
         obs = mdp_observation(self.mdp_spec, b.state, b.h)[0]
         return obs, float(out["reward"][0]), b.done, False, info
 
-    def render(self) -> str:  # type: ignore[override]
+    def render(self) -> str:
         """With ``render_mode="ansi"``: the episode and step, the state, the last action and its reward."""
         if self._batch is None:
             raise RuntimeError("call reset() before render()")

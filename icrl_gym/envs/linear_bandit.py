@@ -6,6 +6,7 @@ from typing import Any
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
+from icrl_gym.envs.vector import vector_options
 
 
 def linear_bandit_spec(
@@ -96,14 +97,7 @@ class LinearBanditEnv(BanditEnv):
 class LinearBanditVectorEnv(BanditVectorEnv):
     """Natively batched :class:`LinearBanditEnv`: ``num_envs`` runs stepped as arrays."""
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        *,
-        max_memory_gib: float | None = None,
-        render_mode: str | None = None,
-        autoreset_mode: Any = None,
-        **kwargs: Any,
-    ) -> None:
-        spec = linear_bandit_spec(**kwargs)
-        super().__init__(num_envs, spec, max_memory_gib, render_mode=render_mode, autoreset_mode=autoreset_mode)
+    def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
+        """``num_envs`` runs of ``linear_bandit_spec(**fields)``; the other keywords are the vector options."""
+        options, fields = vector_options(kwargs)
+        super().__init__(num_envs, linear_bandit_spec(**fields), **options)

@@ -43,6 +43,16 @@ RENDER_RUNS = 8
 """Runs of a vector environment that its text render lists (the rest are counted)."""
 
 
+VECTOR_OPTIONS = ("max_memory_gib", "render_mode", "autoreset_mode")
+"""The keywords every vector environment takes besides its model's fields."""
+
+
+def vector_options(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``kwargs`` split into the vector options (:data:`VECTOR_OPTIONS`) and the fields of the environment's model."""
+    options = {key: kwargs[key] for key in VECTOR_OPTIONS if key in kwargs}
+    return options, {key: value for key, value in kwargs.items() if key not in options}
+
+
 def check_render_mode(render_mode: Any) -> str | None:
     """``render_mode`` when it is None or one of :data:`RENDER_MODES`; a ``ValueError`` naming it otherwise."""
     if render_mode is None or (isinstance(render_mode, str) and render_mode in RENDER_MODES):

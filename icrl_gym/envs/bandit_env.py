@@ -151,11 +151,7 @@ class BanditVectorEnv(BatchVectorEnv):
         render_mode: str | None = None,
         autoreset_mode: Any = None,
     ) -> None:
-        """``max_memory_gib`` raises the memory limit (:func:`~icrl_gym.envs.validation.check_memory`).
-
-        ``render_mode`` (None or ``"ansi"``) and ``autoreset_mode`` (only ``AutoresetMode.NEXT_STEP``)
-        are what ``gym.make_vec`` passes.
-        """
+        """``max_memory_gib`` raises the memory limit; the modes are checked by :meth:`BatchVectorEnv._init_spaces`."""
         num_envs = check_integer("num_envs", num_envs)
         check_env_memory(
             spec.memory_bytes(num_envs),

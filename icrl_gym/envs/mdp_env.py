@@ -157,11 +157,7 @@ class TabularMDPVectorEnv(BatchVectorEnv):
         autoreset_mode: Any = None,
         **kwargs: Any,
     ) -> None:
-        """``num_envs`` runs of the prior ``spec`` (or ``MDPSpec(**kwargs)``); ``max_memory_gib`` raises the limit.
-
-        ``render_mode`` (None or ``"ansi"``) and ``autoreset_mode`` (only ``AutoresetMode.NEXT_STEP``)
-        are what ``gym.make_vec`` passes.
-        """
+        """``num_envs`` runs of ``spec`` (or ``MDPSpec(**kwargs)``); the options as in :class:`BanditVectorEnv`."""
         num_envs = check_integer("num_envs", num_envs)
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib

@@ -31,6 +31,7 @@ from tests.reliability.framework import (
     Outcome,
     Section,
     Verdict,
+    add_probe,
     classify_error,
     command_line,
     described,
@@ -308,31 +309,24 @@ def _render_ansi(tmp: Path) -> Outcome:
     return handled_by_each("environments", each_env(_text_frame))
 
 
-@probe("gym.make(id, render_mode='human')", Section.CRASH)
-def _render_human(tmp: Path) -> Outcome:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Gymnasium's own warning that the mode is not listed
-        return refused_by_each(
-            "environments",
-            each_env(lambda env_id: gym.make(env_id, render_mode="human")),
-            "render_mode",
-            "'human'",
-            "'ansi'",
-            kinds=(ValueError,),
-        )
+def _unlisted_render_mode(mode: str) -> Callable[[Path], Outcome]:
+    def run(tmp: Path) -> Outcome:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Gymnasium's own warning that the mode is not listed
+            return refused_by_each(
+                "environments",
+                each_env(lambda env_id: gym.make(env_id, render_mode=mode)),
+                "render_mode",
+                repr(mode),
+                "'ansi'",
+                kinds=(ValueError,),
+            )
+
+    return run
 
 
-@probe("gym.make(id, render_mode='rgb_array')", Section.CRASH)
-def _render_rgb(tmp: Path) -> Outcome:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Gymnasium's own warning that the mode is not listed
-        return refused_by_each(
-            "environments",
-            each_env(lambda env_id: gym.make(env_id, render_mode="rgb_array")),
-            "render_mode",
-            "'rgb_array'",
-            kinds=(ValueError,),
-        )
+for _mode in ("human", "rgb_array"):
+    add_probe(f"gym.make(id, render_mode={_mode!r})", Section.CRASH, _unlisted_render_mode(_mode))
 
 
 def _render_without_mode(env_id: str) -> Any:

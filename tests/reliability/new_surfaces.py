@@ -42,6 +42,7 @@ from tests.reliability.framework import (
     replaced,
     short,
     surface,
+    traced_peak,
 )
 
 LEAD, TRAINING, HARNESS, NATIVE = (
@@ -471,6 +472,24 @@ input_probe(
     "0",
     kinds=(ValueError,),
 )
+
+
+@probe("vector env num_envs=10**9 (size guard)", Section.CRASH)
+def _vec_billion(tmp: Path) -> Outcome:
+    from icrl_gym.envs.validation import MemoryLimitError
+
+    cases = {env_id: (lambda env_id=env_id: traced_peak(lambda: _vec(env_id, 10**9))) for env_id in icrl_gym.ENV_IDS}
+    shown = ""
+    for env_id, run in cases.items():
+        result, peak = run()
+        if not isinstance(result, MemoryLimitError) or "GiB" not in str(result):
+            return Outcome(
+                Verdict.PROBLEM, f"{env_id}: {described(result) if isinstance(result, Exception) else 'accepted'}"
+            )
+        if peak > 50 * 2**20:
+            return Outcome(Verdict.PROBLEM, f"{env_id}: refused only after allocating {peak / 2**20:.0f} MiB")
+        shown = described(result)
+    return Outcome(Verdict.CLEAR, f"all {len(cases)} environments, before allocating: {shown}")
 
 
 @probe("vector env step() before reset()", Section.CRASH)

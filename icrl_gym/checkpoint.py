@@ -287,8 +287,9 @@ def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path
     _check_export_target(folder)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as err:  # a file where a parent folder should be
-        raise FileExistsError(f"cannot export to {folder}: a file stands in its path ({err.strerror})") from None
+    except (FileExistsError, NotADirectoryError):  # a file where a parent folder should be
+        blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), folder.parent)
+        raise FileExistsError(f"cannot export to {folder}: {blocker} is a file, not a folder") from None
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     old = None
     try:

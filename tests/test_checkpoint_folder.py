@@ -63,7 +63,7 @@ def test_export_never_deletes_what_it_did_not_write(tmp_path):
     for target, message in (
         (project, r"holds files that no earlier export wrote \(\.git, README\.md\)"),
         (tmp_path / "notes", "is a file, not a folder"),
-        (tmp_path / "notes" / "model", "a file stands in its path"),
+        (tmp_path / "notes" / "model", "notes is a file, not a folder"),
     ):
         with pytest.raises(FileExistsError, match=message):
             export_hf_folder(stem, target)

@@ -133,7 +133,9 @@ class BanditEnv(gym.Env):
 
     def render(self) -> str:
         """With ``render_mode="ansi"``: the step, the last pull and its reward, the current best arm."""
-        return render_text(self.render_mode, *_describe(self._require_batch(), self._last), numbered=False)
+        if self._batch is None:
+            raise RuntimeError("call reset() before render()")
+        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=False)
 
 
 class BanditVectorEnv(BatchVectorEnv):
@@ -214,4 +216,6 @@ class BanditVectorEnv(BatchVectorEnv):
 
     def render(self) -> str:  # type: ignore[override]
         """With ``render_mode="ansi"``: the step, then per run the last pull, its reward and the current best arm."""
-        return render_text(self.render_mode, *_describe(self.batch, self._last), numbered=True)
+        if self._batch is None:
+            raise RuntimeError("call reset() before render()")
+        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=True)

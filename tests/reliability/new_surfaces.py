@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import os
 import pickle
@@ -348,7 +349,7 @@ def _render_before_reset(tmp: Path) -> Outcome:
     return refused_by_each(
         "environments",
         each_env(lambda env_id: gym.make(env_id, render_mode="ansi").unwrapped.render()),
-        "reset()",
+        "reset() before render()",
         kinds=(RuntimeError,),
     )
 
@@ -422,7 +423,7 @@ def _vec_render_before_reset(tmp: Path) -> Outcome:
     return refused_by_each(
         "environments",
         each_env(lambda env_id: _vec(env_id, render_mode="ansi").render()),
-        "reset()",
+        "reset() before render()",
         kinds=(RuntimeError,),
     )
 
@@ -497,7 +498,7 @@ def _vec_step_first(tmp: Path) -> Outcome:
     return refused_by_each(
         "environments",
         each_env(lambda env_id: _vec(env_id).step(np.zeros(3, dtype=np.int64))),
-        "reset()",
+        "reset() before step()",
         kinds=(RuntimeError,),
     )
 
@@ -914,7 +915,7 @@ def _plot_only(tmp: Path, csv: bytes, config: bytes, *fragments: str) -> Outcome
     for name, body in {**SAVED, "regret.csv": csv, "config.json": config}.items():
         (out / name).write_bytes(body)
     before = snapshot(out)
-    with contextlib.redirect_stdout(open(os.devnull, "w")):  # noqa: SIM115 - closed with the process
+    with contextlib.redirect_stdout(io.StringIO()):
         outcome = refused(
             lambda: command_line(harness.main, ["--plot-only", "--out", str(out), "--quiet"]),
             *fragments,
@@ -949,7 +950,7 @@ def _plot_only_redraws(tmp: Path) -> Outcome:
     csv = (out / "regret.csv").read_bytes()
     from benchmarks import harness
 
-    with contextlib.redirect_stdout(open(os.devnull, "w")):  # noqa: SIM115 - closed with the process
+    with contextlib.redirect_stdout(io.StringIO()):
         command_line(harness.main, ["--plot-only", "--out", str(out), "--quiet"])
     if (out / "regret.csv").read_bytes() != csv or not (out / "tabular-mdp-nonstationary.png").is_file():
         return Outcome(Verdict.PROBLEM, "the CSV changed or the plot is gone")

@@ -555,14 +555,19 @@ def _mdp_agent_act(obs: Any) -> Any:
     return agent.act(obs)
 
 
-@probe("agents given a scalar or None observation", Section.CRASH)
-def _scalar_obs(tmp: Path) -> Outcome:
-    cases = {
-        f"{name} given {obs!r}": (lambda act=act, obs=obs: act(obs))
-        for name, act in (("linucb", _bandit_agent_act), ("psrl", _mdp_agent_act))
-        for obs in (3.0, None)
-    }
-    return refused_by_each("cases (linucb, psrl; 3.0, None)", cases, "observation", kinds=(ValueError, TypeError))
+def _odd_observation(obs: Any, fragment: str, kind: type[Exception]) -> Callable[[Path], Outcome]:
+    def run(tmp: Path) -> Outcome:
+        agents = (("linucb", _bandit_agent_act), ("psrl", _mdp_agent_act))
+        cases = {name: (lambda act=act: act(obs)) for name, act in agents}
+        return refused_by_each("agents (linucb, psrl)", cases, fragment, kinds=(kind,))
+
+    return run
+
+
+add_probe(
+    "agents given a scalar observation", Section.CRASH, _odd_observation(3.0, "observation of shape ()", ValueError)
+)
+add_probe("agents given None as the observation", Section.CRASH, _odd_observation(None, "act() needs", TypeError))
 
 
 @probe("MDP agents given an observation of the wrong length", Section.CRASH)

@@ -578,7 +578,10 @@ def _gittins_with_cache(cache: Path, keep: Path) -> Outcome:
     before = snapshot(keep)
     env = gym.make("ICRL-BernoulliBandit-v0", horizon=20).unwrapped
     obs, info = env.reset(seed=0)
-    with environment(CACHE_ENV, str(cache)), warnings.catch_warnings(record=True) as caught:
+    import icrl_gym.gittins as gittins
+
+    fresh = replaced(gittins, "_TABLES", {})  # as in a new process: no table in memory yet
+    with fresh, environment(CACHE_ENV, str(cache)), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             for _ in range(2):  # a second agent in the same process: still one warning

@@ -33,7 +33,6 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from icrl_gym.fileio import (
     describe_size,
     json_round_trip,
 )
+from icrl_gym.kinds import KINDS, CheckpointKind, EnvFamily, import_target
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 2
@@ -68,113 +68,6 @@ PRETRAINED_DIR = Path(str(importlib.resources.files("icrl_gym") / "pretrained"))
 class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, truncated or made for another environment."""
 
-
-class CheckpointKind(str, Enum):
-    """What the weights of a checkpoint are, and so which model class builds them and which agent plays them."""
-
-    BANDIT_TRANSFORMER = "bandit_transformer"
-    """A :class:`~icrl_gym.models.transformer.BanditTransformer` (agent ``"transformer"``)."""
-    MDP_TRANSFORMER = "mdp_transformer"
-    """An :class:`~icrl_gym.models.mdp_transformer.MDPTransformer` (agent ``"mdp_transformer"``)."""
-    META_RL_POLICY = "meta_rl_policy"
-    """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
-    GENERALIST_TRANSFORMER = "generalist_transformer"
-    """A :class:`~icrl_gym.models.generalist.GeneralistTransformer`: Bernoulli arms, any K and T."""
-    LINEAR_GENERALIST_TRANSFORMER = "linear_generalist_transformer"
-    """A :class:`~icrl_gym.models.linear_generalist.LinearGeneralistTransformer`: linear arms, any A and T."""
-
-    @property
-    def entry(self) -> KindEntry:
-        """The row of :data:`KINDS` for this kind."""
-        return KINDS[self]
-
-    @property
-    def agent(self) -> str:
-        """The registered name of the agent that plays checkpoints of this kind."""
-        return KINDS[self].agent
-
-
-class EnvFamily(str, Enum):
-    """The family of environments a checkpoint plays."""
-
-    BANDIT = "bandit"
-    TABULAR_MDP = "tabular MDP"
-
-
-def _import(target: str) -> Any:
-    """The object named by ``"module:attribute"``."""
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-@dataclass(frozen=True)
-class KindEntry:
-    """One row of the kind table: how a checkpoint of a kind is built, played and checked."""
-
-    model: str
-    """``"module:Class"`` of the model (an :class:`~icrl_gym.models.policy.InContextPolicy`, or the
-    meta-RL baselines' SB3 policy)."""
-    config: str
-    """``"module:Class"`` of its configuration (a :class:`~icrl_gym.fileio.DictConfig`), read from the
-    record's ``model`` (for the meta-RL policies, from ``meta_rl``)."""
-    agent: str
-    """The registered agent (:mod:`icrl_gym.registry`) that plays it."""
-    family: EnvFamily
-    """The environments it plays."""
-    exact_fields: tuple[str, ...]
-    """Fields of the environment's spec that must equal the training prior's (:func:`check_compatible`)."""
-    length_field: str | None = None
-    """The field of a run's length, which may be shorter than the model's capacity but not longer
-    (None: the model plays any length)."""
-    loader: str | None = None
-    """``"module:function"`` ``(path, device) -> (model, meta)`` for a model not built from its
-    configuration alone (the SB3 policies); None: ``model(config)`` + the weights."""
-
-
-KINDS: dict[CheckpointKind, KindEntry] = {
-    CheckpointKind.BANDIT_TRANSFORMER: KindEntry(
-        "icrl_gym.models.transformer:BanditTransformer",
-        "icrl_gym.models.transformer:TransformerConfig",
-        "transformer",
-        EnvFamily.BANDIT,
-        ("arms", "reward", "dim", "num_actions"),
-        "horizon",
-    ),
-    CheckpointKind.MDP_TRANSFORMER: KindEntry(
-        "icrl_gym.models.mdp_transformer:MDPTransformer",
-        "icrl_gym.models.mdp_transformer:MDPTransformerConfig",
-        "mdp_transformer",
-        EnvFamily.TABULAR_MDP,
-        ("kind", "num_states", "num_actions", "horizon"),
-        "episodes",
-    ),
-    CheckpointKind.META_RL_POLICY: KindEntry(
-        "stable_baselines3.common.policies:ActorCriticPolicy",
-        "icrl_gym.meta_policy:MetaRLConfig",
-        "meta_rl",
-        EnvFamily.BANDIT,
-        ("arms", "reward", "dim", "num_actions"),
-        "horizon",
-        loader="icrl_gym.meta_policy:load_policy_module",
-    ),
-    CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
-        "icrl_gym.models.generalist:GeneralistTransformer",
-        "icrl_gym.models.generalist:GeneralistConfig",
-        "generalist",
-        EnvFamily.BANDIT,
-        ("arms", "reward"),
-    ),
-    CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: KindEntry(
-        "icrl_gym.models.linear_generalist:LinearGeneralistTransformer",
-        "icrl_gym.models.linear_generalist:LinearGeneralistConfig",
-        "linear_generalist",
-        EnvFamily.BANDIT,
-        ("reward",),
-    ),
-}
-"""The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.
-
-A new kind of learned policy is one row here, one model file and one agent adapter."""
 
 _OTHER_MODEL_CLASSES = {"RecurrentActorCriticPolicy": CheckpointKind.META_RL_POLICY}
 """Model classes (of records written before ``kind`` existed) that are not a row's ``model``."""
@@ -498,9 +391,9 @@ def load_checkpoint(
         check_compatible(record, {"model": expect.to_dict()}, name=str(_stem(path)))
     entry = record.kind.entry
     if entry.loader is not None:
-        return _import(entry.loader)(path, torch.device(device))
+        return import_target(entry.loader)(path, torch.device(device))
     try:
-        model = _import(entry.model)(_import(entry.config).from_dict(meta["model"]))
+        model = import_target(entry.model)(import_target(entry.config).from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
     except (KeyError, ValueError, TypeError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {_stem(path)} does not fit its model configuration: {err}") from err

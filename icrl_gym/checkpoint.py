@@ -212,17 +212,57 @@ def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
     return Path(stem + ".safetensors"), Path(stem + ".json")
 
 
+def _is_earlier_export(folder: Path) -> bool:
+    """Whether ``folder`` holds exactly what :func:`export_hf_folder` writes: a checkpoint record and its weights."""
+    if sorted(entry.name for entry in folder.iterdir()) != sorted((HF_CONFIG, HF_WEIGHTS)):
+        return False
+    try:
+        record = json.loads((folder / HF_CONFIG).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(record, dict) and record.get("format") == FORMAT
+
+
+def _check_export_target(folder: Path) -> None:
+    """Refuse a target that export would have to delete: a file, a link, or a folder holding anything else.
+
+    Export replaces its target whole, so it may only replace what it wrote itself (an earlier
+    export) or an empty folder; everything else raises ``FileExistsError`` before anything is written.
+    """
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        what = "a link" if folder.is_symlink() else "a file"
+        raise FileExistsError(
+            f"cannot export to {folder}: it is {what}, not a folder; export writes a folder of {HF_CONFIG} and "
+            f"{HF_WEIGHTS} -- name a new folder"
+        )
+    if folder.is_dir() and any(folder.iterdir()) and not _is_earlier_export(folder):
+        entries = sorted(entry.name for entry in folder.iterdir())
+        shown = ", ".join(entries[:6]) + (f" and {len(entries) - 6} more" if len(entries) > 6 else "")
+        raise FileExistsError(
+            f"cannot export to {folder}: the folder holds files that no earlier export wrote ({shown}); export "
+            f"replaces its target folder whole, so it only writes to a new or empty folder or over an earlier "
+            f"export ({HF_CONFIG} + {HF_WEIGHTS}) -- name a new folder"
+        )
+
+
 def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path:
     """Write checkpoint ``stem`` (checked first) as the Hub-layout folder ``folder``; returns it.
 
     The record goes to ``config.json`` unchanged (its SHA-256 still names the weights), the weights
     to ``model.safetensors``.  Atomic: the folder is built beside its target and renamed into place,
-    so ``folder`` is either the previous one or the complete new one.
+    so ``folder`` is either the previous one or the complete new one.  Export never deletes what it
+    did not write: a target that is a file, a link, or a folder holding anything but an earlier
+    export is refused with ``FileExistsError`` before anything is written.
     """
     read_checkpoint(stem)  # refuse to export a corrupt or mismatched pair
     weights, record = checkpoint_files(stem)
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    _check_export_target(folder)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a parent folder should be
+        blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), folder.parent)
+        raise FileExistsError(f"cannot export to {folder}: {blocker} is a file, not a folder") from None
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     old = None
     try:

@@ -27,6 +27,16 @@ def test_gymnasium_checker(env_id, kwargs):
     check_env(env.unwrapped, skip_render_check=True)
 
 
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_gymnasium_checker_with_the_text_render(env_id):
+    env = gym.make(env_id, render_mode="ansi")
+    check_env(env.unwrapped, skip_render_check=False)
+    env.reset(seed=0)
+    env.step(1)
+    frame = env.render()
+    assert isinstance(frame, str) and "1" in frame.splitlines()[0]  # the header names the step or episode
+
+
 @pytest.mark.parametrize("env_id, kwargs", VARIANTS, ids=VARIANT_IDS)
 def test_sb3_checker_without_warnings(env_id, kwargs, recwarn):
     sb3_check_env(gym.make(env_id, **kwargs).unwrapped, warn=True)
@@ -139,7 +149,7 @@ def test_step_before_reset():
         (dict(noise_std=-1.0), "noise_std"),
         (dict(num_actions=0), "num_actions"),
         (dict(prior="laplace"), "prior must be one of .*'laplace'"),
-        (dict(arms="sphere"), "arms must be one of .*'sphere'"),
+        (dict(arms="simplex"), "arms must be one of .*'simplex'"),
         (dict(noise_std=float("nan")), "noise_std must be a finite number >= 0, got nan"),
         (dict(prior_high=float("inf")), "prior_high must be a finite number, got inf"),
         (dict(prior="beta", prior_a=0.0), "prior_a must be a finite number > 0, got 0.0"),

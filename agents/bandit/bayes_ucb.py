@@ -132,7 +132,7 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
         """<a, mu_t> + Phi^{-1}(level) sigma ||a||_{V_t^{-1}}, shape (B, A)."""
         z = ndtri(quantile_level(self.t + 1, self.used_horizon, self.c))
         # at t = 1 the level is 0 and z = -inf: an arm of zero width (a zero vector) has no bonus, not NaN
-        return gaussian_index(self.stats, action_sets, self.model.noise_std, z)
+        return gaussian_index(self.stats, action_sets, self.model.noise_column(), z)
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.stats.update(action_sets[np.arange(self.batch_size), actions], rewards)

@@ -171,7 +171,7 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
                 f"LinearGeneralistTrainConfig.max_dim={self.max_dim} must be <= the model's d_max={d_max} "
                 "(model.d_max): larger d cannot be fed to it"
             )
-        for i, cell in enumerate(self.eval_cells):
+        for i, cell in enumerate(self.eval_cells if self.eval_every else []):  # cells are played only then
             _check_cell(cell, f"LinearGeneralistTrainConfig.eval_cells[{i}]", d_max)
 
 
@@ -180,8 +180,10 @@ EVAL_CELL_FIELDS = {
     "num_actions": POSITIVE_INT,
     "horizon": POSITIVE_INT,
     "noise_std": POSITIVE,
-    "arms": Allowed(choices=("uniform", "gaussian")),
+    "arms": Allowed(choices=("uniform", "gaussian", "sphere", "one_hot")),
     "action_set": Allowed(choices=("fixed", "per_step")),
+    "prior": Allowed(choices=PRIORS),
+    "noise_known": Allowed(choices=(True, False)),  # type: ignore[arg-type]
 }
 """The keys of an evaluation cell and their allowed values."""
 

@@ -25,8 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icrl_gym.models.kv_cache import KVCache
+from icrl_gym.models.native import new_kv_cache
 from icrl_gym.models.policy_output import PolicyOutput
-from icrl_gym.models.transformer import Block, DecoderConfig, KVCache, count_parameters, init_gpt_weights
+from icrl_gym.models.transformer import Block, DecoderConfig, count_parameters, init_gpt_weights
 
 
 @dataclass
@@ -175,13 +177,11 @@ class MDPTransformer(nn.Module):
         index = torch.tensor([cfg.state_token(t) for t in range(T)], device=states.device)
         return PolicyOutput(self.lm_head(h[:, index]), None)
 
-    def new_cache(
-        self, batch_size: int, device: torch.device | str | None = None, native: bool | None = None
-    ) -> KVCache:
-        """An empty key/value cache for ``batch_size`` runs (``native``: see :meth:`KVCache.allocate`)."""
+    def new_cache(self, batch_size: int, device: torch.device | str | None = None) -> KVCache:
+        """An empty key/value cache for ``batch_size`` runs (laid out by :func:`new_kv_cache`)."""
         p = self.input_embed.weight
         device = p.device if device is None else device
-        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, p.dtype, native)
+        return new_kv_cache(batch_size, self.config, self.config.max_tokens, device, p.dtype)
 
     @torch.no_grad()
     def step(

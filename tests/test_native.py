@@ -106,7 +106,8 @@ def rollout_logits(model, cache, sets, actions, rewards):
 
 def random_trajectory(B, T=9, A=4, d=3, seed=1):
     g = torch.Generator().manual_seed(seed)
-    return torch.rand(B, T, A, d, generator=g) * 2 - 1, torch.randint(0, A, (B, T), generator=g), torch.randn(B, T, generator=g)
+    sets = torch.rand(B, T, A, d, generator=g) * 2 - 1
+    return sets, torch.randint(0, A, (B, T), generator=g), torch.randn(B, T, generator=g)
 
 
 @needs_compiler
@@ -257,7 +258,7 @@ void icrl_relu_decode(const float *q, const float *K, const float *V, float *y, 
 
 @needs_compiler
 def test_library_computing_garbage_is_not_used(fresh, monkeypatch):
-    """A foreign library with the kernel's symbols (and a matching sidecar) fails the self-test: warning, PyTorch path."""
+    """A foreign library with the kernel's symbols and a matching sidecar fails the self-test: warning, PyTorch path."""
     source = fresh / "garbage.c"
     source.write_text(GARBAGE)
     monkeypatch.setattr(native, "SOURCE", source)
@@ -313,15 +314,14 @@ counts = {"rebuilt": 0, "fell_back": 0, "wrong": 0, "reused": 0}
 kernel = native.build(folder)
 lib = kernel.path
 for i in range(count):
-    data = bytearray(lib.read_bytes())
-    target, kind = (lib, data) if rng.random() < 0.8 else (native.sidecar(lib), bytearray(native.sidecar(lib).read_bytes()))
+    target = lib if rng.random() < 0.8 else native.sidecar(lib)  # mostly the library, sometimes its hash
+    corrupt = bytearray(target.read_bytes())
     if rng.random() < 0.5:
-        kind = bytes(kind[: rng.randrange(len(kind))])  # truncated at a random offset
+        del corrupt[rng.randrange(len(corrupt)) :]  # truncated at a random offset
     else:
         for _ in range(rng.randint(1, 8)):  # random byte flips
-            kind[rng.randrange(len(kind))] ^= rng.randrange(1, 256)
-        kind = bytes(kind)
-    target.write_bytes(kind)
+            corrupt[rng.randrange(len(corrupt))] ^= rng.randrange(1, 256)
+    target.write_bytes(bytes(corrupt))
     native.relu_decode_kernel.cache_clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -386,7 +386,9 @@ def play_steps(agent, env, steps, obs):
 
 
 @needs_compiler
-@pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda agent: pickle.loads(pickle.dumps(agent))], ids=["deepcopy", "pickle"])
+@pytest.mark.parametrize(
+    "duplicate", [copy.deepcopy, lambda agent: pickle.loads(pickle.dumps(agent))], ids=["deepcopy", "pickle"]
+)
 def test_agent_with_a_native_cache_can_be_copied_mid_episode(duplicate):
     """The copy holds the cache's tensors (no ctypes object) and, from the same RNG state, acts as the original."""
     torch.manual_seed(0)

@@ -211,11 +211,15 @@ def _compile(cc: str, flags: tuple[str, ...]) -> bytes | str:
 def read_verified(path: Path) -> bytes | None:
     """The bytes of the library at ``path`` if they match its sidecar hash, else None (missing, unreadable, torn)."""
     try:
-        data = path.read_bytes()
-        expected = sidecar(path).read_text().strip()
-    except (OSError, UnicodeDecodeError):
+        data, recorded = path.read_bytes(), sidecar(path).read_bytes()
+    except OSError:
         return None
-    return data if hashlib.sha256(data).hexdigest() == expected else None
+    return data if recorded == _hash_line(data) else None
+
+
+def _hash_line(data: bytes) -> bytes:
+    """The sidecar's exact content for library ``data``: its SHA-256 in hex and a newline."""
+    return hashlib.sha256(data).hexdigest().encode() + b"\n"
 
 
 def store(path: Path, data: bytes) -> None:
@@ -225,7 +229,7 @@ def store(path: Path, data: bytes) -> None:
     concurrent writers lets an unverified file be loaded.  Raises OSError where the folder is unusable.
     """
     atomic_write_bytes(path, data)
-    atomic_write_bytes(sidecar(path), hashlib.sha256(data).hexdigest().encode() + b"\n")
+    atomic_write_bytes(sidecar(path), _hash_line(data))
 
 
 def _load(data: bytes, path: Path, openmp: bool) -> ReluDecodeKernel:
@@ -251,7 +255,7 @@ def _load(data: bytes, path: Path, openmp: bool) -> ReluDecodeKernel:
 def library_paths(cc: str, directory: Path) -> dict[tuple[str, ...], Path]:
     """Where each flag set's library is kept in ``directory``: a name hashing (source, flags, compiler, processor)."""
     source, version, processor = SOURCE.read_bytes(), _compiler_version(cc), _processor()
-    paths = {}
+    paths: dict[tuple[str, ...], Path] = {}
     for flags in FLAG_SETS:
         key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(), processor.encode()]))
         paths[flags] = directory / f"relu_decode-{key.hexdigest()[:16]}.so"
@@ -326,7 +330,10 @@ def self_test(kernel: ReluDecodeKernel) -> None:
 
 @functools.cache
 def relu_decode_kernel() -> ReluDecodeKernel | None:
-    """The kernel, built and self-tested once per process; None where it cannot be (after one warning) or with ``ICRL_GYM_NATIVE=0``."""
+    """The kernel, built and self-tested once per process.
+
+    None where it cannot be (after one warning naming the cause) or with ``ICRL_GYM_NATIVE=0``.
+    """
     if os.environ.get(DISABLE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     with _lock:
@@ -422,6 +429,10 @@ class LanesKVCache(KVCache):
 def new_kv_cache(
     batch_size: int, config: DecoderSizes, max_tokens: int, device: torch.device | str, dtype: torch.dtype
 ) -> KVCache:
-    """An empty cache for a decoder's rollout: a :class:`LanesKVCache` where the kernel applies and works, else a :class:`KVCache`."""
+    """An empty cache for a decoder's rollout, the one place that chooses the layout.
+
+    A :class:`LanesKVCache` where the kernel applies (:func:`kernel_applies`) and works, else a
+    :class:`KVCache` (the PyTorch path).
+    """
     native = kernel_applies(config, device, dtype) and relu_decode_kernel() is not None
     return (LanesKVCache if native else KVCache).allocate(batch_size, config, max_tokens, device, dtype)

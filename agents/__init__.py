@@ -2,7 +2,7 @@
 
 Each is registered by name in :mod:`icrl_gym.registry`, whose ``make_agent`` (re-exported here)
 builds any of them from a plain, JSON-serialisable specification, the dictionary that
-``agent.config()`` returns::
+``agent.config()`` returns, and :func:`pretrained` gives a ready agent for every shipped model::
 
     make_agent("linucb", alpha=2.0)
     make_agent({"name": "mixture", "weights": [0.5, 0.5],
@@ -14,26 +14,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agents.bayes_ucb import BayesUCB, LinearBayesUCB
-from agents.bernoulli_bayes_optimal import BernoulliBayesOptimal
-from agents.box_posterior import BoxPosteriorMC
-from agents.empirical_mean import EmpiricalMean
-from agents.gittins import Gittins
-from agents.index_agent import IndexAgent
-from agents.kl_ucb import KLUCB
-from agents.linear_posterior import PosteriorMeanGreedy
-from agents.linucb import LinUCB, SoftLinUCB
-from agents.mdp_base import MDPOptimal, MDPUniform
+from agents.bandit.bayes_ucb import BayesUCB, LinearBayesUCB
+from agents.bandit.bernoulli_bayes_optimal import BernoulliBayesOptimal
+from agents.bandit.box_posterior import BoxPosteriorMC
+from agents.bandit.empirical_mean import EmpiricalMean
+from agents.bandit.gittins import Gittins
+from agents.bandit.index_agent import IndexAgent
+from agents.bandit.kl_ucb import KLUCB
+from agents.bandit.linear_posterior import PosteriorMeanGreedy
+from agents.bandit.linucb import LinUCB, SoftLinUCB
+from agents.bandit.optimal import Optimal
+from agents.bandit.thompson import BernoulliThompson, LinearThompson
+from agents.bandit.ucb import UCB
+from agents.bandit.uniform import Uniform
+from agents.mdp.greedy_q import MDPOptimal
+from agents.mdp.posterior_dpt import PosteriorOptimalAction
+from agents.mdp.psrl import PSRL, DarkRoomPSRL
+from agents.mdp.ucbvi import UCBVI
+from agents.mdp.uniform import MDPUniform
 from agents.mixture import MDPMixture, Mixture
-from agents.oracle import Optimal
-from agents.posterior_dpt import PosteriorOptimalAction
-from agents.psrl import PSRL, DarkRoomPSRL
-from agents.thompson import BernoulliThompson, LinearThompson
-from agents.ucb import UCB
-from agents.ucbvi import UCBVI
-from agents.uniform import Uniform
-from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 from icrl_gym.registry import make_agent
+
+
+def pretrained(name: str, seed: int | None = None, **kwargs: Any) -> Agent[Any]:
+    """A ready agent for the model ``name`` shipped with the package (:func:`agents.learned.pretrained`).
+
+    Imported on first use, so ``import agents`` alone never loads torch.
+    """
+    from agents.learned import pretrained as load
+
+    return load(name, seed=seed, **kwargs)
 
 
 def ts_uniform_mixture(alpha: float, thompson: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -73,5 +84,6 @@ __all__ = [
     "UCBVI",
     "Uniform",
     "make_agent",
+    "pretrained",
     "ts_uniform_mixture",
 ]

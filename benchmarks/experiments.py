@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import ts_uniform_mixture
-from agents.linear_posterior import PAPER_TS_PRIOR
+from agents.bandit.linear_posterior import PAPER_TS_PRIOR
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, dark_room_spec, linear_bandit_spec
 
 PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}

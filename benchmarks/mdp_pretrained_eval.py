@@ -8,7 +8,7 @@ difference per instance, and the mean return of every episode next to the optima
 The reduced expert of algorithm distillation is the context algorithm (soft UCB-VI); that of
 DPT is posterior sampling, i.e. PSRL under the training prior (DarkRoom: its uniform goal prior).
 DPT models are also set against the Bayes-optimal DPT policy, P(a* = a | D) of that posterior,
-sampled and greedy (:class:`agents.posterior_dpt.PosteriorOptimalAction`): the policy a perfect
+sampled and greedy (:class:`agents.mdp.posterior_dpt.PosteriorOptimalAction`): the policy a perfect
 fit of the DPT loss would be.
 
     python -m benchmarks.mdp_pretrained_eval [--runs 2000] [--models a,b]

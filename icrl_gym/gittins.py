@@ -19,7 +19,7 @@ the dense cube), and one table built for the largest horizon serves every smalle
 exactly the same float32 operations whatever N, so a table for N >= T holds the same numbers as
 one built for T.
 
-This module is the table math only; the policy playing it is ``agents.gittins.Gittins``.
+This module is the table math only; the policy playing it is ``agents.bandit.gittins.Gittins``.
 
 Building the table for N = 500 takes about 5 minutes, so :func:`cached_gittins_table` keeps it on
 disk for later processes, in a directory the caller names (nothing is written by default; the

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.transformer_agent import TransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.envs import BernoulliBanditEnv
 from icrl_gym.models import native
 from icrl_gym.models.kv_cache import KVCache
@@ -100,7 +100,7 @@ def rollout_logits(model, cache, sets, actions, rewards):
     logits = []
     for t in range(sets.shape[1]):
         prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
-        logits.append(model.step(sets[:, t], *prev, cache).logits)
+        logits.append(model.step(cache, sets[:, t], *prev).logits)
     return torch.stack(logits, 1)
 
 
@@ -414,7 +414,7 @@ def test_cache_unpickled_without_the_kernel_runs_on_the_pytorch_fallback(monkeyp
     half = rollout_logits(model, cache, sets[:, :2], actions, rewards)
     twin = pickle.loads(pickle.dumps(cache))
     monkeypatch.setattr(native, "relu_decode_kernel", lambda: None)
-    logits = [model.step(sets[:, t], actions[:, t - 1], rewards[:, t - 1], twin).logits for t in (2, 3)]
+    logits = [model.step(twin, sets[:, t], actions[:, t - 1], rewards[:, t - 1]).logits for t in (2, 3)]
     with torch.no_grad():
         full = model(sets, actions, rewards)[0]
     torch.testing.assert_close(torch.cat([half, torch.stack(logits, 1)], 1), full, atol=1e-5, rtol=1e-5)

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from icrl_gym.fileio import DictConfig
 from icrl_gym.models.kv_cache import KVCache, future_mask
 from icrl_gym.models.native import new_kv_cache
-from icrl_gym.models.policy_output import PolicyOutput
+from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
 
 _ATTENTIONS = ("relu", "softmax")
 _LAYOUTS = ("paper", "compact")
@@ -568,24 +568,36 @@ class BanditTransformer(nn.Module):
 
     # ----------------------------------------------------------------- rollout
     def new_cache(
-        self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self,
+        batch_size: int,
+        env_info: EnvInfo | None = None,
+        device: torch.device | str | None = None,
+        *,
+        dtype: torch.dtype | None = None,
     ) -> KVCache:
         """An empty key/value cache for ``batch_size`` trajectories (default: model's device and dtype).
 
-        Laid out for the compiled decode kernel where it applies and works (see :func:`new_kv_cache`).
+        ``env_info`` (:class:`~icrl_gym.models.policy.EnvInfo`), where given, must have the model's A
+        and d and at most its T steps.  Laid out for the compiled decode kernel where it applies and
+        works (see :func:`~icrl_gym.models.native.new_kv_cache`).
         """
+        cfg = self.config
+        if env_info is not None:
+            check_env_sizes(
+                env_info, {"num_actions": cfg.num_actions, "dim": cfg.dim}, max_steps=cfg.horizon, model="bandit"
+            )
         p = self.input_embed.weight
         device = p.device if device is None else torch.device(device)
         dtype = p.dtype if dtype is None else dtype
-        return new_kv_cache(batch_size, self.config, self.config.max_tokens, device, dtype)
+        return new_kv_cache(batch_size, cfg, cfg.max_tokens, device, dtype)
 
     @torch.no_grad()
     def step(
         self,
+        cache: KVCache,
         action_set_t: Tensor,
         prev_action: Tensor | None,
         prev_reward: Tensor | None,
-        cache: KVCache,
     ) -> PolicyOutput:
         """Advance an online rollout by one step and return ``PolicyOutput(logits, values)``, both (B, A).
 

@@ -5,7 +5,7 @@ algorithms is the posterior P(a* = a | D_{t-1}, s_t) under the training prior (L
 Section 3.2, which cites Lee et al. 2023, Theorem 1).  A perfectly pretrained DPT transformer
 therefore *is* this policy; the agent here computes it from a Bayesian model instead (PSRL's
 Dirichlet-Beta posterior by Monte-Carlo, DarkRoom's goal posterior exactly, see
-:meth:`agents.psrl.PSRL.optimal_action_probs`):
+:meth:`agents.mdp.psrl.PSRL.optimal_action_probs`):
 
 - sampled (``greedy=False``): a_t ~ P(a* = . | D_{t-1}, s_t), posterior sampling re-drawn at every
   step (PSRL draws once per episode);
@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 
-from agents.mdp_base import uniform_over_maximisers
+from agents.mdp.greedy_q import uniform_over_maximisers
 from icrl_gym.algorithm import MDPAgent, child_rng
 from icrl_gym.registry import make_agent
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.resolved_model import ResolvedModelMixin
+from agents.bandit.resolved_model import ResolvedModelMixin
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.statistics import ArmStatistics
 

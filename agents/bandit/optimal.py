@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.index_agent import IndexAgent
+from agents.bandit.index_agent import IndexAgent
 
 
 class Optimal(IndexAgent):

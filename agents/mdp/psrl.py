@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.mdp_base import GreedyQAgent
+from agents.mdp.greedy_q import GreedyQAgent
 from icrl_gym.envs.mdp_core import InstanceTable, backward_induction
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_memory, check_number
 

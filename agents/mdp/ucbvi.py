@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.mdp_base import GreedyQAgent
+from agents.mdp.greedy_q import GreedyQAgent
 from icrl_gym.envs.validation import check_number
 
 

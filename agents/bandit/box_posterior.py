@@ -2,7 +2,7 @@
 
 Under the environment's prior and noise N(0, s2) the posterior is the Gaussian likelihood restricted
 to the box, p(w | D) ∝ exp(-sum_j (r_j - <a_j, w>)^2 / (2 s2)) 1{w in box}.  The matched Gaussian
-posterior N(mu_t, s2 V_t^{-1}) of :mod:`agents.linear_posterior` (prior N(m 1, lambda I), m and
+posterior N(mu_t, s2 V_t^{-1}) of :mod:`agents.bandit.linear_posterior` (prior N(m 1, lambda I), m and
 lambda the box's mean and variance) is the same likelihood times N(w; m 1, lambda I), so drawing
 w_1..w_M from it and weighting
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.bayes_ucb import _HorizonMixin, quantile_level
-from agents.linear_posterior import GaussianModelMixin
+from agents.bandit.bayes_ucb import _HorizonMixin, quantile_level
+from agents.bandit.linear_posterior import GaussianModelMixin
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.index_agent import IndexAgent
+from agents.bandit.index_agent import IndexAgent
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.statistics import RidgeStatistics

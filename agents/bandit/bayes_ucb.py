@@ -9,7 +9,7 @@ are read from the environment the agent is reset on (its reset ``info["model"]``
 
 - :class:`BayesUCB`, Bernoulli arms with Beta(a, b) priors: the quantile of Beta(a + S_k, b + N_k - S_k)
   (the environment's Beta prior, Beta(1, 1) for its uniform prior).
-- :class:`LinearBayesUCB`, linear bandits with the Gaussian model of :mod:`agents.linear_posterior`:
+- :class:`LinearBayesUCB`, linear bandits with the Gaussian model of :mod:`agents.bandit.linear_posterior`:
   <a_{t,k}, w*> | D_{t-1} ~ N(<a_{t,k}, mu_t>, s2 a_{t,k}^T V_t^{-1} a_{t,k}), so the index is
   <a_{t,k}, mu_t> + Phi^{-1}(1 - 1/(t (log T)^c)) sigma ||a_{t,k}||_{V_t^{-1}}: LinUCB with a
   Bayesian, time-dependent width, exact for the Gaussian prior and matched to the uniform one.
@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 from scipy.special import betaincinv, ndtri
 
-from agents.index_agent import IndexAgent
-from agents.linear_posterior import GaussianModelMixin
-from agents.resolved_model import ResolvedModelMixin
-from agents.thompson import beta_prior
+from agents.bandit.index_agent import IndexAgent
+from agents.bandit.linear_posterior import GaussianModelMixin
+from agents.bandit.resolved_model import ResolvedModelMixin
+from agents.bandit.thompson import beta_prior
+from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.statistics import ArmStatistics
 
 
@@ -36,9 +37,9 @@ def quantile_level(t: int, horizon: int, c: float) -> float:
 
 
 class _HorizonMixin:
-    """The horizon T of the quantile level: given, or the environment's."""
+    """The horizon T of the quantile level: the environment's, else the constructor's (:func:`resolve_horizon`)."""
 
-    env_model: dict[str, Any] | None
+    reset_info: dict[str, Any]
     _used_horizon: int | None
 
     @property
@@ -49,16 +50,11 @@ class _HorizonMixin:
         return self._used_horizon
 
     def _resolve_horizon(self) -> int:
-        given = getattr(self, "horizon", None)
-        if given is not None:
-            return int(given)
-        if self.env_model is None:
-            raise ValueError("Bayes-UCB needs the horizon T: reset it with the env's reset info or pass horizon")
-        return int(self.env_model["horizon"])
+        return resolve_horizon(self.reset_info, getattr(self, "horizon", None), "Bayes-UCB")
 
 
 class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
-    """Posterior-quantile index with Beta(a, b) priors (the environment's unless given)."""
+    """Posterior-quantile index with Beta(a, b) priors (the environment's unless given; T the environment's)."""
 
     name = "bayes_ucb"
     stats: ArmStatistics
@@ -107,7 +103,7 @@ class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
 
 
 class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
-    """Gaussian posterior quantile of <a_{t,k}, w*> (noise, prior and T from the environment unless given)."""
+    """Gaussian posterior quantile of <a_{t,k}, w*> (noise and prior from the environment unless given; T its own)."""
 
     name = "linear_bayes_ucb"
     ridge_statistics = True

@@ -6,11 +6,11 @@ V_t = (s2/lambda) I + sum_{j<t} a_j a_j^T,
     mu_t = V_t^{-1} ((s2/lambda) m 1 + sum_{j<t} a_j r_j),   w~ ~ N(mu_t, s2 V_t^{-1}),   a_t = argmax_k <a_{t,k}, w~>,
 
 which is exact posterior sampling when w* ~ N(m 1, lambda I) and eps ~ N(0, s2).  sigma, m and
-lambda are read from the environment the agent is reset on (:mod:`agents.linear_posterior`):
+lambda are read from the environment the agent is reset on (:mod:`agents.bandit.linear_posterior`):
 the noise level, and the prior itself (prior='gaussian') or the Gaussian with its moments
 (Unif([low, high]^d): m = (low+high)/2, lambda = (high-low)^2/12), the "matched prior".  Explicit
 constructor values override them: the paper's TS baseline is ``prior_mean=0, prior_var=1``
-(:data:`~agents.linear_posterior.PAPER_TS_PRIOR`), misspecified for its w* ~ Unif([0,1]^d).
+(:data:`~agents.bandit.linear_posterior.PAPER_TS_PRIOR`), misspecified for its w* ~ Unif([0,1]^d).
 Appendix B writes "Tpsparn = sigma = 1.5" for the parameter that plays the noise
 *variance*; we read sigma as the noise standard deviation of the environment (s2 = 2.25), which
 gives regret 52.1 +- 0.5 at T=200 against the reference level of about 51; s2 = 1.5 gives
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.linear_posterior import GaussianModelMixin
+from agents.bandit.linear_posterior import GaussianModelMixin
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.statistics import ArmStatistics, RidgeStatistics

@@ -1,4 +1,4 @@
-"""Shared pieces of the tabular-MDP algorithms: greedy/soft play on a Q table, the optimal and uniform policies.
+"""Greedy (or soft) play on a Q table, shared by the tabular-MDP algorithms that plan, and the optimal policy.
 
 The interface every MDP algorithm implements is :class:`icrl_gym.algorithm.MDPAgent`.
 """
@@ -81,12 +81,3 @@ class MDPOptimal(GreedyQAgent):
         if instance is None:
             raise ValueError("the optimal policy needs the instance (P, R) from the environment's reset info")
         self.q, _ = backward_induction(instance[0], instance[1], self.horizon)
-
-
-class MDPUniform(MDPAgent):
-    """Every action with probability 1/A."""
-
-    name = "mdp_uniform"
-
-    def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
-        return np.full((self.batch_size, self.num_actions), 1.0 / self.num_actions)

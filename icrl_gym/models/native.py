@@ -106,6 +106,13 @@ class ReluDecodeKernel:
         self.function(q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr(), nb, nh, cap, n, hs, m, self.threads())
         return y
 
+    def takes(self, *tensors: Tensor) -> bool:
+        """Whether ``tensors`` are laid out for this kernel: contiguous float32 on the CPU, lanes of its width."""
+        return all(
+            x.shape[-1] == self.lane and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()
+            for x in tensors
+        )
+
     def threads(self) -> int:
         """Threads of a call: torch's intra-op count where the library has OpenMP, else 1."""
         return torch.get_num_threads() if self.openmp else 1
@@ -127,9 +134,7 @@ def relu_decode_reference(q: Tensor, k: Tensor, v: Tensor, n: int) -> Tensor:
 def _relu_decode(q: Tensor, k: Tensor, v: Tensor, n: int, out: Tensor) -> None:
     """The implementation of :data:`relu_decode`: the kernel where it takes these tensors, else the reference."""
     kernel = relu_decode_kernel()
-    usable = kernel is not None and q.shape[-1] == kernel.lane and q.device.type == "cpu"
-    if usable and all(x.dtype == torch.float32 and x.is_contiguous() for x in (q, k, v, out)):
-        assert kernel is not None  # for mypy: implied by usable
+    if kernel is not None and kernel.takes(q, k, v, out):
         kernel(q, k, v, n, out=out)
     else:
         out.copy_(relu_decode_reference(q, k, v, n))

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
+from benchmarks.evaluations.generalization import run_generalization
 from benchmarks.experiments import EXPERIMENTS, GRID_EXPERIMENTS, LEARNED, Experiment, GridExperiment
-from benchmarks.generalization import run_generalization
 from benchmarks.plots import plot, plot_files
 from icrl_gym import __version__
 from icrl_gym.checkpoint import (

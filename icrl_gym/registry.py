@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from icrl_gym.algorithm import Agent
+from icrl_gym.kinds import KINDS
 
 MIXTURE = "mixture"
 """The trajectory-level mixture, whose specification nests its components' (see ``make_agent``)."""
@@ -52,12 +53,8 @@ _ENTRY_POINTS: dict[str, str] = {
     "posterior_optimal_action": "agents.mdp.posterior_dpt:PosteriorOptimalAction",
     # either kind: the mixture builds an MDP mixture when every component is an MDP algorithm
     MIXTURE: "agents.mixture:Mixture",
-    # learned algorithms (they import torch)
-    "transformer": "agents.learned.transformer:TransformerAgent",
-    "mdp_transformer": "agents.learned.mdp_transformer:MDPTransformerAgent",
-    "meta_rl": "agents.learned.meta_rl:MetaRLAgent",
-    "generalist": "agents.learned.generalist:GeneralistAgent",
-    "linear_generalist": "agents.learned.linear_generalist:LinearGeneralistAgent",
+    # learned algorithms (they import torch): one per checkpoint kind, from the kind table
+    **{entry.agent: entry.agent_class for entry in KINDS.values()},
 }
 
 _DEFAULTS: dict[str, dict[str, Any]] = {

@@ -122,3 +122,6 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             resolve_device("cuda")
+    with pytest.raises(ValueError, match=r"device must be 'auto', 'cpu', 'mps', 'cuda' or 'cuda:N', got 'gpu'"):
+        resolve_device("gpu")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")

@@ -8,7 +8,7 @@ overhead makes them run at a fraction of the memory bandwidth.  ``relu_decode.c`
 step in one pass over the keys and values, vectorised across trajectories: :class:`LanesKVCache`
 interleaves ``L`` trajectories innermost (the "lanes" layout).  On the 2-core CPU of this project
 a cached rollout of the paper model runs about 2x as fast as on the PyTorch path
-(``python -m benchmarks.training_speed --parts rollout``).  :func:`new_kv_cache` is the one place
+(``python -m benchmarks.speed.training_speed --parts rollout``).  :func:`new_kv_cache` is the one place
 that chooses: a :class:`LanesKVCache` where the kernel applies and works, else the PyTorch path's
 :class:`~icrl_gym.models.kv_cache.KVCache`.
 

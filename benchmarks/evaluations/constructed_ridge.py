@@ -7,7 +7,7 @@ max_{runs, t} ||w_hat_t - w_ridge_t||.  Prints the layers each needs to reach 1e
 (with the ratio to sqrt of GD's layers) and the fitted per-layer contraction next to the lemma's
 (1 - 1/kappa) and (1 - 1/sqrt(kappa)), and saves ``constructed_ridge.png`` and ``.json``.
 
-    python -m benchmarks.constructed_ridge [--horizon 20] [--max-layers 3000] [--out results/constructed]
+    python -m benchmarks.evaluations.constructed_ridge [--horizon 20] [--max-layers 3000] [--out results/constructed]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Acceptance numbers of the shipped pretrained transformers (issue: in-context transformer).
+"""Acceptance numbers of the shipped pretrained transformers.
 
 For every shipped model: cumulative regret at T on fresh instances (seed 10**7, never used in
 training: training chunks use seeds 10**6 * s + c, validation 10**6 * s + 900,000) next to its
@@ -10,7 +10,7 @@ cross-entropy, KL, squared Hellinger distance, agreement; icrl_gym.diagnostics).
 The reduced expert of algorithm distillation is the context algorithm itself; that of DPT is
 posterior sampling, i.e. Beta(1,1)-Bernoulli Thompson sampling under the uniform prior.
 
-    python -m benchmarks.pretrained_eval [--runs 2000] [--models a,b] [--threads 2]
+    python -m benchmarks.evaluations.pretrained_eval [--runs 2000] [--models a,b] [--threads 2]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every algorithm runs on the same instances and noise (common random numbers, one seed), and
 the table reports cumulative pseudo-regret at T as mean +- standard error over the runs.
 
-    python -m benchmarks.expert_regret [--runs 2000] [--seed 0]
+    python -m benchmarks.evaluations.expert_regret [--runs 2000] [--seed 0]
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
+from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import GridExperiment
 from benchmarks.plots import describe_env
-from benchmarks.pretrained_eval import mean_se
 from icrl_gym.checkpoint import CheckpointError, checkpoint_files, read_record, resolve_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec

@@ -7,7 +7,7 @@ term growing with sqrt(R(expert, context)).  For every shipped distribution-rati
 alpha = 0 the lower bound E[log w] is printed too, since the estimate is dominated by a few
 trajectories), and the regret at T of the model and of TS on the same fresh instances.
 
-    python -m benchmarks.distribution_ratio [--ratio-runs 500] [--regret-runs 2000]
+    python -m benchmarks.evaluations.distribution_ratio [--ratio-runs 500] [--regret-runs 2000]
 """
 
 from __future__ import annotations

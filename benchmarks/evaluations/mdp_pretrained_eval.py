@@ -1,4 +1,4 @@
-"""Acceptance numbers of the shipped tabular-MDP transformers (issue: tabular MDPs end to end).
+"""Acceptance numbers of the shipped tabular-MDP transformers.
 
 For every shipped MDP model: Bayes regret over the K episodes (sum of V* - return) on fresh
 instances (seed 10**7; training uses seeds 10**6 * s + c), next to its reduced expert and the
@@ -11,7 +11,7 @@ DPT models are also set against the Bayes-optimal DPT policy, P(a* = a | D) of t
 sampled and greedy (:class:`agents.mdp.posterior_dpt.PosteriorOptimalAction`): the policy a perfect
 fit of the DPT loss would be.
 
-    python -m benchmarks.mdp_pretrained_eval [--runs 2000] [--models a,b]
+    python -m benchmarks.evaluations.mdp_pretrained_eval [--runs 2000] [--models a,b]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 import torch
 
 from agents import make_agent
-from benchmarks.pretrained_eval import EVAL_SEED, mean_se
+from benchmarks.evaluations.pretrained_eval import EVAL_SEED, mean_se
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPSpec

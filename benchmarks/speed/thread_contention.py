@@ -12,19 +12,23 @@ that choice as a measurement, in one run:
    ratio default / ``--threads 1`` (acceptance: at most 1.2) and the load average before and after.
 
 The subprocesses get the caller's environment without ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``
-(a user's default); ``--suite-runs 500`` also times the default suite at 500 runs.  Usage::
+(a user's default); ``suite_runs=500`` also times the default suite at 500 runs.  Usage::
 
-    python -m benchmarks.thread_contention [--runs 50] [--suite-runs 500] [--out /tmp/thread-contention]
+    python -m benchmarks.speed.thread_contention [CONFIG.json] [--set runs=50 suite_runs=500 out=/tmp/thread-contention]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.speed.timing import timed
+from icrl_gym.cli import ConfigParser
+from icrl_gym.fileio import NONNEGATIVE_INT, POSITIVE, Allowed, DictConfig, check_fields
 
 BUSY_LOOP = """
 import sys, time
@@ -35,6 +39,25 @@ while time.monotonic() < deadline:
     x = np.tanh(x @ x.T / 64.0)
 """
 TARGET_RATIO = 1.2
+
+
+@dataclass
+class ThreadContentionConfig(DictConfig):
+    """What :func:`main` compares."""
+
+    runs: int = 50
+    """Instances per algorithm of the compared runs (the harness's ``--runs``, at least 2)."""
+    suite_runs: int = 0
+    """Also time the default suite at this many runs (0: not)."""
+    out: str = "/tmp/thread-contention"
+    """Folder of the runs' results."""
+    busy_limit: float = 3600.0
+    """Deadline of the busy loop (seconds)."""
+
+    def __post_init__(self) -> None:
+        check_fields(
+            self, {"runs": Allowed(low=2, integer=True), "suite_runs": NONNEGATIVE_INT, "busy_limit": POSITIVE}
+        )
 
 
 def _load() -> str:
@@ -50,22 +73,17 @@ def _bench_env() -> dict[str, str]:
 def time_harness(flags: list[str], out: Path) -> float:
     """Wall seconds of ``python -m benchmarks <flags> --out <out>`` (its output discarded, failure raised)."""
     cmd = [sys.executable, "-m", "benchmarks", *flags, "--out", str(out)]
-    start = time.perf_counter()
-    done = subprocess.run(cmd, env=_bench_env(), capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    done: list[subprocess.CompletedProcess[str]] = []
+    elapsed = timed(lambda: done.append(subprocess.run(cmd, env=_bench_env(), capture_output=True, text=True)))
+    if done[0].returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done[0].returncode}):\n{done[0].stderr[-2000:]}")
     return elapsed
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the comparison; return the wall times by setting (and the ratio)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=50, help="instances per algorithm of the compared runs")
-    parser.add_argument("--suite-runs", type=int, default=0, help="also time the default suite at this many runs")
-    parser.add_argument("--out", default="/tmp/thread-contention", help="folder of the runs' results")
-    parser.add_argument("--busy-limit", type=float, default=3600.0, help="deadline of the busy loop (seconds)")
-    args = parser.parse_args(argv)
+    parser = ConfigParser(ThreadContentionConfig, "benchmarks.speed.thread_contention", __doc__ or "")
+    args, _ = parser.parse_config(argv)
     out = Path(args.out)
     settings = {"default": [], "--threads 1": ["--threads", "1"], "--threads 2": ["--threads", "2"]}
     print(f"cores: {os.cpu_count()}; load average before the busy loop: {_load()}", flush=True)

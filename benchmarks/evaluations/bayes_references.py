@@ -1,7 +1,7 @@
-"""Regret of the Bayesian reference algorithms (issue 16): mean +- standard error over fresh instances.
+"""Regret of the Bayesian reference algorithms: mean +- standard error over fresh instances.
 
 Common random numbers: every algorithm of a table runs on the same instances and noise (seed
-10_000_000, disjoint from the training seeds).  ``python -m benchmarks.bayes_references [--runs 2000]``
+10_000_000, disjoint from the training seeds).  ``python -m benchmarks.evaluations.bayes_references [--runs 2000]``
 """
 
 from __future__ import annotations

@@ -7,19 +7,21 @@ falls on all of them alike.  Prints the median seconds per step and the ratio to
 variant (ReLU attention, prev_tokens=0).  The learning-speed side (validation NLL per step) is in
 docs/results.md.
 
-    python -m benchmarks.mdp_training_speed [--batch 32] [--repeats 5] [--threads 1]
+    python -m benchmarks.speed.mdp_training_speed [CONFIG.json] [--set batch=32 repeats=5 threads=1]
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from benchmarks.timing import interleaved
+from benchmarks.speed.timing import interleaved, train_step
+from icrl_gym.cli import ConfigParser
+from icrl_gym.fileio import POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
 VARIANTS = {
@@ -29,23 +31,25 @@ VARIANTS = {
 }
 
 
-def train_step(model: MDPTransformer, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, ...]) -> None:
-    """One training step (mean NLL of random labels, backward, AdamW)."""
-    states, actions, rewards, labels = batch
-    logits = model(states, actions, rewards).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
+@dataclass
+class MDPTrainingSpeedConfig(DictConfig):
+    """What :func:`main` times."""
+
+    batch: int = 32
+    """Runs per training step."""
+    repeats: int = 5
+    """Timed rounds (after one warm-up round)."""
+    threads: int = 1
+    """torch CPU threads."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"batch": POSITIVE_INT, "repeats": POSITIVE_INT, "threads": POSITIVE_INT})
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Time every variant side by side and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=32, help="runs per step")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up round)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    args = parser.parse_args(argv)
+    parser = ConfigParser(MDPTrainingSpeedConfig, "benchmarks.speed.mdp_training_speed", __doc__ or "")
+    args, _ = parser.parse_config(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.from_numpy(rng.integers(0, 2, (args.batch, T)).astype(np.float32)),
         torch.from_numpy(rng.integers(0, c.num_actions, (args.batch, T))),
     )
-    steps = {name: functools.partial(train_step, model, optimizers[name], batch) for name, model in models.items()}
+    steps = {name: functools.partial(train_step, model, batch, optimizers[name]) for name, model in models.items()}
     times = interleaved(steps, args.repeats)
     base = float(np.median(times[next(iter(models))]))
     result = {

@@ -1,7 +1,7 @@
 """Online rollout throughput of the in-context transformer: key/value cache against full recompute.
 
 The paper's reference model (L=8, M=4, D=32, ReLU attention, two tokens per step) rolls out on
-the linear bandit (d=5, A=10, T=200) over ``--instances`` instances, in one run:
+the linear bandit (d=5, A=10, T=200) over ``instances`` instances, in one run:
 
 - ``cache``: :class:`agents.learned.transformer.TransformerAgent`, which appends each step's tokens
   to the model's key/value cache (O(t) work at step t);
@@ -14,24 +14,45 @@ the cache against the full forward pass).
 Training throughput is the number of T=200 sequences per second of a forward+backward pass.
 Targets on a 2-core CPU: >= 10,000 env-steps/s with the cache and >= 20x the recompute path.
 
-    python -m benchmarks.rollout_throughput [--instances 1000] [--threads 2]
+    python -m benchmarks.speed.rollout_throughput [CONFIG.json] [--set instances=1000 threads=2]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from agents.learned.transformer import TransformerAgent
+from benchmarks.speed.timing import timed, train_step
 from icrl_gym.checkpoint import save_checkpoint
+from icrl_gym.cli import ConfigParser
 from icrl_gym.envs import BanditBatch, linear_bandit_spec
+from icrl_gym.fileio import POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+
+
+@dataclass
+class RolloutThroughputConfig(DictConfig):
+    """What :func:`main` measures."""
+
+    instances: int = 1000
+    """Instances rolled out at once."""
+    steps: int = 200
+    """Steps of the cached rollout (T)."""
+    probes: int = 9
+    """Prefix lengths timed for the recompute path."""
+    threads: int = 2
+    """torch CPU threads."""
+    train_batch: int = 64
+    """Sequences per training step."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, {name: POSITIVE_INT for name in ("instances", "steps", "probes", "threads", "train_batch")})
 
 
 def cached_rollout(agent: TransformerAgent, n: int, steps: int) -> float:
@@ -39,12 +60,14 @@ def cached_rollout(agent: TransformerAgent, n: int, steps: int) -> float:
     spec = linear_bandit_spec()
     batch = BanditBatch(spec, n, np.random.default_rng(0))
     agent.reset(batch_size=n, dim=spec.dim, num_actions=spec.num_actions)
-    start = time.perf_counter()
-    for _ in range(steps):
-        sets = batch.action_sets
-        a = agent.act_batch(sets)
-        agent.update_batch(sets, a, batch.step(a)["reward"])
-    return n * steps / (time.perf_counter() - start)
+
+    def play() -> None:
+        for _ in range(steps):
+            sets = batch.action_sets
+            a = agent.act_batch(sets)
+            agent.update_batch(sets, a, batch.step(a)["reward"])
+
+    return n * steps / timed(play)
 
 
 def recompute_rollout(model: BanditTransformer, n: int, steps: int, probes: int) -> float:
@@ -62,23 +85,18 @@ def recompute_rollout(model: BanditTransformer, n: int, steps: int, probes: int)
     for t in lengths:
         actions = torch.as_tensor(rng.integers(0, spec.num_actions, (n, t)))
         rewards = torch.randn(n, t)
+        inputs = (sets.expand(n, t, *sets.shape[2:]), actions, rewards)
         with torch.no_grad():
-            start = time.perf_counter()
-            model(sets.expand(n, t, *sets.shape[2:]), actions, rewards)[0][:, -1].argmax(-1)
-            costs.append(time.perf_counter() - start)
+            costs.append(timed(lambda inputs=inputs: model(*inputs)[0][:, -1].argmax(-1)))
     total = float(np.interp(np.arange(1, steps + 1), lengths, costs).sum())
     return n * steps / total
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Measure and print cache vs recompute rollout rates and the training rate."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--instances", type=int, default=1000, help="instances rolled out at once")
-    parser.add_argument("--steps", type=int, default=200, help="steps of the cached rollout (T)")
-    parser.add_argument("--probes", type=int, default=9, help="prefix lengths timed for the recompute path")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--train-batch", type=int, default=64, help="sequences per training step")
-    args = parser.parse_args(argv)
+    args, _ = ConfigParser(RolloutThroughputConfig, "benchmarks.speed.rollout_throughput", __doc__ or "").parse_config(
+        argv
+    )
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = TransformerConfig()  # the paper's reference configuration
@@ -92,13 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
     model.train()
     x = torch.rand(args.train_batch, 200, 10, 5) * 2 - 1
     a = torch.randint(0, 10, (args.train_batch, 200))
-    r = torch.randn(args.train_batch, 200)
-    times = []
-    for _ in range(4):
-        start = time.perf_counter()
-        logits, _ = model(x, a, r)
-        torch.nn.functional.cross_entropy(logits.flatten(0, 1), a.flatten()).backward()
-        times.append(time.perf_counter() - start)
+    data = (x, a, torch.randn(args.train_batch, 200), a)
+    times = [timed(lambda: train_step(model, data)) for _ in range(4)]
     train_rate = args.train_batch / float(np.median(times[1:]))
     result = {
         "model": cfg.to_dict(),

@@ -1,34 +1,55 @@
-"""Rollout throughput of the generalist transformers next to the shipped paper-setting models (issue 16).
+"""Rollout throughput of the generalist transformers next to the shipped paper-setting models.
 
-Each pair plays the same environment, one batch of ``--instances`` runs of T steps, greedy, with
+Each pair plays the same environment, one batch of ``instances`` runs of T steps, greedy, with
 every model's key/value cache (:func:`icrl_gym.data.trajectories.evaluate_regret`, which also steps
 the vector environment, so the figure is what a user's rollout gets):
 
 - Bernoulli K=5, T=200: ``bernoulli-generalist`` next to ``bernoulli-ad-ucb`` (the paper's setting);
 - linear d=5, A=10, T=200, sigma=1.5: ``linear-generalist`` next to ``linear-bandit-ad-linucb``.
 
-The models of a pair take turns over ``--repeats`` timed rounds after one warm-up round
-(:func:`benchmarks.timing.interleaved`), so the machine's load falls on both alike; medians are
+The models of a pair take turns over ``repeats`` timed rounds after one warm-up round
+(:func:`benchmarks.speed.timing.interleaved`), so the machine's load falls on both alike; medians are
 printed as env-steps/s (instances x T / seconds) and the ratio generalist / paper model.  A model
-that is not shipped (or not given with ``--bernoulli``/``--linear``) is reported as missing.
+that is not shipped (or not given as ``bernoulli``/``linear``) is reported as missing.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.generalist_throughput [--instances 1000] [--threads 1]
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.generalist_throughput [CONFIG.json] [--set instances=1000 threads=1]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from agents import make_agent
-from benchmarks.generalization import model_available
-from benchmarks.timing import interleaved
+from benchmarks.evaluations.generalization import model_available
+from benchmarks.speed.timing import interleaved
+from icrl_gym.cli import ConfigParser
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.fileio import POSITIVE_INT, DictConfig, check_fields
+
+
+@dataclass
+class GeneralistThroughputConfig(DictConfig):
+    """What :func:`main` measures."""
+
+    instances: int = 1000
+    """Runs rolled out in one batch."""
+    repeats: int = 3
+    """Timed rounds after one warm-up round."""
+    threads: int = 1
+    """torch CPU threads."""
+    bernoulli: str = "bernoulli-generalist"
+    """Bernoulli generalist checkpoint (a shipped name or a path)."""
+    linear: str = "linear-generalist"
+    """Linear generalist checkpoint (a shipped name or a path)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"instances": POSITIVE_INT, "repeats": POSITIVE_INT, "threads": POSITIVE_INT})
 
 
 def pairs(bernoulli: str, linear: str) -> list[tuple[str, BanditSpec, dict[str, dict[str, Any]]]]:
@@ -85,17 +106,8 @@ def measure(instances: int, repeats: int, bernoulli: str, linear: str) -> list[d
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Command line: measure, print the Markdown table and the rows as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--instances", type=int, default=1000, help="runs rolled out in one batch")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds after one warm-up round")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--bernoulli", default="bernoulli-generalist", help="Bernoulli generalist checkpoint")
-    parser.add_argument("--linear", default="linear-generalist", help="linear generalist checkpoint")
-    args = parser.parse_args(argv)
-    if args.instances < 1 or args.repeats < 1 or args.threads < 1:
-        parser.error(
-            f"--instances, --repeats and --threads must be >= 1, got {args.instances}, {args.repeats}, {args.threads}"
-        )
+    parser = ConfigParser(GeneralistThroughputConfig, "benchmarks.speed.generalist_throughput", __doc__ or "")
+    args, _ = parser.parse_config(argv)
     torch.set_num_threads(args.threads)
     rows = measure(args.instances, args.repeats, args.bernoulli, args.linear)
     print(f"{args.instances} instances, {args.threads} thread(s), medians of {args.repeats} interleaved rounds\n")

@@ -4,35 +4,34 @@ In one process, for each thread count in ``--threads``:
 
 - ``matmul``: the machine's own fp32 GEMM rate (``--gemm`` square), the yardstick;
 - ``train``: forward + backward (cross-entropy on random labels) of full-length sequences, batch
-  ``--batch``, for the paper model (L=8, D=32, ReLU, two tokens per step, T=200) and the model of
+  ``batch``, for the paper model (L=8, D=32, ReLU, two tokens per step, T=200) and the model of
   every shipped transformer checkpoint (``icrl_gym/pretrained/*.json``, bandit and MDP), in
   sequences/s and tokens/s, and as GFLOP/s (FLOPs counted by ``torch.utils.flop_counter`` on the
   reference code, full T x T attention) next to the GEMM rate;
-- ``rollout``: greedy cached rollout (``model.step``) of the paper model over ``--instances`` random
-  linear-bandit action sets for ``--steps`` steps, in env-steps/s: the reference, the new model on
+- ``rollout``: greedy cached rollout (``model.step``) of the paper model over ``instances`` random
+  linear-bandit action sets for ``steps`` steps, in env-steps/s: the reference, the new model on
   its PyTorch decode path (a token-major ``KVCache``) and on the compiled kernel (``icrl_gym/models/native.py``).
 
-The reference is the same file at ``--reference`` (default: the revision before the new kernels),
+The reference is the same file at ``reference`` (default: the revision before the new kernels),
 imported from ``git show``, with the new model's weights copied in.  Old and new run interleaved
-over ``--repeats`` rounds (after one warm-up round) and medians are reported, so that the load of a
+over ``repeats`` rounds (after one warm-up round) and medians are reported, so that the load of a
 shared machine falls on both alike; the printed ratios are measured in the same run.
 
-``--device auto`` takes CUDA when present; ``--autocast bf16`` and ``--tf32`` are for GPUs (the
+``device=auto`` takes CUDA when present; ``autocast=bf16`` and ``tf32=true`` are for GPUs (the
 ReLU kernel falls back to the plain ops under autocast).  Untested on CUDA so far.
 
-    python -m benchmarks.training_speed [--threads 1,2] [--repeats 3] [--batch 64] [--instances 1000] [--parts train]
+    python -m benchmarks.speed.training_speed [CONFIG.json] [--set threads=[1,2] repeats=3 batch=64 rollout=false]
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import functools
 import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -41,15 +40,59 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.timing import interleaved, timed
+from benchmarks.speed.timing import interleaved, threads, timed, train_step
+from icrl_gym.cli import ConfigParser
 from icrl_gym.device import resolve_device
+from icrl_gym.fileio import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
 from icrl_gym.models import mdp_transformer, transformer
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
 """The commit before the blocked ReLU kernel and the rollout clean-up."""
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class TrainingSpeedConfig(DictConfig):
+    """What :func:`main` measures."""
+
+    threads: list[int] = field(default_factory=lambda: [1, 2])
+    """torch CPU thread counts, measured one after the other."""
+    repeats: int = 3
+    """Timed rounds after one warm-up round."""
+    batch: int = 64
+    """Sequences per training step."""
+    instances: int = 1000
+    """Instances of the rollout."""
+    steps: int = 200
+    """Steps of the rollout."""
+    gemm: int = 1024
+    """Size of the yardstick matmul (square)."""
+    paper: bool = True
+    """Time the training step of the paper model (L=8, D=32, ReLU, two tokens per step)."""
+    shipped: bool = True
+    """Time the training step of every distinct shipped transformer configuration."""
+    train: bool = True
+    """Measure training steps."""
+    rollout: bool = True
+    """Measure the cached rollout."""
+    reference: str = REFERENCE
+    """Git revision of the reference code."""
+    device: str = "auto"
+    """'auto' (CUDA when present), 'cpu' or 'cuda'."""
+    autocast: str = "none"
+    """Mixed precision of the forward pass: 'none' or 'bf16' (GPU)."""
+    tf32: bool = False
+    """Allow TF32 matmuls (GPU)."""
+
+    def __post_init__(self) -> None:
+        rules = {name: POSITIVE_INT for name in ("repeats", "batch", "instances", "steps", "gemm")}
+        check_fields(self, {**rules, "device": DEVICE, "autocast": Allowed(choices=("none", "bf16"))})
+        if not self.threads or not all(POSITIVE_INT.admits(n) for n in self.threads):
+            raise ValueError(
+                f"TrainingSpeedConfig.threads must be a non-empty list of integers >= 1, got {self.threads}"
+            )
 
 
 def load_reference(rev: str) -> tuple[ModuleType, ModuleType]:
@@ -111,16 +154,6 @@ def random_batch(model: torch.nn.Module, batch: int, device: torch.device) -> tu
     return tuple(x.to(device) for x in (*xs, labels))
 
 
-def train_step(model: torch.nn.Module, data: tuple[torch.Tensor, ...], autocast: str) -> None:
-    """Forward + backward of the mean cross-entropy."""
-    ctx = torch.autocast(data[0].device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
-    with ctx:
-        logits = model(*data[:3])[0]
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), data[3].flatten())
-    loss.backward()
-    model.zero_grad(set_to_none=True)
-
-
 def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, torch_path: bool = False) -> None:
     """Greedy cached rollout: ``sets`` (steps, B, A, d), rewards a fixed function of the action.
 
@@ -148,43 +181,19 @@ def gemm_gflops(n: int, device: torch.device) -> float:
     return 2 * n**3 / float(np.median(times[1:])) / 1e9
 
 
-@contextlib.contextmanager
-def threads(n: int) -> Iterator[None]:
-    """Run with ``n`` torch CPU threads."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", default="1,2", help="comma-separated torch CPU thread counts")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds after one warm-up round")
-    parser.add_argument("--batch", type=int, default=64, help="sequences per training step")
-    parser.add_argument("--instances", type=int, default=1000, help="instances of the rollout")
-    parser.add_argument("--steps", type=int, default=200, help="steps of the rollout")
-    parser.add_argument("--gemm", type=int, default=1024, help="size of the yardstick matmul")
-    parser.add_argument("--models", default="paper,shipped", help="'paper', 'shipped' or both")
-    parser.add_argument("--parts", default="train,rollout", help="'train', 'rollout' or both")
-    parser.add_argument("--reference", default=REFERENCE, help="git revision of the reference code")
-    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
-    parser.add_argument("--autocast", default="none", choices=("none", "bf16"), help="mixed precision (GPU)")
-    parser.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (GPU)")
-    args = parser.parse_args(argv)
+    args, _ = ConfigParser(TrainingSpeedConfig, "benchmarks.speed.training_speed", __doc__ or "").parse_config(argv)
     device = resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     ref_tf, ref_mdp = load_reference(args.reference)
     configs: dict[str, tuple[str, dict[str, Any]]] = {}
-    if "paper" in args.models and "train" in args.parts:
+    if args.paper and args.train:
         configs["paper (L=8, D=32, relu, 2 tokens/step)"] = (
             "BanditTransformer",
             transformer.TransformerConfig().to_dict(),
         )
-    if "shipped" in args.models and "train" in args.parts:
+    if args.shipped and args.train:
         configs.update(shipped_models())
 
     torch.manual_seed(0)
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         old.load_state_dict(new.state_dict())
         data = random_batch(new, args.batch, device)
         with FlopCounterMode(display=False) as counter:
-            train_step(old, data, "none")
+            train_step(old, data)
         tokens = (data[0].shape[1] * 2 - 1) if getattr(new.config, "layout", "") == "paper" else data[0].shape[1]
         if cls == "MDPTransformer":
             tokens = new.config.state_token(data[0].shape[1] - 1) + 1
@@ -207,14 +216,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sets = (torch.rand(args.steps, args.instances, 10, 5, generator=g) * 2 - 1).to(device)
 
     result: dict[str, Any] = {"device": str(device), "batch": args.batch, "reference": args.reference, "runs": []}
-    for n in [int(t) for t in args.threads.split(",")]:
+    for n in args.threads:
         with threads(n):
             gflops = gemm_gflops(args.gemm, device)
             tasks: dict[tuple[str, str], Callable[[], None]] = {}
             for name, (old, new, data, _, _) in pairs.items():
                 for label, model in (("old", old), ("new", new)):
-                    tasks[name, label] = functools.partial(train_step, model, data, args.autocast)
-            if "rollout" in args.parts:
+                    tasks[name, label] = functools.partial(train_step, model, data, autocast=args.autocast)
+            if args.rollout:
                 tasks["rollout", "old"] = functools.partial(rollout, paper_old, sets, args.steps)
                 tasks["rollout", "torch"] = functools.partial(rollout, paper, sets, args.steps, torch_path=True)
                 tasks["rollout", "new"] = functools.partial(rollout, paper, sets, args.steps)
@@ -245,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{rate['new'] * tokens:,.0f} | {achieved:.1f} | {achieved / yardstick:.1%} | "
                 f"{rate['new'] / rate['old']:.2f}x |"
             )
-        if "rollout" in args.parts:
+        if args.rollout:
             env_steps = args.instances * args.steps
             roll = {lab: env_steps / float(np.median(times["rollout", lab])) for lab in ("old", "torch", "new")}
             run["rollout"] = roll

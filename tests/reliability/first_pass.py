@@ -1,42 +1,18 @@
-"""The probes of the reliability issue (13), run against today's code: each bad input or fault -> its behaviour.
+"""The first reliability pass: bad input and faults of the environments, agents, files, training and harness.
 
-Every case the issue lists under "Silently wrong", "Obscure crashes" and "Work lost" is one probe, a
-small function that does what a careful user would (a NaN prior variance, an edited file, a training
-run stopped between two writes, ...) and reports one of three outcomes:
-
-- **clear error**: an exception of the expected kind whose message names what it must (the argument
-  and the value, or the file); the table shows its type and the start of its message;
-- **handled**: the case works as it should (a stopped benchmark resumes, a moved run folder resumes,
-  10,000 DarkRoom instances fit in memory);
-- **PROBLEM**: anything else -- a silently accepted input or wrong result, a raw traceback (an
-  ``IndexError``, ``KeyError``, ``TypeError``, ... whose message does not name the argument), or lost
-  work.
-
-    python -m benchmarks.reliability_probes [--out FILE.md] [--fast]
-
-prints a Markdown table (probe | behaviour | verdict) and the line ``N probes: X clear error, Y
-handled, Z problem``; ``--out`` also writes them to a file, ``--fast`` skips the slow probes.  The
-exit status is 1 when a probe is a PROBLEM.  Every file goes to a temporary folder (removed at the
-end); nothing in ``runs/`` or ``results/`` is touched.  ``tests/test_reliability_probes.py`` runs the
-same list and fails on any PROBLEM.
+Every case listed then under "silently wrong", "obscure crash" and "work lost" is one probe
+(:mod:`tests.reliability.framework` says what a probe is and how its verdict is reached).  Every
+file goes to the probe's temporary folder; nothing in ``runs/`` or ``results/`` is touched.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
-import re
 import shutil
-import sys
-import tempfile
-import time
-import tracemalloc
 import zipfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,158 +21,33 @@ import numpy as np
 
 import icrl_gym  # noqa: F401  (registers the environments)
 from agents import make_agent
+from tests.reliability.framework import (
+    CommandLineExit,
+    Outcome,
+    Section,
+    Verdict,
+    add_probe,
+    classify_error,
+    command_line,
+    described,
+    input_probe,
+    never_started,
+    probe,
+    refused,
+    refused_by_each,
+    replaced,
+    surface,
+    traced_peak,
+)
 
 NAN, INF = float("nan"), float("inf")
 MDP_AGENTS = ("mdp_uniform", "mdp_optimal", "ucbvi", "psrl", "posterior_optimal_action")
 """The registered algorithms for tabular MDPs (``dark_room_psrl`` needs a DarkRoom and is probed beside them)."""
 
 
-class Verdict(str, Enum):
-    """Outcome class of a probe."""
-
-    CLEAR = "clear error"
-    HANDLED = "handled"
-    PROBLEM = "PROBLEM"
+surface("First pass: environments and agents")
 
 
-class Section(str, Enum):
-    """The issue's heading under which a probe was listed."""
-
-    SILENT = "silently wrong"
-    CRASH = "obscure crash"
-    LOST = "work lost"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a probe found: its verdict and a one-line description of the behaviour."""
-
-    verdict: Verdict
-    behaviour: str
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One case of the issue: ``run(tmp)`` does it in the temporary folder ``tmp`` and says what happened."""
-
-    name: str
-    section: Section
-    run: Callable[[Path], Outcome]
-    slow: bool = False
-    """Takes more than a few seconds (left out by ``--fast`` and by the fast test)."""
-
-
-PROBES: list[Probe] = []
-"""Every probe, in the order of the issue."""
-
-MESSAGE_CHARS = 150
-"""Characters of an error message shown in the table."""
-
-
-_PROBE_FOLDER = re.compile(r"[^\s'\"(]*reliability-probes-[^/\s]+/probe-[^/\s]+")
-"""A probe's temporary folder in a message (shown as ``<tmp>``)."""
-
-
-def _short(text: str, limit: int = MESSAGE_CHARS) -> str:
-    text = _PROBE_FOLDER.sub("<tmp>", " ".join(str(text).split()))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _described(err: BaseException) -> str:
-    return f"{type(err).__name__}: {_short(str(err))}"
-
-
-class Accepted(Exception):
-    """Raised by a stand-in for work that a command line should never have started."""
-
-
-def classify_error(
-    err: BaseException, fragments: tuple[str, ...], kinds: tuple[type[BaseException], ...] = (Exception,)
-) -> Outcome:
-    """A clear error when ``err`` is one of ``kinds`` and its message holds every fragment (case-insensitive)."""
-    if isinstance(err, Accepted):
-        return Outcome(Verdict.PROBLEM, f"accepted: {err}")
-    message = str(err).lower()
-    missing = [f for f in fragments if f.lower() not in message]
-    if isinstance(err, kinds) and not missing:
-        return Outcome(Verdict.CLEAR, _described(err))
-    why = f"does not name {missing}" if missing else f"not a {' or '.join(k.__name__ for k in kinds)}"
-    return Outcome(Verdict.PROBLEM, f"raw {_described(err)} ({why})")
-
-
-def refused(
-    action: Callable[[], Any], *fragments: str, kinds: tuple[type[BaseException], ...] = (Exception,)
-) -> Outcome:
-    """``action`` must raise a clear error naming ``fragments``; finishing without one is a PROBLEM."""
-    try:
-        result = action()
-    except Exception as err:
-        return classify_error(err, fragments, kinds)
-    return Outcome(Verdict.PROBLEM, f"accepted silently (returned {_short(repr(result), 80)})")
-
-
-def refused_by_each(
-    what: str,
-    cases: dict[str, Callable[[], Any]],
-    *fragments: str,
-    kinds: tuple[type[BaseException], ...] = (Exception,),
-) -> Outcome:
-    """:func:`refused` for every case; one PROBLEM makes the probe a PROBLEM, naming the case."""
-    outcomes = {label: refused(action, *fragments, kinds=kinds) for label, action in cases.items()}
-    bad = [(label, o) for label, o in outcomes.items() if o.verdict is Verdict.PROBLEM]
-    if bad:
-        label, outcome = bad[0]
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        return Outcome(Verdict.PROBLEM, f"{label}: {outcome.behaviour}{more}")
-    return Outcome(Verdict.CLEAR, f"all {len(cases)} {what}: {next(iter(outcomes.values())).behaviour}")
-
-
-def probe(name: str, section: Section, slow: bool = False) -> Callable[[Callable[[Path], Outcome]], Callable]:
-    """Register the decorated function ``f(tmp) -> Outcome`` as a probe."""
-
-    def register(run: Callable[[Path], Outcome]) -> Callable[[Path], Outcome]:
-        PROBES.append(Probe(name, section, run, slow))
-        return run
-
-    return register
-
-
-def input_probe(name: str, section: Section, action: Callable[[], Any], *fragments: str) -> None:
-    """Register a probe whose ``action`` must be refused with an error naming ``fragments``."""
-    PROBES.append(Probe(name, section, lambda tmp: refused(action, *fragments)))
-
-
-class CommandLineExit(Exception):
-    """A command line that stopped with an exit status (its message: the status and the last line of stderr)."""
-
-
-def command_line(main: Callable[[list[str]], Any], argv: list[str]) -> Any:
-    """Run ``main(argv)``; an exit becomes :class:`CommandLineExit` with the error line argparse printed."""
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            return main(argv)
-    except SystemExit as stop:
-        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
-        raise CommandLineExit(f"exit status {stop.code}: {lines[-1] if lines else '(nothing on stderr)'}") from None
-
-
-@contextlib.contextmanager
-def replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """``owner.name`` set to ``value`` inside the block (a module function the probe stands in for)."""
-    old = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, old)
-
-
-def _never_started(*args: Any, **kwargs: Any) -> Any:
-    raise Accepted("the configuration was accepted and the work would have started")
-
-
-# ===================================================================================== environments and agents
 def _linear(**kwargs: Any) -> Any:
     return gym.make("ICRL-LinearBandit-v0", **kwargs)
 
@@ -228,8 +79,9 @@ for _value in (NAN, INF):
         lambda value=_value: _linear(prior="gaussian", prior_var=value),
         "prior_var",
         repr(_value),
+        kinds=(ValueError,),
     )
-input_probe("linear horizon=2.5", Section.SILENT, lambda: _linear(horizon=2.5), "horizon", "2.5")
+input_probe("linear horizon=2.5", Section.SILENT, lambda: _linear(horizon=2.5), "horizon", "2.5", kinds=(ValueError,))
 for _value in (NAN, INF):
     input_probe(
         f"TabularMDP concentration={_value}",
@@ -237,6 +89,7 @@ for _value in (NAN, INF):
         lambda value=_value: gym.make("ICRL-TabularMDP-v0", concentration=value),
         "concentration",
         repr(_value),
+        kinds=(ValueError,),
     )
 
 
@@ -261,9 +114,20 @@ def _negative_mu(o: dict[str, np.ndarray]) -> None:
     mu[0], mu[1] = 1.5, -0.5
 
 
-input_probe("MDP reset(options) with P < 0", Section.SILENT, lambda: _reset_with(_negative_p), "P", "-0.5")
-input_probe("MDP reset(options) with R = nan", Section.SILENT, lambda: _reset_with(_nan_r), "R", "nan")
-input_probe("MDP reset(options) with mu < 0", Section.SILENT, lambda: _reset_with(_negative_mu), "mu", "-0.5")
+input_probe(
+    "MDP reset(options) with P < 0", Section.SILENT, lambda: _reset_with(_negative_p), "P", "-0.5", kinds=(ValueError,)
+)
+input_probe(
+    "MDP reset(options) with R = nan", Section.SILENT, lambda: _reset_with(_nan_r), "R", "nan", kinds=(ValueError,)
+)
+input_probe(
+    "MDP reset(options) with mu < 0",
+    Section.SILENT,
+    lambda: _reset_with(_negative_mu),
+    "mu",
+    "-0.5",
+    kinds=(ValueError,),
+)
 
 
 def _linucb_nan_reward() -> Any:
@@ -274,13 +138,17 @@ def _linucb_nan_reward() -> Any:
     return agent.update(agent.act(obs), NAN)
 
 
-input_probe("NaN reward to LinUCB", Section.SILENT, _linucb_nan_reward, "reward", "nan")
+input_probe("NaN reward to LinUCB", Section.SILENT, _linucb_nan_reward, "reward", "nan", kinds=(ValueError,))
 
 
 @probe("MDP agents given an all-zero observation", Section.SILENT)
 def _all_zero_obs(tmp: Path) -> Outcome:
     return refused_by_each(
-        "MDP agents", _each_mdp_agent(lambda agent, obs, info: agent.act(np.zeros_like(obs))), "one-hot", "all zeros"
+        "MDP agents",
+        _each_mdp_agent(lambda agent, obs, info: agent.act(np.zeros_like(obs))),
+        "one-hot",
+        "all zeros",
+        kinds=(ValueError,),
     )
 
 
@@ -292,7 +160,7 @@ def _foreign_obs(tmp: Path) -> Outcome:
         other[[H - 1, H + S - 1]] = 1.0  # its last state at its last step: nonzero at [H-1, H+S-1]
         return agent.act(other)
 
-    return refused_by_each("MDP agents", _each_mdp_agent(act), "one-hot", "nonzero entries")
+    return refused_by_each("MDP agents", _each_mdp_agent(act), "one-hot", "nonzero entries", kinds=(ValueError,))
 
 
 def _update_after_act(action: Any) -> Callable[[Any, np.ndarray, dict[str, Any]], Any]:
@@ -306,12 +174,16 @@ def _update_after_act(action: Any) -> Callable[[Any, np.ndarray, dict[str, Any]]
 
 @probe("MDP agents update(99)", Section.SILENT)
 def _update_99(tmp: Path) -> Outcome:
-    return refused_by_each("MDP agents", _each_mdp_agent(_update_after_act(99), dark_room=True), "actions", "99")
+    return refused_by_each(
+        "MDP agents", _each_mdp_agent(_update_after_act(99), dark_room=True), "actions", "99", kinds=(ValueError,)
+    )
 
 
 @probe("MDP agents update(1.7)", Section.SILENT)
 def _update_fraction(tmp: Path) -> Outcome:
-    return refused_by_each("MDP agents", _each_mdp_agent(_update_after_act(1.7), dark_room=True), "actions", "1.7")
+    return refused_by_each(
+        "MDP agents", _each_mdp_agent(_update_after_act(1.7), dark_room=True), "actions", "1.7", kinds=(ValueError,)
+    )
 
 
 input_probe(
@@ -320,10 +192,13 @@ input_probe(
     lambda: make_agent("dark_room_psrl").reset(_mdp()[2]),
     "dark_room_psrl",
     "DarkRoom",
+    kinds=(ValueError,),
 )
 
 
-# ===================================================================================== trajectory files
+surface("First pass: trajectory files")
+
+
 def _trajectory_file(tmp: Path) -> Path:
     """A small AD dataset of the paper's linear prior (d=5, A=10), T=50, stored with the library's writer."""
     from icrl_gym.data.trajectories import collect_trajectories, save_trajectories
@@ -393,7 +268,7 @@ def _trajectory_header_flips(tmp: Path) -> Outcome:
             counts["DatasetError"] += 1
             continue
         except Exception as err:
-            return Outcome(Verdict.PROBLEM, f"raw {_described(err)} after {sum(counts.values())} clean flips")
+            return Outcome(Verdict.PROBLEM, f"raw {described(err)} after {sum(counts.values())} clean flips")
         x, y = loaded.arrays(), reference.arrays()
         if x.keys() != y.keys() or loaded.meta != reference.meta or not all(np.array_equal(x[k], y[k]) for k in x):
             return Outcome(Verdict.PROBLEM, "a flipped file loaded different data without an error")
@@ -456,10 +331,12 @@ def _inconsistent_probe(case: str) -> Callable[[Path], Outcome]:
 
 
 for _case in INCONSISTENT_RECORDS:
-    PROBES.append(Probe(f"trajectory metadata inconsistent: {_case}", Section.SILENT, _inconsistent_probe(_case)))
+    add_probe(f"trajectory metadata inconsistent: {_case}", Section.SILENT, _inconsistent_probe(_case))
 
 
-# ===================================================================================== checkpoints
+surface("First pass: checkpoints")
+
+
 def _tiny_checkpoint(tmp: Path) -> Path:
     import torch
 
@@ -512,7 +389,9 @@ def _bernoulli_on_linear(tmp: Path) -> Outcome:
     return refused(lambda: agent.reset(_linear_info(num_actions=5)), "bernoulli-ad-ucb", kinds=_checkpoint_error())
 
 
-# ===================================================================================== training (tiny pretraining runs)
+surface("First pass: training (tiny pretraining runs)")
+
+
 def _pretrain(out: Path, steps: int, command: str, **overrides: Any) -> dict[str, Any]:
     """A tiny pretraining run (or its resumption) in ``out``; returns its training record."""
     from icrl_gym.envs import bernoulli_bandit_spec
@@ -552,12 +431,18 @@ def _resumed(training: dict[str, Any]) -> bool:
     return len(training.get("command_history", [])) > 1
 
 
+def _training_state_error() -> tuple[type[BaseException], ...]:
+    from icrl_gym.training.state import TrainingStateError
+
+    return (TrainingStateError,)
+
+
 def _resume_outcome(action: Callable[[], dict[str, Any]], *fragments: str) -> Outcome:
-    """A damaged run folder: refusing with an error naming ``fragments`` is clear; resuming anyway is a PROBLEM."""
+    """A damaged run folder: a ``TrainingStateError`` naming ``fragments`` is clear; resuming anyway is a PROBLEM."""
     try:
         training = action()
     except Exception as err:
-        return classify_error(err, fragments)
+        return classify_error(err, fragments, _training_state_error())
     if _resumed(training):
         return Outcome(Verdict.PROBLEM, f"resumed silently to step {training['step']} from the damaged state")
     return Outcome(Verdict.PROBLEM, "started again from step 0 over the saved run (work lost)")
@@ -589,7 +474,7 @@ for _label, _section, _damage in (
     ("missing", Section.CRASH, Path.unlink),
     ("byte-flipped", Section.SILENT, _flip_middle_byte),
 ):
-    PROBES.append(Probe(f"training: optimizer state {_label} on resume", _section, _damaged_optimizer_probe(_damage)))
+    add_probe(f"training: optimizer state {_label} on resume", _section, _damaged_optimizer_probe(_damage))
 
 
 @probe("training: stopped between the weights and the optimizer write", Section.SILENT)
@@ -614,24 +499,33 @@ def _record_missing(tmp: Path) -> Outcome:
     try:
         training = _pretrain(out, 2, "resume")
     except Exception as err:
-        return classify_error(err, (str(out),))
+        return classify_error(err, (str(out),), _training_state_error())
     if _resumed(training):
         return Outcome(Verdict.HANDLED, f"resumed from the remaining state to step {training['step']}")
     return Outcome(Verdict.PROBLEM, "started again from step 0 and overwrote the saved weights (work lost)")
 
 
-# ===================================================================================== obscure crashes
-input_probe("linear dim=2.5", Section.CRASH, lambda: _linear(dim=2.5), "dim", "2.5")
-input_probe("linear dim='5'", Section.CRASH, lambda: _linear(dim="5"), "dim", "'5'")
+surface("First pass: inputs that used to crash")
+
+
+input_probe("linear dim=2.5", Section.CRASH, lambda: _linear(dim=2.5), "dim", "2.5", kinds=(ValueError,))
+input_probe("linear dim='5'", Section.CRASH, lambda: _linear(dim="5"), "dim", "'5'", kinds=(ValueError,))
 
 
 def _vector(num_envs: Any) -> Any:
     return gym.make_vec("ICRL-LinearBandit-v0", num_envs=num_envs, vectorization_mode="vector_entry_point")
 
 
-input_probe("vector env num_envs=-1", Section.CRASH, lambda: _vector(-1), "num_envs", "-1")
-input_probe("vector env num_envs=2.5", Section.CRASH, lambda: _vector(2.5), "num_envs", "2.5")
-input_probe("linear prior_high=inf", Section.CRASH, lambda: _linear(prior_high=INF).reset(seed=0), "prior_high", "inf")
+input_probe("vector env num_envs=-1", Section.CRASH, lambda: _vector(-1), "num_envs", "-1", kinds=(ValueError,))
+input_probe("vector env num_envs=2.5", Section.CRASH, lambda: _vector(2.5), "num_envs", "2.5", kinds=(TypeError,))
+input_probe(
+    "linear prior_high=inf",
+    Section.CRASH,
+    lambda: _linear(prior_high=INF).reset(seed=0),
+    "prior_high",
+    "inf",
+    kinds=(ValueError,),
+)
 
 
 @probe("step(inf) on every environment", Section.CRASH)
@@ -641,7 +535,9 @@ def _step_inf(tmp: Path) -> Outcome:
         env.reset(seed=0)
         return env.step(INF)
 
-    outcome = refused_by_each("environments", {e: (lambda e=e: step(e)) for e in icrl_gym.ENV_IDS}, "action", "inf")
+    outcome = refused_by_each(
+        "environments", {e: (lambda e=e: step(e)) for e in icrl_gym.ENV_IDS}, "action", "inf", kinds=(ValueError,)
+    )
     if "-9223372036854775808" in outcome.behaviour:
         return Outcome(Verdict.PROBLEM, f"the message shows the wrapped integer: {outcome.behaviour}")
     return outcome
@@ -659,20 +555,29 @@ def _mdp_agent_act(obs: Any) -> Any:
     return agent.act(obs)
 
 
-@probe("agents given a scalar or None observation", Section.CRASH)
-def _scalar_obs(tmp: Path) -> Outcome:
-    cases = {
-        f"{name} given {obs!r}": (lambda act=act, obs=obs: act(obs))
-        for name, act in (("linucb", _bandit_agent_act), ("psrl", _mdp_agent_act))
-        for obs in (3.0, None)
-    }
-    return refused_by_each("cases (linucb, psrl; 3.0, None)", cases, "observation")
+def _odd_observation(obs: Any, fragment: str, kind: type[Exception]) -> Callable[[Path], Outcome]:
+    def run(tmp: Path) -> Outcome:
+        agents = (("linucb", _bandit_agent_act), ("psrl", _mdp_agent_act))
+        cases = {name: (lambda act=act: act(obs)) for name, act in agents}
+        return refused_by_each("agents (linucb, psrl)", cases, fragment, kinds=(kind,))
+
+    return run
+
+
+add_probe(
+    "agents given a scalar observation", Section.CRASH, _odd_observation(3.0, "observation of shape ()", ValueError)
+)
+add_probe("agents given None as the observation", Section.CRASH, _odd_observation(None, "act() needs", TypeError))
 
 
 @probe("MDP agents given an observation of the wrong length", Section.CRASH)
 def _wrong_length(tmp: Path) -> Outcome:
     return refused_by_each(
-        "MDP agents", _each_mdp_agent(lambda agent, obs, info: agent.act(np.zeros(7))), "observation", "(7,)"
+        "MDP agents",
+        _each_mdp_agent(lambda agent, obs, info: agent.act(np.zeros(7))),
+        "observation",
+        "(7,)",
+        kinds=(ValueError,),
     )
 
 
@@ -680,7 +585,7 @@ def _wrong_length(tmp: Path) -> Outcome:
 def _bandit_info(tmp: Path) -> Outcome:
     info = _linear_info()
     cases = {name: (lambda name=name: make_agent(name).reset(info)) for name in (*MDP_AGENTS, "dark_room_psrl")}
-    return refused_by_each("MDP agents", cases, "tabular-MDP", "v_star")
+    return refused_by_each("MDP agents", cases, "tabular-MDP", "v_star", kinds=(ValueError,))
 
 
 @probe("Bernoulli checkpoint on an MDP environment", Section.CRASH)
@@ -690,7 +595,9 @@ def _bernoulli_on_mdp(tmp: Path) -> Outcome:
         name: (lambda name=name: make_agent({"name": name, "checkpoint": "bernoulli-ad-ucb"}).reset(info))
         for name in ("transformer", "mdp_transformer")
     }
-    return refused_by_each("learned agents (transformer, mdp_transformer)", cases, "bernoulli-ad-ucb")
+    return refused_by_each(
+        "learned agents (transformer, mdp_transformer)", cases, "bernoulli-ad-ucb", kinds=_checkpoint_error()
+    )
 
 
 @probe("PPO checkpoint loaded with TransformerAgent", Section.CRASH)
@@ -702,7 +609,7 @@ def _ppo_as_transformer(tmp: Path) -> Outcome:
         "make_agent": lambda: make_agent({"name": "transformer", "checkpoint": name}),
         "TransformerAgent.pretrained": lambda: TransformerAgent.pretrained(name),
     }
-    return refused_by_each("ways (make_agent, TransformerAgent.pretrained)", cases, name)
+    return refused_by_each("ways (make_agent, TransformerAgent.pretrained)", cases, name, kinds=(ValueError,))
 
 
 @probe("device='cuda' without CUDA", Section.CRASH)
@@ -712,7 +619,11 @@ def _cuda_without_cuda(tmp: Path) -> Outcome:
     if torch.cuda.is_available():
         return Outcome(Verdict.HANDLED, "CUDA is present here: nothing to refuse")
     spec = {"name": "transformer", "checkpoint": "bernoulli-ad-ucb", "device": "cuda"}
-    return refused(lambda: make_agent(spec).reset(gym.make("ICRL-BernoulliBandit-v0").reset(seed=0)[1]), "cuda")
+    return refused(
+        lambda: make_agent(spec).reset(gym.make("ICRL-BernoulliBandit-v0").reset(seed=0)[1]),
+        "cuda",
+        kinds=(ValueError,),
+    )
 
 
 def _pretrain_command_line(tmp: Path, *overrides: str) -> Any:
@@ -720,7 +631,7 @@ def _pretrain_command_line(tmp: Path, *overrides: str) -> Any:
     from icrl_gym.training import pretrain as module
 
     argv = ["--quiet", "--set", f"out_dir={tmp / 'cli-run'}", *overrides]
-    with replaced(module, "pretrain", _never_started):
+    with replaced(module, "pretrain", never_started):
         return command_line(module.main, argv)
 
 
@@ -761,24 +672,11 @@ def _bench_plot_only(tmp: Path) -> Outcome:
     return refused(lambda: _bench_arguments(argv), "--plot-only", str(empty), kinds=(CommandLineExit,))
 
 
-def _traced_peak(action: Callable[[], Any]) -> tuple[Any, int]:
-    """``action()`` (or the exception it raised) and the peak of traced allocations (bytes) while it ran."""
-    tracemalloc.start()
-    try:
-        try:
-            result: Any = action()
-        except Exception as err:
-            result = err
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @probe("A=10**9 arms (size guard)", Section.CRASH)
 def _billion_arms(tmp: Path) -> Outcome:
     from icrl_gym.envs.validation import MemoryLimitError
 
-    result, peak = _traced_peak(lambda: _linear(num_actions=10**9))
+    result, peak = traced_peak(lambda: _linear(num_actions=10**9))
     if not isinstance(result, Exception):
         return Outcome(Verdict.PROBLEM, f"accepted ({peak / 2**30:.1f} GiB traced)")
     outcome = classify_error(result, ("GiB",), kinds=(MemoryLimitError,))
@@ -796,14 +694,16 @@ def _ten_thousand_dark_rooms(tmp: Path) -> Outcome:
         env.reset(seed=0)
         return sum(float(env.step(np.full(10_000, 3))[1].sum()) for _ in range(5))
 
-    result, peak = _traced_peak(run)
+    result, peak = traced_peak(run)
     if isinstance(result, Exception):
-        return Outcome(Verdict.PROBLEM, f"raw {_described(result)} ({peak / 2**20:.0f} MiB traced)")
+        return Outcome(Verdict.PROBLEM, f"raw {described(result)} ({peak / 2**20:.0f} MiB traced)")
     verdict = Verdict.HANDLED if peak < 400 * 2**20 else Verdict.PROBLEM
     return Outcome(verdict, f"reset and 5 steps of 10,000 instances, peak {peak / 2**20:.0f} MiB traced")
 
 
-# ===================================================================================== work lost
+surface("First pass: work that used to be lost")
+
+
 BENCH_FIRST, BENCH_SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
 """Two cheap experiments of the harness (an expert-only MDP one, a linear one with a shipped transformer)."""
 
@@ -875,7 +775,7 @@ def _moved_run(tmp: Path) -> Outcome:
     try:
         training = _pretrain(moved, 2, "resume")
     except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"refused the moved folder: {_described(err)}")
+        return Outcome(Verdict.PROBLEM, f"refused the moved folder: {described(err)}")
     if _resumed(training):
         return Outcome(Verdict.HANDLED, f"resumed in the new place to step {training['step']}")
     return Outcome(Verdict.PROBLEM, "started again from step 0 in the moved folder (work lost)")
@@ -885,79 +785,3 @@ def _moved_run(tmp: Path) -> Outcome:
 def _config_mismatch(tmp: Path) -> Outcome:
     _pretrain(tmp / "run", 1, "first")
     return _resume_outcome(lambda: _pretrain(tmp / "run", 2, "resume", lr=5e-3), "lr")
-
-
-# ===================================================================================== running and reporting
-def run_probe(item: Probe, root: Path) -> tuple[Outcome, float]:
-    """Run one probe in its own temporary folder under ``root``; an exception escaping the probe is a PROBLEM."""
-    tmp = Path(tempfile.mkdtemp(prefix="probe-", dir=root))
-    start = time.perf_counter()
-    try:
-        outcome = item.run(tmp)
-    except Exception as err:
-        outcome = Outcome(Verdict.PROBLEM, f"the probe itself failed: {_described(err)}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return outcome, time.perf_counter() - start
-
-
-def run_probes(items: list[Probe], echo: Callable[[str], None] | None = None) -> list[tuple[Probe, Outcome]]:
-    """Every probe of ``items`` in a fresh temporary folder; ``echo`` gets a progress line per probe."""
-    results = []
-    with tempfile.TemporaryDirectory(prefix="reliability-probes-") as root:
-        for item in items:
-            outcome, seconds = run_probe(item, Path(root))
-            results.append((item, outcome))
-            if echo is not None:
-                echo(f"[{len(results)}/{len(items)}] {outcome.verdict.value}: {item.name} ({seconds:.1f}s)")
-    return results
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def count_line(results: list[tuple[Probe, Outcome]]) -> str:
-    """``N probes: X clear error, Y handled, Z problem``."""
-    counts = {v: sum(o.verdict is v for _, o in results) for v in Verdict}
-    return (
-        f"{len(results)} probes: {counts[Verdict.CLEAR]} clear error, {counts[Verdict.HANDLED]} handled, "
-        f"{counts[Verdict.PROBLEM]} problem"
-    )
-
-
-def report(results: list[tuple[Probe, Outcome]]) -> str:
-    """The Markdown table (probe | behaviour | verdict, grouped by the issue's sections) and the count line."""
-    lines = ["| probe | behaviour | verdict |", "|---|---|---|"]
-    for item, outcome in results:
-        verdict = f"**{outcome.verdict.value}**" if outcome.verdict is Verdict.PROBLEM else outcome.verdict.value
-        lines.append(f"| {_cell(item.name)} ({item.section.value}) | {_cell(outcome.behaviour)} | {verdict} |")
-    return "\n".join([*lines, "", count_line(results)])
-
-
-def selected(fast: bool) -> list[Probe]:
-    """The probes to run: all of them, or without the slow ones."""
-    return [p for p in PROBES if not (fast and p.slow)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: run the probes, print the table and the count line; exit status 1 when a probe is a PROBLEM."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.reliability_probes", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", metavar="FILE.md", help="also write the table and the count line to FILE.md")
-    parser.add_argument("--fast", action="store_true", help="skip the slow probes (the benchmark runs)")
-    args = parser.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    results = run_probes(selected(args.fast), echo=lambda line: print(line, file=sys.stderr, flush=True))
-    text = report(results)
-    print(text)
-    print(f"({time.perf_counter() - start:.0f}s)", file=sys.stderr)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return int(any(o.verdict is Verdict.PROBLEM for _, o in results))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ In one process, for each thread count in ``--threads``:
   reference code, full T x T attention) next to the GEMM rate;
 - ``rollout``: greedy cached rollout (``model.step``) of the paper model over ``instances`` random
   linear-bandit action sets for ``steps`` steps, in env-steps/s: the reference, the new model on
-  its PyTorch decode path (``native=False``) and on the compiled kernel (``icrl_gym/models/native.py``).
+  its PyTorch decode path (a token-major ``KVCache``) and on the compiled kernel (``icrl_gym/models/native.py``).
 
 The reference is the same file at ``reference`` (default: the revision before the new kernels),
 imported from ``git show``, with the new model's weights copied in.  Old and new run interleaved
@@ -45,6 +45,7 @@ from icrl_gym.cli import ConfigParser
 from icrl_gym.device import resolve_device
 from icrl_gym.fileio import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
 from icrl_gym.models import mdp_transformer, transformer
+from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
@@ -153,14 +154,17 @@ def random_batch(model: torch.nn.Module, batch: int, device: torch.device) -> tu
     return tuple(x.to(device) for x in (*xs, labels))
 
 
-def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, native: bool | None = None) -> None:
+def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, torch_path: bool = False) -> None:
     """Greedy cached rollout: ``sets`` (steps, B, A, d), rewards a fixed function of the action.
 
-    ``native=False`` takes the PyTorch decode path of the new model (the reference has no other).
+    ``torch_path`` takes the PyTorch decode path of the new model (a token-major ``KVCache``; the
+    reference has no other path).
     """
     B = sets.shape[1]
-    kwargs = {} if native is None else {"native": native}
-    cache = model.new_cache(B, device=sets.device, **kwargs)
+    if torch_path:
+        cache = KVCache.allocate(B, model.config, model.config.max_tokens, sets.device, sets.dtype)
+    else:
+        cache = model.new_cache(B, device=sets.device)
     prev_a = prev_r = None
     rows = torch.arange(B, device=sets.device)
     with torch.inference_mode():
@@ -221,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     tasks[name, label] = functools.partial(train_step, model, data, autocast=args.autocast)
             if args.rollout:
                 tasks["rollout", "old"] = functools.partial(rollout, paper_old, sets, args.steps)
-                tasks["rollout", "torch"] = functools.partial(rollout, paper, sets, args.steps, native=False)
+                tasks["rollout", "torch"] = functools.partial(rollout, paper, sets, args.steps, torch_path=True)
                 tasks["rollout", "new"] = functools.partial(rollout, paper, sets, args.steps)
             times = interleaved(tasks, args.repeats, device)
             gflops_after = gemm_gflops(args.gemm, device)

@@ -20,7 +20,10 @@ PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
 """The paper's linear TS: its N(0, I_d) prior on w* ~ Unif([0,1]^d) (misspecified); the noise level is the env's.
 ``{"name": "linear_ts"}`` alone is TS with the prior matched to the environment's."""
 
-LEARNED = ("transformer", "mdp_transformer", "meta_rl")
+GENERALISTS = ("generalist", "linear_generalist")
+"""Agent names of the generalist transformers (one model for every size of their family)."""
+
+LEARNED = ("transformer", "mdp_transformer", "meta_rl", *GENERALISTS)
 """Agent names whose specification carries a ``checkpoint`` (shipped in icrl_gym/pretrained)."""
 
 
@@ -51,6 +54,16 @@ TABULAR_EXPERTS = {
     "UCB-VI (bonus x0.01)": {"name": "ucbvi", "bonus_scale": 0.01},
     "greedy VI (bonus 0)": {"name": "ucbvi", "bonus_scale": 0.0},
 }
+
+
+def generalist(name: str = "bernoulli-generalist") -> dict[str, Any]:
+    """Specification of the shipped Bernoulli generalist (greedy: it imitates the deterministic Gittins policy)."""
+    return {"name": "generalist", "checkpoint": name, "greedy": True}
+
+
+def linear_generalist(name: str = "linear-generalist") -> dict[str, Any]:
+    """Specification of the shipped linear generalist (greedy: it imitates a deterministic index policy)."""
+    return {"name": "linear_generalist", "checkpoint": name, "greedy": True}
 
 
 def bayes_dpt(posterior: str, greedy: bool) -> dict[str, Any]:
@@ -86,7 +99,9 @@ class Experiment:
     """Algorithms whose regret minus the regret of ``reference`` is also plotted."""
     reference: str = ""
     default: bool = True
-    """Part of the default suite (the paper's experiments); others run when named or with 'all'."""
+    """Part of the default suite (the paper's experiments and the generalists); others run when named or with 'all'."""
+    note: str = ""
+    """A sentence printed under the experiment's title in the summary (what a row is and is not trained for)."""
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -151,6 +166,67 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
     )
 }
+
+BERNOULLI_TRAINED = "K in 2..20, T in 20..500, means ~ U[0, 1]"
+"""The Bernoulli generalist's trained range (its record's ``trained_range`` and ``env``)."""
+
+LINEAR_TRAINED = "d in 2..8, A in 2..20, T in 20..500, sigma in 0.4..2.5, w* ~ U[0, 1]^d, Gaussian rewards"
+"""The linear generalist's trained range (its record's ``trained_range`` and ``env``)."""
+
+
+def generalist_bernoulli(num_arms: int, horizon: int, paper: dict[str, float] | None = None) -> Experiment:
+    """The Bernoulli generalist against finite-horizon Gittins (the policy it imitates), TS and UCB at one size."""
+    where = "the paper's size" if (num_arms, horizon) == (5, 200) else "a size the paper's models cannot play"
+    return Experiment(
+        name=f"generalist-bernoulli-k{num_arms}-t{horizon}",
+        title=f"Generalist, Bernoulli bandit K={num_arms}, T={horizon} ({where})",
+        spec=bernoulli_bandit_spec(num_arms, horizon),
+        algorithms={
+            "Generalist (bernoulli-generalist, greedy)": generalist(),
+            "Gittins (finite horizon)": {"name": "gittins", "horizon": horizon},
+            "TS": {"name": "bernoulli_ts"},
+            "UCB": {"name": "ucb"},
+        },
+        paper=paper or {},
+        note=(
+            f"One model for every Bernoulli bandit: bernoulli-generalist imitates finite-horizon Gittins and was "
+            f"trained on {BERNOULLI_TRAINED}. It was not trained on other priors, on non-binary rewards or on "
+            "linear bandits (it refuses those)."
+        ),
+    )
+
+
+def generalist_linear(dim: int, num_actions: int, paper: dict[str, float] | None = None) -> Experiment:
+    """The linear generalist against Bayes-UCB with the matched prior, LinUCB and TS at one size (T=200, sigma=1.5)."""
+    where = "the paper's setting" if (dim, num_actions) == (5, 10) else "a size the paper's models cannot play"
+    return Experiment(
+        name=f"generalist-linear-d{dim}-a{num_actions}",
+        title=f"Generalist, linear bandit d={dim}, A={num_actions}, T=200, sigma=1.5 ({where})",
+        spec=linear_bandit_spec(dim, num_actions),
+        algorithms={
+            "Generalist (linear-generalist, greedy)": linear_generalist(),
+            "Bayes-UCB (matched prior)": {"name": "linear_bayes_ucb"},
+            "LinUCB": {"name": "linucb"},
+            "TS (matched prior)": {"name": "linear_ts"},
+        },
+        paper=paper or {},
+        note=(
+            f"One model for every linear bandit with d <= 8: linear-generalist imitates a Gaussian-posterior index "
+            f"policy with the prior matched to w* ~ U[0, 1]^d and was trained on {LINEAR_TRAINED}. It was not "
+            "trained on d > 8 (it refuses it), other priors of w* (under N(0, I) it is 5x worse than LinUCB) or "
+            "non-Gaussian rewards."
+        ),
+    )
+
+
+GENERALIST_EXPERIMENTS = (
+    generalist_bernoulli(5, 200, paper={"TS": 10.7}),
+    generalist_bernoulli(10, 100),
+    generalist_linear(5, 10, paper={"LinUCB": 32.8}),
+    generalist_linear(3, 5),
+)
+"""The generalists in the default suite: the paper's sizes and one other size per family."""
+EXPERIMENTS.update({e.name: e for e in GENERALIST_EXPERIMENTS})
 
 BERNOULLI_OOD = {
     "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),

@@ -43,7 +43,14 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
-from benchmarks.experiments import EXPERIMENTS, GRID_EXPERIMENTS, LEARNED, Experiment, GridExperiment
+from benchmarks.experiments import (
+    EXPERIMENTS,
+    GENERALISTS,
+    GRID_EXPERIMENTS,
+    LEARNED,
+    Experiment,
+    GridExperiment,
+)
 from benchmarks.generalization import run_generalization
 from benchmarks.plots import plot, plot_files
 from icrl_gym import __version__
@@ -68,7 +75,7 @@ class BenchConfig:
     """Options of ``python -m benchmarks`` (each field is a command-line flag, its docstring the help)."""
 
     experiments: str = "default"
-    """Comma-separated experiment names, 'default' (the paper's) or 'all' (see --list)."""
+    """Comma-separated experiment names, 'default' (the paper's and the generalists') or 'all' (see --list)."""
     runs: int = 500
     """Instances per algorithm (the paper uses 500; at least 2 for standard errors)."""
     seed: int = 0
@@ -362,6 +369,8 @@ def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, see
         horizon = next(iter(curves.values()))["cumulative_regret_mean"].size
         marks = [horizon // 4, horizon // 2, horizon]
         lines.append(f"## {exp.title}\n")
+        if exp.note:
+            lines.append(f"{exp.note}\n")
         unit = "k" if isinstance(exp.spec, MDPSpec) else "t"
         paper_column = " paper (t=200) |" if exp.paper else ""
         lines.append("| algorithm | " + " | ".join(f"regret at {unit}={m}" for m in marks) + " |" + paper_column)
@@ -391,6 +400,13 @@ def training_budget(checkpoint: str) -> dict[str, Any]:
     meta = record.meta
     horizon = record.env.get("horizon", 0) * record.env.get("episodes", 1)
     training = meta.get("training", {})
+    if record.kind in (CheckpointKind.GENERALIST_TRANSFORMER, CheckpointKind.LINEAR_GENERALIST_TRANSFORMER):
+        return {  # trained online on sampled sizes; the record keeps optimizer steps, not environment steps
+            "how": f"online imitation (DAgger) on sampled sizes, {training['steps']:,} steps",
+            "env_steps": None,
+            "minutes": training.get("wall_time_s", 0.0) / 60,
+            "threads": training.get("threads"),
+        }
     if record.kind is CheckpointKind.META_RL_POLICY:
         return {
             "how": f"online {meta['meta_rl']['algo']}",
@@ -424,7 +440,8 @@ def _budget_table(exp: Experiment) -> list[str]:
     ]
     for label, name in learned.items():
         b = training_budget(name)
-        lines.append(f"| {label} | {name} | {b['how']} | {b['env_steps']:,} | {b['minutes']:.1f} |")
+        steps = "not recorded" if b["env_steps"] is None else f"{b['env_steps']:,}"
+        lines.append(f"| {label} | {name} | {b['how']} | {steps} | {b['minutes']:.1f} |")
     lines.append("")
     return lines
 
@@ -456,7 +473,11 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
     from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
 
     config_dir = PRETRAINED_DIR / "configs"
-    names = sorted({s["checkpoint"] for e in experiments for s in e.algorithms.values() if s["name"] in LEARNED})
+    learned = {s["checkpoint"]: s["name"] for e in experiments for s in e.algorithms.values() if s["name"] in LEARNED}
+    kept = sorted(name for name, agent in learned.items() if agent in GENERALISTS)
+    if kept:  # hours each, resumable runs of their own trainers (README: Generalist agents)
+        _log(f"--retrain keeps the shipped {', '.join(kept)}: retrain them with icrl_gym.training.(linear_)generalist")
+    names = sorted(name for name in learned if name not in kept)
     paths = {}
     for name in names:
         data = json.loads((config_dir / f"{name}.json").read_text())
@@ -561,10 +582,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if cfg.list:
         for exp in EXPERIMENTS.values():
             suite = "default" if exp.default else "opt-in"
-            print(f"{exp.name:22s} [{suite}] {exp.title}\n{'':22s} algorithms: {', '.join(exp.algorithms)}")
+            print(f"{exp.name:30s} [{suite}] {exp.title}\n{'':30s} algorithms: {', '.join(exp.algorithms)}")
         for grid in GRID_EXPERIMENTS.values():
             rows = [*grid.bernoulli_references, *grid.linear_references, "generalist"]
-            print(f"{grid.name:22s} [opt-in] {grid.title}\n{'':22s} algorithms: {', '.join(dict.fromkeys(rows))}")
+            print(f"{grid.name:30s} [opt-in] {grid.title}\n{'':30s} algorithms: {', '.join(dict.fromkeys(rows))}")
         return {}
     out = Path(cfg.out)
     experiments = cfg.selected()

@@ -70,7 +70,7 @@ from icrl_gym.cli import add_field_flags
 from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, MDPSpec
-from icrl_gym.envs.validation import check_memory
+from icrl_gym.envs.validation import MEMORY_ENV, max_memory_bytes
 from icrl_gym.fileio import atomic_write_bytes
 from icrl_gym.progress import progress_bar, set_quiet
 
@@ -194,10 +194,15 @@ class BenchConfig:
             arms = self.grid_sizes(self.grid_arms, "--grid-arms")
             horizons = self.grid_sizes(self.grid_horizons, "--grid-horizons")
             specs += [c.spec for c in (*bernoulli_cells(grid, arms, horizons), *linear_cells(grid))]
-        if specs:
-            spec = max(specs, key=lambda s: run_memory_bytes(s, self.runs))
-            what = f"--runs {self.runs:,} ({describe_env(spec)})"
-            check_memory(run_memory_bytes(spec, self.runs), what)
+        if not specs:
+            return
+        spec = max(specs, key=lambda s: run_memory_bytes(s, self.runs))
+        need, limit = run_memory_bytes(spec, self.runs), max_memory_bytes()
+        if need > limit:
+            raise ValueError(
+                f"--runs {self.runs:,} needs about {need / 2**30:,.2f} GiB (estimate) for {describe_env(spec)}, above "
+                f"the limit of {limit / 2**30:g} GiB; use fewer runs, or raise the limit with {MEMORY_ENV}"
+            )
 
 
 def check_out_folder(out: Path) -> None:

@@ -127,7 +127,7 @@ def grid_section(folder: Path) -> Section | None:
         return None
     summary = folder / "summary.md"
     text = summary.read_text() if summary.is_file() else ""
-    return Section(folder.name, f"Generalization grid ({folder.name}/)", _strip_title(text), heatmaps)
+    return Section(folder.name, f"Generalization grid ({folder.name}/)", text, heatmaps)
 
 
 def _seeds(config: dict[str, Any], grid_folders: list[Path]) -> str:

@@ -420,31 +420,36 @@ def read_csv(path: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
         return SavedResultsError(f"{path} is not a regret.csv of the harness: {problem}")
 
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            first = next(reader, None)
-            if first != header:
-                raise damaged(f"its header is {first!r}, expected {','.join(header)}")
-            for line in reader:
-                where = f"line {reader.line_num}"
-                if len(line) != len(header):
-                    raise damaged(f"{where} has {len(line)} fields, expected {len(header)}")
-                exp, alg, t = line[:3]
-                if exp not in EXPERIMENTS:
-                    raise damaged(f"{where} names the unknown experiment {exp!r}")
-                c = rows.setdefault(exp, {}).setdefault(alg, {})
-                if t != str(len(c.get(CURVE_KEYS[0], [])) + 1):
-                    raise damaged(f"{where}: step t={t!r} of {exp} / {alg} is not the next step")
-                try:
-                    values = [float(v) for v in line[3:]]
-                except ValueError:
-                    raise damaged(f"{where} holds a value that is not a number: {line[3:]!r}") from None
-                if not all(np.isfinite(values)):
-                    raise damaged(f"{where} holds a value that is not finite: {line[3:]!r}")
-                for k, v in zip(CURVE_KEYS, values, strict=True):
-                    c.setdefault(k, []).append(v)
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise damaged(f"it is not UTF-8 text ({err})") from None
+    if text and not text.endswith("\n"):  # every line written ends with a newline: the file was cut
+        raise damaged("its last line is incomplete (the file was truncated)")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        first = next(reader, None)
+        if first is None:
+            raise damaged("it is empty")
+        if first != header:
+            raise damaged(f"its header is {first!r}, expected {','.join(header)}")
+        for line in reader:
+            where = f"line {reader.line_num}"
+            if len(line) != len(header):
+                raise damaged(f"{where} has {len(line)} fields, expected {len(header)}")
+            exp, alg, t = line[:3]
+            if exp not in EXPERIMENTS:
+                raise damaged(f"{where} names the unknown experiment {exp!r}")
+            c = rows.setdefault(exp, {}).setdefault(alg, {})
+            if t != str(len(c.get(CURVE_KEYS[0], [])) + 1):
+                raise damaged(f"{where}: step t={t!r} of {exp} / {alg} is not the next step")
+            try:
+                values = [float(v) for v in line[3:]]
+            except ValueError:
+                raise damaged(f"{where} holds a value that is not a number: {line[3:]!r}") from None
+            if not all(np.isfinite(values)):
+                raise damaged(f"{where} holds a value that is not finite: {line[3:]!r}")
+            for k, v in zip(CURVE_KEYS, values, strict=True):
+                c.setdefault(k, []).append(v)
     except csv.Error as err:
         raise damaged(f"it is not CSV ({err})") from None
     if not rows:

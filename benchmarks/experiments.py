@@ -167,63 +167,68 @@ EXPERIMENTS: dict[str, Experiment] = {
     )
 }
 
-BERNOULLI_TRAINED = "K in 2..20, T in 20..500, means ~ U[0, 1]"
-"""The Bernoulli generalist's trained range (its record's ``trained_range`` and ``env``)."""
+GENERALIST_ROWS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "bernoulli": (
+        "Generalist (bernoulli-generalist, greedy)",
+        generalist(),
+        "One model for every Bernoulli bandit: bernoulli-generalist imitates finite-horizon Gittins on arm means "
+        "~ U[0, 1] (sizes it was trained on: the training budget table). It was not trained on other priors, "
+        "non-binary rewards or linear bandits (it refuses those).",
+    ),
+    "linear": (
+        "Generalist (linear-generalist, greedy)",
+        linear_generalist(),
+        "One model for every linear bandit with d <= 8: linear-generalist imitates a Gaussian-posterior index "
+        "policy with the prior matched to w* ~ U[0, 1]^d, Gaussian rewards (sizes: the training budget table). "
+        "It was not trained on d > 8 (it refuses it), other priors of w* (under N(0, I) it is 5x worse than "
+        "LinUCB) or non-Gaussian rewards.",
+    ),
+}
+"""Per family: the generalist's row label, its specification and what it is and is not trained for."""
 
-LINEAR_TRAINED = "d in 2..8, A in 2..20, T in 20..500, sigma in 0.4..2.5, w* ~ U[0, 1]^d, Gaussian rewards"
-"""The linear generalist's trained range (its record's ``trained_range`` and ``env``)."""
 
+def generalist_experiment(
+    spec: BanditSpec, paper_size: bool = False, paper: dict[str, float] | None = None
+) -> Experiment:
+    """The generalist of ``spec``'s family against the references of its size.
 
-def generalist_bernoulli(num_arms: int, horizon: int, paper: dict[str, float] | None = None) -> Experiment:
-    """The Bernoulli generalist against finite-horizon Gittins (the policy it imitates), TS and UCB at one size."""
-    where = "the paper's size" if (num_arms, horizon) == (5, 200) else "a size the paper's models cannot play"
-    return Experiment(
-        name=f"generalist-bernoulli-k{num_arms}-t{horizon}",
-        title=f"Generalist, Bernoulli bandit K={num_arms}, T={horizon} ({where})",
-        spec=bernoulli_bandit_spec(num_arms, horizon),
-        algorithms={
-            "Generalist (bernoulli-generalist, greedy)": generalist(),
-            "Gittins (finite horizon)": {"name": "gittins", "horizon": horizon},
+    Bernoulli: finite-horizon Gittins for T = ``spec.horizon`` (the policy it imitates), TS and UCB;
+    linear: Bayes-UCB with the prior matched to the environment's, LinUCB and TS with the matched prior.
+    """
+    if spec.reward == "bernoulli":
+        family, size = "bernoulli", f"Bernoulli bandit K={spec.num_actions}, T={spec.horizon}"
+        name = f"generalist-bernoulli-k{spec.num_actions}-t{spec.horizon}"
+        references = {
+            "Gittins (finite horizon)": {"name": "gittins", "horizon": spec.horizon},
             "TS": {"name": "bernoulli_ts"},
             "UCB": {"name": "ucb"},
-        },
-        paper=paper or {},
-        note=(
-            f"One model for every Bernoulli bandit: bernoulli-generalist imitates finite-horizon Gittins and was "
-            f"trained on {BERNOULLI_TRAINED}. It was not trained on other priors, on non-binary rewards or on "
-            "linear bandits (it refuses those)."
-        ),
-    )
-
-
-def generalist_linear(dim: int, num_actions: int, paper: dict[str, float] | None = None) -> Experiment:
-    """The linear generalist against Bayes-UCB with the matched prior, LinUCB and TS at one size (T=200, sigma=1.5)."""
-    where = "the paper's setting" if (dim, num_actions) == (5, 10) else "a size the paper's models cannot play"
-    return Experiment(
-        name=f"generalist-linear-d{dim}-a{num_actions}",
-        title=f"Generalist, linear bandit d={dim}, A={num_actions}, T=200, sigma=1.5 ({where})",
-        spec=linear_bandit_spec(dim, num_actions),
-        algorithms={
-            "Generalist (linear-generalist, greedy)": linear_generalist(),
+        }
+    else:
+        family = "linear"
+        size = f"linear bandit d={spec.dim}, A={spec.num_actions}, T={spec.horizon}, sigma={spec.noise_std:g}"
+        name = f"generalist-linear-d{spec.dim}-a{spec.num_actions}"
+        references = {
             "Bayes-UCB (matched prior)": {"name": "linear_bayes_ucb"},
             "LinUCB": {"name": "linucb"},
             "TS (matched prior)": {"name": "linear_ts"},
-        },
+        }
+    label, model, note = GENERALIST_ROWS[family]
+    where = "the paper's size" if paper_size else "a size the paper's models cannot play"
+    return Experiment(
+        name=name,
+        title=f"Generalist, {size} ({where})",
+        spec=spec,
+        algorithms={label: model, **references},
         paper=paper or {},
-        note=(
-            f"One model for every linear bandit with d <= 8: linear-generalist imitates a Gaussian-posterior index "
-            f"policy with the prior matched to w* ~ U[0, 1]^d and was trained on {LINEAR_TRAINED}. It was not "
-            "trained on d > 8 (it refuses it), other priors of w* (under N(0, I) it is 5x worse than LinUCB) or "
-            "non-Gaussian rewards."
-        ),
+        note=note,
     )
 
 
 GENERALIST_EXPERIMENTS = (
-    generalist_bernoulli(5, 200, paper={"TS": 10.7}),
-    generalist_bernoulli(10, 100),
-    generalist_linear(5, 10, paper={"LinUCB": 32.8}),
-    generalist_linear(3, 5),
+    generalist_experiment(bernoulli_bandit_spec(5, 200), paper_size=True, paper={"TS": 10.7}),
+    generalist_experiment(bernoulli_bandit_spec(10, 100)),
+    generalist_experiment(linear_bandit_spec(5, 10), paper_size=True, paper={"LinUCB": 32.8}),
+    generalist_experiment(linear_bandit_spec(3, 5)),
 )
 """The generalists in the default suite: the paper's sizes and one other size per family."""
 EXPERIMENTS.update({e.name: e for e in GENERALIST_EXPERIMENTS})

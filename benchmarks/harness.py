@@ -54,13 +54,14 @@ from benchmarks.experiments import (
     Experiment,
     GridExperiment,
 )
-from benchmarks.generalization import bernoulli_cells, linear_cells, run_generalization
+from benchmarks.generalization import bernoulli_cells, describe_range, linear_cells, run_generalization
 from benchmarks.plots import describe_env, plot, plot_files
 from benchmarks.results_page import PAGE, Section, write_page
 from icrl_gym import __version__
 from icrl_gym.checkpoint import (
     PRETRAINED_DIR,
     CheckpointKind,
+    CheckpointRecord,
     checkpoint_files,
     read_record,
     resolve_checkpoint,
@@ -527,9 +528,15 @@ def training_budget(checkpoint: str) -> dict[str, Any]:
 
     Pretrained transformers count the distinct offline trajectories x T collected by the context
     algorithm; meta-RL policies count their online steps; a fine-tuned model adds its online
-    steps to its base model's.
+    steps to its base model's.  ``trained_range`` is the record's (the generalists': the sizes they
+    were trained on; ``None`` for a model of one size).
     """
     record = read_record(resolve_checkpoint(checkpoint))
+    return {**_budget(record), "trained_range": record.meta.get("trained_range")}
+
+
+def _budget(record: CheckpointRecord) -> dict[str, Any]:
+    """How a model was trained: ``how``, ``env_steps`` (``None``: not recorded), ``minutes`` and ``threads``."""
     meta = record.meta
     horizon = record.env.get("horizon", 0) * record.env.get("episodes", 1)
     training = meta.get("training", {})
@@ -563,18 +570,22 @@ def training_budget(checkpoint: str) -> dict[str, Any]:
 
 
 def _budget_table(exp: Experiment) -> list[str]:
+    """The training budget of every learned row, and the sizes it was trained on where its record names them."""
     learned = {label: s["checkpoint"] for label, s in exp.algorithms.items() if s["name"] in LEARNED}
     if not learned:
         return []
+    budgets = {label: training_budget(name) for label, name in learned.items()}
+    ranged = any(b["trained_range"] for b in budgets.values())
     lines = [
         "Training budgets of the learned rows:\n",
-        "| algorithm | model | training | env steps | wall minutes |",
-        "|---|---|---|---|---|",
+        "| algorithm | model | training | env steps | wall minutes |" + (" trained on |" if ranged else ""),
+        "|---|---|---|---|---|" + ("---|" if ranged else ""),
     ]
     for label, name in learned.items():
-        b = training_budget(name)
+        b = budgets[label]
         steps = "not recorded" if b["env_steps"] is None else f"{b['env_steps']:,}"
-        lines.append(f"| {label} | {name} | {b['how']} | {steps} | {b['minutes']:.1f} |")
+        trained = f" {describe_range(b['trained_range'])} |" if ranged else ""
+        lines.append(f"| {label} | {name} | {b['how']} | {steps} | {b['minutes']:.1f} |" + trained)
     lines.append("")
     return lines
 

@@ -2,7 +2,7 @@
 
 Each is registered by name in :mod:`icrl_gym.registry`, whose ``make_agent`` (re-exported here)
 builds any of them from a plain, JSON-serialisable specification, the dictionary that
-``agent.config()`` returns::
+``agent.config()`` returns, and :func:`pretrained` gives a ready agent for every shipped model::
 
     make_agent("linucb", alpha=2.0)
     make_agent({"name": "mixture", "weights": [0.5, 0.5],
@@ -32,8 +32,18 @@ from agents.thompson import BernoulliThompson, LinearThompson
 from agents.ucb import UCB
 from agents.ucbvi import UCBVI
 from agents.uniform import Uniform
-from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 from icrl_gym.registry import make_agent
+
+
+def pretrained(name: str, seed: int | None = None, **kwargs: Any) -> Agent[Any]:
+    """A ready agent for the model ``name`` shipped with the package (:func:`agents.learned.pretrained`).
+
+    Imported on first use, so ``import agents`` alone never loads torch.
+    """
+    from agents.learned import pretrained as load
+
+    return load(name, seed=seed, **kwargs)
 
 
 def ts_uniform_mixture(alpha: float, thompson: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -73,5 +83,6 @@ __all__ = [
     "UCBVI",
     "Uniform",
     "make_agent",
+    "pretrained",
     "ts_uniform_mixture",
 ]

@@ -27,6 +27,7 @@ from agents.index_agent import IndexAgent
 from agents.linear_posterior import GaussianModelMixin
 from agents.resolved_model import ResolvedModelMixin
 from agents.thompson import beta_prior
+from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.statistics import ArmStatistics
 
 
@@ -36,9 +37,9 @@ def quantile_level(t: int, horizon: int, c: float) -> float:
 
 
 class _HorizonMixin:
-    """The horizon T of the quantile level: given, or the environment's."""
+    """The horizon T of the quantile level: the environment's, else the constructor's (:func:`resolve_horizon`)."""
 
-    env_model: dict[str, Any] | None
+    reset_info: dict[str, Any]
     _used_horizon: int | None
 
     @property
@@ -49,16 +50,11 @@ class _HorizonMixin:
         return self._used_horizon
 
     def _resolve_horizon(self) -> int:
-        given = getattr(self, "horizon", None)
-        if given is not None:
-            return int(given)
-        if self.env_model is None:
-            raise ValueError("Bayes-UCB needs the horizon T: reset it with the env's reset info or pass horizon")
-        return int(self.env_model["horizon"])
+        return resolve_horizon(self.reset_info, getattr(self, "horizon", None), "Bayes-UCB")
 
 
 class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
-    """Posterior-quantile index with Beta(a, b) priors (the environment's unless given)."""
+    """Posterior-quantile index with Beta(a, b) priors (the environment's unless given; T the environment's)."""
 
     name = "bayes_ucb"
     stats: ArmStatistics
@@ -107,7 +103,7 @@ class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
 
 
 class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
-    """Gaussian posterior quantile of <a_{t,k}, w*> (noise, prior and T from the environment unless given)."""
+    """Gaussian posterior quantile of <a_{t,k}, w*> (noise and prior from the environment unless given; T its own)."""
 
     name = "linear_bayes_ucb"
     ridge_statistics = True

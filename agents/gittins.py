@@ -8,7 +8,9 @@ An arm with Beta(a0 + s, b0 + f) posterior (s successes, f failures) and m pulls
 p = (a0 + s) / (a0 + b0 + s + f), V_lambda(., ., 0) = 0: the retirement reward lambda per step
 at which playing the arm for up to m more pulls (stopping at will) stops being worth it
 (calibration; Gittins, Glazebrook & Weber, "Multi-armed Bandit Allocation Indices", ch. 7).  At
-step t the policy pulls argmax_k G(s_k, f_k, T - t + 1).
+step t the policy pulls argmax_k G(s_k, f_k, T - t + 1), with T the environment's horizon
+(:func:`~icrl_gym.algorithm.resolve_horizon`; the constructor's ``horizon`` only for runs whose
+environment states none).
 
 The table (its math and compact storage) lives in :mod:`icrl_gym.gittins`; one table built for the
 largest horizon asked for serves every smaller one.  Building it takes minutes at T = 500, so with a
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from agents.index_agent import IndexAgent
+from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
 from icrl_gym.statistics import ArmStatistics
@@ -42,18 +45,25 @@ class Gittins(IndexAgent):
 
     def __init__(
         self,
-        horizon: int = 200,
+        horizon: int | None = None,
         prior_a: float = 1.0,
         prior_b: float = 1.0,
         seed: int | None = None,
         cache_dir: str | os.PathLike | None = None,
     ):
         super().__init__(temperature=0.0, seed=seed)
-        self.horizon = check_integer("horizon", horizon)
+        self.default_horizon = None if horizon is None else check_integer("horizon", horizon)
+        """The constructor's T, for runs whose environment states none."""
+        self.horizon = self.default_horizon or 0
+        """T of the runs since the last reset."""
         self.prior_a = check_number("prior_a", prior_a, 0.0, True, MAX_SCALE)
         self.prior_b = check_number("prior_b", prior_b, 0.0, True, MAX_SCALE)
         self.cache_dir = gittins_cache_dir(cache_dir)
         """Where the table is kept between processes (None: memory only); not a hyper-parameter, not in config()."""
+
+    def _start(self, info: dict[str, Any]) -> None:
+        self.horizon = resolve_horizon(info, self.default_horizon, "Gittins")
+        super()._start(info)
 
     def _memory_bytes(self) -> int:
         """The base statistics and the table (about (T + 2)^3 / 6 float32 values, built on a 256-point grid)."""
@@ -81,4 +91,4 @@ class Gittins(IndexAgent):
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters."""
-        return {"name": self.name, "horizon": self.horizon, "prior_a": self.prior_a, "prior_b": self.prior_b}
+        return {"name": self.name, "horizon": self.default_horizon, "prior_a": self.prior_a, "prior_b": self.prior_b}

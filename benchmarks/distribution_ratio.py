@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from agents import make_agent, ts_uniform_mixture
-from agents.transformer_agent import TransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.diagnostics import distribution_ratio
 from icrl_gym.envs import bernoulli_bandit_spec

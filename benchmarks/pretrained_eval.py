@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from agents import make_agent
+from agents.learned.transformer import TransformerAgent
 from agents.linear_posterior import PAPER_TS_PRIOR
-from agents.transformer_agent import TransformerAgent
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.diagnostics import imitation_error

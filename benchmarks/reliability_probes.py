@@ -695,7 +695,7 @@ def _bernoulli_on_mdp(tmp: Path) -> Outcome:
 
 @probe("PPO checkpoint loaded with TransformerAgent", Section.CRASH)
 def _ppo_as_transformer(tmp: Path) -> Outcome:
-    from agents.transformer_agent import TransformerAgent
+    from agents.learned.transformer import TransformerAgent
 
     name = "bernoulli-ppo-statistics"
     cases = {

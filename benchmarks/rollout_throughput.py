@@ -3,7 +3,7 @@
 The paper's reference model (L=8, M=4, D=32, ReLU attention, two tokens per step) rolls out on
 the linear bandit (d=5, A=10, T=200) over ``--instances`` instances, in one run:
 
-- ``cache``: :class:`agents.transformer_agent.TransformerAgent`, which appends each step's tokens
+- ``cache``: :class:`agents.learned.transformer.TransformerAgent`, which appends each step's tokens
   to the model's key/value cache (O(t) work at step t);
 - ``recompute``: the same model re-run on the whole prefix at every step (O(t) tokens at step t),
   the way a rollout without a cache works; its cost is timed at a few prefix lengths and summed
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.transformer_agent import TransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import BanditBatch, linear_bandit_spec
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig

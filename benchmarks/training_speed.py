@@ -132,7 +132,7 @@ def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, native: bool
     rows = torch.arange(B, device=sets.device)
     with torch.inference_mode():
         for t in range(steps):
-            logits = model.step(sets[t], prev_a, prev_r, cache)[0]
+            logits = model.step(cache, sets[t], prev_a, prev_r)[0]
             prev_a = logits.argmax(-1)
             prev_r = sets[t, rows, prev_a, 0]
 

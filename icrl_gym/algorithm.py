@@ -27,7 +27,17 @@ Monte-Carlo for Thompson sampling.  Collectors skip the decoding with ``act_batc
 ``policy_batch`` and ``update_batch`` on (B, A, d) arrays.  Subclasses implement ``_reset``,
 ``_policy`` and ``_update``; ``_act`` defaults to sampling from ``_policy`` and is overridden by
 deterministic (argmax) algorithms.  ``reset`` also takes the fields ``batch_size``, ``dim``,
-``num_actions`` and ``w_star`` as keywords (they replace those of ``info``).
+``num_actions``, ``horizon``, ``noise_std`` and ``w_star`` as keywords (they replace those of
+``info``; an algorithm reads those it uses), and
+``num_arms=K`` for a K-armed bandit (arms e_1..e_K, d = A = K), so that a bandit with no
+environment is a plain loop::
+
+    agent.reset(num_arms=5, horizon=200)
+    for t in range(200):
+        arm = agent.act()              # no observation: the arms are e_1..e_5
+        agent.update(arm, reward_of(arm))
+
+and a linear bandit takes its (A, d) arms at every step: ``agent.act(arms)``.
 
 Tabular MDPs (Section 4.3)
 --------------------------------------------
@@ -103,6 +113,28 @@ def one_hot(index: np.ndarray, num_classes: int) -> np.ndarray:
     return out
 
 
+def resolve_horizon(info: Mapping[str, Any], default: int | None = None, agent: str = "the agent") -> int:
+    """The horizon T of the runs an agent is reset for: the one resolver every agent uses.
+
+    Precedence, first found wins: the ``horizon`` keyword of ``reset`` (merged into ``info``) or
+    the reset info's own ``horizon``; the environment's model ``info["model"]["horizon"]``; the
+    agent's constructor ``default``.  The environment states the truth about its own runs, so a
+    constructor value is only a fallback for a bandit without an environment.  T must be a positive
+    integer (``2.7`` is refused, never truncated); none at all is a ``ValueError`` naming the ways to
+    give one.
+    """
+    model = info.get("model") or {}
+    for source, value in (("reset", info.get("horizon")), ("the environment's model", model.get("horizon"))):
+        if value is not None:
+            return check_integer(f"horizon (from {source})", value)
+    if default is None:
+        raise ValueError(
+            f"{agent} needs the horizon T: reset with the environment's info, or reset(..., horizon=T), "
+            "or give horizon= to its constructor"
+        )
+    return check_integer("horizon", default)
+
+
 ObsT = TypeVar("ObsT")
 """A decoded observation: the action sets (B, A, d) of a bandit, (states (B,), h) of an MDP."""
 
@@ -133,6 +165,8 @@ class Agent(Generic[ObsT]):
         self.env_model: dict[str, Any] | None = None
         """The environment's model (``info["model"]`` at reset: its spec as a dict), or None.
         Bayesian algorithms read their noise level and prior from it."""
+        self.reset_info: dict[str, Any] = {}
+        """The reset ``info`` merged with the keywords of the last ``reset`` (what :func:`resolve_horizon` reads)."""
         self._single = False
         self._last: ObsT | None = None
 
@@ -150,18 +184,22 @@ class Agent(Generic[ObsT]):
         if rng is not None:
             self.rng = rng
         self.env_model = merged.get("model")
+        self.reset_info = merged
         self._last = None
         self._start(merged)
 
-    def act(self, obs: Any) -> Any:
-        """An action for every run: an ``int`` for a single run, else a (B,) array."""
+    def act(self, obs: Any = None) -> Any:
+        """An action for every run: an ``int`` for a single run, else a (B,) array.
+
+        ``obs`` may be left out where the observation is implied (a K-armed bandit's arms e_1..e_K).
+        """
         observation = self._read(obs)
         self._observe(observation)
         actions = self._act_on(observation)
         self._last = observation
         return int(actions[0]) if self._single else actions
 
-    def policy(self, obs: Any) -> np.ndarray:
+    def policy(self, obs: Any = None) -> np.ndarray:
         """Action probabilities Alg(. | D_{t-1}, s_t): (A,) for a single run, else (B, A)."""
         observation = self._read(obs)
         self._observe(observation)
@@ -198,7 +236,11 @@ class Agent(Generic[ObsT]):
     def _read(self, obs: Any) -> ObsT:
         if self.batch_size == 0:
             raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()")
-        return self._decode(obs)
+        return self._decode(self._implied_observation() if obs is None else obs)
+
+    def _implied_observation(self) -> Any:
+        """The observation ``act()`` / ``policy()`` use when given none (none by default: an error)."""
+        raise TypeError(f"{type(self).__name__}.act() needs the observation (the environment's obs)")
 
     def _check_runs(self, runs: int) -> None:
         if runs != self.batch_size:
@@ -269,7 +311,7 @@ class BanditAgent(Agent[np.ndarray]):
 
     has_index = False
     """True when :meth:`index` gives the per-arm index v (B, A) whose argmax or softmax is the policy."""
-    reset_fields: tuple[str, ...] = ("batch_size", "dim", "num_actions", "w_star")
+    reset_fields: tuple[str, ...] = ("batch_size", "dim", "num_actions", "num_arms", "horizon", "noise_std", "w_star")
     action_kind = "arm indices"
     ridge_statistics = False
     """True for the algorithms that keep ridge statistics, (B, d, d) per batch (sized by the memory check)."""
@@ -278,6 +320,8 @@ class BanditAgent(Agent[np.ndarray]):
         super().__init__(seed)
         self.dim = 0
         self.t = 0
+        self.one_hot_arms = False
+        """True when the arms are e_1..e_K (a K-armed bandit): ``act()`` then needs no observation."""
 
     # ------------------------------------------------------------------ batched array API
     def act_batch(self, action_sets: np.ndarray) -> np.ndarray:
@@ -317,6 +361,14 @@ class BanditAgent(Agent[np.ndarray]):
     def _start(self, info: dict[str, Any]) -> None:
         w_star, batch_size = info.get("w_star"), info.get("batch_size")
         dim, num_actions = info.get("dim"), info.get("num_actions")
+        num_arms = info.get("num_arms")
+        if num_arms is not None:  # a K-armed bandit: arms e_1..e_K, so d = A = K
+            num_arms = check_integer("num_arms", num_arms)
+            for name, value in (("dim", dim), ("num_actions", num_actions)):
+                if value is not None and value != num_arms:
+                    raise ValueError(f"num_arms={num_arms} is a K-armed bandit (d = A = K), but {name}={value}")
+            dim = num_actions = num_arms
+        self.one_hot_arms = num_arms is not None or (info.get("model") or {}).get("arms") == "one_hot"
         single = False
         if w_star is not None:
             w_star = as_float_array("w_star", w_star)
@@ -345,6 +397,15 @@ class BanditAgent(Agent[np.ndarray]):
         B, A, d = self.batch_size, self.num_actions, self.dim
         ridge = 8 * B * d * (3 * d + 2) if self.ridge_statistics else 0
         return 8 * B * A * (2 * d + 8) + ridge
+
+    def _implied_observation(self) -> np.ndarray:
+        """The arms e_1..e_K of every run, for a K-armed bandit (``act()`` with no observation)."""
+        if not self.one_hot_arms:
+            raise TypeError(
+                f"{type(self).__name__}.act() needs the action set: an (A, d) array of the arms "
+                "(only a K-armed bandit, reset with num_arms=K or a Bernoulli environment, implies it)"
+            )
+        return np.broadcast_to(np.eye(self.num_actions), (self.batch_size, self.num_actions, self.num_actions))
 
     def _decode(self, obs: Any) -> np.ndarray:
         """Bring an observation to (B, A, d): accepts (A*d,), (A, d), (B, A*d) or (B, A, d)."""

@@ -24,6 +24,7 @@ record) + ``model.safetensors``: every reader here accepts the folder in place o
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.resources
 import json
 import logging
@@ -43,9 +44,14 @@ from safetensors.torch import save as save_safetensors
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, describe_size, json_round_trip
-from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
-from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.fileio import (
+    CONTENT_HASH_FIELD,
+    DictConfig,
+    atomic_write_bytes,
+    content_sha256,
+    describe_size,
+    json_round_trip,
+)
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 2
@@ -64,42 +70,114 @@ class CheckpointError(ValueError):
 
 
 class CheckpointKind(str, Enum):
-    """What the weights of a checkpoint are, and so which agent plays them."""
+    """What the weights of a checkpoint are, and so which model class builds them and which agent plays them."""
 
     BANDIT_TRANSFORMER = "bandit_transformer"
-    """A :class:`BanditTransformer` (agent ``"transformer"``)."""
+    """A :class:`~icrl_gym.models.transformer.BanditTransformer` (agent ``"transformer"``)."""
     MDP_TRANSFORMER = "mdp_transformer"
-    """An :class:`MDPTransformer` (agent ``"mdp_transformer"``)."""
+    """An :class:`~icrl_gym.models.mdp_transformer.MDPTransformer` (agent ``"mdp_transformer"``)."""
     META_RL_POLICY = "meta_rl_policy"
     """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
     GENERALIST_TRANSFORMER = "generalist_transformer"
-    """A :class:`GeneralistTransformer`, any K and T of Bernoulli arms (agent ``"generalist"``)."""
+    """A :class:`~icrl_gym.models.generalist.GeneralistTransformer`: Bernoulli arms, any K and T."""
     LINEAR_GENERALIST_TRANSFORMER = "linear_generalist_transformer"
-    """A :class:`LinearGeneralistTransformer`, any d <= 8, A, T of linear arms (agent ``"linear_generalist"``)."""
+    """A :class:`~icrl_gym.models.linear_generalist.LinearGeneralistTransformer`: linear arms, any A and T."""
+
+    @property
+    def entry(self) -> KindEntry:
+        """The row of :data:`KINDS` for this kind."""
+        return KINDS[self]
 
     @property
     def agent(self) -> str:
         """The registered name of the agent that plays checkpoints of this kind."""
-        return _AGENT_OF_KIND[self]
+        return KINDS[self].agent
 
 
-_AGENT_OF_KIND = {
-    CheckpointKind.BANDIT_TRANSFORMER: "transformer",
-    CheckpointKind.MDP_TRANSFORMER: "mdp_transformer",
-    CheckpointKind.META_RL_POLICY: "meta_rl",
-    CheckpointKind.GENERALIST_TRANSFORMER: "generalist",
-    CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: "linear_generalist",
+class EnvFamily(str, Enum):
+    """The family of environments a checkpoint plays."""
+
+    BANDIT = "bandit"
+    TABULAR_MDP = "tabular MDP"
+
+
+def _import(target: str) -> Any:
+    """The object named by ``"module:attribute"``."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class KindEntry:
+    """One row of the kind table: how a checkpoint of a kind is built, played and checked."""
+
+    model: str
+    """``"module:Class"`` of the model (an :class:`~icrl_gym.models.policy.InContextPolicy`, or the
+    meta-RL baselines' SB3 policy)."""
+    config: str
+    """``"module:Class"`` of its configuration (a :class:`~icrl_gym.fileio.DictConfig`), read from the
+    record's ``model`` (for the meta-RL policies, from ``meta_rl``)."""
+    agent: str
+    """The registered agent (:mod:`icrl_gym.registry`) that plays it."""
+    family: EnvFamily
+    """The environments it plays."""
+    exact_fields: tuple[str, ...]
+    """Fields of the environment's spec that must equal the training prior's (:func:`check_compatible`)."""
+    length_field: str | None = None
+    """The field of a run's length, which may be shorter than the model's capacity but not longer
+    (None: the model plays any length)."""
+    loader: str | None = None
+    """``"module:function"`` ``(path, device) -> (model, meta)`` for a model not built from its
+    configuration alone (the SB3 policies); None: ``model(config)`` + the weights."""
+
+
+KINDS: dict[CheckpointKind, KindEntry] = {
+    CheckpointKind.BANDIT_TRANSFORMER: KindEntry(
+        "icrl_gym.models.transformer:BanditTransformer",
+        "icrl_gym.models.transformer:TransformerConfig",
+        "transformer",
+        EnvFamily.BANDIT,
+        ("arms", "reward", "dim", "num_actions"),
+        "horizon",
+    ),
+    CheckpointKind.MDP_TRANSFORMER: KindEntry(
+        "icrl_gym.models.mdp_transformer:MDPTransformer",
+        "icrl_gym.models.mdp_transformer:MDPTransformerConfig",
+        "mdp_transformer",
+        EnvFamily.TABULAR_MDP,
+        ("kind", "num_states", "num_actions", "horizon"),
+        "episodes",
+    ),
+    CheckpointKind.META_RL_POLICY: KindEntry(
+        "stable_baselines3.common.policies:ActorCriticPolicy",
+        "icrl_gym.meta_policy:MetaRLConfig",
+        "meta_rl",
+        EnvFamily.BANDIT,
+        ("arms", "reward", "dim", "num_actions"),
+        "horizon",
+        loader="icrl_gym.meta_policy:load_policy_module",
+    ),
+    CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
+        "icrl_gym.models.generalist:GeneralistTransformer",
+        "icrl_gym.models.generalist:GeneralistConfig",
+        "generalist",
+        EnvFamily.BANDIT,
+        ("arms", "reward"),
+    ),
+    CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: KindEntry(
+        "icrl_gym.models.linear_generalist:LinearGeneralistTransformer",
+        "icrl_gym.models.linear_generalist:LinearGeneralistConfig",
+        "linear_generalist",
+        EnvFamily.BANDIT,
+        ("reward",),
+    ),
 }
+"""The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.
 
+A new kind of learned policy is one row here, one model file and one agent adapter."""
 
-_KIND_OF_MODEL_CLASS = {
-    "BanditTransformer": CheckpointKind.BANDIT_TRANSFORMER,
-    "MDPTransformer": CheckpointKind.MDP_TRANSFORMER,
-    "ActorCriticPolicy": CheckpointKind.META_RL_POLICY,
-    "RecurrentActorCriticPolicy": CheckpointKind.META_RL_POLICY,
-    "GeneralistTransformer": CheckpointKind.GENERALIST_TRANSFORMER,
-    "LinearGeneralistTransformer": CheckpointKind.LINEAR_GENERALIST_TRANSFORMER,
-}
+_OTHER_MODEL_CLASSES = {"RecurrentActorCriticPolicy": CheckpointKind.META_RL_POLICY}
+"""Model classes (of records written before ``kind`` existed) that are not a row's ``model``."""
 
 
 def checkpoint_kind(meta: dict[str, Any]) -> CheckpointKind:
@@ -118,9 +196,18 @@ def checkpoint_kind(meta: dict[str, Any]) -> CheckpointKind:
             return CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
         return kind
     model_class = meta.get("model_class", "BanditTransformer")
-    if model_class not in _KIND_OF_MODEL_CLASS:
+    found = _kind_of_model_class(model_class)
+    if found is None:
         raise CheckpointError(f"checkpoint record of unknown model class {model_class!r} and no kind")
-    return _KIND_OF_MODEL_CLASS[model_class]
+    return found
+
+
+def _kind_of_model_class(model_class: str) -> CheckpointKind | None:
+    """The kind whose row builds ``model_class`` (by class name), or None."""
+    for kind, entry in KINDS.items():
+        if entry.model.rpartition(":")[2] == model_class:
+            return kind
+    return _OTHER_MODEL_CLASSES.get(model_class)
 
 
 @dataclass(frozen=True)
@@ -211,13 +298,6 @@ def pretrained_names(kind: CheckpointKind | str | None = None) -> list[str]:
     return [n for n in names if read_record(PRETRAINED_DIR / n).kind is kind]
 
 
-MODEL_CLASSES = {
-    CheckpointKind.BANDIT_TRANSFORMER: (BanditTransformer, TransformerConfig),
-    CheckpointKind.MDP_TRANSFORMER: (MDPTransformer, MDPTransformerConfig),
-}
-"""The model and configuration classes of the transformer kinds (meta-RL policies load with SB3)."""
-
-
 def _stem(path: str | os.PathLike) -> Path:
     path = Path(path)
     return path.with_suffix("") if path.suffix in (".json", ".safetensors") else path
@@ -274,9 +354,10 @@ def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path
 
 def _model_config(model: torch.nn.Module) -> dict[str, Any]:
     """The configuration record of a transformer (other models pass theirs to :func:`save_checkpoint`)."""
-    if not isinstance(model, BanditTransformer | MDPTransformer):
+    config = getattr(model, "config", None)
+    if not isinstance(config, DictConfig):
         raise ValueError(f"no model configuration for a {type(model).__name__}: pass config=")
-    return model.config.to_dict()
+    return config.to_dict()
 
 
 def _write_record(record_path: Path, record: dict[str, Any]) -> None:
@@ -301,9 +382,9 @@ def save_checkpoint(
     """
     model_class = type(model).__name__
     if kind is None:
-        if model_class not in _KIND_OF_MODEL_CLASS:
+        kind = _kind_of_model_class(model_class)
+        if kind is None:
             raise ValueError(f"no checkpoint kind for a {model_class}: pass kind=")
-        kind = _KIND_OF_MODEL_CLASS[model_class]
     stem = _stem(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     blob = save_safetensors(tensors)
@@ -359,46 +440,42 @@ def upgrade_record(path: str | os.PathLike) -> Path:
 
 
 def load_checkpoint(
-    path: str | os.PathLike, device: torch.device | str = "cpu", expect: BanditSpec | MDPSpec | None = None
-) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
-    """Build the model of a checkpoint and load its weights; check the environment ``expect`` if given."""
+    path: str | os.PathLike,
+    device: torch.device | str = "cpu",
+    expect: BanditSpec | MDPSpec | None = None,
+    kind: CheckpointKind | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Build the model of a checkpoint of any kind from the kind table (:data:`KINDS`) and load its weights.
+
+    Returns ``(model, record)``, the model in eval mode on ``device``.  ``kind``: refuse a checkpoint
+    of another kind (:class:`CheckpointError`); ``expect``: check the environment spec it will play.
+    """
     state, meta = read_checkpoint(path)
-    kind = checkpoint_kind(meta)
-    if kind not in MODEL_CLASSES:
-        raise CheckpointError(
-            f"checkpoint {_stem(path)} holds a {kind.value}, not a transformer: "
-            f"play it with make_agent({kind.agent!r}, checkpoint=...)"
-        )
+    record = CheckpointRecord.from_meta(meta)
+    if kind is not None:
+        record.expect(kind, str(_stem(path)))
     if expect is not None:
-        check_compatible(meta, {"model": expect.to_dict()}, name=str(_stem(path)))
+        check_compatible(record, {"model": expect.to_dict()}, name=str(_stem(path)))
+    entry = record.kind.entry
+    if entry.loader is not None:
+        return _import(entry.loader)(path, torch.device(device))
     try:
-        model: BanditTransformer | MDPTransformer
-        if kind is CheckpointKind.MDP_TRANSFORMER:
-            model = MDPTransformer(MDPTransformerConfig.from_dict(meta["model"]))
-        else:
-            model = BanditTransformer(TransformerConfig.from_dict(meta["model"]))
+        model = _import(entry.model)(_import(entry.config).from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
-    except (KeyError, ValueError, RuntimeError) as err:
+    except (KeyError, ValueError, TypeError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {_stem(path)} does not fit its model configuration: {err}") from err
     return model.to(device).eval(), meta
 
 
-_EXACT_FIELDS = {
-    "bandit": ("arms", "reward", "dim", "num_actions"),
-    "tabular MDP": ("kind", "num_states", "num_actions", "horizon"),
-}
-"""Fields of the environment's spec a checkpoint must match exactly, per family of environments."""
-_LENGTH_FIELD = {"bandit": "horizon", "tabular MDP": "episodes"}
-"""The field of a run's length, which may be shorter than the model's capacity but not longer."""
 _INFO_FIELDS = ("dim", "num_states", "num_actions", "horizon", "episodes")
 """Sizes a reset ``info`` may carry itself (a bandit reset by keywords has no ``model``)."""
 
 
-def _family(env: Mapping[str, Any]) -> str | None:
+def _family(env: Mapping[str, Any]) -> EnvFamily | None:
     if "num_states" in env:
-        return "tabular MDP"
+        return EnvFamily.TABULAR_MDP
     if "dim" in env or "arms" in env:
-        return "bandit"
+        return EnvFamily.BANDIT
     return None
 
 
@@ -411,27 +488,29 @@ def check_compatible(
     ``info`` carries itself.  The family (bandit or tabular MDP) must be the checkpoint's; a bandit
     must have the kind of arms, of rewards, d and A of the training prior, an MDP its kind, S, A and H.
     A run may be shorter than the model's capacity (T for a bandit, K episodes for an MDP), as an
-    out-of-distribution use, but not longer.  Fields the environment does not state are not compared.
+    out-of-distribution use, but not longer.  The family, the exact fields and the length field of a
+    kind are its row of :data:`KINDS` (a generalist plays any size: only its kind of arms and rewards
+    are compared).  Fields the environment does not state are not compared.
     """
     record = record if isinstance(record, CheckpointRecord) else CheckpointRecord.from_meta(record)
     env = {k: info[k] for k in _INFO_FIELDS if info.get(k) is not None}
     env.update(info.get("model") or {})
     trained = record.env
-    family = "tabular MDP" if record.kind is CheckpointKind.MDP_TRANSFORMER else "bandit"
+    entry = record.kind.entry
     seen = _family(env)
-    if seen is not None and seen != family:
+    if seen is not None and seen is not entry.family:
         raise CheckpointError(
-            f"{name} does not fit the environment: environment={family!r} in the checkpoint "
-            f"(a {record.kind.value}), environment={seen!r} in the environment"
+            f"{name} does not fit the environment: environment={entry.family.value!r} in the checkpoint "
+            f"(a {record.kind.value}), environment={seen.value!r} in the environment"
         )
     problems = [
         f"{key}={trained[key]!r} in the checkpoint, {key}={env[key]!r} in the environment"
-        for key in _EXACT_FIELDS[family]
+        for key in entry.exact_fields
         if key in env and key in trained and env[key] != trained[key]
     ]
-    length = _LENGTH_FIELD[family]
-    capacity = record.meta.get("model", {}).get(length, trained.get(length))
-    if length in env and capacity is not None and env[length] > capacity:
+    length = entry.length_field
+    capacity = None if length is None else record.meta.get("model", {}).get(length, trained.get(length))
+    if length is not None and length in env and capacity is not None and env[length] > capacity:
         problems.append(
             f"{length}<={capacity} in the checkpoint (trained with {length}={trained.get(length)}), "
             f"{length}={env[length]} in the environment"

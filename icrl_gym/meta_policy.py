@@ -16,7 +16,7 @@ are offered (``features``):
 :class:`HistoryFeatures` computes them for B runs; :class:`BanditFeatureVecEnv` is a
 Stable-Baselines3 ``VecEnv`` over a :class:`BanditBatch` that serves them, so B runs step as
 arrays; :func:`load_policy` rebuilds an exported policy (no pickle), which the agent
-:class:`agents.meta_rl_agent.MetaRLAgent` plays.  Nothing here trains.
+:class:`agents.learned.meta_rl.MetaRLAgent` plays.  Nothing here trains.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
@@ -320,3 +321,9 @@ def load_policy(path: str | Path, device: str = "cpu") -> tuple[BaseAlgorithm, d
         raise CheckpointError(f"{path} does not fit its policy configuration: {err}") from err
     algo.policy.set_training_mode(False)
     return algo, meta
+
+
+def load_policy_module(path: str | Path, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The SB3 policy network of an exported meta-RL policy and its record (the kind table's loader)."""
+    algo, meta = load_policy(path, device=str(device))
+    return algo.policy, meta

@@ -53,11 +53,11 @@ _ENTRY_POINTS: dict[str, str] = {
     # either kind: the mixture builds an MDP mixture when every component is an MDP algorithm
     MIXTURE: "agents.mixture:Mixture",
     # learned algorithms (they import torch)
-    "transformer": "agents.transformer_agent:TransformerAgent",
-    "mdp_transformer": "agents.mdp_transformer_agent:MDPTransformerAgent",
-    "meta_rl": "agents.meta_rl_agent:MetaRLAgent",
-    "generalist": "agents.generalist_agent:GeneralistAgent",
-    "linear_generalist": "agents.linear_generalist_agent:LinearGeneralistAgent",
+    "transformer": "agents.learned.transformer:TransformerAgent",
+    "mdp_transformer": "agents.learned.mdp_transformer:MDPTransformerAgent",
+    "meta_rl": "agents.learned.meta_rl:MetaRLAgent",
+    "generalist": "agents.learned.generalist:GeneralistAgent",
+    "linear_generalist": "agents.learned.linear_generalist:LinearGeneralistAgent",
 }
 
 _DEFAULTS: dict[str, dict[str, Any]] = {

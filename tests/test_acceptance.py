@@ -9,7 +9,7 @@ model within 10% of soft UCB-VI and the DPT model within 10% of PSRL (1,000 inst
 import numpy as np
 import pytest
 
-from agents.transformer_agent import TransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.transformer_agent import TransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.checkpoint import (
     CheckpointError,
     export_hf_folder,

@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from agents import make_agent
-from agents.mdp_transformer_agent import MDPTransformerAgent
-from agents.transformer_agent import TransformerAgent
+from agents.learned.mdp_transformer import MDPTransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.algorithm import Agent
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, check_compatible, read_record, resolve_checkpoint
 from icrl_gym.envs import BernoulliBanditEnv, LinearBanditEnv, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.envs.tabular_mdp import RandomMDPEnv
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
-from icrl_gym.models.policy_output import PolicyOutput
+from icrl_gym.models.policy import PolicyOutput
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 SMALL_MDP = dict(num_states=3, num_actions=2, horizon=3, episodes=2)
@@ -106,8 +106,8 @@ def test_both_models_return_a_policy_output():
     assert out_m.logits.shape == (B, T, 2) and out_m.values is None
     logits, values = out_b  # still unpacks as (logits, values)
     assert logits is out_b.logits and values is out_b.values
-    step_b = bandit.step(sets[:, 0], None, None, bandit.new_cache(B))
-    step_m = mdp.step(states[:, 0], None, None, mdp.new_cache(B))
+    step_b = bandit.step(bandit.new_cache(B), sets[:, 0], None, None)
+    step_m = mdp.step(mdp.new_cache(B), states[:, 0], None, None)
     assert isinstance(step_b, PolicyOutput) and step_b.values is not None and step_m.values is None
     torch.testing.assert_close(step_b.logits, out_b.logits[:, 0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(step_m.logits, out_m.logits[:, 0], atol=1e-5, rtol=1e-5)

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import icrl_gym
-from agents.mdp_transformer_agent import MDPTransformerAgent
-from agents.transformer_agent import TransformerAgent
+from agents.learned.mdp_transformer import MDPTransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.algorithm import Agent, MDPAgent
 from icrl_gym.envs.validation import memory_limit
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig

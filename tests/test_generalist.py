@@ -6,11 +6,12 @@ import pytest
 import torch
 
 import icrl_gym.envs  # noqa: F401  (registers the environments)
-from agents.generalist_agent import GeneralistAgent
 from agents.gittins import Gittins
+from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
 from icrl_gym.gittins import build_gittins_table, gittins_table
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.generalist import GeneralistTrainConfig, train
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
@@ -30,10 +31,10 @@ def test_cached_step_equals_forward():
     model, (b, s, k) = _model(), (3, 25, 4)
     actions, rewards = _trajectory(b, s, k)
     full = model(actions, rewards, torch.arange(s).expand(b, s), s, k)  # (B, S, K)
-    cache = model.new_cache(b, s)
-    steps = [model.step(cache, k, s)]
+    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=s), grouped=False)
+    steps = [model.step(cache, None, None, None).logits]
     for t in range(s - 1):
-        steps.append(model.step(cache, k, s, actions[:, t], rewards[:, t]))
+        steps.append(model.step(cache, None, actions[:, t], rewards[:, t]).logits)
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -43,8 +44,9 @@ def test_grouped_cache_equals_forward(k):
     model, (b, s) = _model(seed=4), (4, 40)
     actions, rewards = _trajectory(b, s, k, seed=5)
     full = model(actions, rewards, torch.arange(s).expand(b, s), s, k)
-    cache = model.new_cache(b, s, grouped=True)
-    steps = [model.step(cache, k, s)] + [model.step(cache, k, s, actions[:, t], rewards[:, t]) for t in range(s - 1)]
+    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=s))
+    steps = [model.step(cache, None, None, None).logits]
+    steps += [model.step(cache, None, actions[:, t], rewards[:, t]).logits for t in range(s - 1)]
     torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
     # the multiplicities are the pulls of each (arm, reward) pair, counted by a slow loop
     slow = torch.zeros(b, k, 2)
@@ -57,14 +59,16 @@ def test_grouped_cache_equals_forward(k):
 
 def test_grouped_cache_refuses_what_it_cannot_hold():
     model = _model()
-    cache = model.new_cache(2, 5, grouped=True)
+    cache = model.new_cache(2, EnvInfo(num_actions=3, horizon=5))
     with pytest.raises(ValueError, match=r"rewards in \{0, 1\} only"):
-        model.step(cache, 3, 5, torch.tensor([0, 1]), torch.tensor([0.5, 1.0]))
+        model.step(cache, None, torch.tensor([0, 1]), torch.tensor([0.5, 1.0]))
     with pytest.raises(ValueError, match=r"actions must lie in \[0, 3\)"):
-        model.step(cache, 3, 5, torch.tensor([0, 3]), torch.tensor([0.0, 1.0]))
-    model.step(cache, 3, 5, torch.tensor([0, 2]), torch.tensor([0.0, 1.0]))
-    with pytest.raises(ValueError, match="runs of 3 arms, not 4"):
-        model.step(cache, 4, 5)
+        model.step(cache, None, torch.tensor([0, 3]), torch.tensor([0.0, 1.0]))
+    model.step(cache, None, torch.tensor([0, 2]), torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="runs of K=3 arms"):
+        model.step(cache, torch.zeros(2, 4, 4), None, None)
+    with pytest.raises(ValueError, match="go together"):
+        model.step(cache, None, torch.tensor([0, 2]), None)
 
 
 def test_permuting_arm_labels_permutes_logits():
@@ -83,10 +87,10 @@ def test_runs_at_fifty_arms_and_a_thousand_steps():
     actions, rewards = _trajectory(b, horizon, k, seed=3)
     logits = model(actions, rewards, torch.tensor([[0, 999], [500, 998]]), horizon, k)
     assert logits.shape == (b, 2, k) and torch.isfinite(logits).all()
-    cache = model.new_cache(b, horizon)
-    cache.steps = 990  # jump to the end of the run: the last steps see 990+ keys
+    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=horizon), grouped=False)
+    cache.steps = 989  # jump to the end of the run: the last steps see 989+ keys
     for t in range(990, 1000):
-        out = model.step(cache, k, horizon, actions[:, t - 1], rewards[:, t - 1])
+        out = model.step(cache, None, actions[:, t - 1], rewards[:, t - 1]).logits
     assert out.shape == (b, k) and torch.isfinite(out).all()
 
 
@@ -274,7 +278,7 @@ def test_agent_plays_bernoulli_bandits_of_any_size(tmp_path):
             a = agent.act(obs)
             obs, r, *_ = env.step(a)
             agent.update(a, r)
-        assert agent.horizon == horizon and a.shape == (3,)
+        assert agent.env_info.horizon == horizon and a.shape == (3,)
 
 
 def test_agent_rejects_a_linear_bandit(tmp_path):
@@ -307,7 +311,7 @@ def test_fine_tuning_run_starts_from_the_given_weights_and_counts_their_time(tmp
 
 def test_shipped_generalist_loads_by_name_and_plays_any_size():
     """TransformerAgent.pretrained("bernoulli-generalist") is the generalist agent; it plays K=7, T=30 (reset info)."""
-    from agents.transformer_agent import TransformerAgent
+    from agents.learned.transformer import TransformerAgent
 
     agent = TransformerAgent.pretrained("bernoulli-generalist")
     assert isinstance(agent, GeneralistAgent) and agent.greedy

@@ -47,11 +47,12 @@ print(json.dumps({{"training": loaded("icrl_gym.training"), "new_distributed": n
 @pytest.mark.parametrize(
     "module, baseline",
     [
-        ("agents.transformer_agent", "import torch"),
-        ("agents.mdp_transformer_agent", "import torch"),
-        ("agents.generalist_agent", "import torch"),
+        ("agents.learned.transformer", "import torch"),
+        ("agents.learned.mdp_transformer", "import torch"),
+        ("agents.learned.generalist", "import torch"),
+        ("agents.learned.linear_generalist", "import torch"),
         # the meta-RL policies are Stable-Baselines3 policies: SB3 is theirs to import
-        ("agents.meta_rl_agent", "import torch, stable_baselines3"),
+        ("agents.learned.meta_rl", "import torch, stable_baselines3"),
     ],
 )
 def test_playing_a_learned_agent_imports_no_training_code(module, baseline):

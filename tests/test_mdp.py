@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import icrl_gym  # noqa: F401
+from agents import make_agent
 from agents.mdp_base import MDPOptimal, MDPUniform
 from agents.psrl import PSRL
 from agents.ucbvi import UCBVI
@@ -268,3 +269,32 @@ def test_posterior_optimal_action_policy_is_the_bayes_dpt_target_and_beats_psrl(
     assert greedy < regret({"name": "psrl"}) - 1.0 < regret({"name": "mdp_uniform"}) - 2.0
     with pytest.raises(ValueError, match="no posterior"):
         make_agent({"name": "posterior_optimal_action", "posterior": {"name": "mdp_uniform"}})
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs",
+    [
+        ("ICRL-TabularMDP-v0", {"num_states": 4, "num_actions": 3, "horizon": 5, "episodes": 6}),
+        ("ICRL-TabularMDP-v0", {"num_states": 3, "num_actions": 2, "horizon": 4, "episodes": 5, "stationary": False}),
+        ("ICRL-DarkRoom-v0", {"size": 3, "horizon": 6, "episodes": 4}),
+    ],
+)
+def test_per_step_regret_sums_to_the_runs_regret(env_id, kwargs):
+    """sum_t info["regret"] = K V*_1(mu) - sum of rewards, exactly; the gaps are >= 0 and 0 for the optimal policy."""
+    for name in ("mdp_uniform", "mdp_optimal"):
+        env = gym.make_vec(env_id, num_envs=5, vectorization_mode="vector_entry_point", **kwargs)
+        obs, info = env.reset(seed=2)
+        agent = make_agent(name, seed=0)
+        agent.reset(info)
+        regret, rewards, gaps, done = 0.0, 0.0, [], False
+        while not done:
+            a = agent.act(obs)
+            obs, r, terminated, _, step_info = env.step(a)
+            agent.update(a, r)
+            regret, rewards = regret + step_info["regret"], rewards + r
+            gaps.append(step_info["gap"])
+            done = bool(terminated.all())
+        np.testing.assert_allclose(regret, kwargs["episodes"] * info["v_star"] - rewards, atol=1e-9)
+        assert np.all(np.asarray(gaps) >= -1e-12)
+        if name == "mdp_optimal":
+            np.testing.assert_allclose(np.asarray(gaps), 0.0, atol=1e-12)

@@ -49,7 +49,7 @@ def test_cached_rollout_equals_full_forward(positional, attention, prev_tokens):
     online = []
     for t in range(9):
         prev_a, prev_r = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
-        out = model.step(states[:, t], prev_a, prev_r, cache)
+        out = model.step(cache, states[:, t], prev_a, prev_r)
         assert out.values is None
         online.append(out.logits)
     assert values is None
@@ -89,7 +89,7 @@ def test_errors():
         model(states, actions, rewards)
     cache = model.new_cache(1)
     with pytest.raises(ValueError, match="first step"):
-        model.step(torch.tensor([0]), torch.tensor([1]), torch.tensor([0.0]), cache)
+        model.step(cache, torch.tensor([0]), torch.tensor([1]), torch.tensor([0.0]))
     with pytest.raises(ValueError, match="MDPTransformerConfig.horizon must be a positive int"):
         MDPTransformerConfig(horizon=0)
 

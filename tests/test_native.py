@@ -107,7 +107,7 @@ def test_native_rollout_matches_torch_path_and_forward(B, layout):
         logits = []
         for t in range(9):
             prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
-            logits.append(model.step(sets[:, t], *prev, cache).logits)
+            logits.append(model.step(cache, sets[:, t], *prev).logits)
         out[flag] = torch.stack(logits, 1)
     torch.testing.assert_close(out[True], out[False], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out[True], full, atol=1e-5, rtol=1e-5)

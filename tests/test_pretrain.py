@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from agents import make_agent
-from agents.transformer_agent import TransformerAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.checkpoint import (
     CheckpointError,
     CheckpointKind,
@@ -178,9 +178,9 @@ def test_corrupt_and_mismatched_checkpoints(tmp_path):
     agent.reset(batch_size=1, dim=5, num_actions=5)
     for _ in range(12):
         agent.update(agent.act(np.eye(5)), 1.0)
-    with pytest.raises(ValueError, match="built for T=12"):
+    with pytest.raises(ValueError, match="reset for T=12 steps; .* cannot act at step 13"):
         agent.act(np.eye(5))
-    with pytest.raises(ValueError, match="no pretrained bandit_transformer"):
+    with pytest.raises(ValueError, match="no shipped model 'does-not-exist'"):
         TransformerAgent.pretrained("does-not-exist")
 
 

@@ -164,5 +164,5 @@ def test_cached_rollout_equals_full_forward(layout: str, attention: str) -> None
     steps = []
     for t in range(40):
         prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
-        steps.append(model.step(sets[:, t], *prev, cache)[0])
+        steps.append(model.step(cache, sets[:, t], *prev)[0])
     torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=1e-10, atol=1e-12)

@@ -49,7 +49,7 @@ def rollout(model: BanditTransformer, action_sets, actions, rewards):
     for t in range(steps):
         prev_a = None if t == 0 else actions[:, t - 1]
         prev_r = None if t == 0 else rewards[:, t - 1]
-        lo, va = model.step(action_sets[:, t], prev_a, prev_r, cache)
+        lo, va = model.step(cache, action_sets[:, t], prev_a, prev_r)
         logits.append(lo)
         values.append(va)
     return torch.stack(logits, 1), torch.stack(values, 1), cache
@@ -176,8 +176,8 @@ def test_cache_reset_reuses_buffers():
     k0 = cache.k[0]
     cache.reset()
     assert cache.length == 0 and cache.steps == 0 and cache.last_action_set is None
-    logits = [model.step(batch[0][:, 0], None, None, cache)[0]]
-    logits.append(model.step(batch[0][:, 1], batch[1][:, 0], batch[2][:, 0], cache)[0])
+    logits = [model.step(cache, batch[0][:, 0], None, None)[0]]
+    logits.append(model.step(cache, batch[0][:, 1], batch[1][:, 0], batch[2][:, 0])[0])
     assert cache.k[0] is k0
     torch.testing.assert_close(torch.stack(logits, 1), first[:, :2], atol=1e-6, rtol=1e-6)
 
@@ -212,7 +212,7 @@ def test_cache_full_raises(layout):
     batch = random_batch(B=2)
     _, _, cache = rollout(model, *batch)
     with pytest.raises(ValueError, match="cache is full"):
-        model.step(batch[0][:, 0], batch[1][:, -1], batch[2][:, -1], cache)
+        model.step(cache, batch[0][:, 0], batch[1][:, -1], batch[2][:, -1])
 
 
 def test_shape_errors():
@@ -243,16 +243,16 @@ def test_step_errors():
     cache = model.new_cache(2)
     assert isinstance(cache, KVCache) and cache.batch_size == 2 and cache.capacity == 2 * T
     with pytest.raises(ValueError, match="must be None at the first step"):
-        model.step(action_sets[:, 0], actions[:, 0], rewards[:, 0], cache)
+        model.step(cache, action_sets[:, 0], actions[:, 0], rewards[:, 0])
     with pytest.raises(ValueError, match="batch size 3"):
-        model.step(torch.zeros(3, A, D_ACT), None, None, cache)
-    model.step(action_sets[:, 0], None, None, cache)
+        model.step(cache, torch.zeros(3, A, D_ACT), None, None)
+    model.step(cache, action_sets[:, 0], None, None)
     with pytest.raises(ValueError, match="required at step 2"):
-        model.step(action_sets[:, 1], None, None, cache)
+        model.step(cache, action_sets[:, 1], None, None)
     with pytest.raises(ValueError, match="prev_action has shape"):
-        model.step(action_sets[:, 1], actions[:1, 0], rewards[:, 0], cache)
+        model.step(cache, action_sets[:, 1], actions[:1, 0], rewards[:, 0])
     with pytest.raises(ValueError, match="prev_reward has shape"):
-        model.step(action_sets[:, 1], actions[:, 0], rewards[:1, 0], cache)
+        model.step(cache, action_sets[:, 1], actions[:, 0], rewards[:1, 0])
     assert cache.steps == 1  # failed calls leave the cache untouched
 
 

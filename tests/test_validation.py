@@ -319,6 +319,8 @@ def test_agents_refuse_scalar_none_and_ragged_observations(name, obs, kind):
     agent = make_agent(name)
     agent.reset(info)
     message = "observation of shape ()" if kind is ValueError else "observation must be an array of numbers"
+    if obs is None:  # act() with no observation: only a K-armed bandit implies one
+        message = "needs the action set" if name in ("linucb", "ucb") else "needs the observation"
     with raises(kind, message):
         agent.act(obs)
     with raises(kind, message):
@@ -520,7 +522,7 @@ def test_observations_and_rewards_far_beyond_any_prior_are_refused_before_they_o
 
 
 def test_learned_agents_refuse_rewards_their_float32_network_cannot_take():
-    from agents.transformer_agent import TransformerAgent
+    from agents.learned.transformer import TransformerAgent
     from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
     model = BanditTransformer(TransformerConfig(n_layer=1, n_head=1, n_embd=8, dim=3, num_actions=3, horizon=8))

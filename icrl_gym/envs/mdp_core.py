@@ -363,8 +363,20 @@ class MDPBatch:
         """Validate a batch of action indices: integers of shape (B,) in [0, A)."""
         return check_index_batch(actions, self.batch_size, self.spec.num_actions, "actions", "action indices")
 
+    def _optimal_values(self, h: int, states: np.ndarray) -> np.ndarray:
+        """V*_h(s) = max_a Q*_h(s, a) of every run at its state (B,)."""
+        return self.q_star[self._rows, h, states].max(axis=-1)
+
     def step(self, actions: Any) -> dict[str, np.ndarray]:
-        """Take one action per run; returns rewards, mean rewards and the next state (-1 after step H)."""
+        """Take one action per run; returns rewards, mean rewards, the next state (-1 after step H) and the regret.
+
+        ``regret`` (B,) is the step's share of the run's regret sum_k (V*_1(mu) - sum_h r_h^k), by
+        telescoping: V*_h(s_h) - r_h - V*_{h+1}(s_{h+1}) (V*_{H+1} = 0), with V*_1(mu) in place of
+        V*_1(s_1) at the first step of an episode, so the steps of an episode sum exactly to
+        V*_1(mu) minus its return (a single step's share may be negative: it carries the reward and
+        transition noise).  ``gap`` (B,) is the action's suboptimality V*_h(s_h) - Q*_h(s_h, a_h) >= 0,
+        whose expected sum over a run is the same regret.
+        """
         if self.done:
             raise RuntimeError(f"the run has ended after K={self.spec.episodes} episodes; call reset() first")
         a = self.check_actions(actions)
@@ -384,12 +396,17 @@ class MDPBatch:
                 reward = mean.copy()  # deterministic reward on the goal
             nxt = self._draw(np.cumsum(self._P[self._rows, hp, self.state, a], axis=-1))
         out = {"reward": reward, "expected_reward": mean, "state": self.state.copy(), "h": self.h, "k": self.k}
+        q_here = self.q_star[self._rows, self.h, self.state]  # (B, A)
+        v_here = self.v_star if self.h == 0 else q_here.max(axis=-1)
+        out["gap"] = q_here.max(axis=-1) - q_here[self._rows, a]
         self.h += 1
         if self.h == self.spec.horizon:  # episode over: restart from mu
             out["next_state"] = np.full(self.batch_size, -1)
+            out["regret"] = v_here - reward
             self.h, self.k = 0, self.k + 1
             self.state = self._start_states()
         else:
             out["next_state"] = nxt
+            out["regret"] = v_here - reward - self._optimal_values(self.h, nxt)
             self.state = nxt
         return out

@@ -3,7 +3,10 @@
 Observation: a flat ``Box`` of size S + H, the one-hot current state followed by the one-hot step
 h within the episode (so an agent knows both; ``obs[:S].argmax()``, ``obs[S:].argmax()``).  Action:
 ``Discrete(A)``.  The Gymnasium episode ends (``terminated=True``) after the K-th MDP episode.
-``info`` carries ``v_star`` (optimal value V*_1(mu)), ``expected_reward`` R_h(s, a), the MDP
+``info`` carries ``regret`` (the step's share of the run's regret, summing exactly to
+sum_k (V*_1(mu) - return of episode k)) and ``gap`` (V*_h(s) - Q*_h(s, a) of the action taken; see
+:meth:`~icrl_gym.envs.mdp_core.MDPBatch.step`), ``v_star`` (optimal value V*_1(mu)),
+``expected_reward`` R_h(s, a), the MDP
 episode ``k`` and step ``h``, and at reset the instance (``P``, ``R``, ``mu``) for oracle experts.
 Bayes regret of a run is K V* - sum of rewards.
 """
@@ -93,6 +96,8 @@ class TabularMDPEnv(gym.Env):
         b = self._batch
         out = b.step(np.asarray([action]))
         info = {
+            "regret": float(out["regret"][0]),
+            "gap": float(out["gap"][0]),
             "expected_reward": float(out["expected_reward"][0]),
             "v_star": float(b.v_star[0]),
             "k": int(out["k"]),
@@ -135,6 +140,13 @@ class TabularMDPVectorEnv(BatchVectorEnv):
         b = self._batch
         out = b.step(actions)
         self._autoreset = b.done
-        info = {"expected_reward": out["expected_reward"], "v_star": b.v_star, "k": out["k"], "h": out["h"]}
+        info = {
+            "regret": out["regret"],
+            "gap": out["gap"],
+            "expected_reward": out["expected_reward"],
+            "v_star": b.v_star,
+            "k": out["k"],
+            "h": out["h"],
+        }
         obs = mdp_observation(self.mdp_spec, b.state, b.h)
         return obs, out["reward"], np.full(self.num_envs, b.done), np.zeros(self.num_envs, dtype=bool), info

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from icrl_gym.fileio import DictConfig
+from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 NUM_STEP_FEATURES = 4
 """Length of phi(t, T), the per-step horizon features every arm token starts from."""
@@ -168,7 +169,13 @@ class GeneralistCache:
     """
 
     def __init__(
-        self, model: GeneralistTransformer, batch_size: int, horizon: int, device: torch.device, grouped: bool = False
+        self,
+        model: GeneralistTransformer,
+        batch_size: int,
+        num_arms: int,
+        horizon: int,
+        device: torch.device,
+        grouped: bool = True,
     ) -> None:
         cfg = model.config
         h, dh = cfg.n_heads, cfg.d_model // cfg.n_heads
@@ -180,25 +187,30 @@ class GeneralistCache:
             self.keys = [torch.zeros(shape, device=device) for _ in model.blocks]
             self.values = [torch.zeros(shape, device=device) for _ in model.blocks]
             self.actions = torch.full((batch_size, horizon), -1, dtype=torch.long, device=device)
-        self.counts: torch.Tensor | None = None
-        """(B, K, 2) with grouped=True: steps s < t with a_s = k and r_s = r (allocated once K is known)."""
+        self.counts = torch.zeros(batch_size, num_arms, 2, device=device)
+        """(B, K, 2) with grouped=True: steps s < t with a_s = k and r_s = r."""
         self.totals = torch.zeros(batch_size, 2, device=device)
         """(B, 2) with grouped=True: steps s < t with r_s = r, over all arms."""
         self.batch_size, self.device = batch_size, device
+        self.num_arms = num_arms
+        """K, the arms of the runs."""
         self.horizon = horizon
+        """T, the steps of a run (the cache's capacity)."""
         self.steps = 0
         """Number of history steps stored (the next decision is at step ``steps``)."""
 
-    def append_grouped(self, num_arms: int, actions: torch.Tensor, rewards: torch.Tensor) -> None:
+    def reset(self) -> None:
+        """Empty the cache for new runs of the same size (stale keys beyond ``steps`` are never read)."""
+        self.counts.zero_()
+        self.totals.zero_()
+        self.steps = 0
+
+    def append_grouped(self, actions: torch.Tensor, rewards: torch.Tensor) -> None:
         """Count step ``steps`` (actions (B,) in [0, K), rewards (B,) in {0, 1}) in the grouped cache."""
-        if self.counts is None:
-            self.counts = torch.zeros(self.batch_size, num_arms, 2, device=self.device)
-        if self.counts.shape[1] != num_arms:
-            raise ValueError(f"this cache holds runs of {self.counts.shape[1]} arms, not {num_arms}")
         if not bool(((rewards == 0) | (rewards == 1)).all()):
             raise ValueError("a grouped generalist cache takes rewards in {0, 1} only; use new_cache(grouped=False)")
-        if bool(((actions < 0) | (actions >= num_arms)).any()):
-            raise ValueError(f"actions must lie in [0, {num_arms}), got {actions.tolist()}")
+        if bool(((actions < 0) | (actions >= self.num_arms)).any()):
+            raise ValueError(f"actions must lie in [0, {self.num_arms}), got {actions.tolist()}")
         r = rewards.long()
         rows = torch.arange(self.batch_size, device=self.device)
         self.counts[rows, actions, r] += 1.0
@@ -267,52 +279,65 @@ class GeneralistTransformer(nn.Module):
         return self._decide(features, num_arms, kv, actions, visible)  # visible: (B, Q, 1, S)
 
     def new_cache(
-        self, batch_size: int, horizon: int, device: torch.device | str = "cpu", grouped: bool = False
+        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None, *, grouped: bool = True
     ) -> GeneralistCache:
-        """An empty cache for B runs of up to ``horizon`` steps (``grouped``: Bernoulli rewards, O(K) steps)."""
-        return GeneralistCache(self, batch_size, horizon, torch.device(device), grouped)
+        """An empty cache for B runs of K = ``env_info.num_actions`` arms and T = ``env_info.horizon`` steps.
+
+        ``grouped`` (the default): Bernoulli rewards, O(K) per step; False keeps every key (any reward).
+        """
+        device = self.head.weight.device if device is None else torch.device(device)
+        return GeneralistCache(self, batch_size, env_info.num_actions, env_info.steps, device, grouped)
 
     @torch.no_grad()
     def step(
         self,
         cache: GeneralistCache,
-        num_arms: int,
-        horizon: int,
-        prev_action: torch.Tensor | None = None,
-        prev_reward: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Logits (B, K) at step ``cache.steps``, after appending the previous step (B,) if given."""
+        observation: torch.Tensor | None,
+        prev_action: torch.Tensor | None,
+        prev_reward: torch.Tensor | None,
+    ) -> PolicyOutput:
+        """``PolicyOutput(logits (B, K), None)`` at step ``cache.steps``, after appending the previous step.
+
+        ``observation`` is the action sets (B, K, d) of the step (checked for K only: the arms are
+        e_1..e_K, so the model reads nothing from them) or None.
+        """
+        num_arms, horizon = cache.num_arms, cache.horizon
+        if observation is not None and (observation.dim() != 3 or observation.shape[1] != num_arms):
+            raise ValueError(
+                f"the cache holds runs of K={num_arms} arms; got action sets of shape {tuple(observation.shape)}"
+            )
+        if (prev_action is None) != (prev_reward is None):
+            raise ValueError("prev_action and prev_reward go together (both None at the first step)")
         if prev_action is not None and prev_reward is not None:
             t = cache.steps
-            if t >= cache.horizon:
-                raise ValueError(f"the cache holds {cache.horizon} steps; it cannot take step {t + 1}")
+            if t >= horizon:
+                raise ValueError(f"the cache holds {horizon} steps; it cannot take step {t + 1}")
             if cache.grouped:
-                cache.append_grouped(num_arms, prev_action, prev_reward)
-                cache.steps = t + 1
-                return self._decide_grouped(cache, num_arms, horizon)
-            token = self._history(prev_reward.view(-1, 1))  # (B, 1, D)
-            for i, block in enumerate(self.blocks):
-                k, v = _as_block(block).cross.keys_values(token)
-                cache.keys[i][:, :, t : t + 1] = k
-                cache.values[i][:, :, t : t + 1] = v
-            cache.actions[:, t] = prev_action
+                cache.append_grouped(prev_action, prev_reward)
+            else:
+                token = self._history(prev_reward.view(-1, 1))  # (B, 1, D)
+                for i, block in enumerate(self.blocks):
+                    k, v = _as_block(block).cross.keys_values(token)
+                    cache.keys[i][:, :, t : t + 1] = k
+                    cache.values[i][:, :, t : t + 1] = v
+                cache.actions[:, t] = prev_action
             cache.steps = t + 1
+        if cache.steps >= horizon:
+            raise ValueError(f"the runs were started for T={horizon} steps; there is no step {cache.steps + 1}")
         if cache.grouped:
-            return self._decide_grouped(cache, num_arms, horizon)
+            return PolicyOutput(self._decide_grouped(cache), None)
         t = cache.steps
         b = cache.actions.shape[0]
         device = cache.actions.device
         features = step_features(torch.full((b, 1), t, device=device), torch.full((b, 1), horizon, device=device))
         kv = [(k[:, :, :t], v[:, :, :t]) for k, v in zip(cache.keys, cache.values, strict=True)]
         visible = torch.ones(b, 1, 1, t, dtype=torch.bool, device=device)
-        return self._decide(features, num_arms, kv, cache.actions[:, :t], visible)[:, 0]
+        return PolicyOutput(self._decide(features, num_arms, kv, cache.actions[:, :t], visible)[:, 0], None)
 
-    def _decide_grouped(self, cache: GeneralistCache, num_arms: int, horizon: int) -> torch.Tensor:
+    def _decide_grouped(self, cache: GeneralistCache) -> torch.Tensor:
         """Logits (B, K) at step ``cache.steps`` from the grouped cache (module docstring: five grouped keys)."""
         b, t, device = cache.batch_size, cache.steps, cache.device
-        counts = cache.counts if cache.counts is not None else torch.zeros(b, num_arms, 2, device=device)
-        if counts.shape[1] != num_arms:
-            raise ValueError(f"this cache holds runs of {counts.shape[1]} arms, not {num_arms}")
+        counts, num_arms, horizon = cache.counts, cache.num_arms, cache.horizon
         features = step_features(torch.full((b, 1), t, device=device), torch.full((b, 1), horizon, device=device))
         arms = self.arm_in(features).unsqueeze(2).expand(b, 1, num_arms, -1)  # (B, 1, K, D)
         h = self.config.n_heads

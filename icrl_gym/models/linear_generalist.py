@@ -53,6 +53,7 @@ from torch import nn
 
 from icrl_gym.fileio import DictConfig
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
+from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 D_MAX = 8
 """Largest dimension d of the arms (smaller d are zero-padded to it)."""
@@ -280,10 +281,29 @@ class HistoryEncoder(nn.Module):
 
 
 class LinearGeneralistCache:
-    """The history of B runs as the linear attention's state: the moment matrices M_t (B, E, E) and t."""
+    """The history of B runs as the linear attention's state: the moment matrices M_t (B, E, E) and t.
 
-    def __init__(self, batch_size: int, token_dim: int, device: torch.device) -> None:
+    It also holds what every step reads: the horizon T, the noise level sigma and the arms' dimension
+    d of every run (``noise_std`` and ``dims``, (B,): set from the :class:`EnvInfo`; a batch that
+    mixes instances, as in training, overwrites them per run), and the action sets of the latest step
+    (from which the next step's ``prev_action`` is read).
+    """
+
+    def __init__(self, batch_size: int, token_dim: int, env_info: EnvInfo, device: torch.device) -> None:
+        if env_info.dim is None or env_info.noise_std is None:
+            raise ValueError(
+                "the linear generalist needs the arms' dimension d and the noise level sigma "
+                f"(EnvInfo.dim and EnvInfo.noise_std), got dim={env_info.dim}, noise_std={env_info.noise_std}"
+            )
+        self.batch_size = batch_size
         self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device)
+        self.horizon = env_info.horizon
+        self.noise_std = torch.full((batch_size,), float(env_info.noise_std), dtype=torch.float32, device=device)
+        """sigma (B,) of every run."""
+        self.dims = torch.full((batch_size,), env_info.dim, dtype=torch.long, device=device)
+        """d (B,) of every run (its arms are zero-padded to ``d_max``)."""
+        self.last_action_set: torch.Tensor | None = None
+        """The action sets (B, A, d) of the latest step."""
         self.steps = 0
         """Steps in the history (the next decision is at step ``steps``)."""
 
@@ -291,6 +311,12 @@ class LinearGeneralistCache:
         """Add history tokens e_s (B, E) of one step."""
         self.moments += tokens.unsqueeze(-1) * tokens.unsqueeze(-2)
         self.steps += 1
+
+    def reset(self) -> None:
+        """Empty the history for new runs of the same environment."""
+        self.moments.zero_()
+        self.last_action_set = None
+        self.steps = 0
 
 
 class LinearGeneralistTransformer(nn.Module):
@@ -375,18 +401,20 @@ class LinearGeneralistTransformer(nn.Module):
         features = arm_features(arms, dims, query_steps, horizon_t, sigma)
         return self._decide(arms, features, moments, arm_mask, sigma)
 
-    def new_cache(self, batch_size: int, device: torch.device | str = "cpu") -> LinearGeneralistCache:
-        """An empty cache (history of B runs)."""
-        return LinearGeneralistCache(batch_size, self.config.token_dim, torch.device(device))
+    def new_cache(
+        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None
+    ) -> LinearGeneralistCache:
+        """An empty cache (history of B runs) of the linear bandit ``env_info`` (T, sigma and d are read from it)."""
+        if env_info.dim is not None and env_info.dim > self.config.d_max:
+            raise ValueError(f"this model plays d <= {self.config.d_max}, got EnvInfo.dim={env_info.dim}")
+        device = self.head.weight.device if device is None else torch.device(device)
+        return LinearGeneralistCache(batch_size, self.config.token_dim, env_info, device)
 
     @torch.no_grad()
-    def append(
-        self, cache: LinearGeneralistCache, chosen: torch.Tensor, rewards: torch.Tensor, noise_std: torch.Tensor | float
-    ) -> None:
+    def append(self, cache: LinearGeneralistCache, chosen: torch.Tensor, rewards: torch.Tensor) -> None:
         """Append one step: the chosen arms (B, d) and rewards (B,) to the cache (O(E^2) per run)."""
         b = chosen.shape[0]
-        sigma = torch.as_tensor(noise_std, dtype=torch.float32, device=chosen.device).reshape(-1).expand(b)
-        token = history_tokens(self.pad(chosen).unsqueeze(1), rewards.float().view(b, 1), sigma)[:, 0]
+        token = history_tokens(self.pad(chosen).unsqueeze(1), rewards.float().view(b, 1), cache.noise_std)[:, 0]
         cache.append(token)
 
     @torch.no_grad()
@@ -394,18 +422,32 @@ class LinearGeneralistTransformer(nn.Module):
         self,
         cache: LinearGeneralistCache,
         action_set: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dim: torch.Tensor | int | None = None,
+        prev_action: torch.Tensor | None,
+        prev_reward: torch.Tensor | None,
+        *,
         arm_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Logits (B, A) at step ``cache.steps`` for the action set (B, A, d) of that step."""
+    ) -> PolicyOutput:
+        """``PolicyOutput(logits (B, A), None)`` at step ``cache.steps`` for the action set (B, A, d) of that step.
+
+        The previous step's arm ``prev_action`` (B,) (its vector read from the previous action set)
+        and reward ``prev_reward`` (B,) are appended to the history first; both are None at step 0.
+        """
+        first = cache.last_action_set is None
+        if (prev_action is None) != (prev_reward is None) or (prev_action is None) != first:
+            raise ValueError("prev_action and prev_reward must be None exactly at the first step")
+        if prev_action is not None and prev_reward is not None and cache.last_action_set is not None:
+            rows = torch.arange(cache.batch_size, device=prev_action.device)
+            self.append(cache, cache.last_action_set[rows, prev_action.long()], prev_reward)
+        if cache.steps >= cache.horizon:
+            raise ValueError(f"the runs were started for T={cache.horizon} steps; there is no step {cache.steps + 1}")
         b = action_set.shape[0]
+        if b != cache.batch_size:
+            raise ValueError(f"action_set has batch size {b} but the cache holds {cache.batch_size}")
         device = action_set.device
+        cache.last_action_set = action_set
         arms = self.pad(action_set).unsqueeze(1)  # (B, 1, A, d_max)
-        horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
-        sigma = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
-        dims = torch.as_tensor(action_set.shape[-1] if dim is None else dim, device=device).reshape(-1).expand(b)
+        horizon_t = torch.full((b,), cache.horizon, device=device)
         steps = torch.full((b, 1), cache.steps, device=device)
-        features = arm_features(arms, dims, steps, horizon_t, sigma)
-        return self._decide(arms, features, cache.moments.unsqueeze(1), arm_mask, sigma)[:, 0]
+        features = arm_features(arms, cache.dims, steps, horizon_t, cache.noise_std)
+        logits = self._decide(arms, features, cache.moments.unsqueeze(1), arm_mask, cache.noise_std)[:, 0]
+        return PolicyOutput(logits, None)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_gym.models.policy_output import PolicyOutput
+from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
 from icrl_gym.models.transformer import Block, DecoderConfig, KVCache, count_parameters, init_gpt_weights
 
 
@@ -176,16 +176,28 @@ class MDPTransformer(nn.Module):
         return PolicyOutput(self.lm_head(h[:, index]), None)
 
     def new_cache(
-        self, batch_size: int, device: torch.device | str | None = None, native: bool | None = None
+        self,
+        batch_size: int,
+        env_info: EnvInfo | None = None,
+        device: torch.device | str | None = None,
+        *,
+        native: bool | None = None,
     ) -> KVCache:
-        """An empty key/value cache for ``batch_size`` runs (``native``: see :meth:`KVCache.allocate`)."""
+        """An empty key/value cache for ``batch_size`` runs (``native``: see :meth:`KVCache.allocate`).
+
+        ``env_info``, where given, must have the model's S, A and H and at most its K episodes.
+        """
+        cfg = self.config
+        if env_info is not None:
+            sizes = {"num_states": cfg.num_states, "num_actions": cfg.num_actions, "horizon": cfg.horizon}
+            check_env_sizes(env_info, sizes, max_steps=cfg.episodes * cfg.horizon, model="tabular-MDP")
         p = self.input_embed.weight
         device = p.device if device is None else device
         return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, p.dtype, native)
 
     @torch.no_grad()
     def step(
-        self, state: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None, cache: KVCache
+        self, cache: KVCache, state: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None
     ) -> PolicyOutput:
         """``PolicyOutput(logits (B, A), None)`` at the next step, from the cache plus this step's new tokens.
 

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from icrl_gym.fileio import DictConfig
 from icrl_gym.models.native import ReluDecodeKernel, relu_decode_kernel
-from icrl_gym.models.policy_output import PolicyOutput
+from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
 
 _ATTENTIONS = ("relu", "softmax")
 _LAYOUTS = ("paper", "compact")
@@ -744,26 +744,35 @@ class BanditTransformer(nn.Module):
     def new_cache(
         self,
         batch_size: int,
+        env_info: EnvInfo | None = None,
         device: torch.device | str | None = None,
+        *,
         dtype: torch.dtype | None = None,
         native: bool | None = None,
     ) -> KVCache:
-        """Allocate an empty :class:`KVCache` for ``batch_size`` trajectories (default: model's device and dtype).
+        """An empty :class:`KVCache` for ``batch_size`` trajectories (default: model's device and dtype).
 
-        ``native``: use the compiled decode kernel (None: where it applies and builds; see :meth:`KVCache.allocate`).
+        ``env_info`` (:class:`~icrl_gym.models.policy.EnvInfo`), where given, must have the model's A
+        and d and at most its T steps; ``native``: use the compiled decode kernel (None: where it
+        applies and builds; see :meth:`KVCache.allocate`).
         """
+        cfg = self.config
+        if env_info is not None:
+            check_env_sizes(
+                env_info, {"num_actions": cfg.num_actions, "dim": cfg.dim}, max_steps=cfg.horizon, model="bandit"
+            )
         p = self.input_embed.weight
         device = p.device if device is None else torch.device(device)
         dtype = p.dtype if dtype is None else dtype
-        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, dtype, native)
+        return KVCache.allocate(batch_size, cfg, cfg.max_tokens, device, dtype, native)
 
     @torch.no_grad()
     def step(
         self,
+        cache: KVCache,
         action_set_t: Tensor,
         prev_action: Tensor | None,
         prev_reward: Tensor | None,
-        cache: KVCache,
     ) -> PolicyOutput:
         """Advance an online rollout by one step and return ``PolicyOutput(logits, values)``, both (B, A).
 

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.loop import (
     LEGACY_FILES,
     GeneralistLoopConfig,
@@ -134,7 +135,7 @@ def rollout(
     if model is not None:
         if device is None:  # the model's own device
             device = next(model.parameters()).device
-        cache = model.new_cache(b, horizon, device, grouped=True)
+        cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=horizon), device)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     for t in range(horizon):
         index[:, t] = table.lookup(succ, fail, horizon - t)
@@ -143,7 +144,7 @@ def rollout(
             greedy = (best * rng.random((b, k))).argmax(axis=1)
         else:
             prev_a, prev_r = prev if prev is not None else (None, None)
-            greedy = model.step(cache, k, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
+            greedy = model.step(cache, None, prev_a, prev_r).logits.argmax(dim=1).cpu().numpy()
         explore = rng.random(b) < epsilon
         a = np.where(explore, rng.integers(0, k, b), greedy)
         r = (rng.random(b) < means[rows, a]).astype(np.float64)
@@ -210,13 +211,15 @@ def evaluate_regret(
         succ = np.zeros((instances, num_arms), dtype=np.int64)
         fail = np.zeros_like(succ)
         rows = np.arange(instances)
-        cache = model.new_cache(instances, horizon, device, grouped=True) if use_model else None
+        cache = (
+            model.new_cache(instances, EnvInfo(num_actions=num_arms, horizon=horizon), device) if use_model else None
+        )
         prev: tuple[torch.Tensor, torch.Tensor] | None = None
         regret = np.zeros(instances)
         for t in range(horizon):
             if cache is not None:  # use_model
                 prev_a, prev_r = prev if prev is not None else (None, None)
-                a = model.step(cache, num_arms, horizon, prev_a, prev_r).argmax(dim=1).cpu().numpy()
+                a = model.step(cache, None, prev_a, prev_r).logits.argmax(dim=1).cpu().numpy()
             else:
                 a = table.lookup(succ, fail, horizon - t).argmax(axis=1)
             r = (uniforms[:, t] < means[rows, a]).astype(np.int64)

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.loop import (
     LEGACY_FILES,
     GeneralistLoopConfig,
@@ -206,11 +207,13 @@ def rollout(
     regret = np.zeros(b)
     rows = np.arange(b)
     cache = None
+    prev: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
     if model is not None:
         device = next(model.parameters()).device if device is None else device
-        cache = model.new_cache(b, device)
-        sigma_t = torch.as_tensor(inst.sigma, dtype=torch.float32, device=device)
-        dim_t = torch.as_tensor(inst.dim, device=device)
+        d_max = model.config.d_max
+        cache = model.new_cache(b, EnvInfo(num_actions=num_arms, horizon=horizon, dim=d_max, noise_std=1.0), device)
+        cache.noise_std = torch.as_tensor(inst.sigma, dtype=torch.float32, device=device)  # per run
+        cache.dims = torch.as_tensor(inst.dim, device=device)
     for t in range(horizon):
         arms = inst.action_set(t).astype(np.float64)
         index[:, t] = expert.index(arms)
@@ -218,7 +221,7 @@ def rollout(
             greedy = index[:, t].argmax(axis=1)
         else:
             arms_t = torch.as_tensor(arms, dtype=torch.float32, device=device)
-            greedy = model.step(cache, arms_t, horizon, sigma_t, dim_t).argmax(dim=1).cpu().numpy()
+            greedy = model.step(cache, arms_t, *prev).logits.argmax(dim=1).cpu().numpy()
         explore = rng.random(b) < epsilon if epsilon.any() else np.zeros(b, dtype=bool)
         a = np.where(explore, rng.integers(0, num_arms, b), greedy) if explore.any() else greedy
         x = arms[rows, a]
@@ -226,8 +229,8 @@ def rollout(
         r = means[rows, a] + inst.sigma * inst.noise[:, t]
         regret += means.max(axis=1) - means[rows, a]
         expert.update(x, r)
-        if model is not None and cache is not None:
-            model.append(cache, torch.as_tensor(x, dtype=torch.float32, device=device), torch.as_tensor(r), sigma_t)
+        if model is not None:
+            prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
         actions[:, t], rewards[:, t] = a, r
     return actions, rewards, index, regret
 

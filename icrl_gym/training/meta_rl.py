@@ -9,7 +9,7 @@ holds the configuration :class:`MetaRLConfig` and the play-time :func:`load_poli
 
 :func:`train` runs PPO on a :class:`BanditFeatureVecEnv` under a wall-clock and an
 environment-step budget and :func:`export_policy` writes the policy as a safetensors + JSON
-checkpoint (no pickle); the agent :class:`agents.meta_rl_agent.MetaRLAgent` plays it in the harness.
+checkpoint (no pickle); the agent :class:`agents.learned.meta_rl.MetaRLAgent` plays it in the harness.
 
 Command line: ``python -m icrl_gym.training.meta_rl CONFIG.json [--set key=value ...] --export PATH``.
 """

@@ -15,7 +15,7 @@ import torch
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from agents.checkpoint_agent import CheckpointAgent
+from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import CheckpointRecord, resolve_checkpoint
 from icrl_gym.device import resolve_device

@@ -1,0 +1,128 @@
+"""The learned-policy contract: what every in-context model offers to the one rollout agent.
+
+A pretrained in-context model is an algorithm ``Alg_theta(. | D_{t-1}, s_t)`` (Section 2, Eq. (2)).
+Online it is played one step at a time through a cache of the history, so that step t costs at most
+O(context) instead of re-reading the whole prefix.  Every model of :mod:`icrl_gym.models` (the
+paper's bandit transformer, the MDP transformer, the Bernoulli and the linear generalists) implements
+:class:`InContextPolicy`:
+
+- ``new_cache(batch_size, env_info, device)``: an empty cache for B runs of the environment that
+  ``env_info`` (:class:`EnvInfo`) describes; the sizes a model needs at every step (K, T, sigma, d)
+  go into the cache, so ``step`` takes nothing but the step's data;
+- ``step(cache, observation, prev_action, prev_reward) -> PolicyOutput``: append the outcome of the
+  previous step (None at the first step) and the new observation to the cache, and return the
+  policy's logits at this step.
+
+The agent side (``agents/learned``) is written once over this contract; a model adds only an
+adapter from the agent's decoded observation to ``observation``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from icrl_gym.fileio import DictConfig
+
+
+class PolicyOutput(NamedTuple):
+    """Read-out of a learned policy, from ``forward`` (B, T, A) or from one rollout ``step`` (B, A).
+
+    ``Alg_theta(. | D_{t-1}, s_t) = softmax(logits)``; ``values`` regresses an expert's per-arm index
+    (the bandit model's auxiliary head) and is None for a model without a value head.  A tuple, so
+    ``logits, values = model(...)`` unpacks it.
+    """
+
+    logits: Tensor
+    """Policy logits over the A actions."""
+    values: Tensor | None
+    """Per-action values of the auxiliary head, or None."""
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What a learned policy is told about the environment of its runs before the first step.
+
+    The field names are the environments' own (their reset ``info`` and spec): a bandit has
+    ``num_actions`` arms of dimension ``dim`` over ``horizon`` = T steps with noise ``noise_std``; a
+    tabular MDP has ``num_states``, ``num_actions``, ``horizon`` = H steps per episode and ``episodes``
+    = K, so a run is T = K H steps (:attr:`steps`).  ``noise_std`` is None where the environment does
+    not state it (a user's own bandit).
+    """
+
+    num_actions: int
+    """A: arms of a bandit, actions of an MDP."""
+    horizon: int
+    """T of a bandit; H (steps per episode) of an MDP."""
+    dim: int | None = None
+    """d, the dimension of a bandit's arms (None for an MDP)."""
+    noise_std: float | None = None
+    """sigma, the reward noise of a linear bandit, where the environment states it."""
+    num_states: int | None = None
+    """S of a tabular MDP (None for a bandit)."""
+    episodes: int = 1
+    """K, the episodes of an MDP run (1 for a bandit)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_actions", "horizon", "episodes", "dim", "num_states"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"EnvInfo.{name} must be a positive integer, got {value!r}")
+        if self.noise_std is not None and not (0.0 < float(self.noise_std) < float("inf")):
+            raise ValueError(f"EnvInfo.noise_std must be a finite number > 0, got {self.noise_std!r}")
+
+    @property
+    def steps(self) -> int:
+        """T = K H, the steps of one run (the horizon of a bandit)."""
+        return self.horizon * self.episodes
+
+
+@runtime_checkable
+class PolicyCache(Protocol):
+    """The history of B runs as a model keeps it between steps."""
+
+    batch_size: int
+    """B, the runs the cache holds."""
+
+    def reset(self) -> None:
+        """Empty the cache for new runs of the same environment, keeping its buffers."""
+
+
+@runtime_checkable
+class InContextPolicy(Protocol):
+    """An in-context model played online, one step at a time, through its cache (module docstring)."""
+
+    @property
+    def config(self) -> DictConfig:
+        """The model's architecture (its checkpoint record's ``model``)."""
+        ...
+
+    def new_cache(self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None) -> PolicyCache:
+        """An empty cache for ``batch_size`` runs of the environment ``env_info``."""
+        ...
+
+    def step(
+        self, cache: PolicyCache, observation: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None
+    ) -> PolicyOutput:
+        """Append the previous step's outcome (None at step 0) and ``observation``; the logits (B, A) now."""
+        ...
+
+
+def check_env_sizes(env_info: EnvInfo, fixed: dict[str, int], max_steps: int, model: str) -> None:
+    """Refuse an environment whose sizes are not those of a fixed-size model (ValueError naming every field).
+
+    ``fixed`` maps :class:`EnvInfo` fields to the model's values; a run may be shorter than the
+    model's ``max_steps`` (T = K H) but not longer.
+    """
+    problems = [
+        f"{name}={getattr(env_info, name)} (the model has {name}={value})"
+        for name, value in fixed.items()
+        if getattr(env_info, name) != value
+    ]
+    if env_info.steps > max_steps:
+        problems.append(f"{env_info.steps} steps per run (the model holds at most {max_steps})")
+    if problems:
+        raise ValueError(f"this {model} model cannot play the environment: " + "; ".join(problems))

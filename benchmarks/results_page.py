@@ -176,13 +176,11 @@ def render_page(title: str, intro: str, sections: list[Section], config: dict[st
 def write_page(out: Path, sections: list[Section], config: dict[str, Any], grid_folders: list[Path]) -> Path:
     """Write ``out/index.html`` (atomically) from the experiments' sections, the grids' folders and the config."""
     grids = [g for g in (grid_section(f) for f in grid_folders) if g is not None]
-    seconds, reused = config.get("seconds"), config.get("reused") or []
-    took = f" in {seconds:.0f} s" if isinstance(seconds, (int, float)) else ""
-    if reused:
-        took += f" ({len(reused)} experiment(s) reused from the stored results of an earlier, identical run)"
+    reused = config.get("reused") or []
+    stored = f" ({len(reused)} reused from the stored results of an earlier, identical run)" if reused else ""
     intro = (
-        f"Regret of every algorithm of {len(sections)} experiment(s), {config.get('runs')} runs each, "
-        f"run{took} with icrl-gym {__version__} (`python -m benchmarks`; Lin, Bai & Mei, ICLR 2024). "
+        f"Regret of every algorithm of {len(sections)} experiment(s){stored}, {config.get('runs')} runs each, "
+        f"with icrl-gym {__version__} (`python -m benchmarks`; Lin, Bai & Mei, ICLR 2024). "
         "Bands in the figures are +-1 standard error of the mean; the column 'paper' holds the paper's "
         "regret at T=200 where it reports one. Learned models are solid lines, experts dashed."
     )

@@ -14,24 +14,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agents.bayes_ucb import BayesUCB, LinearBayesUCB
-from agents.bernoulli_bayes_optimal import BernoulliBayesOptimal
-from agents.box_posterior import BoxPosteriorMC
-from agents.empirical_mean import EmpiricalMean
-from agents.gittins import Gittins
-from agents.index_agent import IndexAgent
-from agents.kl_ucb import KLUCB
-from agents.linear_posterior import PosteriorMeanGreedy
-from agents.linucb import LinUCB, SoftLinUCB
-from agents.mdp_base import MDPOptimal, MDPUniform
+from agents.bandit.bayes_ucb import BayesUCB, LinearBayesUCB
+from agents.bandit.bernoulli_bayes_optimal import BernoulliBayesOptimal
+from agents.bandit.box_posterior import BoxPosteriorMC
+from agents.bandit.empirical_mean import EmpiricalMean
+from agents.bandit.gittins import Gittins
+from agents.bandit.index_agent import IndexAgent
+from agents.bandit.kl_ucb import KLUCB
+from agents.bandit.linear_posterior import PosteriorMeanGreedy
+from agents.bandit.linucb import LinUCB, SoftLinUCB
+from agents.bandit.optimal import Optimal
+from agents.bandit.thompson import BernoulliThompson, LinearThompson
+from agents.bandit.ucb import UCB
+from agents.bandit.uniform import Uniform
+from agents.mdp.greedy_q import MDPOptimal
+from agents.mdp.posterior_dpt import PosteriorOptimalAction
+from agents.mdp.psrl import PSRL, DarkRoomPSRL
+from agents.mdp.ucbvi import UCBVI
+from agents.mdp.uniform import MDPUniform
 from agents.mixture import MDPMixture, Mixture
-from agents.oracle import Optimal
-from agents.posterior_dpt import PosteriorOptimalAction
-from agents.psrl import PSRL, DarkRoomPSRL
-from agents.thompson import BernoulliThompson, LinearThompson
-from agents.ucb import UCB
-from agents.ucbvi import UCBVI
-from agents.uniform import Uniform
 from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 from icrl_gym.registry import make_agent
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import ts_uniform_mixture
-from agents.linear_posterior import PAPER_TS_PRIOR
+from agents.bandit.linear_posterior import PAPER_TS_PRIOR
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, dark_room_spec, linear_bandit_spec
 
 PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
@@ -346,7 +346,7 @@ CONTEXTS = {f"alpha={a}": ts_uniform_mixture(float(a)) for a in ("0", "0.1", "0.
 
 @dataclass(frozen=True)
 class GridExperiment:
-    """A regret comparison over a grid of environment sizes (``benchmarks/generalization.py`` runs it).
+    """A regret comparison over a grid of environment sizes (``benchmarks/evaluations/generalization.py`` runs it).
 
     Every cell is one environment; in every cell all rows play the same instances (common random
     numbers) and the learned rows are compared with the best reference of the cell.

@@ -25,7 +25,7 @@ another key is run again and replaced; one that fails its checksum is reported a
 used.  ``--rerun`` ignores stored results.  The combined outputs (CSV, plots, summary, config) are
 then rebuilt from the results, each file written atomically, and describe exactly the experiments of
 this run: plots of experiments not in it are removed (their stored results stay in ``experiments/``
-for a later run).  A grid experiment keeps its own folder (``benchmarks/generalization.py``).
+for a later run).  A grid experiment keeps its own folder (``benchmarks/evaluations/generalization.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
+from benchmarks.evaluations.generalization import bernoulli_cells, describe_range, linear_cells, run_generalization
 from benchmarks.experiments import (
     EXPERIMENTS,
     GENERALISTS,
@@ -54,7 +55,6 @@ from benchmarks.experiments import (
     Experiment,
     GridExperiment,
 )
-from benchmarks.generalization import bernoulli_cells, describe_range, linear_cells, run_generalization
 from benchmarks.plots import describe_env, plot, plot_files
 from benchmarks.results_page import PAGE, Section, write_page
 from icrl_gym import __version__

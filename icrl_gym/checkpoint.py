@@ -33,7 +33,6 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from icrl_gym.fileio import (
     describe_size,
     json_round_trip,
 )
+from icrl_gym.kinds import KINDS, CheckpointKind, EnvFamily, import_target
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 2
@@ -68,113 +68,6 @@ PRETRAINED_DIR = Path(str(importlib.resources.files("icrl_gym") / "pretrained"))
 class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, truncated or made for another environment."""
 
-
-class CheckpointKind(str, Enum):
-    """What the weights of a checkpoint are, and so which model class builds them and which agent plays them."""
-
-    BANDIT_TRANSFORMER = "bandit_transformer"
-    """A :class:`~icrl_gym.models.transformer.BanditTransformer` (agent ``"transformer"``)."""
-    MDP_TRANSFORMER = "mdp_transformer"
-    """An :class:`~icrl_gym.models.mdp_transformer.MDPTransformer` (agent ``"mdp_transformer"``)."""
-    META_RL_POLICY = "meta_rl_policy"
-    """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
-    GENERALIST_TRANSFORMER = "generalist_transformer"
-    """A :class:`~icrl_gym.models.generalist.GeneralistTransformer`: Bernoulli arms, any K and T."""
-    LINEAR_GENERALIST_TRANSFORMER = "linear_generalist_transformer"
-    """A :class:`~icrl_gym.models.linear_generalist.LinearGeneralistTransformer`: linear arms, any A and T."""
-
-    @property
-    def entry(self) -> KindEntry:
-        """The row of :data:`KINDS` for this kind."""
-        return KINDS[self]
-
-    @property
-    def agent(self) -> str:
-        """The registered name of the agent that plays checkpoints of this kind."""
-        return KINDS[self].agent
-
-
-class EnvFamily(str, Enum):
-    """The family of environments a checkpoint plays."""
-
-    BANDIT = "bandit"
-    TABULAR_MDP = "tabular MDP"
-
-
-def _import(target: str) -> Any:
-    """The object named by ``"module:attribute"``."""
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-@dataclass(frozen=True)
-class KindEntry:
-    """One row of the kind table: how a checkpoint of a kind is built, played and checked."""
-
-    model: str
-    """``"module:Class"`` of the model (an :class:`~icrl_gym.models.policy.InContextPolicy`, or the
-    meta-RL baselines' SB3 policy)."""
-    config: str
-    """``"module:Class"`` of its configuration (a :class:`~icrl_gym.fileio.DictConfig`), read from the
-    record's ``model`` (for the meta-RL policies, from ``meta_rl``)."""
-    agent: str
-    """The registered agent (:mod:`icrl_gym.registry`) that plays it."""
-    family: EnvFamily
-    """The environments it plays."""
-    exact_fields: tuple[str, ...]
-    """Fields of the environment's spec that must equal the training prior's (:func:`check_compatible`)."""
-    length_field: str | None = None
-    """The field of a run's length, which may be shorter than the model's capacity but not longer
-    (None: the model plays any length)."""
-    loader: str | None = None
-    """``"module:function"`` ``(path, device) -> (model, meta)`` for a model not built from its
-    configuration alone (the SB3 policies); None: ``model(config)`` + the weights."""
-
-
-KINDS: dict[CheckpointKind, KindEntry] = {
-    CheckpointKind.BANDIT_TRANSFORMER: KindEntry(
-        "icrl_gym.models.transformer:BanditTransformer",
-        "icrl_gym.models.transformer:TransformerConfig",
-        "transformer",
-        EnvFamily.BANDIT,
-        ("arms", "reward", "dim", "num_actions"),
-        "horizon",
-    ),
-    CheckpointKind.MDP_TRANSFORMER: KindEntry(
-        "icrl_gym.models.mdp_transformer:MDPTransformer",
-        "icrl_gym.models.mdp_transformer:MDPTransformerConfig",
-        "mdp_transformer",
-        EnvFamily.TABULAR_MDP,
-        ("kind", "num_states", "num_actions", "horizon"),
-        "episodes",
-    ),
-    CheckpointKind.META_RL_POLICY: KindEntry(
-        "stable_baselines3.common.policies:ActorCriticPolicy",
-        "icrl_gym.meta_policy:MetaRLConfig",
-        "meta_rl",
-        EnvFamily.BANDIT,
-        ("arms", "reward", "dim", "num_actions"),
-        "horizon",
-        loader="icrl_gym.meta_policy:load_policy_module",
-    ),
-    CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
-        "icrl_gym.models.generalist:GeneralistTransformer",
-        "icrl_gym.models.generalist:GeneralistConfig",
-        "generalist",
-        EnvFamily.BANDIT,
-        ("arms", "reward"),
-    ),
-    CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: KindEntry(
-        "icrl_gym.models.linear_generalist:LinearGeneralistTransformer",
-        "icrl_gym.models.linear_generalist:LinearGeneralistConfig",
-        "linear_generalist",
-        EnvFamily.BANDIT,
-        ("reward",),
-    ),
-}
-"""The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.
-
-A new kind of learned policy is one row here, one model file and one agent adapter."""
 
 _OTHER_MODEL_CLASSES = {"RecurrentActorCriticPolicy": CheckpointKind.META_RL_POLICY}
 """Model classes (of records written before ``kind`` existed) that are not a row's ``model``."""
@@ -319,17 +212,57 @@ def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
     return Path(stem + ".safetensors"), Path(stem + ".json")
 
 
+def _is_earlier_export(folder: Path) -> bool:
+    """Whether ``folder`` holds exactly what :func:`export_hf_folder` writes: a checkpoint record and its weights."""
+    if sorted(entry.name for entry in folder.iterdir()) != sorted((HF_CONFIG, HF_WEIGHTS)):
+        return False
+    try:
+        record = json.loads((folder / HF_CONFIG).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(record, dict) and record.get("format") == FORMAT
+
+
+def _check_export_target(folder: Path) -> None:
+    """Refuse a target that export would have to delete: a file, a link, or a folder holding anything else.
+
+    Export replaces its target whole, so it may only replace what it wrote itself (an earlier
+    export) or an empty folder; everything else raises ``FileExistsError`` before anything is written.
+    """
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        what = "a link" if folder.is_symlink() else "a file"
+        raise FileExistsError(
+            f"cannot export to {folder}: it is {what}, not a folder; export writes a folder of {HF_CONFIG} and "
+            f"{HF_WEIGHTS} -- name a new folder"
+        )
+    if folder.is_dir() and any(folder.iterdir()) and not _is_earlier_export(folder):
+        entries = sorted(entry.name for entry in folder.iterdir())
+        shown = ", ".join(entries[:6]) + (f" and {len(entries) - 6} more" if len(entries) > 6 else "")
+        raise FileExistsError(
+            f"cannot export to {folder}: the folder holds files that no earlier export wrote ({shown}); export "
+            f"replaces its target folder whole, so it only writes to a new or empty folder or over an earlier "
+            f"export ({HF_CONFIG} + {HF_WEIGHTS}) -- name a new folder"
+        )
+
+
 def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path:
     """Write checkpoint ``stem`` (checked first) as the Hub-layout folder ``folder``; returns it.
 
     The record goes to ``config.json`` unchanged (its SHA-256 still names the weights), the weights
     to ``model.safetensors``.  Atomic: the folder is built beside its target and renamed into place,
-    so ``folder`` is either the previous one or the complete new one.
+    so ``folder`` is either the previous one or the complete new one.  Export never deletes what it
+    did not write: a target that is a file, a link, or a folder holding anything but an earlier
+    export is refused with ``FileExistsError`` before anything is written.
     """
     read_checkpoint(stem)  # refuse to export a corrupt or mismatched pair
     weights, record = checkpoint_files(stem)
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    _check_export_target(folder)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a parent folder should be
+        blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), folder.parent)
+        raise FileExistsError(f"cannot export to {folder}: {blocker} is a file, not a folder") from None
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     old = None
     try:
@@ -458,9 +391,9 @@ def load_checkpoint(
         check_compatible(record, {"model": expect.to_dict()}, name=str(_stem(path)))
     entry = record.kind.entry
     if entry.loader is not None:
-        return _import(entry.loader)(path, torch.device(device))
+        return import_target(entry.loader)(path, torch.device(device))
     try:
-        model = _import(entry.model)(_import(entry.config).from_dict(meta["model"]))
+        model = import_target(entry.model)(import_target(entry.config).from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
     except (KeyError, ValueError, TypeError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {_stem(path)} does not fit its model configuration: {err}") from err

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import torch
 
+from icrl_gym.fileio import DEVICE
 
-def resolve_device(device: str = "auto") -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``.
 
-    Asking for CUDA on a machine without it is a ``ValueError`` that says so, here rather than at
-    the first tensor moved.
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; ``"cpu"``, ``"mps"``, ``"cuda"``, ``"cuda:N"`` as named.
+
+    The names are the ones every configuration admits (:data:`icrl_gym.fileio.DEVICE`, one rule for
+    both); anything else is a ``ValueError`` naming them.  Asking for CUDA on a machine without it is
+    a ``ValueError`` that says so, here rather than at the first tensor moved.
     """
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not DEVICE.admits(device):
+        raise ValueError(f"device must be {DEVICE}, got {device!r}")
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)

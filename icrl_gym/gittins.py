@@ -19,7 +19,7 @@ the dense cube), and one table built for the largest horizon serves every smalle
 exactly the same float32 operations whatever N, so a table for N >= T holds the same numbers as
 one built for T.
 
-This module is the table math only; the policy playing it is ``agents.gittins.Gittins``.
+This module is the table math only; the policy playing it is ``agents.bandit.gittins.Gittins``.
 
 Building the table for N = 500 takes about 5 minutes, so :func:`cached_gittins_table` keeps it on
 disk for later processes, in a directory the caller names (nothing is written by default; the
@@ -167,7 +167,9 @@ def cached_gittins_table(
 
     A cached table for a horizon N >= ``horizon`` (the smallest there is) serves; if none is valid the
     table is built and written atomically as ``gittins_cache_path(cache_dir, horizon, ...)``,
-    replacing a corrupt file of that name.
+    replacing a corrupt file of that name.  A cache folder that cannot be listed or written (a file
+    in its place, a read-only folder, a full disk) only costs the rebuild in a later process: the
+    table is returned from memory after one ``RuntimeWarning`` per folder naming it and the cause.
     """
     key = (float(prior_a), float(prior_b), int(grid))
     path = gittins_cache_path(cache_dir, horizon, *key)
@@ -175,11 +177,15 @@ def cached_gittins_table(
     if key not in _TABLES or _TABLES[key].horizon < horizon:
         suffix = _cache_suffix(*key)
         pattern = re.compile(r"gittins_N(\d+)" + re.escape(suffix))
-        found = sorted(
-            (int(match.group(1)), candidate)
-            for candidate in (Path(cache_dir).glob(f"gittins_N*{suffix}") if Path(cache_dir).is_dir() else [])
-            if (match := pattern.fullmatch(candidate.name)) is not None and int(match.group(1)) >= horizon
-        )
+        try:
+            found = sorted(
+                (int(match.group(1)), candidate)
+                for candidate in (Path(cache_dir).glob(f"gittins_N*{suffix}") if Path(cache_dir).is_dir() else [])
+                if (match := pattern.fullmatch(candidate.name)) is not None and int(match.group(1)) >= horizon
+            )
+        except OSError as err:  # a folder that cannot be listed: build in memory
+            _warn_unusable_cache(cache_dir, err)
+            found = []
         for n, candidate in found:
             loaded = load_cached_table(candidate, n, *key)
             if loaded is not None:
@@ -188,6 +194,32 @@ def cached_gittins_table(
             warnings.warn(f"ignoring the corrupt Gittins table cache {candidate}", RuntimeWarning, stacklevel=2)
             exact_invalid |= candidate == path
     table = gittins_table(horizon, *key)
-    if table.horizon == horizon and (exact_invalid or not path.exists()):
-        atomic_write(path, lambda fh: np.save(fh, table.values))
+    try:
+        if table.horizon == horizon and (exact_invalid or not path.exists()):
+            atomic_write(path, lambda fh: np.save(fh, table.values))
+    except OSError as err:  # a file where the folder should be, a read-only folder, a full disk
+        _warn_unusable_cache(cache_dir, err)
     return table
+
+
+_UNUSABLE_CACHES: set[str] = set()
+"""Cache folders already reported unusable in this process (each is reported once)."""
+
+
+def _warn_unusable_cache(cache_dir: str | os.PathLike, err: OSError) -> None:
+    """One ``RuntimeWarning`` per folder: the cache cannot be used, the table stays in memory for this process."""
+    if str(cache_dir) in _UNUSABLE_CACHES:
+        return
+    _UNUSABLE_CACHES.add(str(cache_dir))
+    folder = Path(cache_dir)
+    try:
+        is_file = any(p.exists() and not p.is_dir() for p in (folder, *folder.parents))
+    except OSError:  # a parent that cannot even be looked at
+        is_file = False
+    reason = "a file stands where the folder should be" if is_file else f"{type(err).__name__}: {err.strerror or err}"
+    warnings.warn(
+        f"cannot use the Gittins table cache {cache_dir} ({reason}); "
+        f"the table is kept in memory for this process only (set {CACHE_ENV} to a writable folder to keep it)",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -22,42 +22,39 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from icrl_gym.algorithm import Agent
+from icrl_gym.kinds import KINDS
 
 MIXTURE = "mixture"
 """The trajectory-level mixture, whose specification nests its components' (see ``make_agent``)."""
 
 _ENTRY_POINTS: dict[str, str] = {
     # bandit algorithms
-    "linucb": "agents.linucb:LinUCB",
-    "soft_linucb": "agents.linucb:SoftLinUCB",
-    "linear_ts": "agents.thompson:LinearThompson",
-    "bernoulli_ts": "agents.thompson:BernoulliThompson",
-    "gittins": "agents.gittins:Gittins",
-    "ucb": "agents.ucb:UCB",
-    "kl_ucb": "agents.kl_ucb:KLUCB",
-    "bayes_ucb": "agents.bayes_ucb:BayesUCB",
-    "linear_bayes_ucb": "agents.bayes_ucb:LinearBayesUCB",
-    "linear_posterior_mean": "agents.linear_posterior:PosteriorMeanGreedy",
-    "linear_box_posterior": "agents.box_posterior:BoxPosteriorMC",
-    "bernoulli_bayes_optimal": "agents.bernoulli_bayes_optimal:BernoulliBayesOptimal",
-    "emp": "agents.empirical_mean:EmpiricalMean",
-    "uniform": "agents.uniform:Uniform",
-    "optimal": "agents.oracle:Optimal",
+    "linucb": "agents.bandit.linucb:LinUCB",
+    "soft_linucb": "agents.bandit.linucb:SoftLinUCB",
+    "linear_ts": "agents.bandit.thompson:LinearThompson",
+    "bernoulli_ts": "agents.bandit.thompson:BernoulliThompson",
+    "gittins": "agents.bandit.gittins:Gittins",
+    "ucb": "agents.bandit.ucb:UCB",
+    "kl_ucb": "agents.bandit.kl_ucb:KLUCB",
+    "bayes_ucb": "agents.bandit.bayes_ucb:BayesUCB",
+    "linear_bayes_ucb": "agents.bandit.bayes_ucb:LinearBayesUCB",
+    "linear_posterior_mean": "agents.bandit.linear_posterior:PosteriorMeanGreedy",
+    "linear_box_posterior": "agents.bandit.box_posterior:BoxPosteriorMC",
+    "bernoulli_bayes_optimal": "agents.bandit.bernoulli_bayes_optimal:BernoulliBayesOptimal",
+    "emp": "agents.bandit.empirical_mean:EmpiricalMean",
+    "uniform": "agents.bandit.uniform:Uniform",
+    "optimal": "agents.bandit.optimal:Optimal",
     # tabular-MDP algorithms
-    "mdp_optimal": "agents.mdp_base:MDPOptimal",
-    "mdp_uniform": "agents.mdp_base:MDPUniform",
-    "ucbvi": "agents.ucbvi:UCBVI",
-    "psrl": "agents.psrl:PSRL",
-    "dark_room_psrl": "agents.psrl:DarkRoomPSRL",
-    "posterior_optimal_action": "agents.posterior_dpt:PosteriorOptimalAction",
+    "mdp_optimal": "agents.mdp.greedy_q:MDPOptimal",
+    "mdp_uniform": "agents.mdp.uniform:MDPUniform",
+    "ucbvi": "agents.mdp.ucbvi:UCBVI",
+    "psrl": "agents.mdp.psrl:PSRL",
+    "dark_room_psrl": "agents.mdp.psrl:DarkRoomPSRL",
+    "posterior_optimal_action": "agents.mdp.posterior_dpt:PosteriorOptimalAction",
     # either kind: the mixture builds an MDP mixture when every component is an MDP algorithm
     MIXTURE: "agents.mixture:Mixture",
-    # learned algorithms (they import torch)
-    "transformer": "agents.learned.transformer:TransformerAgent",
-    "mdp_transformer": "agents.learned.mdp_transformer:MDPTransformerAgent",
-    "meta_rl": "agents.learned.meta_rl:MetaRLAgent",
-    "generalist": "agents.learned.generalist:GeneralistAgent",
-    "linear_generalist": "agents.learned.linear_generalist:LinearGeneralistAgent",
+    # learned algorithms (they import torch): one per checkpoint kind, from the kind table
+    **{entry.agent: entry.agent_class for entry in KINDS.values()},
 }
 
 _DEFAULTS: dict[str, dict[str, Any]] = {

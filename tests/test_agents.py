@@ -251,7 +251,7 @@ def _feed(agent, pulls):
 
 def test_kl_ucb_index_solves_its_defining_equation():
     from agents import KLUCB
-    from agents.kl_ucb import bernoulli_kl
+    from agents.bandit.kl_ucb import bernoulli_kl
 
     pulls = [(0, 1), (0, 0), (0, 1), (1, 0), (1, 0), (2, 1)]
     index = _feed(KLUCB(iterations=60), pulls)
@@ -303,7 +303,7 @@ def _reference_gittins(s, f, m, tol=1e-9):
 
 
 def test_gittins_table_matches_exact_recursion():
-    from agents.gittins import gittins_table
+    from agents.bandit.gittins import gittins_table
 
     table = gittins_table(12)
     for s, f, m in [(0, 0, 1), (2, 1, 1), (0, 0, 2), (1, 3, 4), (3, 0, 6), (0, 0, 10), (2, 2, 8)]:

@@ -7,10 +7,10 @@ import pytest
 from scipy import integrate, stats
 
 from agents import make_agent
-from agents.bayes_ucb import LinearBayesUCB
-from agents.bernoulli_bayes_optimal import BernoulliBayesOptimal, bayes_optimal_table, table_bytes
-from agents.linear_posterior import GaussianModel
-from agents.thompson import BernoulliThompson, LinearThompson
+from agents.bandit.bayes_ucb import LinearBayesUCB
+from agents.bandit.bernoulli_bayes_optimal import BernoulliBayesOptimal, bayes_optimal_table, table_bytes
+from agents.bandit.linear_posterior import GaussianModel
+from agents.bandit.thompson import BernoulliThompson, LinearThompson
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BernoulliBanditEnv, LinearBanditEnv, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.envs.tabular_mdp import RandomMDPEnv

@@ -52,3 +52,21 @@ def test_export_replaces_a_folder_atomically_and_refuses_corrupt_input(tmp_path)
     with pytest.raises(CheckpointError):
         export_hf_folder(folder, tmp_path / "copy")
     assert not (tmp_path / "copy").exists()
+
+
+def test_export_never_deletes_what_it_did_not_write(tmp_path):
+    stem = resolve_checkpoint("bernoulli-ad-ucb")
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "README.md").write_text("mine")
+    (tmp_path / "notes").write_text("mine")
+    for target, message in (
+        (project, r"holds files that no earlier export wrote \(\.git, README\.md\)"),
+        (tmp_path / "notes", "is a file, not a folder"),
+        (tmp_path / "notes" / "model", "notes is a file, not a folder"),
+    ):
+        with pytest.raises(FileExistsError, match=message):
+            export_hf_folder(stem, target)
+    assert sorted(p.name for p in project.iterdir()) == [".git", "README.md"]
+    assert (project / "README.md").read_text() == (tmp_path / "notes").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "project"]  # no temporary folder left

@@ -27,6 +27,16 @@ def test_gymnasium_checker(env_id, kwargs):
     check_env(env.unwrapped, skip_render_check=True)
 
 
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_gymnasium_checker_with_the_text_render(env_id):
+    env = gym.make(env_id, render_mode="ansi")
+    check_env(env.unwrapped, skip_render_check=False)
+    env.reset(seed=0)
+    env.step(1)
+    frame = env.render()
+    assert isinstance(frame, str) and "1" in frame.splitlines()[0]  # the header names the step or episode
+
+
 @pytest.mark.parametrize("env_id, kwargs", VARIANTS, ids=VARIANT_IDS)
 def test_sb3_checker_without_warnings(env_id, kwargs, recwarn):
     sb3_check_env(gym.make(env_id, **kwargs).unwrapped, warn=True)

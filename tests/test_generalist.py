@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import icrl_gym.envs  # noqa: F401  (registers the environments)
-from agents.gittins import Gittins
+from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
 from icrl_gym.gittins import build_gittins_table, gittins_table
@@ -95,7 +95,7 @@ def test_runs_at_fifty_arms_and_a_thousand_steps():
 
 
 def _dense_gittins(horizon, grid=256):
-    """The dense (T+1)^3 table as agents/gittins.py computed it before the compact storage."""
+    """The dense (T+1)^3 table as agents/bandit/gittins.py computed it before the compact storage."""
     n = horizon + 1
     lam = np.linspace(0.0, 1.0, grid, dtype=np.float32)[:, None, None]
     s = np.arange(n, dtype=np.float32)[:, None]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import icrl_gym.gittins
+from benchmarks.evaluations.generalization import MODEL, run_generalization
 from benchmarks.experiments import GENERALIZATION
-from benchmarks.generalization import MODEL, run_generalization
 from benchmarks.harness import main, parse_args
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
@@ -144,7 +144,7 @@ def test_harness_lists_and_parses_the_grid_experiment(capsys):
 
 def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypatch):
     """A grid stopped after its second cell reruns only the cells after it; the tables equal an uninterrupted run."""
-    import benchmarks.generalization as gen
+    import benchmarks.evaluations.generalization as gen
 
     full = run_generalization(TINY, tmp_path / "full", runs=6, seed=1, checkpoint=checkpoint)
     real = gen.evaluate_regret
@@ -186,7 +186,7 @@ def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypa
 
 def test_new_model_reruns_only_its_own_rows(checkpoint, tmp_path, monkeypatch):
     """Rows are stored one by one: other weights (another model_id) re-run the model row, not the references."""
-    import benchmarks.generalization as gen
+    import benchmarks.evaluations.generalization as gen
 
     cell = gen.bernoulli_cells(TINY)[0]
     model = {**TINY.bernoulli_model, "checkpoint": checkpoint}
@@ -222,7 +222,7 @@ def test_missing_model_file_is_an_error_not_a_size_limit(checkpoint, tmp_path):
     """A model whose files vanish mid-grid raises CheckpointError; it is not stored as an n/a row."""
     import shutil
 
-    import benchmarks.generalization as gen
+    import benchmarks.evaluations.generalization as gen
     from icrl_gym.checkpoint import CheckpointError, checkpoint_files
 
     copy = tmp_path / "copy"

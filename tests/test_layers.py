@@ -28,8 +28,8 @@ def test_icrl_gym_never_imports_agents():
 
 def test_the_scan_would_see_an_import():
     assert IMPORTS_AGENTS.search("x = 1\n    from agents import make_agent\n")
-    assert IMPORTS_AGENTS.search("import agents.linucb\n")
-    assert not IMPORTS_AGENTS.search('ENTRY = "agents.linucb:LinUCB"\n')
+    assert IMPORTS_AGENTS.search("import agents.bandit.linucb\n")
+    assert not IMPORTS_AGENTS.search('ENTRY = "agents.bandit.linucb:LinUCB"\n')
 
 
 _PROBE = """
@@ -101,9 +101,9 @@ def test_registry_errors_and_registration():
     with pytest.raises(ValueError, match="bad parameters for agent 'linucb'"):
         make_agent("linucb", no_such_parameter=1)
     with pytest.raises(ValueError, match="package.module:Class"):
-        register_agent("x", "agents.linucb.LinUCB")
+        register_agent("x", "agents.bandit.linucb.LinUCB")
     with pytest.raises(ValueError, match="already registered"):
-        register_agent("linucb", "agents.ucb:UCB")
+        register_agent("linucb", "agents.bandit.ucb:UCB")
     assert make_agent("soft_linucb").temperature == 0.1
     assert make_agent("soft_linucb", temperature=0.5).temperature == 0.5
     components = [{"name": "mdp_uniform"}, {"name": "psrl"}]
@@ -111,7 +111,7 @@ def test_registry_errors_and_registration():
     assert isinstance(mixture, MDPAgent) and mixture.config()["components"][1]["name"] == "psrl"
     table = entry_points()
     table["linucb"] = "changed:Nothing"
-    assert entry_points()["linucb"] == "agents.linucb:LinUCB"
+    assert entry_points()["linucb"] == "agents.bandit.linucb:LinUCB"
 
 
 def test_resolve_device():
@@ -122,3 +122,6 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             resolve_device("cuda")
+    with pytest.raises(ValueError, match=r"device must be 'auto', 'cpu', 'mps', 'cuda' or 'cuda:N', got 'gpu'"):
+        resolve_device("gpu")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")

@@ -8,10 +8,11 @@ import agents
 from agents.learned.rollout import PolicyRollout
 from agents.learned.transformer import TransformerAgent
 from icrl_gym.algorithm import resolve_horizon
-from icrl_gym.checkpoint import KINDS, PRETRAINED_DIR, CheckpointKind, load_checkpoint, pretrained_names, read_record
+from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, load_checkpoint, pretrained_names, read_record
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.envs.bandit_env import BanditVectorEnv
 from icrl_gym.envs.mdp_env import TabularMDPVectorEnv
+from icrl_gym.kinds import KINDS
 from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyOutput
 from icrl_gym.registry import agent_class
 
@@ -48,6 +49,8 @@ def test_the_one_entry_point_plays_an_episode_of_every_shipped_model(name):
 
 def test_every_kind_has_one_row_and_builds_its_model():
     assert set(KINDS) == set(CheckpointKind)
+    for row in KINDS.values():  # the registry's learned agents are the table's
+        assert agent_class(row.agent).__module__ + ":" + agent_class(row.agent).__name__ == row.agent_class
     for name in pretrained_names():
         record = read_record(PRETRAINED_DIR / name)
         model, meta = load_checkpoint(PRETRAINED_DIR / name)

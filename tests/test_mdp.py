@@ -7,9 +7,10 @@ import pytest
 
 import icrl_gym  # noqa: F401
 from agents import make_agent
-from agents.mdp_base import MDPOptimal, MDPUniform
-from agents.psrl import PSRL
-from agents.ucbvi import UCBVI
+from agents.mdp.greedy_q import MDPOptimal
+from agents.mdp.psrl import PSRL
+from agents.mdp.ucbvi import UCBVI
+from agents.mdp.uniform import MDPUniform
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPBatch, MDPSpec, backward_induction, dark_room_spec
 
@@ -206,7 +207,7 @@ def test_psrl_optimal_action_posterior_matches_fresh_posterior_draws(stationary)
 
 def test_dark_room_optimal_action_posterior_is_exact():
     """P(a* = a | D) against the first maximiser of Q* of every still possible goal, by brute force."""
-    from agents.psrl import DarkRoomPSRL
+    from agents.mdp.psrl import DarkRoomPSRL
 
     spec = dark_room_spec(size=3, horizon=6, episodes=2)
     runs = rollout_mdp(spec, MDPUniform(), 1, seed=0)  # a history that rules out some cells

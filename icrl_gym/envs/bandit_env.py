@@ -26,7 +26,15 @@ from gymnasium import spaces
 
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
-from icrl_gym.envs.vector import BatchVectorEnv, check_env_memory, check_options
+from icrl_gym.envs.vector import (
+    RENDER_FPS,
+    RENDER_MODES,
+    BatchVectorEnv,
+    check_env_memory,
+    check_options,
+    check_render_mode,
+    render_text,
+)
 
 
 def _observation_space(spec: BanditSpec) -> spaces.Box:
@@ -43,13 +51,31 @@ def _instance_options(options: dict[str, Any] | None) -> dict[str, Any]:
     return {"w_star": options.get("w_star"), "action_sets": options.get("action_set")}
 
 
+def _describe(batch: BanditBatch, last: tuple[np.ndarray, np.ndarray] | None) -> tuple[str, list[str]]:
+    """The text render of a bandit batch: a header and one line per run (last pull, current best arm)."""
+    spec = batch.spec
+    header = f"{spec.reward} bandit, d={spec.dim}, A={spec.num_actions}: step {batch.t}/{spec.horizon}"
+    runs = []
+    for b in range(batch.batch_size):
+        best = f"best arm now {int(batch.best_arm[b])} (mean {float(batch.best_mean[b]):+.3f})"
+        if last is None:
+            runs.append(f"no arm pulled yet; {best}")
+        else:
+            runs.append(f"pulled arm {int(last[0][b])}, reward {float(last[1][b]):+.3f}; {best}")
+    return header, runs
+
+
 class BanditEnv(gym.Env):
     """One bandit run as a Gymnasium environment (a :class:`BanditBatch` of size one)."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": RENDER_MODES, "render_fps": RENDER_FPS}
 
-    def __init__(self, spec: BanditSpec, max_memory_gib: float | None = None) -> None:
-        """``max_memory_gib`` raises the memory limit (:func:`~icrl_gym.envs.validation.check_memory`)."""
+    def __init__(self, spec: BanditSpec, max_memory_gib: float | None = None, render_mode: str | None = None) -> None:
+        """``max_memory_gib`` raises the memory limit (:func:`~icrl_gym.envs.validation.check_memory`).
+
+        ``render_mode="ansi"`` makes :meth:`render` return a text description of the current step.
+        """
+        self.render_mode = check_render_mode(render_mode)
         check_env_memory(
             spec.memory_bytes(1), spec.num_actions * spec.dim, None, "a bandit environment", max_memory_gib
         )
@@ -57,6 +83,7 @@ class BanditEnv(gym.Env):
         self.observation_space = _observation_space(spec)
         self.action_space = spaces.Discrete(spec.num_actions)
         self._batch: BanditBatch | None = None
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def w_star(self) -> np.ndarray:
@@ -76,7 +103,7 @@ class BanditEnv(gym.Env):
         super().reset(seed=seed)
         with memory_limit(self.max_memory_gib):
             self._batch = BanditBatch(self.bandit_spec, 1, self.np_random, **_instance_options(options))
-        batch = self._batch
+        batch, self._last = self._batch, None
         info = {
             "w_star": batch.w_star[0].copy(),
             "optimal_action": int(batch.best_arm[0]),
@@ -93,6 +120,7 @@ class BanditEnv(gym.Env):
         if np.ndim(action) != 0:
             raise ValueError(f"expected a single arm index, got an array of shape {np.shape(action)}")
         out = batch.step(np.asarray([action]))
+        self._last = (np.asarray([action]), out["reward"])
         info = {
             "expected_reward": float(out["expected_reward"][0]),
             "best_expected_reward": float(out["best_expected_reward"][0]),
@@ -103,6 +131,12 @@ class BanditEnv(gym.Env):
         }
         return self._obs(), float(out["reward"][0]), batch.done, False, info
 
+    def render(self) -> str:
+        """With ``render_mode="ansi"``: the step, the last pull and its reward, the current best arm."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before render()")
+        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=False)
+
 
 class BanditVectorEnv(BatchVectorEnv):
     """B bandit runs stepped as arrays: the native batched version of :class:`BanditEnv`.
@@ -111,8 +145,15 @@ class BanditVectorEnv(BatchVectorEnv):
     resets every run to a new instance (``AutoresetMode.NEXT_STEP``) and returns zero rewards.
     """
 
-    def __init__(self, num_envs: int, spec: BanditSpec, max_memory_gib: float | None = None) -> None:
-        """``max_memory_gib`` raises the memory limit (:func:`~icrl_gym.envs.validation.check_memory`)."""
+    def __init__(
+        self,
+        num_envs: int,
+        spec: BanditSpec,
+        max_memory_gib: float | None = None,
+        render_mode: str | None = None,
+        autoreset_mode: Any = None,
+    ) -> None:
+        """``max_memory_gib`` raises the memory limit; the modes are checked by :meth:`BatchVectorEnv._init_spaces`."""
         num_envs = check_integer("num_envs", num_envs)
         check_env_memory(
             spec.memory_bytes(num_envs),
@@ -122,8 +163,9 @@ class BanditVectorEnv(BatchVectorEnv):
             max_memory_gib,
         )
         self.bandit_spec, self.max_memory_gib = spec, max_memory_gib
-        self._init_spaces(num_envs, _observation_space(spec), spec.num_actions)
+        self._init_spaces(num_envs, _observation_space(spec), spec.num_actions, render_mode, autoreset_mode)
         self._batch: BanditBatch | None = None
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def batch(self) -> BanditBatch:
@@ -151,6 +193,7 @@ class BanditVectorEnv(BatchVectorEnv):
         self._reseed(seed)
         with memory_limit(self.max_memory_gib):
             self._batch = BanditBatch(self.bandit_spec, self.num_envs, self.np_random, **_instance_options(options))
+        self._last = None
         return self._obs(), self._reset_info()
 
     def step(self, actions: Any):
@@ -159,6 +202,7 @@ class BanditVectorEnv(BatchVectorEnv):
             return self._autoreset_step()
         batch = self.batch
         out = batch.step(actions)
+        self._last = (np.asarray(actions).reshape(self.num_envs), out["reward"])
         info = {
             "expected_reward": out["expected_reward"],
             "best_expected_reward": out["best_expected_reward"],
@@ -169,3 +213,9 @@ class BanditVectorEnv(BatchVectorEnv):
         self._autoreset = batch.done
         terminated = np.full(self.num_envs, batch.done)
         return self._obs(), out["reward"], terminated, np.zeros(self.num_envs, dtype=bool), info
+
+    def render(self) -> str:  # type: ignore[override]
+        """With ``render_mode="ansi"``: the step, then per run the last pull, its reward and the current best arm."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before render()")
+        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=True)

@@ -7,6 +7,7 @@ from typing import Any
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 from icrl_gym.envs.validation import integer_problem, is_integer
+from icrl_gym.envs.vector import vector_options
 
 
 def bernoulli_bandit_spec(
@@ -89,12 +90,14 @@ class BernoulliBanditEnv(BanditEnv):
     uniform prior.
     """
 
-    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(bernoulli_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
+        super().__init__(bernoulli_bandit_spec(**kwargs), max_memory_gib=max_memory_gib, render_mode=render_mode)
 
 
 class BernoulliBanditVectorEnv(BanditVectorEnv):
     """Natively batched :class:`BernoulliBanditEnv`."""
 
-    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(num_envs, bernoulli_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
+        """``num_envs`` runs of ``bernoulli_bandit_spec(**fields)``; the other keywords are the vector options."""
+        options, fields = vector_options(kwargs)
+        super().__init__(num_envs, bernoulli_bandit_spec(**fields), **options)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from icrl_gym.envs.mdp_core import dark_room_spec
 from icrl_gym.envs.mdp_env import TabularMDPEnv, TabularMDPVectorEnv
 
@@ -41,9 +43,16 @@ class DarkRoomEnv(TabularMDPEnv):
     """
 
     def __init__(
-        self, size: int = 10, horizon: int = 100, episodes: int = 10, *, max_memory_gib: float | None = None
+        self,
+        size: int = 10,
+        horizon: int = 100,
+        episodes: int = 10,
+        *,
+        max_memory_gib: float | None = None,
+        render_mode: str | None = None,
     ) -> None:
-        super().__init__(dark_room_spec(size, horizon, episodes), max_memory_gib=max_memory_gib)
+        spec = dark_room_spec(size, horizon, episodes)
+        super().__init__(spec, max_memory_gib=max_memory_gib, render_mode=render_mode)
 
 
 class DarkRoomVectorEnv(TabularMDPVectorEnv):
@@ -57,5 +66,10 @@ class DarkRoomVectorEnv(TabularMDPVectorEnv):
         episodes: int = 10,
         *,
         max_memory_gib: float | None = None,
+        render_mode: str | None = None,
+        autoreset_mode: Any = None,
     ) -> None:
-        super().__init__(num_envs, dark_room_spec(size, horizon, episodes), max_memory_gib=max_memory_gib)
+        spec = dark_room_spec(size, horizon, episodes)
+        super().__init__(
+            num_envs, spec, max_memory_gib=max_memory_gib, render_mode=render_mode, autoreset_mode=autoreset_mode
+        )

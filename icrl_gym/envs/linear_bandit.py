@@ -6,6 +6,7 @@ from typing import Any
 
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
+from icrl_gym.envs.vector import vector_options
 
 
 def linear_bandit_spec(
@@ -89,12 +90,14 @@ class LinearBanditEnv(BanditEnv):
     any draw of the existing settings.
     """
 
-    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
+        super().__init__(linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib, render_mode=render_mode)
 
 
 class LinearBanditVectorEnv(BanditVectorEnv):
     """Natively batched :class:`LinearBanditEnv`: ``num_envs`` runs stepped as arrays."""
 
-    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(num_envs, linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
+        """``num_envs`` runs of ``linear_bandit_spec(**fields)``; the other keywords are the vector options."""
+        options, fields = vector_options(kwargs)
+        super().__init__(num_envs, linear_bandit_spec(**fields), **options)

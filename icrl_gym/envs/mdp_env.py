@@ -21,7 +21,15 @@ from gymnasium import spaces
 
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
-from icrl_gym.envs.vector import BatchVectorEnv, check_env_memory, check_options
+from icrl_gym.envs.vector import (
+    RENDER_FPS,
+    RENDER_MODES,
+    BatchVectorEnv,
+    check_env_memory,
+    check_options,
+    check_render_mode,
+    render_text,
+)
 
 
 def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
@@ -62,13 +70,37 @@ def reset_info(spec: MDPSpec, batch: MDPBatch, index: Any = slice(None)) -> dict
     }
 
 
+def _describe(batch: MDPBatch, last: tuple[np.ndarray, np.ndarray] | None) -> tuple[str, list[str]]:
+    """The text render of an MDP batch: a header (episode, step) and one line per run (state, last action)."""
+    spec = batch.spec
+    header = f"{spec.kind} MDP, S={spec.num_states}, A={spec.num_actions}: " + (
+        "finished" if batch.done else f"episode {batch.k + 1}/{spec.episodes}, step {batch.h + 1}/{spec.horizon}"
+    )
+    runs = []
+    for b in range(batch.batch_size):
+        moved = "" if last is None else f"; last action {int(last[0][b])}, reward {float(last[1][b]):+.3f}"
+        runs.append(f"state {int(batch.state[b])}{moved}")
+    return header, runs
+
+
 class TabularMDPEnv(gym.Env):
     """One tabular-MDP in-context run as a Gymnasium environment (a :class:`MDPBatch` of size one)."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": RENDER_MODES, "render_fps": RENDER_FPS}
 
-    def __init__(self, spec: MDPSpec | None = None, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        """The prior ``spec`` (or ``MDPSpec(**kwargs)``); ``max_memory_gib`` raises the memory limit."""
+    def __init__(
+        self,
+        spec: MDPSpec | None = None,
+        *,
+        max_memory_gib: float | None = None,
+        render_mode: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The prior ``spec`` (or ``MDPSpec(**kwargs)``); ``max_memory_gib`` raises the memory limit.
+
+        ``render_mode="ansi"`` makes :meth:`render` return a text description of the current step.
+        """
+        self.render_mode = check_render_mode(render_mode)
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib
         check_env_memory(
@@ -77,12 +109,14 @@ class TabularMDPEnv(gym.Env):
         self.observation_space = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
         self.action_space = spaces.Discrete(s.num_actions)
         self._batch: MDPBatch | None = None
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw a new MDP from the prior (or take P, R, mu from ``options``) and start its first episode."""
         super().reset(seed=seed)
         with memory_limit(self.max_memory_gib):
             self._batch = MDPBatch(self.mdp_spec, 1, self.np_random, _instance_options(options))
+        self._last = None
         info = reset_info(self.mdp_spec, self._batch, 0)
         info["v_star"] = float(info["v_star"])
         return mdp_observation(self.mdp_spec, self._batch.state, self._batch.h)[0], info
@@ -95,6 +129,7 @@ class TabularMDPEnv(gym.Env):
             raise ValueError(f"expected a single action index, got an array of shape {np.shape(action)}")
         b = self._batch
         out = b.step(np.asarray([action]))
+        self._last = (np.asarray([action]), out["reward"])
         info = {
             "regret": float(out["regret"][0]),
             "gap": float(out["gap"][0]),
@@ -107,28 +142,43 @@ class TabularMDPEnv(gym.Env):
         obs = mdp_observation(self.mdp_spec, b.state, b.h)[0]
         return obs, float(out["reward"][0]), b.done, False, info
 
+    def render(self) -> str:
+        """With ``render_mode="ansi"``: the episode and step, the state, the last action and its reward."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before render()")
+        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=False)
+
 
 class TabularMDPVectorEnv(BatchVectorEnv):
     """B tabular-MDP runs stepped as arrays; all end together and reset on the next step."""
 
     def __init__(
-        self, num_envs: int = 1, spec: MDPSpec | None = None, *, max_memory_gib: float | None = None, **kwargs: Any
+        self,
+        num_envs: int = 1,
+        spec: MDPSpec | None = None,
+        *,
+        max_memory_gib: float | None = None,
+        render_mode: str | None = None,
+        autoreset_mode: Any = None,
+        **kwargs: Any,
     ) -> None:
-        """``num_envs`` runs of the prior ``spec`` (or ``MDPSpec(**kwargs)``); ``max_memory_gib`` raises the limit."""
+        """``num_envs`` runs of ``spec`` (or ``MDPSpec(**kwargs)``); the options as in :class:`BanditVectorEnv`."""
         num_envs = check_integer("num_envs", num_envs)
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib
         what = f"a vector environment of {num_envs:,} {s.kind} MDP runs"
         check_env_memory(s.memory_bytes(num_envs), s.num_states + s.horizon, num_envs, what, max_memory_gib)
         observation = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
-        self._init_spaces(num_envs, observation, s.num_actions)
+        self._init_spaces(num_envs, observation, s.num_actions, render_mode, autoreset_mode)
         self._batch: MDPBatch | None = None
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw B new MDPs."""
         self._reseed(seed)
         with memory_limit(self.max_memory_gib):
             self._batch = MDPBatch(self.mdp_spec, self.num_envs, self.np_random, _instance_options(options))
+        self._last = None
         return mdp_observation(self.mdp_spec, self._batch.state, 0), reset_info(self.mdp_spec, self._batch, slice(None))
 
     def step(self, actions: Any):
@@ -139,6 +189,7 @@ class TabularMDPVectorEnv(BatchVectorEnv):
             return self._autoreset_step()
         b = self._batch
         out = b.step(actions)
+        self._last = (np.asarray(actions).reshape(self.num_envs), out["reward"])
         self._autoreset = b.done
         info = {
             "regret": out["regret"],
@@ -150,3 +201,9 @@ class TabularMDPVectorEnv(BatchVectorEnv):
         }
         obs = mdp_observation(self.mdp_spec, b.state, b.h)
         return obs, out["reward"], np.full(self.num_envs, b.done), np.zeros(self.num_envs, dtype=bool), info
+
+    def render(self) -> str:  # type: ignore[override]
+        """With ``render_mode="ansi"``: the episode and step, then per run the state, last action and reward."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before render()")
+        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=True)

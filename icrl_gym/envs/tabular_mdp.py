@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.envs.mdp_env import TabularMDPEnv, TabularMDPVectorEnv
 
 
@@ -42,12 +41,14 @@ class RandomMDPEnv(TabularMDPEnv):
     v0: initial version.
     """
 
-    def __init__(self, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(MDPSpec(kind="random", **kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, **kwargs: Any) -> None:
+        """``MDPSpec(kind="random", **fields)``; ``max_memory_gib`` and ``render_mode`` as :class:`TabularMDPEnv`'s."""
+        super().__init__(kind="random", **kwargs)
 
 
 class RandomMDPVectorEnv(TabularMDPVectorEnv):
     """Natively batched :class:`RandomMDPEnv`."""
 
-    def __init__(self, num_envs: int = 1, *, max_memory_gib: float | None = None, **kwargs: Any) -> None:
-        super().__init__(num_envs, MDPSpec(kind="random", **kwargs), max_memory_gib=max_memory_gib)
+    def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
+        """``num_envs`` runs of ``MDPSpec(kind="random", **fields)``; the other keywords are the vector options."""
+        super().__init__(num_envs, kind="random", **kwargs)

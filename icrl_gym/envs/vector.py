@@ -33,13 +33,98 @@ def check_options(options: Any) -> dict[str, Any]:
     return dict(options)
 
 
+RENDER_MODES = ["ansi"]
+"""The render modes of every environment: ``"ansi"``, a text description of the current step from ``render()``."""
+
+RENDER_FPS = 4
+"""Frames per second at which the text frames are meant to be shown (Gymnasium's checker asks for one)."""
+
+RENDER_RUNS = 8
+"""Runs of a vector environment that its text render lists (the rest are counted)."""
+
+
+VECTOR_OPTIONS = ("max_memory_gib", "render_mode", "autoreset_mode")
+"""The keywords every vector environment takes besides its model's fields."""
+
+
+def vector_options(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``kwargs`` split into the vector options (:data:`VECTOR_OPTIONS`) and the fields of the environment's model."""
+    options = {key: kwargs[key] for key in VECTOR_OPTIONS if key in kwargs}
+    return options, {key: value for key, value in kwargs.items() if key not in options}
+
+
+def check_render_mode(render_mode: Any) -> str | None:
+    """``render_mode`` when it is None or one of :data:`RENDER_MODES`; a ``ValueError`` naming it otherwise."""
+    if render_mode is None or (isinstance(render_mode, str) and render_mode in RENDER_MODES):
+        return render_mode
+    raise ValueError(
+        f"render_mode must be None or 'ansi' (render() then returns a text description of the current step), "
+        f"got {render_mode!r}"
+    )
+
+
+def check_autoreset_mode(autoreset_mode: Any) -> AutoresetMode:
+    """The autoreset mode Gymnasium passes (an ``AutoresetMode`` or its value); only NEXT_STEP is implemented.
+
+    The runs of a batch have equal length and end together, so all of them reset on the ``step``
+    after the last one (``AutoresetMode.NEXT_STEP``); SAME_STEP and DISABLED are refused.
+    """
+    if autoreset_mode is None:
+        return AutoresetMode.NEXT_STEP
+    try:
+        mode = AutoresetMode(autoreset_mode)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in AutoresetMode)
+        raise ValueError(f"autoreset_mode must be an AutoresetMode ({allowed}), got {autoreset_mode!r}") from None
+    if mode is not AutoresetMode.NEXT_STEP:
+        raise ValueError(
+            f"autoreset_mode={mode} is not supported: these vector environments end all runs together and reset "
+            f"them on the next step() (AutoresetMode.NEXT_STEP); pass that mode or leave autoreset_mode out"
+        )
+    return mode
+
+
+def render_text(render_mode: str | None, header: str, runs: list[str], numbered: bool) -> str:
+    """The ``"ansi"`` render: ``header`` and one line per run (the first :data:`RENDER_RUNS` when ``numbered``).
+
+    Without a render mode ``render()`` has nothing to return: a ``RuntimeError`` says how to ask for one.
+    """
+    if render_mode is None:
+        raise RuntimeError(
+            "render() needs a render mode: create the environment with render_mode='ansi' "
+            "(gym.make(id, render_mode='ansi')) to get a text description of the current step"
+        )
+    if not numbered:
+        return "\n".join([header, *runs]) + "\n"
+    lines = [f"run {b}: {text}" for b, text in enumerate(runs[:RENDER_RUNS])]
+    if len(runs) > RENDER_RUNS:
+        lines.append(f"... and {len(runs) - RENDER_RUNS:,} more runs")
+    return "\n".join([header, *lines]) + "\n"
+
+
 class BatchVectorEnv(VectorEnv):
     """B runs of equal length stepped as arrays: they end together and all reset on the next ``step``."""
 
-    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata: dict[str, Any] = {
+        "render_modes": RENDER_MODES,
+        "render_fps": RENDER_FPS,
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+    }
 
-    def _init_spaces(self, num_envs: int, observation: spaces.Box, num_actions: int) -> None:
-        """B runs with observations ``observation`` and ``Discrete(num_actions)`` actions; no batch yet."""
+    def _init_spaces(
+        self,
+        num_envs: int,
+        observation: spaces.Box,
+        num_actions: int,
+        render_mode: str | None = None,
+        autoreset_mode: Any = None,
+    ) -> None:
+        """B runs with observations ``observation`` and ``Discrete(num_actions)`` actions; no batch yet.
+
+        ``render_mode`` and ``autoreset_mode`` are the arguments ``gym.make_vec`` passes (checked here).
+        """
+        self.render_mode = check_render_mode(render_mode)
+        self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         self.num_envs = check_integer("num_envs", num_envs)
         self.single_observation_space = observation
         self.single_action_space = spaces.Discrete(num_actions)

@@ -8,7 +8,7 @@ overhead makes them run at a fraction of the memory bandwidth.  ``relu_decode.c`
 step in one pass over the keys and values, vectorised across trajectories (the cache's ``"lanes"``
 layout, :class:`~icrl_gym.models.transformer.KVCache`); on the 2-core CPU of this project a cached
 rollout of the paper model runs about 2x as fast as on the PyTorch path, and 2.6x / 2.3x the
-code before issue 15 on 1 / 2 threads (``python -m benchmarks.training_speed --parts rollout``).
+code before issue 15 on 1 / 2 threads (``python -m benchmarks.speed.training_speed --parts rollout``).
 
 The source is compiled with the system C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) the
 first time a process needs it, into ``$ICRL_GYM_NATIVE_CACHE`` (default

@@ -1,0 +1,94 @@
+"""Finite-horizon Gittins index for Bernoulli bandits: a Bayes-optimal-quality reference.
+
+An arm with Beta(a0 + s, b0 + f) posterior (s successes, f failures) and m pulls left has index
+
+    G(s, f, m) = sup { lambda : V_lambda(s, f, m) > 0 },
+    V_lambda(s, f, m) = max(0, p - lambda + p V_lambda(s+1, f, m-1) + (1-p) V_lambda(s, f+1, m-1)),
+
+p = (a0 + s) / (a0 + b0 + s + f), V_lambda(., ., 0) = 0: the retirement reward lambda per step
+at which playing the arm for up to m more pulls (stopping at will) stops being worth it
+(calibration; Gittins, Glazebrook & Weber, "Multi-armed Bandit Allocation Indices", ch. 7).  At
+step t the policy pulls argmax_k G(s_k, f_k, T - t + 1), with T the environment's horizon
+(:func:`~icrl_gym.algorithm.resolve_horizon`; the constructor's ``horizon`` only for runs whose
+environment states none).
+
+The table (its math and compact storage) lives in :mod:`icrl_gym.gittins`; one table built for the
+largest horizon asked for serves every smaller one.  Building it takes minutes at T = 500, so with a
+cache directory (the ``cache_dir`` argument, else the ``ICRL_GYM_GITTINS_CACHE`` environment
+variable; neither: no disk cache) the table is read from there, or built once and written there for
+later processes (:func:`icrl_gym.gittins.cached_gittins_table`: atomic writes, corrupt files rebuilt).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from agents.bandit.index_agent import IndexAgent
+from icrl_gym.algorithm import resolve_horizon
+from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
+from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
+from icrl_gym.statistics import ArmStatistics
+
+
+class Gittins(IndexAgent):
+    """Pulls the arm with the largest finite-horizon Gittins index (Beta-Bernoulli model)."""
+
+    name = "gittins"
+    binary_rewards = True
+    stats: ArmStatistics
+    """Successes and pulls of every arm of every run (set by ``reset``; the base class refuses to act before)."""
+    table: GittinsTable
+    """G(s, f, m) for games of up to ``horizon`` steps (set by ``reset``)."""
+
+    def __init__(
+        self,
+        horizon: int | None = None,
+        prior_a: float = 1.0,
+        prior_b: float = 1.0,
+        seed: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ):
+        super().__init__(temperature=0.0, seed=seed)
+        self.default_horizon = None if horizon is None else check_integer("horizon", horizon)
+        """The constructor's T, for runs whose environment states none."""
+        self.horizon = self.default_horizon or 0
+        """T of the runs since the last reset."""
+        self.prior_a = check_number("prior_a", prior_a, 0.0, True, MAX_SCALE)
+        self.prior_b = check_number("prior_b", prior_b, 0.0, True, MAX_SCALE)
+        self.cache_dir = gittins_cache_dir(cache_dir)
+        """Where the table is kept between processes (None: memory only); not a hyper-parameter, not in config()."""
+
+    def _start(self, info: dict[str, Any]) -> None:
+        self.horizon = resolve_horizon(info, self.default_horizon, "Gittins")
+        super()._start(info)
+
+    def _memory_bytes(self) -> int:
+        """The base statistics and the table (about (T + 2)^3 / 6 float32 values, built on a 256-point grid)."""
+        n = self.horizon + 2
+        return super()._memory_bytes() + 4 * (4 * 256 * n * n + 2 * n**3 // 6)
+
+    def _reset(self, w_star: np.ndarray | None) -> None:
+        self.stats = ArmStatistics(self.batch_size, self.num_actions)
+        if self.cache_dir is None:
+            self.table = gittins_table(self.horizon, self.prior_a, self.prior_b)
+        else:
+            self.table = cached_gittins_table(self.horizon, self.cache_dir, self.prior_a, self.prior_b)
+
+    def index(self, action_sets: np.ndarray) -> np.ndarray:
+        """G(s_k, f_k, T - t + 1) for every arm."""
+        remaining = self.horizon - self.t
+        if remaining < 1:
+            raise ValueError(f"the Gittins table was built for T={self.horizon} steps")
+        s = self.stats.sums.astype(np.int64)
+        f = (self.stats.counts - self.stats.sums).astype(np.int64)
+        return self.table.lookup(s, f, remaining)
+
+    def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        self.stats.update(actions, rewards)
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters."""
+        return {"name": self.name, "horizon": self.default_horizon, "prior_a": self.prior_a, "prior_b": self.prior_b}

@@ -1,0 +1,592 @@
+"""The ``generalization`` experiment (issue 16): generalist agents against references over grids of sizes.
+
+Bernoulli cells are (K, T) with arm means ~ U[0, 1] (plus K and T beyond the trained range, and
+Beta priors at T=200); linear cells are (d, A) at T=200, sigma=1.5, and single changes at d=5, A=10.
+In every cell each row plays the same instances with the same noise (common random numbers,
+:func:`icrl_gym.data.crn.crn_batches` through :func:`~icrl_gym.data.trajectories.evaluate_regret`
+with one batch of all runs), so per-run regret differences are paired.  For every row: the mean and
+standard error of the cumulative regret R_T over the runs, the paired difference R_T(row) -
+R_T(best reference) with its standard error, and the ratio of the means; the best reference is the
+reference with the lowest mean in the cell.  The issue's acceptance thresholds are checked for the
+generalist on the cells of its trained range with the training prior.
+
+Outputs in ``<out>/generalization/``: ``cells.csv`` (one line per cell and row), ``checks.csv``,
+``summary.md``, ``heatmap-<family>.png`` (ratio generalist / best reference, out-of-range cells
+hatched) and ``config.json``.  A missing checkpoint leaves its rows out and says so.  Each finished
+cell is also written at once to ``cells/<cell>.npz`` (per-run totals of every row) and
+``cells/<cell>.json`` (what made it: environment, rows, runs, seed, model weights' sha256); running
+the same command again reuses every matching cell, so a stopped grid resumes at the cell it was in.
+The tables, checks and heatmaps are rebuilt from the cells of the current run only (a heatmap of a
+family not in the run is removed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents import make_agent
+from benchmarks.evaluations.pretrained_eval import mean_se
+from benchmarks.experiments import GridExperiment
+from benchmarks.plots import describe_env
+from icrl_gym.checkpoint import CheckpointError, checkpoint_files, read_record, resolve_checkpoint
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.fileio import atomic_write_bytes
+
+MODEL = "generalist"
+"""Row name of the learned agent in every cell."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One environment of the grid and where it sits in the heatmaps."""
+
+    family: str
+    """'bernoulli' or 'linear' (one heatmap figure each)."""
+    panel: str
+    """Heatmap panel (a prior, or the linear (d, A) grid / variants)."""
+    row: str
+    column: str
+    spec: BanditSpec
+    in_range: bool
+    """Inside the generalist's trained range (K in 2..20, T <= 500)."""
+    base_prior: bool
+    """The training prior (thresholds are checked only on in-range cells with it)."""
+
+    @property
+    def label(self) -> str:
+        """Short unique name: panel, row and column."""
+        return f"{self.panel}; {self.row}; {self.column}"
+
+
+@dataclass
+class CellResult:
+    """Per-run total regrets of every row of a cell (``None`` and a reason where a row cannot run)."""
+
+    cell: Cell
+    totals: dict[str, np.ndarray | None]
+    notes: dict[str, str] = field(default_factory=dict)
+    references: tuple[str, ...] = ()
+
+    def best_reference(self) -> str:
+        """The reference with the lowest mean regret."""
+        done = [r for r in self.references if self.totals.get(r) is not None]
+        return min(done, key=lambda r: float(np.mean(self.totals[r])))  # type: ignore[arg-type]
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Mean +- s.e., paired difference to the best reference +- s.e., ratio to it, per row."""
+        best = self.best_reference()
+        ref = self.totals[best]
+        assert ref is not None
+        out = {}
+        for name, r in self.totals.items():
+            if r is None:
+                out[name] = {"status": self.notes.get(name, "n/a")}
+                continue
+            diff = mean_se(r - ref)
+            total = mean_se(r)
+            out[name] = {
+                **total,
+                "diff_to_best": diff["mean"],
+                "diff_se": diff["se"],
+                "ratio_to_best": total["mean"] / float(ref.mean()),
+                "best_reference": best,
+                "status": "ok",
+            }
+        return out
+
+
+def model_available(checkpoint: str) -> bool:
+    """Whether ``checkpoint`` (a path or a shipped name) exists."""
+    return checkpoint_files(resolve_checkpoint(checkpoint))[1].exists()
+
+
+def bernoulli_cells(
+    exp: GridExperiment, arms: tuple[int, ...] | None = None, horizons: tuple[int, ...] | None = None
+) -> list[Cell]:
+    """The Bernoulli cells: K x T under U[0, 1], then the Beta priors (``arms``, ``horizons``: other K, T)."""
+    ks = arms or (*exp.arms, *exp.ood_arms)
+    ts = horizons or (*exp.horizons, *exp.ood_horizons)
+    lo, hi = exp.trained_arms
+
+    def in_range(k: int, t: int) -> bool:
+        return lo <= k <= hi and t <= exp.trained_horizon
+
+    cells = [
+        Cell("bernoulli", "means ~ U[0, 1]", f"K={k}", f"T={t}", bernoulli_bandit_spec(k, t), in_range(k, t), True)
+        for k in ks
+        for t in ts
+    ]
+    t = exp.shift_horizon
+    for a, b in exp.prior_shifts:
+        cells += [
+            Cell(
+                "bernoulli",
+                f"means ~ Beta({a:g}, {b:g})",
+                f"K={k}",
+                f"T={t}",
+                bernoulli_bandit_spec(k, t, prior="beta", prior_a=a, prior_b=b),
+                in_range(k, t),
+                False,
+            )
+            for k in ks
+            if in_range(k, t)
+        ]
+    return cells
+
+
+def linear_cells(exp: GridExperiment) -> list[Cell]:
+    """The linear cells: d x A at T=200, sigma=1.5, then the variants at d=5, A=10."""
+    t, sigma = exp.linear_horizon, exp.linear_noise
+    cells = [
+        Cell(
+            "linear",
+            f"d x A (T={t}, sigma={sigma:g})",
+            f"d={d}",
+            f"A={a}",
+            linear_bandit_spec(d, a, t, sigma),
+            True,
+            True,
+        )
+        for d in exp.linear_dims
+        for a in exp.linear_actions
+    ]
+    for name, change in exp.linear_variants.items():
+        spec = linear_bandit_spec(**{"dim": 5, "num_actions": 10, "horizon": t, "noise_std": sigma, **change})
+        cells.append(Cell("linear", "variants (d=5, A=10)", "", name, spec, True, "prior" not in change))
+    return cells
+
+
+def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[str, dict[str, Any]]:
+    """The reference rows of a cell, completed with what they need from it (Gittins: T, prior, cache)."""
+    if cell.family == "linear":
+        return dict(exp.linear_references)
+    spec = cell.spec
+    out = {}
+    for label, agent in exp.bernoulli_references.items():
+        agent = dict(agent)
+        if agent["name"] == "bernoulli_bayes_optimal" and spec.num_actions not in exp.dp_arms:
+            continue
+        if agent["name"] == "gittins":
+            a, b = (spec.prior_a, spec.prior_b) if spec.prior == "beta" else (1.0, 1.0)
+            agent.update(horizon=spec.horizon, prior_a=a, prior_b=b, cache_dir=str(cache_dir))
+        out[label] = agent
+    return out
+
+
+def _totals(spec: BanditSpec, agent: dict[str, Any], runs: int, seed: int) -> np.ndarray:
+    """Per-run cumulative regret R_T (runs,): one CRN batch of all runs, so every row meets the same instances."""
+    return evaluate_regret(spec, make_agent(agent), runs, seed=seed, batch_size=runs).sum(axis=1)
+
+
+def _slug(text: str) -> str:
+    """A file name for a cell label (letters, digits, '.', '=' and '-' kept; the rest becomes '_')."""
+    return re.sub(r"[^A-Za-z0-9.=-]+", "_", text).strip("_")
+
+
+def _row_key(
+    cell: Cell, label: str, agent: dict[str, Any], runs: int, seed: int, model_id: str | None
+) -> dict[str, Any]:
+    """What a stored row result must match to be reused: the environment, the row's agent, runs, seed, weights.
+
+    The Gittins table folder is left out (a moved results folder still resumes); the model row is
+    identified by its weights' sha256, not its checkpoint's path or name (a shipped copy of an
+    evaluated checkpoint reuses its rows).  Rows are stored one by one, so a new model
+    re-runs only its own rows and the references of every cell are computed once.
+    """
+    return {
+        "cell": cell.label,
+        "env": cell.spec.to_dict(),
+        "runs": runs,
+        "seed": seed,
+        "row": label,
+        "agent": {k: v for k, v in agent.items() if k not in ("cache_dir", "checkpoint")}
+        | ({"weights": model_id} if label == MODEL else {}),
+    }
+
+
+def _row_path(store: Path, cell: Cell, label: str) -> Path:
+    return store / _slug(cell.label) / f"{_slug(label)}.json"
+
+
+def _load_row(store: Path, cell: Cell, key: dict[str, Any]) -> tuple[np.ndarray | None, str | None] | None:
+    """The stored (totals, note) of a row if its key matches ``key`` and its totals are whole; else ``None``."""
+    try:
+        stored = json.loads(_row_path(store, cell, key["row"]).read_text())
+        if stored.get("key") != json.loads(json.dumps(key)):
+            return None
+        totals = None if stored["totals"] is None else np.asarray(stored["totals"], dtype=np.float64)
+        note = stored.get("note")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing, partial or foreign: run the row again
+    if totals is None and note is None or totals is not None and totals.shape != (key["runs"],):
+        return None
+    return totals, note
+
+
+def _save_row(store: Path, cell: Cell, key: dict[str, Any], totals: np.ndarray | None, note: str | None) -> None:
+    """Write a finished row atomically: its key, per-run totals (JSON floats round-trip exactly) and note."""
+    path = _row_path(store, cell, key["row"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"key": key, "totals": None if totals is None else totals.tolist(), "note": note}
+    atomic_write_bytes(path, json.dumps(record).encode())
+
+
+def run_cell(
+    exp: GridExperiment,
+    cell: Cell,
+    model: dict[str, Any] | None,
+    runs: int,
+    seed: int,
+    cache_dir: Path,
+    store: Path | None = None,
+    model_id: str | None = None,
+) -> CellResult:
+    """Every row of ``cell`` on the same ``runs`` instances.
+
+    A row that refuses the size (the DP's memory limit, a model's range, a reference's memory estimate
+    in a cell beyond the trained range) is kept with its reason instead of numbers.  With ``store``, every
+    finished row is written there at once (atomically), and a stored row with the same environment,
+    agent, runs, seed and model weights (``model_id``) is reused, so an interrupted grid resumes where
+    it stopped and a new model re-runs only its own rows.
+    """
+    refs = _reference_specs(exp, cell, cache_dir)
+    rows = {**refs, **({MODEL: model} if model is not None else {})}
+    result = CellResult(cell, {}, references=tuple(refs))
+    for label, agent in rows.items():
+        key = _row_key(cell, label, agent, runs, seed, model_id)
+        if store is not None and (stored := _load_row(store, cell, key)) is not None:
+            result.totals[label], note = stored
+            if note is not None:
+                result.notes[label] = note
+            continue
+        # the model, the DP, and any reference of a cell beyond the trained range (e.g. the Gittins
+        # table for T=1000: ~5 GiB and ~40 min to build) may refuse a size; the rest must run
+        optional = label == MODEL or agent["name"] == "bernoulli_bayes_optimal" or not cell.in_range
+        try:
+            result.totals[label] = _totals(cell.spec, agent, runs, seed)
+        except ValueError as err:  # the size is beyond what this row can play: marked n/a
+            if not optional or isinstance(err, CheckpointError):  # a missing or damaged model is no size limit
+                raise
+            result.totals[label], result.notes[label] = None, f"n/a: {err}"
+        if store is not None:
+            _save_row(store, cell, key, result.totals[label], result.notes.get(label))
+    return result
+
+
+def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
+    """The issue's acceptance thresholds for the generalist on one cell (in range, training prior only)."""
+    cell, totals = result.cell, result.totals
+    gen = totals.get(MODEL)
+    if gen is None or not (cell.in_range and cell.base_prior):
+        return []
+    g = float(gen.mean())
+
+    def mean(label: str) -> float | None:
+        r = totals.get(label)
+        return None if r is None else float(r.mean())
+
+    out: list[tuple[str, float | None, float | None]] = []
+    spec = cell.spec
+    if cell.family == "bernoulli":
+        refs = exp.bernoulli_references
+
+        def ref(name: str, offset: bool = False) -> float | None:
+            labels = [k for k, a in refs.items() if a["name"] == name and bool(a.get("count_offset")) == offset]
+            return mean(labels[0]) if labels else None
+
+        gittins, ts, ucb, ucb1, dp = (
+            ref("gittins"),
+            ref("bernoulli_ts"),
+            ref("ucb"),
+            ref("ucb", True),
+            ref("bernoulli_bayes_optimal"),
+        )
+        out += [
+            ("<= 1.05 x Gittins", g, None if gittins is None else 1.05 * gittins),
+            ("< TS", g, ts),
+            ("< UCB", g, ucb),
+            ("< UCB (n0=1)", g, ucb1),
+        ]
+        if spec.num_actions == 2:
+            out.append(("within 10% of the Bayes-optimal DP", g, None if dp is None else 1.10 * dp))
+        if (spec.num_actions, spec.horizon) == (5, 200):
+            out.append(("<= 6.3", g, 6.3))
+    else:
+        best = float(np.mean(totals[result.best_reference()]))  # type: ignore[arg-type]
+        out.append(("<= 1.10 x best of Bayes-UCB/TS/LinUCB", g, 1.10 * best))
+        standard = linear_bandit_spec(5, 10, 200, 1.5)
+        if spec == standard:
+            out.append(("<= 14.5", g, 14.5))
+    rows = []
+    for name, value, bound in out:
+        strict = name.startswith("<") and not name.startswith("<=")
+        passed = None if bound is None else (value < bound if strict else value <= bound)  # type: ignore[operator]
+        rows.append({"cell": cell.label, "check": name, "value": value, "threshold": bound, "pass": passed})
+    return rows
+
+
+def _cell_fields(cell: Cell) -> dict[str, Any]:
+    s = cell.spec
+    return {
+        "family": cell.family,
+        "panel": cell.panel,
+        "row": cell.row,
+        "column": cell.column,
+        "dim": s.dim,
+        "num_actions": s.num_actions,
+        "horizon": s.horizon,
+        "noise_std": s.noise_std,
+        "prior": s.prior,
+        "action_set": s.action_set,
+        "arms": s.arms,
+        "in_range": cell.in_range,
+    }
+
+
+def write_cells_csv(path: Path, results: list[CellResult], runs: int, seed: int) -> None:
+    """One line per (cell, row): mean, s.e., paired difference to the best reference and its s.e., ratio."""
+    keys = ["mean", "se", "diff_to_best", "diff_se", "ratio_to_best", "best_reference", "status"]
+    with open(path, "w", newline="") as fh:
+        writer = None
+        for res in results:
+            for name, st in res.stats().items():
+                line = {
+                    **_cell_fields(res.cell),
+                    "algorithm": name,
+                    "runs": runs,
+                    "seed": seed,
+                    **{k: (f"{st[k]:.6g}" if isinstance(st.get(k), float) else st.get(k, "")) for k in keys},
+                }
+                if writer is None:
+                    writer = csv.DictWriter(fh, fieldnames=list(line))
+                    writer.writeheader()
+                writer.writerow(line)
+
+
+def write_checks_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """One line per (cell, threshold)."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["cell", "check", "value", "threshold", "pass"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _fmt(st: dict[str, Any]) -> str:
+    if st["status"] != "ok":
+        return "n/a" if st["status"].startswith("n/a") else st["status"]
+    return f"{st['mean']:.2f} +- {st['se']:.2f}"
+
+
+def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header: str, missing: dict[str, str]) -> str:
+    """Per family: a table of cells x rows, then the thresholds.
+
+    Every row shows mean +- s.e.; the generalist also its ratio and paired difference to the best reference.
+    """
+    lines = [header, ""]
+    for family, note in missing.items():
+        lines.append(f"**{family}: the generalist model is missing** ({note}); only the references are reported.\n")
+    for family in dict.fromkeys(r.cell.family for r in results):
+        fam = [r for r in results if r.cell.family == family]
+        names = list(dict.fromkeys(n for r in fam for n in r.totals))
+        lines += [f"## {family.capitalize()} bandits\n", "Cells marked * are outside the trained range.\n"]
+        extra = " ratio to best | paired diff to best |" if MODEL in names else ""
+        lines.append("| cell | " + " | ".join(names) + " | best reference |" + extra)
+        lines.append("|---|" + "---|" * (len(names) + 1 + 2 * bool(extra)))
+        for r in fam:
+            st = r.stats()
+            cells = [_fmt(st[n]) if n in st else "" for n in names]
+            mark = "" if r.cell.in_range else " *"
+            tail = ""
+            if extra:
+                g = st.get(MODEL, {"status": "n/a"})
+                tail = (
+                    f" {g['ratio_to_best']:.3f} | {g['diff_to_best']:+.2f} +- {g['diff_se']:.2f} |"
+                    if g["status"] == "ok"
+                    else " n/a | n/a |"
+                )
+            lines.append(f"| {r.cell.label}{mark} | " + " | ".join(cells) + f" | {r.best_reference()} |" + tail)
+        lines.append("")
+        fam_checks = [c for c in check_rows if any(c["cell"] == r.cell.label for r in fam)]
+        if fam_checks:
+            passed = sum(c["pass"] is True for c in fam_checks)
+            lines += [
+                f"Acceptance thresholds (in-range cells, training prior): {passed}/{len(fam_checks)} pass.\n",
+                "| cell | threshold | generalist | bound | pass |",
+                "|---|---|---|---|---|",
+            ]
+            for c in fam_checks:
+                bound = "n/a" if c["threshold"] is None else f"{c['threshold']:.2f}"
+                verdict = {True: "yes", False: "**no**", None: "n/a"}[c["pass"]]
+                lines.append(f"| {c['cell']} | {c['check']} | {c['value']:.2f} | {bound} | {verdict} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def describe_range(trained_range: dict[str, Any] | None) -> str:
+    """A checkpoint record's ``trained_range`` as text, e.g. ``num_arms 2..20, horizon 20..500``."""
+    if not trained_range:
+        return "the checkpoint records none"
+    return ", ".join(f"{k} {lo:g}..{hi:g}" for k, (lo, hi) in trained_range.items())
+
+
+def heatmap(path: Path, results: list[CellResult], title: str, trained: str) -> Path:
+    """Ratio generalist / best reference per cell, one panel per prior or sub-grid; out-of-range cells hatched.
+
+    ``trained`` describes the model's trained range (:func:`describe_range`) in the figure's note.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.patches import Rectangle
+
+    panels = list(dict.fromkeys(r.cell.panel for r in results))
+    ratios = [r.stats()[MODEL] for r in results if MODEL in r.totals]
+    values = [s["ratio_to_best"] for s in ratios if s["status"] == "ok"]
+    top = max([1.1, *values])
+    norm = TwoSlopeNorm(vmin=min([0.9, *values]), vcenter=1.0, vmax=top)
+    widths = [len({r.cell.column for r in results if r.cell.panel == p}) + 1 for p in panels]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(sum(widths) * 1.4 + 2.0, 4.6), squeeze=False, layout="constrained"
+    )
+    image = None
+    for ax, panel in zip(axes[0], panels, strict=True):
+        cells = [r for r in results if r.cell.panel == panel]
+        rows = list(dict.fromkeys(r.cell.row for r in cells))
+        cols = list(dict.fromkeys(r.cell.column for r in cells))
+        grid = np.full((len(rows), len(cols)), np.nan)
+        for r in cells:
+            i, j = rows.index(r.cell.row), cols.index(r.cell.column)
+            st = r.stats().get(MODEL, {"status": "n/a"})
+            if st["status"] == "ok":
+                grid[i, j] = st["ratio_to_best"]
+                text = f"{st['ratio_to_best']:.2f}\n({r.best_reference().split(' ')[0]})"
+            else:
+                text = "n/a"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8)
+            if not r.cell.in_range:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.3", lw=1.5))
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn_r", norm=norm, aspect="auto")
+        tilt = len(cols) > 4
+        ax.set_xticks(range(len(cols)), cols, rotation=30 if tilt else 0, ha="right" if tilt else "center")
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_title(panel, fontsize=9)
+    if image is not None:
+        fig.colorbar(image, ax=axes[0].tolist(), label="regret(generalist) / regret(best reference)")
+    note = f"hatched: outside the trained range ({trained}); in brackets: the best reference"
+    fig.suptitle(f"{title}\n{note}", fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _model_record(checkpoint: str) -> dict[str, Any]:
+    record = read_record(resolve_checkpoint(checkpoint))
+    training = record.meta.get("training", {})
+    return {
+        "checkpoint": checkpoint,
+        "kind": record.kind.value,
+        "steps": training.get("steps"),
+        "trained_range": record.meta.get("trained_range"),
+        "training_seed": training.get("seed"),
+    }
+
+
+def run_generalization(
+    exp: GridExperiment,
+    out: Path,
+    runs: int,
+    seed: int = 0,
+    checkpoint: str | None = None,
+    linear_checkpoint: str | None = None,
+    families: tuple[str, ...] = ("bernoulli", "linear"),
+    arms: tuple[int, ...] | None = None,
+    horizons: tuple[int, ...] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[CellResult]:
+    """Run the grid experiment into ``out/<exp.name>/`` (module docstring); returns the cells' results.
+
+    ``checkpoint``/``linear_checkpoint`` default to the experiment's shipped model names; ``arms`` and
+    ``horizons`` replace the Bernoulli K and T lists (cells beyond the trained range stay marked).
+    Every cell uses the seed ``exp.seed_offset + seed``.
+    """
+    folder = out / exp.name
+    folder.mkdir(parents=True, exist_ok=True)
+    eval_seed = exp.seed_offset + seed
+    cache_dir = folder / "gittins-cache"
+    models: dict[str, dict[str, Any] | None] = {}
+    missing: dict[str, str] = {}
+    records: dict[str, Any] = {}
+    weights: dict[str, str | None] = {}
+    for family, spec, ckpt in (
+        ("bernoulli", exp.bernoulli_model, checkpoint),
+        ("linear", exp.linear_model, linear_checkpoint),
+    ):
+        name = ckpt or spec["checkpoint"]
+        if model_available(name):
+            models[family] = {**spec, "checkpoint": name}
+            records[family] = _model_record(name)
+            weights[family] = read_record(resolve_checkpoint(name)).meta.get("weights_sha256")
+        else:
+            models[family] = None
+            missing[family] = f"no checkpoint {name!r}"
+    cells = (bernoulli_cells(exp, arms, horizons) if "bernoulli" in families else []) + (
+        linear_cells(exp) if "linear" in families else []
+    )
+    start = time.perf_counter()
+    results = []
+    for cell in cells:
+        model_id = weights[cell.family] if models[cell.family] else None
+        results.append(run_cell(exp, cell, models[cell.family], runs, eval_seed, cache_dir, folder / "cells", model_id))
+        if progress is not None:
+            progress(f"{cell.label} ({time.perf_counter() - start:.0f}s)")
+    check_rows = [c for r in results for c in checks(exp, r)]
+    config = {
+        "experiment": exp.name,
+        "runs": runs,
+        "seed": eval_seed,
+        "seed_note": f"every cell: crn_batches(seed={eval_seed}, batch_size=runs); training seeds < {exp.seed_offset}",
+        "families": list(families),
+        "models": {f: models[f] for f in families},
+        "model_records": records,
+        "missing": {f: m for f, m in missing.items() if f in families},
+        "grid": asdict(exp),
+        "cells": [{**_cell_fields(c), "env": c.spec.to_dict()} for c in cells],
+        "seconds": time.perf_counter() - start,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    write_cells_csv(folder / "cells.csv", results, runs, eval_seed)
+    write_checks_csv(folder / "checks.csv", check_rows)
+    steps = {f: rec.get("steps") for f, rec in records.items()}
+    header = (
+        f"# {exp.title}\n\n{runs} runs per row and cell, seed {eval_seed} (common random numbers: every row of a "
+        f"cell plays the same instances).  Models: "
+        + ", ".join(f"{f}: {models[f]['checkpoint']} (step {steps[f]})" for f in families if models[f])  # type: ignore[index]
+    )
+    (folder / "summary.md").write_text(
+        markdown(results, check_rows, header, {f: m for f, m in missing.items() if f in families})
+    )
+    for family in ("bernoulli", "linear"):
+        if family not in families:
+            (folder / f"heatmap-{family}.png").unlink(missing_ok=True)  # stale: not in this run
+    for family in families:
+        fam = [r for r in results if r.cell.family == family]
+        if fam and models[family] is not None:
+            envs = describe_env(fam[0].cell.spec).split(" (")[0]
+            title = (
+                f"{exp.title}: {envs}, {models[family]['checkpoint']}, "  # type: ignore[index]
+                f"{runs} runs, seed {eval_seed}, greedy"
+            )
+            heatmap(folder / f"heatmap-{family}.png", fam, title, describe_range(records[family]["trained_range"]))
+    return results

@@ -1,0 +1,129 @@
+"""Rollout throughput of the generalist transformers next to the shipped paper-setting models.
+
+Each pair plays the same environment, one batch of ``instances`` runs of T steps, greedy, with
+every model's key/value cache (:func:`icrl_gym.data.trajectories.evaluate_regret`, which also steps
+the vector environment, so the figure is what a user's rollout gets):
+
+- Bernoulli K=5, T=200: ``bernoulli-generalist`` next to ``bernoulli-ad-ucb`` (the paper's setting);
+- linear d=5, A=10, T=200, sigma=1.5: ``linear-generalist`` next to ``linear-bandit-ad-linucb``.
+
+The models of a pair take turns over ``repeats`` timed rounds after one warm-up round
+(:func:`benchmarks.speed.timing.interleaved`), so the machine's load falls on both alike; medians are
+printed as env-steps/s (instances x T / seconds) and the ratio generalist / paper model.  A model
+that is not shipped (or not given as ``bernoulli``/``linear``) is reported as missing.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.generalist_throughput [CONFIG.json] [--set instances=1000 threads=1]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents import make_agent
+from benchmarks.evaluations.generalization import model_available
+from benchmarks.speed.timing import interleaved
+from icrl_gym.cli import ConfigParser
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.fileio import POSITIVE_INT, DictConfig, check_fields
+
+
+@dataclass
+class GeneralistThroughputConfig(DictConfig):
+    """What :func:`main` measures."""
+
+    instances: int = 1000
+    """Runs rolled out in one batch."""
+    repeats: int = 3
+    """Timed rounds after one warm-up round."""
+    threads: int = 1
+    """torch CPU threads."""
+    bernoulli: str = "bernoulli-generalist"
+    """Bernoulli generalist checkpoint (a shipped name or a path)."""
+    linear: str = "linear-generalist"
+    """Linear generalist checkpoint (a shipped name or a path)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"instances": POSITIVE_INT, "repeats": POSITIVE_INT, "threads": POSITIVE_INT})
+
+
+def pairs(bernoulli: str, linear: str) -> list[tuple[str, BanditSpec, dict[str, dict[str, Any]]]]:
+    """(setting, environment, {row: agent spec}) of the two comparisons."""
+    return [
+        (
+            "Bernoulli K=5, T=200",
+            bernoulli_bandit_spec(5, 200),
+            {
+                "generalist": {"name": "generalist", "checkpoint": bernoulli, "greedy": True},
+                "paper model (bernoulli-ad-ucb)": {"name": "transformer", "checkpoint": "bernoulli-ad-ucb"},
+            },
+        ),
+        (
+            "linear d=5, A=10, T=200, sigma=1.5",
+            linear_bandit_spec(5, 10, 200, 1.5),
+            {
+                "generalist": {"name": "linear_generalist", "checkpoint": linear, "greedy": True},
+                "paper model (linear-bandit-ad-linucb)": {
+                    "name": "transformer",
+                    "checkpoint": "linear-bandit-ad-linucb",
+                },
+            },
+        ),
+    ]
+
+
+def measure(instances: int, repeats: int, bernoulli: str, linear: str) -> list[dict[str, Any]]:
+    """Median env-steps/s of every available row of both pairs."""
+    rows = []
+    for setting, spec, agents in pairs(bernoulli, linear):
+        present = {label: a for label, a in agents.items() if model_available(a["checkpoint"])}
+        tasks = {
+            label: (lambda a=a, s=spec: evaluate_regret(s, make_agent(a), instances, seed=0, batch_size=instances))
+            for label, a in present.items()
+        }
+        times = interleaved(tasks, repeats)
+        for label, agent in agents.items():
+            if label not in present:
+                rows.append({"setting": setting, "model": label, "checkpoint": agent["checkpoint"], "missing": True})
+                continue
+            seconds = float(np.median(times[label]))
+            rows.append(
+                {
+                    "setting": setting,
+                    "model": label,
+                    "checkpoint": agent["checkpoint"],
+                    "seconds": seconds,
+                    "env_steps_per_s": instances * spec.horizon / seconds,
+                }
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Command line: measure, print the Markdown table and the rows as JSON."""
+    parser = ConfigParser(GeneralistThroughputConfig, "benchmarks.speed.generalist_throughput", __doc__ or "")
+    args, _ = parser.parse_config(argv)
+    torch.set_num_threads(args.threads)
+    rows = measure(args.instances, args.repeats, args.bernoulli, args.linear)
+    print(f"{args.instances} instances, {args.threads} thread(s), medians of {args.repeats} interleaved rounds\n")
+    print("| setting | model | env-steps/s | ratio to the paper model |\n|---|---|---|---|")
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        group = [r for r in rows if r["setting"] == setting]
+        base = next((r for r in group if r["model"].startswith("paper") and not r.get("missing")), None)
+        for r in group:
+            if r.get("missing"):
+                print(f"| {setting} | {r['model']} | missing: no checkpoint {r['checkpoint']!r} | |")
+                continue
+            ratio = f"{base['seconds'] / r['seconds']:.2f}x" if base is not None else ""
+            print(f"| {setting} | {r['model']} | {r['env_steps_per_s']:,.0f} | {ratio} |")
+    print(json.dumps(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The kind table: what each kind of checkpoint holds, which classes build it and which agent plays it.
+
+Torch-free (every class is named by its ``"module:Class"`` entry point and imported on first use),
+so :mod:`icrl_gym.registry` registers the learned agents from it without loading torch, and
+:mod:`icrl_gym.checkpoint` builds every model from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class CheckpointKind(str, Enum):
+    """What the weights of a checkpoint are, and so which model class builds them and which agent plays them."""
+
+    BANDIT_TRANSFORMER = "bandit_transformer"
+    """A :class:`~icrl_gym.models.transformer.BanditTransformer` (agent ``"transformer"``)."""
+    MDP_TRANSFORMER = "mdp_transformer"
+    """An :class:`~icrl_gym.models.mdp_transformer.MDPTransformer` (agent ``"mdp_transformer"``)."""
+    META_RL_POLICY = "meta_rl_policy"
+    """A Stable-Baselines3 policy of the online meta-RL baselines (agent ``"meta_rl"``)."""
+    GENERALIST_TRANSFORMER = "generalist_transformer"
+    """A :class:`~icrl_gym.models.generalist.GeneralistTransformer`: Bernoulli arms, any K and T."""
+    LINEAR_GENERALIST_TRANSFORMER = "linear_generalist_transformer"
+    """A :class:`~icrl_gym.models.linear_generalist.LinearGeneralistTransformer`: linear arms, any A and T."""
+
+    @property
+    def entry(self) -> KindEntry:
+        """The row of :data:`KINDS` for this kind."""
+        return KINDS[self]
+
+    @property
+    def agent(self) -> str:
+        """The registered name of the agent that plays checkpoints of this kind."""
+        return KINDS[self].agent
+
+
+class EnvFamily(str, Enum):
+    """The family of environments a checkpoint plays."""
+
+    BANDIT = "bandit"
+    TABULAR_MDP = "tabular MDP"
+
+
+def import_target(target: str) -> Any:
+    """The object named by ``"module:attribute"``, imported on first use."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class KindEntry:
+    """One row of the kind table: how a checkpoint of a kind is built, played and checked."""
+
+    model: str
+    """``"module:Class"`` of the model (an :class:`~icrl_gym.models.policy.InContextPolicy`, or the
+    meta-RL baselines' SB3 policy)."""
+    config: str
+    """``"module:Class"`` of its configuration (a :class:`~icrl_gym.fileio.DictConfig`), read from the
+    record's ``model`` (for the meta-RL policies, from ``meta_rl``)."""
+    agent: str
+    """The name under which :mod:`icrl_gym.registry` registers the agent that plays it."""
+    agent_class: str
+    """``"module:Class"`` of that agent (an adapter of ``agents/learned``)."""
+    family: EnvFamily
+    """The environments it plays."""
+    exact_fields: tuple[str, ...]
+    """Fields of the environment's spec that must equal the training prior's (:func:`check_compatible`)."""
+    length_field: str | None = None
+    """The field of a run's length, which may be shorter than the model's capacity but not longer
+    (None: the model plays any length)."""
+    loader: str | None = None
+    """``"module:function"`` ``(path, device) -> (model, meta)`` for a model not built from its
+    configuration alone (the SB3 policies); None: ``model(config)`` + the weights."""
+
+
+KINDS: dict[CheckpointKind, KindEntry] = {
+    CheckpointKind.BANDIT_TRANSFORMER: KindEntry(
+        "icrl_gym.models.transformer:BanditTransformer",
+        "icrl_gym.models.transformer:TransformerConfig",
+        "transformer",
+        "agents.learned.transformer:TransformerAgent",
+        EnvFamily.BANDIT,
+        ("arms", "reward", "dim", "num_actions"),
+        "horizon",
+    ),
+    CheckpointKind.MDP_TRANSFORMER: KindEntry(
+        "icrl_gym.models.mdp_transformer:MDPTransformer",
+        "icrl_gym.models.mdp_transformer:MDPTransformerConfig",
+        "mdp_transformer",
+        "agents.learned.mdp_transformer:MDPTransformerAgent",
+        EnvFamily.TABULAR_MDP,
+        ("kind", "num_states", "num_actions", "horizon"),
+        "episodes",
+    ),
+    CheckpointKind.META_RL_POLICY: KindEntry(
+        "stable_baselines3.common.policies:ActorCriticPolicy",
+        "icrl_gym.meta_policy:MetaRLConfig",
+        "meta_rl",
+        "agents.learned.meta_rl:MetaRLAgent",
+        EnvFamily.BANDIT,
+        ("arms", "reward", "dim", "num_actions"),
+        "horizon",
+        loader="icrl_gym.meta_policy:load_policy_module",
+    ),
+    CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
+        "icrl_gym.models.generalist:GeneralistTransformer",
+        "icrl_gym.models.generalist:GeneralistConfig",
+        "generalist",
+        "agents.learned.generalist:GeneralistAgent",
+        EnvFamily.BANDIT,
+        ("arms", "reward"),
+    ),
+    CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: KindEntry(
+        "icrl_gym.models.linear_generalist:LinearGeneralistTransformer",
+        "icrl_gym.models.linear_generalist:LinearGeneralistConfig",
+        "linear_generalist",
+        "agents.learned.linear_generalist:LinearGeneralistAgent",
+        EnvFamily.BANDIT,
+        ("reward",),
+    ),
+}
+"""The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.
+
+A new kind of learned policy is one member of :class:`CheckpointKind` and one row here, one model
+file (``icrl_gym/models``) and one agent adapter (``agents/learned``)."""

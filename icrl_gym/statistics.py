@@ -18,15 +18,29 @@ import numpy as np
 class RidgeStatistics:
     """Ridge-regression statistics of B runs: V^{-1} (B, d, d) and b (B, d)."""
 
-    def __init__(self, batch_size: int, dim: int, reg: float, center: np.ndarray | None = None) -> None:
-        """``center`` m shrinks the estimate towards m instead of 0: b starts at reg * m."""
-        if reg <= 0:
+    def __init__(
+        self, batch_size: int, dim: int, reg: float | np.ndarray, center: np.ndarray | float | None = None
+    ) -> None:
+        """``center`` m shrinks the estimate towards m instead of 0: b starts at reg * m.
+
+        ``reg`` is a number (V_0 = reg I) or an array broadcastable to (B, d), the diagonal of V_0 per run
+        (a prior N(m, diag(v)) per run with noise s2 has reg = s2 / v); ``center`` broadcasts to (B, d).
+        """
+        diag = np.asarray(reg, dtype=np.float64)
+        if not (diag > 0).all():
             raise ValueError(f"the ridge regulariser must be > 0, got {reg}")
+        try:
+            diag = np.broadcast_to(diag, (batch_size, dim))
+            center_rows = np.broadcast_to(0.0 if center is None else center, (batch_size, dim))
+        except ValueError:
+            raise ValueError(
+                f"the ridge regulariser {np.shape(diag)} and centre {np.shape(np.asarray(center))} must broadcast to "
+                f"the (batch, dim) = {(batch_size, dim)} of the runs"
+            ) from None
         self.reg = reg
-        self.gram_inv = np.broadcast_to(np.eye(dim) / reg, (batch_size, dim, dim)).copy()
-        self.target = (
-            np.zeros((batch_size, dim)) if center is None else np.broadcast_to(reg * center, (batch_size, dim)).copy()
-        )
+        self.gram_inv = np.zeros((batch_size, dim, dim))
+        self.gram_inv[:, np.arange(dim), np.arange(dim)] = 1.0 / diag
+        self.target = diag * center_rows
 
     def update(self, x: np.ndarray, r: np.ndarray) -> None:
         """Add one observation (x (B, d), r (B,)): Sherman-Morrison on V^{-1}.

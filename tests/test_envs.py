@@ -149,7 +149,7 @@ def test_step_before_reset():
         (dict(noise_std=-1.0), "noise_std"),
         (dict(num_actions=0), "num_actions"),
         (dict(prior="laplace"), "prior must be one of .*'laplace'"),
-        (dict(arms="sphere"), "arms must be one of .*'sphere'"),
+        (dict(arms="simplex"), "arms must be one of .*'simplex'"),
         (dict(noise_std=float("nan")), "noise_std must be a finite number >= 0, got nan"),
         (dict(prior_high=float("inf")), "prior_high must be a finite number, got inf"),
         (dict(prior="beta", prior_a=0.0), "prior_a must be a finite number > 0, got 0.0"),

@@ -210,6 +210,8 @@ def test_agent_refuses_what_it_cannot_play(tmp_path):
         evaluate_regret(bernoulli_bandit_spec(3, 10), agent, 1)
     with pytest.raises(ValueError, match="needs the horizon T"):
         agent.reset(dim=3, num_actions=4)
+    with pytest.raises(ValueError, match="needs the noise level sigma"):  # trained without estimating it
+        evaluate_regret(linear_bandit_spec(3, 5, 10, 1.0, noise_known=False), agent, 1)
     bernoulli_model = tmp_path / "other"
     model = _model()
     save_checkpoint(
@@ -252,3 +254,129 @@ def test_shipped_linear_generalist_beats_linucb_on_fresh_instances():
     model = evaluate_regret(spec, agent, 200, seed=10**7, batch_size=200).sum(axis=1).mean()
     linucb = evaluate_regret(spec, make_agent("linucb"), 200, seed=10**7, batch_size=200).sum(axis=1).mean()
     assert model < 0.6 * linucb and model < 14.5
+
+
+def test_in_context_noise_estimate_is_the_residual_variance_of_ridge_regression():
+    """estimate_noise against numpy's least squares on the same history (d = 3 of d_max = 8)."""
+    from icrl_gym.models.linear_generalist import NOISE_PRIOR_COUNT, NOISE_PRIOR_STD, NOISE_RIDGE, estimate_noise
+
+    rng = np.random.default_rng(0)
+    n, d = 40, 3
+    x = rng.uniform(-1, 1, (n, d))
+    r = x @ np.array([0.3, -1.0, 2.0]) + 0.7 * rng.standard_normal(n)
+    tokens = np.concatenate([x, np.zeros((n, 5)), r[:, None], np.ones((n, 1))], axis=1)
+    moments = torch.as_tensor(tokens.T @ tokens)
+    w = np.linalg.solve(x.T @ x + NOISE_RIDGE * np.eye(d), x.T @ r)
+    rss = np.sum((r - x @ w) ** 2) + NOISE_RIDGE * w @ w  # the ridge objective's minimum: rr - b^T G^-1 b
+    expected = np.sqrt((rss + NOISE_PRIOR_COUNT * NOISE_PRIOR_STD**2) / (n - d + NOISE_PRIOR_COUNT))
+    assert float(estimate_noise(moments, torch.tensor(d))) == pytest.approx(expected, rel=1e-5)
+
+
+def test_noise_estimating_model_plays_unknown_sigma_and_one_hot_arms(tmp_path):
+    """A model with noise_estimate plays sigma NaN (step equals forward) and the Gaussian multi-armed bandit."""
+    torch.manual_seed(0)
+    model = LinearGeneralistTransformer(LinearGeneralistConfig(d_model=16, n_layers=2, noise_estimate=True)).eval()
+    b, steps = 3, 12
+    sets = torch.rand(b, steps + 1, 4, 5) * 2 - 1
+    actions = torch.randint(0, 4, (b, steps))
+    rewards = torch.randn(b, steps)
+    sigma = torch.tensor([float("nan"), 0.5, float("nan")])
+    full = model(sets, actions, rewards, torch.arange(steps).expand(b, -1), steps, sigma)
+    cache = model.new_cache(b, EnvInfo(num_actions=4, horizon=steps, dim=5))  # sigma not given: NaN
+    cache.noise_std = sigma
+    for t in range(steps):
+        prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
+        assert torch.allclose(model.step(cache, sets[:, t], *prev).logits, full[:, t], atol=1e-4)
+    agent = LinearGeneralistAgent.from_model(model)
+    spec = linear_bandit_spec(5, 5, 20, 0.3, arms="one_hot", prior="hierarchical", noise_known=False)
+    assert np.isfinite(evaluate_regret(spec, agent, 2, seed=1)).all()
+
+
+def test_family_batches_label_with_each_instance_prior():
+    """prior='family': one-hot rows have d = A and identity arms, sphere rows unit arms, and the expert's index
+    at every query is <x, mu> + z sqrt(x^T Sigma x) of the instance's own matched prior (a direct solve)."""
+    from icrl_gym.training.linear_generalist import sample_batch
+
+    cfg = LinearGeneralistTrainConfig(
+        prior="family",
+        model={**TINY, "d_max": 6, "noise_estimate": True},
+        min_dim=1,
+        max_dim=6,
+        min_arms=4,
+        max_arms=4,
+        min_horizon=12,
+        max_horizon=12,
+        min_noise=0.05,
+        max_noise=3.0,
+        gaussian_arms_fraction=0.25,
+        sphere_arms_fraction=0.25,
+        one_hot_fraction=0.25,
+        unknown_noise_fraction=0.5,
+        per_step_fraction=0.0,
+        queries=3,
+        max_batch=40,
+        min_batch=40,
+    )
+    batch = sample_batch(cfg, np.random.default_rng(0))
+    inst = batch.inst
+    assert inst.sets.shape[1] == 1  # per_step_fraction = 0: one action set per run
+    assert np.isnan(inst.model_noise()).any() and np.isfinite(inst.model_noise()).any()
+    sets = inst.sets[:, 0].astype(np.float64)
+    seen = set()
+    for i in range(len(inst.dim)):
+        norms = np.linalg.norm(sets[i], axis=1)
+        if np.array_equal(sets[i], np.eye(4, 6)):
+            assert inst.dim[i] == 4
+            seen.add("one_hot")
+        elif np.allclose(norms, 1.0, atol=1e-6):
+            seen.add("sphere")
+        assert (sets[i][:, inst.dim[i] :] == 0).all() and (norms > 0).all()
+        for q, t in enumerate(batch.query_steps[i]):
+            x = sets[i][batch.actions[i, :t]]
+            precision = np.diag(1 / inst.prior_var[i]) + x.T @ x / inst.sigma[i] ** 2
+            cov = np.linalg.inv(precision)
+            mu = cov @ (inst.prior_mean[i] / inst.prior_var[i] + x.T @ batch.rewards[i, :t] / inst.sigma[i] ** 2)
+            expected = sets[i] @ mu + cfg.expert_z * np.sqrt(np.einsum("ad,de,ae->a", sets[i], cov, sets[i]))
+            assert np.allclose(batch.index[i, q], expected, rtol=1e-4, atol=1e-4)
+    assert seen == {"one_hot", "sphere"}
+
+
+def test_agent_reads_each_instance_sigma_and_plays_unknown_sigma_without_it():
+    from icrl_gym.envs.linear_bandit import LinearBanditVectorEnv
+
+    model = _model(noise_estimate=True)
+    agent = LinearGeneralistAgent.from_model(model)
+    env = LinearBanditVectorEnv(3, dim=4, num_actions=5, horizon=6, prior="family", noise_std=0.05, noise_high=3.0)
+    obs, info = env.reset(seed=0)
+    agent.reset(info)
+    sigma = info["model"]["instance"]["noise_std"]
+    assert np.allclose(agent._cache.noise_std.numpy(), sigma, rtol=1e-6)
+    hidden = LinearBanditVectorEnv(3, dim=4, num_actions=5, horizon=6, noise_known=False, noise_std=0.3)
+    obs, info = hidden.reset(seed=0)
+    agent.reset(info)
+    assert torch.isnan(agent._cache.noise_std).all()
+    a = agent.act(obs)
+    obs, r, *_ = hidden.step(a)
+    agent.update(a, r)
+    assert np.isin(agent.act(obs), np.arange(5)).all()
+
+
+def test_bayes_ucb_schedule_expert_equals_the_bayes_ucb_reference():
+    """The expert with expert_schedule='bayes_ucb' scores arms as LinearBayesUCB told the same prior (from step 2)."""
+    from agents.bandit.bayes_ucb import LinearBayesUCB
+    from icrl_gym.envs.linear_bandit import LinearBanditVectorEnv
+
+    env = LinearBanditVectorEnv(4, dim=3, num_actions=5, horizon=15, prior="family", noise_std=0.1, noise_high=2.0)
+    obs, info = env.reset(seed=1)
+    inst = info["model"]["instance"]
+    reference = LinearBayesUCB()
+    reference.reset(info)
+    expert = GaussianExpert(inst["noise_std"], 3, 0.0, inst["prior_mean"], inst["prior_var"], "bayes_ucb")
+    for t in range(15):
+        sets = obs.reshape(4, 5, 3).astype(np.float64)
+        if t:
+            assert np.allclose(expert.index(sets), reference.index(sets), atol=1e-9)
+        actions = reference.act(obs)
+        obs, rewards, *_ = env.step(actions)
+        reference.update(actions, rewards)
+        expert.update(sets[np.arange(4), actions], rewards)

@@ -1,14 +1,23 @@
-"""The compiled ReLU decode kernel (icrl_gym/models/native.py) against slow references, and its fallbacks."""
+"""The compiled ReLU decode kernel (icrl_gym/models/native.py) against slow references, its cache and fallbacks."""
 
+import copy
+import json
 import os
+import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from agents.learned.transformer import TransformerAgent
+from icrl_gym.envs import BernoulliBanditEnv
 from icrl_gym.models import native
+from icrl_gym.models.kv_cache import KVCache
+from icrl_gym.models.native import LanesKVCache
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 needs_compiler = pytest.mark.skipif(native.find_compiler() is None, reason="no C compiler")
@@ -86,6 +95,21 @@ def test_kernel_rejects_bad_input(kernel):
         kernel(q, k, k, 4, out=torch.zeros(1, 2, 1, 8, lane))
 
 
+def rollout_logits(model, cache, sets, actions, rewards):
+    """Logits (B, T, A) of a cached rollout along the given trajectory."""
+    logits = []
+    for t in range(sets.shape[1]):
+        prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
+        logits.append(model.step(cache, sets[:, t], *prev).logits)
+    return torch.stack(logits, 1)
+
+
+def random_trajectory(B, T=9, A=4, d=3, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    sets = torch.rand(B, T, A, d, generator=g) * 2 - 1
+    return sets, torch.randint(0, A, (B, T), generator=g), torch.randn(B, T, generator=g)
+
+
 @needs_compiler
 @pytest.mark.parametrize("B", [1, 16, 19])
 @pytest.mark.parametrize("layout", ["paper", "compact"])
@@ -93,24 +117,17 @@ def test_native_rollout_matches_torch_path_and_forward(B, layout):
     torch.manual_seed(0)
     cfg = TransformerConfig(n_layer=2, n_head=2, n_embd=16, num_actions=4, dim=3, horizon=9, layout=layout)
     model = BanditTransformer(cfg).eval()
-    g = torch.Generator().manual_seed(1)
-    sets = torch.rand(B, 9, 4, 3, generator=g) * 2 - 1
-    actions = torch.randint(0, 4, (B, 9), generator=g)
-    rewards = torch.randn(B, 9, generator=g)
+    sets, actions, rewards = random_trajectory(B)
     with torch.no_grad():
         full = model(sets, actions, rewards)[0]
     out = {}
-    for flag in (True, False):
-        cache = model.new_cache(B, native=flag)
-        assert cache.layout == ("lanes" if flag else "tokens")
-        assert cache.batch_size == B and cache.capacity == model.config.max_tokens
-        logits = []
-        for t in range(9):
-            prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
-            logits.append(model.step(cache, sets[:, t], *prev).logits)
-        out[flag] = torch.stack(logits, 1)
-    torch.testing.assert_close(out[True], out[False], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(out[True], full, atol=1e-5, rtol=1e-5)
+    for cls in (LanesKVCache, KVCache):
+        cache = cls.allocate(B, cfg, cfg.max_tokens, "cpu", torch.float32)
+        assert type(cache) is cls and cache.batch_size == B and cache.capacity == cfg.max_tokens
+        out[cls] = rollout_logits(model, cache, sets, actions, rewards)
+    assert type(model.new_cache(B)) is LanesKVCache  # the choice where the kernel applies and works
+    torch.testing.assert_close(out[LanesKVCache], out[KVCache], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[LanesKVCache], full, atol=1e-5, rtol=1e-5)
 
 
 def small(**kw):
@@ -120,9 +137,26 @@ def small(**kw):
 def test_native_is_refused_where_it_does_not_apply():
     model = small(attention="softmax")
     with pytest.raises(ValueError, match="needs ReLU attention"):
-        model.new_cache(2, native=True)
-    assert model.new_cache(2).layout == "tokens"
-    assert small().new_cache(2, dtype=torch.float64).layout == "tokens"
+        LanesKVCache.allocate(2, model.config, 8, "cpu", torch.float32)
+    with pytest.raises(ValueError, match="needs ReLU attention"):
+        LanesKVCache.allocate(2, small().config, 8, "cpu", torch.float64)
+    assert type(model.new_cache(2)) is KVCache
+    assert type(small().new_cache(2, dtype=torch.float64)) is KVCache
+
+
+@needs_compiler
+def test_operator_passes_opcheck_and_matches_the_reference():
+    """``torch.ops.icrl_gym.relu_decode``: schema, fake tensor and AOT checks; kernel and fallback agree."""
+    g = torch.Generator().manual_seed(3)
+    lane = native.relu_decode_kernel().lane
+    q, k, v = (torch.randn(2, 2, t, 8, lane, generator=g) for t in (2, 6, 6))
+    out = torch.empty_like(q)
+    torch.ops.icrl_gym.relu_decode(q, k, v, 5, out)
+    torch.testing.assert_close(out, native.relu_decode_reference(q, k, v, 5), atol=1e-5, rtol=1e-5)
+    for dtype in (torch.float32, torch.float64):  # float64 runs the PyTorch fallback inside the operator
+        args = tuple(x.to(dtype) for x in (q, k, v)) + (5, out.to(dtype))
+        result = torch.library.opcheck(torch.ops.icrl_gym.relu_decode.default, args)
+        assert set(result.values()) == {"SUCCESS"}, result
 
 
 @pytest.fixture
@@ -134,25 +168,32 @@ def fresh(monkeypatch, tmp_path):
     native.relu_decode_kernel.cache_clear()
 
 
+def kernel_and_warnings():
+    """``relu_decode_kernel()`` and the messages of the warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = native.relu_decode_kernel()
+    return kernel, [str(w.message) for w in caught]
+
+
 def test_disabled_by_environment(fresh, monkeypatch):
     monkeypatch.setenv(native.DISABLE_ENV, "0")
     assert native.relu_decode_kernel() is None
     assert list(fresh.iterdir()) == []  # nothing compiled
     model = small()
-    assert model.new_cache(2).layout == "tokens"
+    assert type(model.new_cache(2)) is KVCache
     with pytest.raises(ValueError, match="unavailable"):
-        model.new_cache(2, native=True)
+        LanesKVCache.allocate(2, model.config, 8, "cpu", torch.float32)
 
 
-def test_failing_compiler_falls_back_with_a_warning(fresh, monkeypatch):
+def test_failing_compiler_falls_back_with_one_warning(fresh, monkeypatch):
     monkeypatch.setenv("CC", "false")
     with pytest.raises(RuntimeError, match="could not build") as err:
         native.build()
     assert "false -O3 -march=native" in str(err.value) and str(err.value).count("exit 1") == len(native.FLAG_SETS)
-    with pytest.warns(RuntimeWarning, match="PyTorch path"):
-        assert native.relu_decode_kernel() is None
-    model = small()
-    assert model.new_cache(2).layout == "tokens"
+    kernel, messages = kernel_and_warnings()
+    assert kernel is None and len(messages) == 1 and "PyTorch path" in messages[0] and "exit 1" in messages[0]
+    assert type(small().new_cache(2)) is KVCache
 
 
 def test_missing_compiler_is_named(fresh, monkeypatch):
@@ -162,7 +203,74 @@ def test_missing_compiler_is_named(fresh, monkeypatch):
         native.build()
 
 
-BUILD = "from icrl_gym.models import native; k = native.build(); print(k.path, k.lane)"
+def first_library(folder):
+    """Where the preferred flag set's library is kept in ``folder``."""
+    return next(iter(native.library_paths(native.find_compiler(), folder).values()))
+
+
+def unusable_file_as_folder(folder):
+    target = folder / "file"
+    target.write_text("not a folder")
+    return target
+
+
+def unusable_below_a_file(folder):
+    return unusable_file_as_folder(folder) / "cache"
+
+
+def unusable_folder_as_library(folder):
+    first_library(folder).mkdir()
+    return folder
+
+
+@needs_compiler
+@pytest.mark.parametrize("make", [unusable_file_as_folder, unusable_below_a_file, unusable_folder_as_library])
+def test_unusable_cache_folder_compiles_for_the_process_with_one_warning(fresh, monkeypatch, make):
+    """A file for the folder, a folder below a file, a folder where the library goes: one warning, kernel works."""
+    monkeypatch.setenv(native.CACHE_ENV, str(make(fresh)))
+    kernel, messages = kernel_and_warnings()
+    assert kernel is not None and len(messages) == 1, messages
+    assert "cache" in messages[0] and "unusable" in messages[0] and "Error" in messages[0]  # the OSError's class
+    native.self_test(kernel)
+
+
+@needs_compiler
+def test_read_only_cache_folder_compiles_for_the_process_with_one_warning(fresh, monkeypatch):
+    """Simulated by the writer (chmod does not stop root, who runs CI containers)."""
+
+    def refuse(path, data):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(native, "atomic_write_bytes", refuse)
+    kernel, messages = kernel_and_warnings()
+    assert kernel is not None and len(messages) == 1 and "PermissionError" in messages[0]
+    assert list(fresh.iterdir()) == []
+
+
+GARBAGE = """
+int icrl_relu_decode_lane(void) { return 16; }
+void icrl_relu_decode(const float *q, const float *K, const float *V, float *y, long n_blocks, long n_head,
+                      long cap, long n, long hs, long m, int n_threads) {
+    for (long i = 0; i < n_blocks * n_head * m * hs * 16; ++i) y[i] = 1.0f;
+}
+"""
+
+
+@needs_compiler
+def test_library_computing_garbage_is_not_used(fresh, monkeypatch):
+    """A foreign library with the kernel's symbols and a matching sidecar fails the self-test: warning, PyTorch path."""
+    source = fresh / "garbage.c"
+    source.write_text(GARBAGE)
+    monkeypatch.setattr(native, "SOURCE", source)
+    cc = native.find_compiler()
+    monkeypatch.setattr(native, "library_paths", lambda cc_, folder: {("-O3",): folder / "relu_decode-x.so"})
+    native.store(fresh / "relu_decode-x.so", native._compile(cc, ("-O3",)))
+    kernel, messages = kernel_and_warnings()
+    assert kernel is None and len(messages) == 1 and "failed its self-test" in messages[0]
+    assert type(small().new_cache(2)) is KVCache
+
+
+BUILD = "from icrl_gym.models import native; k = native.build(); native.self_test(k); print(k.path, k.lane)"
 
 
 def build_in_subprocess(folder):
@@ -178,7 +286,135 @@ def test_library_is_reused_and_a_corrupt_one_rebuilt(tmp_path):
     lib = build_in_subprocess(tmp_path)
     assert lib.parent == tmp_path and lib.name.startswith("relu_decode-")
     size, mtime = lib.stat().st_size, lib.stat().st_mtime_ns
+    assert native.read_verified(lib) == lib.read_bytes()  # the sidecar holds its hash
     assert build_in_subprocess(tmp_path) == lib and lib.stat().st_mtime_ns == mtime  # reused, not rebuilt
-    lib.write_bytes(lib.read_bytes()[:100])  # a torn file
+    lib.write_bytes(lib.read_bytes()[:100])  # a torn file: loading it would kill the process (SIGBUS)
     assert build_in_subprocess(tmp_path) == lib and lib.stat().st_size == size  # rebuilt over
+    native.sidecar(lib).unlink()  # a library without its hash is not trusted either
+    mtime = lib.stat().st_mtime_ns
+    assert build_in_subprocess(tmp_path) == lib and lib.stat().st_mtime_ns > mtime
+    assert native.read_verified(lib) is not None
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # atomic: no temporary left
+
+
+FUZZ_WORKER = """
+import functools, json, random, sys, warnings
+from pathlib import Path
+import torch
+from icrl_gym.models import native
+
+folder, seed, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+native._compile = functools.cache(native._compile)  # the real compiler, once per flag set: a rebuild is instant
+stored = []
+store = native.store
+native.store = lambda path, data: (stored.append(path), store(path, data))
+rng = random.Random(seed)
+g = torch.Generator().manual_seed(seed)
+counts = {"rebuilt": 0, "fell_back": 0, "wrong": 0, "reused": 0}
+kernel = native.build(folder)
+lib = kernel.path
+for i in range(count):
+    target = lib if rng.random() < 0.8 else native.sidecar(lib)  # mostly the library, sometimes its hash
+    corrupt = bytearray(target.read_bytes())
+    if rng.random() < 0.5:
+        del corrupt[rng.randrange(len(corrupt)) :]  # truncated at a random offset
+    else:
+        for _ in range(rng.randint(1, 8)):  # random byte flips
+            corrupt[rng.randrange(len(corrupt))] ^= rng.randrange(1, 256)
+    target.write_bytes(bytes(corrupt))
+    native.relu_decode_kernel.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernel = native.relu_decode_kernel()
+    if kernel is None:
+        counts["fell_back"] += 1
+        continue
+    counts["rebuilt" if stored else "reused"] += 1
+    stored.clear()
+    q, k, v = (torch.randn(2, 2, t, 8, kernel.lane, generator=g) for t in (2, 9, 9))
+    y = kernel(q, k, v, 7)
+    if not torch.allclose(y, native.relu_decode_reference(q, k, v, 7), atol=1e-4, rtol=1e-4):
+        counts["wrong"] += 1
+print(json.dumps(counts))
+"""
+
+
+def fuzz_library(folder, corruptions, per_process=100):
+    """Corrupt the cached library (or its sidecar) ``corruptions`` times, then load: counts of every outcome.
+
+    Each corruption is followed by a fresh kernel lookup, as a new process would make; batches of
+    ``per_process`` share a process (safe because no unverified file is ever loaded).  A process
+    that dies (a SIGBUS, say) counts all its corruptions as crashes.
+    """
+    env = {**os.environ, native.CACHE_ENV: str(folder)}
+    totals = {"rebuilt": 0, "fell_back": 0, "wrong": 0, "reused": 0, "crashed": 0}
+    for seed, start in enumerate(range(0, corruptions, per_process)):
+        count = min(per_process, corruptions - start)
+        cmd = [sys.executable, "-c", FUZZ_WORKER, str(folder), str(seed), str(count)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            totals["crashed"] += count
+            continue
+        for key, value in json.loads(done.stdout.splitlines()[-1]).items():
+            totals[key] += value
+    return totals
+
+
+@needs_compiler
+def test_fuzzed_library_never_crashes_nor_computes_wrong(tmp_path):
+    totals = fuzz_library(tmp_path, 40)
+    assert totals["crashed"] == 0 and totals["wrong"] == 0 and totals["fell_back"] == 0, totals
+    assert totals["rebuilt"] == 40, totals  # every corruption was caught (a byte flip never leaves a file valid)
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_fuzzed_library_never_crashes_nor_computes_wrong_many(tmp_path):
+    totals = fuzz_library(tmp_path, 240, per_process=80)
+    print(f"kernel cache fuzz: {totals}")
+    assert totals == {"rebuilt": 240, "fell_back": 0, "wrong": 0, "reused": 0, "crashed": 0}
+
+
+def play_steps(agent, env, steps, obs):
+    actions = []
+    for _ in range(steps):
+        a = agent.act(obs)
+        obs, r, *_ = env.step(a)
+        agent.update(a, r)
+        actions.append(a)
+    return actions, obs
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "duplicate", [copy.deepcopy, lambda agent: pickle.loads(pickle.dumps(agent))], ids=["deepcopy", "pickle"]
+)
+def test_agent_with_a_native_cache_can_be_copied_mid_episode(duplicate):
+    """The copy holds the cache's tensors (no ctypes object) and, from the same RNG state, acts as the original."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(n_layer=2, n_head=2, n_embd=16, dim=3, num_actions=3, horizon=8)
+    agent = TransformerAgent.from_model(BanditTransformer(cfg).eval(), seed=1)
+    env = BernoulliBanditEnv(num_arms=3, horizon=8)
+    obs, info = env.reset(seed=3)
+    agent.reset(info)
+    assert type(agent._cache) is LanesKVCache
+    _, obs = play_steps(agent, env, 3, obs)
+    twin, twin_env = duplicate(agent), copy.deepcopy(env)
+    assert type(twin._cache) is LanesKVCache and twin._cache.steps == 3
+    assert np.array_equal(twin.policy(obs), agent.policy(obs))
+    assert play_steps(twin, twin_env, 5, obs)[0] == play_steps(agent, env, 5, obs)[0]
+
+
+@needs_compiler
+def test_cache_unpickled_without_the_kernel_runs_on_the_pytorch_fallback(monkeypatch):
+    """The operator computes the lanes with PyTorch where no kernel is loaded (a process without a compiler)."""
+    model = small().eval()
+    sets, actions, rewards = random_trajectory(5, T=4, A=3, d=2)
+    cache = model.new_cache(5)
+    half = rollout_logits(model, cache, sets[:, :2], actions, rewards)
+    twin = pickle.loads(pickle.dumps(cache))
+    monkeypatch.setattr(native, "relu_decode_kernel", lambda: None)
+    logits = [model.step(twin, sets[:, t], actions[:, t - 1], rewards[:, t - 1]).logits for t in (2, 3)]
+    with torch.no_grad():
+        full = model(sets, actions, rewards)[0]
+    torch.testing.assert_close(torch.cat([half, torch.stack(logits, 1)], 1), full, atol=1e-5, rtol=1e-5)

@@ -135,7 +135,7 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
         width = np.sqrt(self.stats.widths(action_sets))
         # at t = 1 the level is 0 and z = -inf: an arm of zero width (a zero vector) has no bonus, not NaN
         with np.errstate(invalid="ignore"):
-            return mean + np.where(width > 0, z * self.model.noise_std * width, 0.0)
+            return mean + np.where(width > 0, z * self.model.noise_column() * width, 0.0)
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.stats.update(action_sets[np.arange(self.batch_size), actions], rewards)

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from agents.bandit.index_agent import IndexAgent
-from icrl_gym.envs.bandit_core import BanditSpec
+from agents.bandit.resolved_model import per_instance_summary
+from icrl_gym.envs.bandit_core import split_model
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.statistics import RidgeStatistics
 
@@ -38,11 +39,16 @@ PAPER_TS_PRIOR = {"prior_mean": 0.0, "prior_var": 1.0}
 
 @dataclass(frozen=True)
 class GaussianModel:
-    """Noise N(0, noise_std^2) and prior N(prior_mean 1, prior_var I): the model a Bayesian agent assumes."""
+    """Noise N(0, noise_std^2) and prior N(prior_mean, prior_var I): the model a Bayesian agent assumes.
 
-    noise_std: float
-    prior_mean: float
-    prior_var: float
+    Numbers for one model shared by every run, or per-run arrays (an environment drawing each instance's
+    prior, ``info["model"]["instance"]``): ``noise_std`` (B,), ``prior_mean`` and ``prior_var`` (B, d), the
+    matched Gaussian prior N(prior_mean[b], diag(prior_var[b])) of run b.
+    """
+
+    noise_std: float | np.ndarray
+    prior_mean: float | np.ndarray
+    prior_var: float | np.ndarray
 
     @classmethod
     def resolve(
@@ -52,7 +58,7 @@ class GaussianModel:
         prior_mean: float | None = None,
         prior_var: float | None = None,
     ) -> GaussianModel:
-        """Explicit values where given, the environment's (matched) values otherwise."""
+        """Explicit values where given, the environment's (matched, per instance where it has them) otherwise."""
         if model is None:
             if noise_std is None or prior_mean is None or prior_var is None:
                 given = {"noise_std": noise_std, "prior_mean": prior_mean, "prior_var": prior_var}
@@ -62,29 +68,55 @@ class GaussianModel:
                     "reset info (info['model']) or pass them to the constructor"
                 )
         else:
-            spec = BanditSpec.from_dict(dict(model))
+            spec, instance = split_model(model)
             if spec.reward != "gaussian" and noise_std is None:
                 raise ValueError(f"a Gaussian linear model needs Gaussian rewards, the environment has {spec.reward!r}")
             mean, var = spec.prior_moments()
-            noise_std = spec.noise_std if noise_std is None else noise_std
-            prior_mean = mean if prior_mean is None else prior_mean
-            prior_var = var if prior_var is None else prior_var
-        if not (noise_std > 0 and prior_var > 0 and np.isfinite(prior_mean)):
+            env: dict[str, Any] = {"noise_std": spec.noise_std, "prior_mean": mean, "prior_var": var}
+            for name in env:
+                if instance is not None and name in instance:  # one row per run: (B,) for sigma, (B, d) the prior
+                    shape = (-1,) if name == "noise_std" else (-1, spec.dim)
+                    env[name] = np.asarray(instance[name], dtype=np.float64).reshape(shape)
+            noise_std = env["noise_std"] if noise_std is None else noise_std
+            prior_mean = env["prior_mean"] if prior_mean is None else prior_mean
+            prior_var = env["prior_var"] if prior_var is None else prior_var
+        if (
+            not (np.all(np.asarray(noise_std) > 0) and np.all(np.asarray(prior_var) > 0))
+            or not np.isfinite(prior_mean).all()
+        ):
             raise ValueError(f"need noise_std > 0, prior_var > 0 and a finite prior_mean, got {noise_std, prior_var}")
-        return cls(float(noise_std), float(prior_mean), float(prior_var))
+        return cls(*(v if np.ndim(v) else float(v) for v in (noise_std, prior_mean, prior_var)))
 
     @property
-    def noise_var(self) -> float:
-        """s2 = sigma^2."""
-        return self.noise_std**2
+    def per_run(self) -> bool:
+        """Whether any part of the model differs between runs (arrays)."""
+        return any(np.ndim(v) for v in (self.noise_std, self.prior_mean, self.prior_var))
+
+    @property
+    def noise_var(self) -> float | np.ndarray:
+        """s2 = sigma^2 (a number, or (B,))."""
+        return np.square(self.noise_std) if np.ndim(self.noise_std) else float(self.noise_std) ** 2
+
+    def noise_column(self) -> float | np.ndarray:
+        """Sigma as a number or a (B, 1) column, to scale (B, A) widths."""
+        return np.reshape(self.noise_std, (-1, 1)) if np.ndim(self.noise_std) else float(self.noise_std)
 
     def statistics(self, batch_size: int, dim: int) -> RidgeStatistics:
         """Ridge statistics whose estimate is the posterior mean mu_t (regulariser s2/lambda, centre m)."""
-        return RidgeStatistics(batch_size, dim, self.noise_var / self.prior_var, center=np.full(dim, self.prior_mean))
+        if not self.per_run:
+            return RidgeStatistics(
+                batch_size, dim, self.noise_var / self.prior_var, center=np.full(dim, self.prior_mean)
+            )
+        rows = {np.shape(v)[0] for v in (self.noise_std, self.prior_mean, self.prior_var) if np.ndim(v)}
+        if rows != {batch_size}:
+            raise ValueError(f"the per-instance prior has {sorted(rows)} rows, the agent plays {batch_size} runs")
+        reg = np.reshape(self.noise_var, (-1, 1)) / np.asarray(self.prior_var)
+        return RidgeStatistics(batch_size, dim, reg, center=self.prior_mean)
 
     def posterior(self, stats: RidgeStatistics) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean (B, d) and covariance s2 V^{-1} (B, d, d), symmetrised against round-off."""
-        cov = self.noise_var * stats.gram_inv
+        s2 = self.noise_var
+        cov = (np.reshape(s2, (-1, 1, 1)) if np.ndim(s2) else s2) * stats.gram_inv
         return stats.estimate(), 0.5 * (cov + np.swapaxes(cov, 1, 2))
 
 
@@ -118,7 +150,7 @@ class GaussianModelMixin:
         """The overrides (None: the environment's) and, after a reset, the values in use (``model_used``)."""
         out: dict[str, Any] = {"noise_std": self.noise_std, "prior_mean": self.prior_mean, "prior_var": self.prior_var}
         if self._model is not None:
-            out["model_used"] = asdict(self._model)
+            out["model_used"] = per_instance_summary(asdict(self._model))
         return out
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from agents.bandit.linear_posterior import GaussianModelMixin
+from agents.bandit.resolved_model import per_instance_summary
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.statistics import ArmStatistics, RidgeStatistics
@@ -99,15 +100,24 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
         return {**super().config(), **self._model_config()}
 
 
-def beta_prior(model: Mapping[str, Any] | None, prior_a: float | None, prior_b: float | None) -> tuple[float, float]:
+def beta_prior(
+    model: Mapping[str, Any] | None, prior_a: float | None, prior_b: float | None
+) -> tuple[float | np.ndarray, float | np.ndarray]:
     """The Beta(a, b) prior on each arm mean: explicit values, else the environment's, else Beta(1, 1).
 
-    A 'beta' environment gives its (prior_a, prior_b); its uniform prior gives Beta(1, 1) (= Unif([0, 1])).
+    A 'beta' environment gives its (prior_a, prior_b); its uniform prior gives Beta(1, 1) (= Unif([0, 1]));
+    an environment drawing each instance's prior ('beta_family') gives per-run (B, 1) columns
+    (``info["model"]["instance"]``), which broadcast over the arms.
     """
-    env_a = env_b = 1.0
-    if model is not None and model.get("prior") == "beta":
+    env_a: float | np.ndarray = 1.0
+    env_b: float | np.ndarray = 1.0
+    instance = None if model is None else model.get("instance")
+    if instance is not None and "prior_a" in instance:
+        env_a = np.reshape(np.asarray(instance["prior_a"], dtype=np.float64), (-1, 1))
+        env_b = np.reshape(np.asarray(instance["prior_b"], dtype=np.float64), (-1, 1))
+    elif model is not None and model.get("prior") == "beta":
         env_a, env_b = float(model["prior_a"]), float(model["prior_b"])
-    return float(env_a if prior_a is None else prior_a), float(env_b if prior_b is None else prior_b)
+    return (env_a if prior_a is None else float(prior_a)), (env_b if prior_b is None else float(prior_b))
 
 
 class BernoulliThompson(BanditAgent):
@@ -131,6 +141,8 @@ class BernoulliThompson(BanditAgent):
             if value is not None:
                 check_number(f"Beta prior parameter {name} (or None: the environment's)", value, 0.0, True, MAX_SCALE)
         self.prior_a, self.prior_b = prior_a, prior_b
+        self.a: float | np.ndarray
+        self.b: float | np.ndarray
         self.a, self.b = beta_prior(None, prior_a, prior_b)
         self.num_policy_samples = check_integer("num_policy_samples", num_policy_samples)
         self._reset_done = False
@@ -162,5 +174,5 @@ class BernoulliThompson(BanditAgent):
         """Hyper-parameters."""
         out = {**super().config(), "prior_a": self.prior_a, "prior_b": self.prior_b}
         if self._reset_done:
-            out["model_used"] = {"prior_a": self.a, "prior_b": self.b}
+            out["model_used"] = per_instance_summary({"prior_a": self.a, "prior_b": self.b})
         return out

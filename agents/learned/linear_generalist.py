@@ -3,23 +3,30 @@
 The model reads the raw trajectory (the action sets, the arms pulled, the rewards) through its
 cache -- the linear attention's state, O(1) per step whatever t -- and scores the A arms of the
 current action set.  It needs the horizon T (:func:`~icrl_gym.algorithm.resolve_horizon`) and the
-noise level sigma of the environment, read from the reset info or its ``info["model"]``, or given
-to the constructor / ``reset`` (``horizon=``, ``noise_std=``); d and A come from the action sets.
+noise level sigma of the environment, read from the reset info or its ``info["model"]`` (each
+instance's own where the environment draws them, ``info["model"]["instance"]``), or given to the
+constructor / ``reset`` (``horizon=``, ``noise_std=``); d and A come from the action sets.  An
+environment that marks sigma unknown (``noise_known=False``) is played without it: a model trained
+to (``noise_estimate``) estimates sigma in context, any other refuses.
 ``greedy=True`` (default; the model imitates a deterministic index policy) takes the argmax.  The
 shipped model was trained on Gaussian rewards, w* ~ U[0, 1]^d, d in 2..8, A in 2..20, T <= 500,
-sigma in [0.4, 2.5] (its record's ``trained_range``); it refuses d > 8 and Bernoulli (one-hot)
-bandits with a ``ValueError``, and plays any A and T (outside the trained range, an
-out-of-distribution use).
+sigma in [0.4, 2.5] (its record's ``trained_range``); it refuses d > d_max and Bernoulli bandits
+with a ``ValueError``, and plays any A and T and one-hot arms (the Gaussian multi-armed bandit;
+outside the trained range, an out-of-distribution use).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import torch
+
 from agents.learned.rollout import BanditRollout
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.envs.validation import check_number
+from icrl_gym.models.linear_generalist import LinearGeneralistCache
 from icrl_gym.models.policy import EnvInfo
 
 
@@ -33,12 +40,33 @@ class LinearGeneralistAgent(BanditRollout):
 
     def _start(self, info: dict[str, Any]) -> None:
         model = info.get("model") or {}
-        if model.get("reward", "gaussian") != "gaussian" or model.get("arms") == "one_hot":
+        if model.get("reward", "gaussian") != "gaussian":
             raise ValueError(
                 "the linear generalist transformer plays linear bandits with Gaussian rewards only; this environment "
-                f"has reward={model.get('reward')!r}, arms={model.get('arms')!r}"
+                f"has reward={model.get('reward')!r}"
             )
         super()._start(info)
+        if isinstance(self._cache, LinearGeneralistCache) and self.env_info is not None:
+            # every reset sets sigma per run (a reused cache keeps the last runs' otherwise): each instance's
+            # own, or the environment's, NaN where unknown
+            per_run = self._per_run_noise(info)
+            given = self.env_info.noise_std
+            sigma = per_run if per_run is not None else np.full(self.batch_size, np.nan if given is None else given)
+            self._cache.noise_std = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
+
+    @staticmethod
+    def _noise_known(info: dict[str, Any]) -> bool:
+        """False for an environment that marks its sigma unknown (and no sigma given to ``reset``)."""
+        return "noise_std" in info or (info.get("model") or {}).get("noise_known", True) is not False
+
+    def _per_run_noise(self, info: dict[str, Any]) -> np.ndarray | None:
+        """The noise level sigma (B,) of an environment that draws it per instance (None otherwise)."""
+        instance = (info.get("model") or {}).get("instance") or {}
+        if "noise_std" in info or "noise_std" not in instance or not self._noise_known(info):
+            return None
+        return np.broadcast_to(
+            np.asarray(instance["noise_std"], dtype=np.float64).reshape(-1), (self.batch_size,)
+        ).copy()
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         d_max = int(self.record.meta["model"]["d_max"])
@@ -47,10 +75,17 @@ class LinearGeneralistAgent(BanditRollout):
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the linear generalist transformer")
         model = info.get("model") or {}
         noise = info.get("noise_std", model.get("noise_std", self.defaults.get("noise_std")))
-        if noise is None:
+        if not self._noise_known(info) or self._per_run_noise(info) is not None:
+            noise = None  # unknown (estimated in context), or set per run after the cache is made
+        elif noise is None:
             raise ValueError(
                 "the linear generalist transformer needs the noise level sigma: reset with the environment's info "
                 "(info['model']) or pass noise_std= to reset or to its constructor"
             )
-        sigma = check_number("noise_std", noise, low=0.0, strict=True, max_abs=1e6)
+        if noise is None and self._per_run_noise(info) is None and not getattr(self.model.config, "noise_estimate", 0):
+            raise ValueError(
+                "this linear generalist transformer needs the noise level sigma (it was trained without estimating "
+                "it in context); the environment marks it unknown"
+            )
+        sigma = None if noise is None else check_number("noise_std", noise, low=0.0, strict=True, max_abs=1e6)
         return EnvInfo(num_actions=self.num_actions, horizon=horizon, dim=self.dim, noise_std=sigma)

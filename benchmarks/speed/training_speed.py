@@ -10,7 +10,7 @@ In one process, for each thread count in ``--threads``:
   reference code, full T x T attention) next to the GEMM rate;
 - ``rollout``: greedy cached rollout (``model.step``) of the paper model over ``instances`` random
   linear-bandit action sets for ``steps`` steps, in env-steps/s: the reference, the new model on
-  its PyTorch decode path (``native=False``) and on the compiled kernel (``icrl_gym/models/native.py``).
+  its PyTorch decode path (a token-major ``KVCache``) and on the compiled kernel (``icrl_gym/models/native.py``).
 
 The reference is the same file at ``reference`` (default: the revision before the new kernels),
 imported from ``git show``, with the new model's weights copied in.  Old and new run interleaved
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import json
 import subprocess
 import sys
@@ -45,6 +46,7 @@ from icrl_gym.cli import ConfigParser
 from icrl_gym.device import resolve_device
 from icrl_gym.fileio import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
 from icrl_gym.models import mdp_transformer, transformer
+from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
@@ -102,6 +104,8 @@ def load_reference(rev: str) -> tuple[ModuleType, ModuleType]:
             ["git", "show", f"{rev}:icrl_gym/models/{name}.py"], cwd=ROOT, check=True, capture_output=True, text=True
         ).stdout
         source = source.replace("from icrl_gym.models.transformer import", "from _reference_transformer import")
+        # the read-out type moved from policy_output.py to policy.py (the learned-policy contract)
+        source = source.replace("from icrl_gym.models.policy_output import", "from icrl_gym.models.policy import")
         spec = importlib.util.spec_from_loader(f"_reference_{name}", loader=None)
         assert spec is not None
         module = importlib.util.module_from_spec(spec)
@@ -153,19 +157,24 @@ def random_batch(model: torch.nn.Module, batch: int, device: torch.device) -> tu
     return tuple(x.to(device) for x in (*xs, labels))
 
 
-def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, native: bool | None = None) -> None:
+def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, torch_path: bool = False) -> None:
     """Greedy cached rollout: ``sets`` (steps, B, A, d), rewards a fixed function of the action.
 
-    ``native=False`` takes the PyTorch decode path of the new model (the reference has no other).
+    ``torch_path`` takes the PyTorch decode path of the new model (a token-major ``KVCache``; the
+    reference has no other path).
     """
     B = sets.shape[1]
-    kwargs = {} if native is None else {"native": native}
-    cache = model.new_cache(B, device=sets.device, **kwargs)
+    if torch_path:
+        cache = KVCache.allocate(B, model.config, model.config.max_tokens, sets.device, sets.dtype)
+    else:
+        cache = model.new_cache(B, device=sets.device)
     prev_a = prev_r = None
     rows = torch.arange(B, device=sets.device)
+    contract = next(iter(inspect.signature(model.step).parameters)) == "cache"  # the reference: cache last
     with torch.inference_mode():
         for t in range(steps):
-            logits = model.step(cache, sets[t], prev_a, prev_r)[0]
+            args = (cache, sets[t], prev_a, prev_r) if contract else (sets[t], prev_a, prev_r, cache)
+            logits = model.step(*args)[0]
             prev_a = logits.argmax(-1)
             prev_r = sets[t, rows, prev_a, 0]
 
@@ -221,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     tasks[name, label] = functools.partial(train_step, model, data, autocast=args.autocast)
             if args.rollout:
                 tasks["rollout", "old"] = functools.partial(rollout, paper_old, sets, args.steps)
-                tasks["rollout", "torch"] = functools.partial(rollout, paper, sets, args.steps, native=False)
+                tasks["rollout", "torch"] = functools.partial(rollout, paper, sets, args.steps, torch_path=True)
                 tasks["rollout", "new"] = functools.partial(rollout, paper, sets, args.steps)
             times = interleaved(tasks, args.repeats, device)
             gflops_after = gemm_gflops(args.gemm, device)

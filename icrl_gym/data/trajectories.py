@@ -550,7 +550,7 @@ class BanditRecorder(BatchRecorder[BanditBatch]):
         if not isinstance(agent, BanditAgent):
             raise TypeError(f"a bandit prior needs bandit algorithms, got {type(agent).__name__}")
         spec, batch = self.spec, self.batch
-        info = {"model": spec.to_dict()}  # what the env's reset info carries
+        info = {"model": batch.model_info()}  # what the env's reset info carries
         agent.reset(
             info, batch_size=batch.batch_size, dim=spec.dim, num_actions=spec.num_actions, w_star=batch.w_star, rng=rng
         )

@@ -14,11 +14,13 @@ instances *and* the same noise (common random numbers).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from icrl_gym.envs.prior_family import FAMILY_PRIORS, sample_beta_priors, sample_noise, sample_prior, sample_sphere
 from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
@@ -33,9 +35,9 @@ from icrl_gym.envs.validation import (
 )
 from icrl_gym.fileio import DictConfig
 
-ARM_KINDS = ("uniform", "one_hot", "gaussian")
+ARM_KINDS = ("uniform", "one_hot", "gaussian", "sphere")
 REWARD_KINDS = ("gaussian", "bernoulli")
-PRIOR_KINDS = ("uniform", "gaussian", "beta")
+PRIOR_KINDS = ("uniform", "gaussian", "beta", *FAMILY_PRIORS, "beta_family")
 ACTION_SET_KINDS = ("fixed", "per_step")
 
 
@@ -56,14 +58,18 @@ class BanditSpec(DictConfig):
     """Number of steps T of one in-context run (one Gymnasium episode)."""
     arms: str = "uniform"
     """'uniform': action vectors iid Unif([-1,1]^d); 'one_hot': the standard basis (A = d);
-    'gaussian': action vectors iid N(0, I_d / d) (so E ||a||^2 = 1)."""
+    'gaussian': action vectors iid N(0, I_d / d) (so E ||a||^2 = 1); 'sphere': uniform on the unit sphere."""
     reward: str = "gaussian"
     """'gaussian': r = <a, w*> + N(0, noise_std^2); 'bernoulli': r ~ Bern(<a, w*>)."""
     noise_std: float = 1.5
     """Standard deviation of the Gaussian reward noise (ignored for Bernoulli rewards)."""
     prior: str = "uniform"
     """'uniform': w* ~ Unif([prior_low, prior_high]^d); 'gaussian': w* ~ N(0, prior_var I_d);
-    'beta': coordinates of w* iid Beta(prior_a, prior_b) (the conjugate prior of Bernoulli arms)."""
+    'beta': coordinates of w* iid Beta(prior_a, prior_b) (the conjugate prior of Bernoulli arms);
+    'hierarchical', 'box', 'sparse', 'direction' or 'family' (one of those four per instance): a prior whose
+    hyperparameters are drawn per instance (:mod:`icrl_gym.envs.prior_family`); 'beta_family': Bernoulli
+    arm means iid Beta(a, b) with a, b drawn per instance.  The drawn hyperparameters are reported in
+    the reset ``info["model"]["instance"]``."""
     prior_low: float = 0.0
     """Lower end of the uniform prior on each coordinate of w*."""
     prior_high: float = 1.0
@@ -76,6 +82,11 @@ class BanditSpec(DictConfig):
     """First parameter a of the Beta(a, b) prior (prior='beta'); Beta(1, 1) is Unif([0, 1])."""
     prior_b: float = 1.0
     """Second parameter b of the Beta(a, b) prior (prior='beta')."""
+    noise_high: float | None = None
+    """None: every instance has noise_std; else sigma is log-uniform in [noise_std, noise_high] per instance."""
+    noise_known: bool = True
+    """Whether an agent may read sigma from the reset info (False: a user's bandit of unknown noise; the
+    info still reports sigma, for the references that know the truth, with this flag)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):  # numpy scalars become the Python numbers they hold (JSON-ready, one type)
@@ -103,10 +114,18 @@ class BanditSpec(DictConfig):
         ):
             if (problem := number_problem(field, number, low, strict, MAX_SCALE)) is not None:
                 problems.append(problem)
+        if self.noise_high is not None and (p := number_problem("noise_high", self.noise_high, 0.0, True, MAX_SCALE)):
+            problems.append(p)
+        if not isinstance(self.noise_known, bool):
+            problems.append(f"noise_known must be true or false, got {self.noise_known!r}")
         if problems:  # the checks below compare the fields: only once each has the right type
             raise ValueError("invalid bandit specification: " + "; ".join(problems))
         if not self.prior_low < self.prior_high:
             problems.append(f"prior_low must be < prior_high, got [{self.prior_low}, {self.prior_high}]")
+        if self.noise_high is not None and not 0 < self.noise_std <= self.noise_high:
+            problems.append(
+                f"a noise range needs 0 < noise_std <= noise_high, got [{self.noise_std}, {self.noise_high}]"
+            )
         if self.arms == "one_hot" and self.num_actions != self.dim:
             problems.append(
                 f"one-hot arms need num_actions == dim (one arm per basis vector e_i), "
@@ -114,6 +133,14 @@ class BanditSpec(DictConfig):
             )
         if self.arms == "one_hot" and self.action_set == "per_step":
             problems.append("one-hot arms form a single fixed action set; use action_set='fixed'")
+        if (self.prior == "beta_family") != (self.reward == "bernoulli") and self.prior in (
+            "beta_family",
+            *FAMILY_PRIORS,
+        ):
+            problems.append(
+                f"prior={self.prior!r} is for {'Bernoulli' if self.prior == 'beta_family' else 'Gaussian'} rewards, "
+                f"got reward={self.reward!r}"
+            )
         if self.reward == "bernoulli":
             if self.arms != "one_hot":
                 problems.append("Bernoulli rewards need one-hot arms so that <a, w*> is a probability")
@@ -134,6 +161,11 @@ class BanditSpec(DictConfig):
     def action_bounds(self) -> tuple[float, float]:
         """Elementwise bounds of the action vectors (unbounded for Gaussian arms)."""
         return {"one_hot": (0.0, 1.0), "gaussian": (-np.inf, np.inf)}.get(self.arms, (-1.0, 1.0))
+
+    @property
+    def per_instance(self) -> bool:
+        """Whether prior hyperparameters or sigma are drawn per instance."""
+        return self.prior in (*FAMILY_PRIORS, "beta_family") or self.noise_high is not None
 
     def prior_moments(self) -> tuple[float, float]:
         """Mean and variance of every coordinate of w* under the prior (the moment-matched Gaussian).
@@ -167,12 +199,44 @@ def sample_w_star(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndar
     return rng.uniform(spec.prior_low, spec.prior_high, size=(n, spec.dim))
 
 
+def draw_instance_priors(spec: BanditSpec, rng: np.random.Generator, n: int) -> dict[str, Any] | None:
+    """The per-instance priors of n instances and their w* ("w"), or None for a fixed prior.
+
+    Gaussian rewards: the matched Gaussian prior ``prior_mean``, ``prior_var`` (n, d), the member of the
+    family (``prior_member``, an index into :data:`~icrl_gym.envs.prior_family.FAMILY_MEMBERS`) and the
+    hyperparameters drawn (:func:`~icrl_gym.envs.prior_family.sample_prior`); Bernoulli rewards
+    ('beta_family'): ``prior_a``, ``prior_b`` (n,), the Beta prior of every arm of the instance.
+    """
+    if spec.prior == "beta_family":
+        a, b = sample_beta_priors(rng, n)
+        return {"w": rng.beta(a[:, None], b[:, None], (n, spec.dim)), "prior_a": a, "prior_b": b}
+    if spec.prior not in FAMILY_PRIORS:
+        return None
+    draw = sample_prior(rng, spec.prior, np.full(n, spec.dim), spec.dim)
+    return {
+        "w": draw.w,
+        "prior_mean": draw.mean,
+        "prior_var": draw.var,
+        "prior_member": draw.member,
+        **{f"hyper_{k}": v for k, v in draw.hyper.items()},
+    }
+
+
+def split_model(model: Mapping[str, Any]) -> tuple[BanditSpec, dict[str, Any] | None]:
+    """An environment's reset ``info["model"]`` as its :class:`BanditSpec` and per-instance part (or None)."""
+    data = dict(model)
+    instance = data.pop("instance", None)
+    return BanditSpec.from_dict(data), instance
+
+
 def sample_action_sets(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     """Draw n action sets, shape (n, A, d)."""
     if spec.arms == "one_hot":
         return np.broadcast_to(np.eye(spec.dim), (n, spec.dim, spec.dim)).copy()
     if spec.arms == "gaussian":
         return rng.normal(0.0, 1.0 / np.sqrt(spec.dim), size=(n, spec.num_actions, spec.dim))
+    if spec.arms == "sphere":
+        return sample_sphere(rng, (n, spec.num_actions, spec.dim), spec.dim)
     return rng.uniform(-1.0, 1.0, size=(n, spec.num_actions, spec.dim))
 
 
@@ -199,10 +263,27 @@ class BanditBatch:
         self.spec = spec
         self.batch_size = batch_size
         self.rng = rng
-        self.w_star = self._given_or_sampled(w_star, (batch_size, spec.dim), "w_star", sample_w_star)
+        drawn = draw_instance_priors(spec, rng, batch_size)
+        self.w_star = self._given_or_sampled(
+            w_star, (batch_size, spec.dim), "w_star", sample_w_star if drawn is None else lambda *_: drawn.pop("w")
+        )
         self.action_sets = self._given_or_sampled(
             action_sets, (batch_size, *spec.action_set_shape), "action_set", sample_action_sets
         )
+        noise = sample_noise(rng, spec.noise_std, spec.noise_high, batch_size) if spec.noise_high is not None else None
+        self.noise_std: np.ndarray = np.full(batch_size, spec.noise_std) if noise is None else noise
+        """(B,) the noise level sigma of every instance."""
+        self.instance: dict[str, Any] | None = None
+        """The per-instance prior hyperparameters and sigma (None when the spec draws none): the reset
+        ``info["model"]["instance"]``."""
+        if spec.per_instance:
+            drawn = {} if drawn is None else {k: v for k, v in drawn.items() if k != "w"}
+            if spec.reward == "gaussian":
+                mean, var = spec.prior_moments()
+                drawn.setdefault("prior_mean", np.full((batch_size, spec.dim), mean))
+                drawn.setdefault("prior_var", np.full((batch_size, spec.dim), var))
+                drawn["noise_std"] = self.noise_std.copy()
+            self.instance = drawn
         if spec.reward == "bernoulli":
             check_in_range("Bernoulli arm means w_star", self.w_star, 0.0, 1.0, "w_star")
         self.t = 0
@@ -227,6 +308,18 @@ class BanditBatch:
                     f"got [{arr.min():g}, {arr.max():g}]"
                 )
         return arr.copy()
+
+    def model_info(self, single: bool = False) -> dict[str, Any]:
+        """The reset ``info["model"]``: the spec as a dict, and ``"instance"`` when priors or sigma are per instance.
+
+        ``"instance"`` holds arrays with one row per run (``single``: the one run's row): ``noise_std`` and the
+        matched Gaussian prior ``prior_mean``, ``prior_var`` (linear), or ``prior_a``, ``prior_b`` (Bernoulli),
+        and the drawn hyperparameters.
+        """
+        out = self.spec.to_dict()
+        if self.instance is not None:
+            out["instance"] = {k: (v[0] if single else v).copy() for k, v in self.instance.items()}
+        return out
 
     def _refresh_means(self) -> None:
         # (B, A): expected reward of every arm of the current action set.
@@ -258,7 +351,7 @@ class BanditBatch:
         if self.spec.reward == "bernoulli":
             reward = (self.rng.random(self.batch_size) < expected).astype(np.float64)
         else:
-            reward = expected + self.spec.noise_std * self.rng.standard_normal(self.batch_size)
+            reward = expected + self.noise_std * self.rng.standard_normal(self.batch_size)
         out = {
             "reward": reward,
             "expected_reward": expected,

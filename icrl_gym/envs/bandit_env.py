@@ -10,7 +10,10 @@ The reset ``info`` also carries ``"model"``: the environment's :class:`BanditSpe
 dict (``spec.to_dict()``: horizon, reward kind, noise_std, prior kind and its parameters
 prior_low/prior_high, prior_var or prior_a/prior_b, arms, action_set, dim, num_actions).  It is the
 model that Bayesian algorithms assume (Thompson sampling, Bayes-UCB read noise and prior from it),
-so that parameters of the world are never typed a second time by hand.
+so that parameters of the world are never typed a second time by hand.  When the spec draws the
+prior's hyperparameters or sigma per instance (the prior family of :mod:`icrl_gym.envs.prior_family`,
+a noise range), ``info["model"]["instance"]`` holds them, one row per run: the references told
+each instance's own prior read them there.
 
 A fixed instance is replayed by seeding ``reset`` or by passing it in
 ``options={"w_star": ..., "action_set": ...}``.
@@ -110,7 +113,7 @@ class BanditEnv(gym.Env):
             "best_expected_reward": float(batch.best_mean[0]),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
-            "model": self.bandit_spec.to_dict(),
+            "model": batch.model_info(single=True),
         }
         return self._obs(), info
 
@@ -185,7 +188,7 @@ class BanditVectorEnv(BatchVectorEnv):
             "best_expected_reward": batch.best_mean.copy(),
             "dim": self.bandit_spec.dim,
             "num_actions": self.bandit_spec.num_actions,
-            "model": self.bandit_spec.to_dict(),
+            "model": batch.model_info(),
         }
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

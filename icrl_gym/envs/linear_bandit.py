@@ -22,6 +22,8 @@ def linear_bandit_spec(
     arms: str = "uniform",
     prior_a: float = 1.0,
     prior_b: float = 1.0,
+    noise_high: float | None = None,
+    noise_known: bool = True,
 ) -> BanditSpec:
     """The :class:`BanditSpec` of a linear bandit with Gaussian noise (keywords as the env's)."""
     return BanditSpec(
@@ -38,6 +40,8 @@ def linear_bandit_spec(
         action_set=action_set,
         prior_a=prior_a,
         prior_b=prior_b,
+        noise_high=noise_high,
+        noise_known=noise_known,
     )
 
 
@@ -70,7 +74,12 @@ class LinearBanditEnv(BanditEnv):
     - ``prior`` ('uniform'): 'uniform', w* ~ Unif([prior_low, prior_high]^d) (defaults 0, 1);
       'gaussian', w* ~ N(0, prior_var I_d) (Appendix F.1); or 'beta', coordinates
       iid Beta(prior_a, prior_b).
-    - ``arms`` ('uniform'): rows of the action sets iid Unif([-1, 1]^d), or 'gaussian', iid N(0, I_d / d).
+      A prior family ('hierarchical', 'box', 'sparse', 'direction', or 'family': one of them per instance)
+      draws its hyperparameters per instance (:mod:`icrl_gym.envs.prior_family`).
+    - ``arms`` ('uniform'): rows of the action sets iid Unif([-1, 1]^d), 'gaussian', iid N(0, I_d / d),
+      'sphere', uniform on the unit sphere, or 'one_hot' (A = d: the Gaussian multi-armed bandit).
+    - ``noise_high`` (None): sigma log-uniform in [noise_std, noise_high] per instance; ``noise_known``
+      (True): whether agents may read sigma from the reset info (False: play as if it were unknown).
     - ``action_set`` ('fixed'): one action set per run, or 'per_step', a fresh one every step.
 
     - ``max_memory_gib`` (None): raises the memory limit (default 4 GiB, or ``$ICRL_GYM_MAX_MEMORY_GIB``);

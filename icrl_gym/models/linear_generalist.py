@@ -85,6 +85,9 @@ class LinearGeneralistConfig(DictConfig):
     expert, needs none: each arm's logit then depends on its own features and the history only)."""
     d_max: int = D_MAX
     """Arms are zero-padded to this dimension."""
+    noise_estimate: bool = False
+    """Play bandits of unknown sigma (given as NaN): sigma is then estimated in context from the moment matrix
+    (:func:`estimate_noise`), and every arm reads whether sigma was given or estimated."""
 
     @property
     def token_dim(self) -> int:
@@ -98,26 +101,79 @@ class LinearGeneralistConfig(DictConfig):
 
     @property
     def arm_features(self) -> int:
-        """[x (d_max), dimension mask (d_max), phi(t, T) (4), log sigma, z_k (encoded_dim)]."""
-        return 2 * self.d_max + NUM_STEP_FEATURES + 1 + self.encoded_dim
+        """[x (d_max), dimension mask (d_max), phi(t, T) (4), log sigma, (sigma given, log(1 + n - d)), z_k]."""
+        return 2 * self.d_max + NUM_STEP_FEATURES + 1 + 2 * self.noise_estimate + self.encoded_dim
 
 
-def history_tokens(chosen: torch.Tensor, rewards: torch.Tensor, noise_std: torch.Tensor) -> torch.Tensor:
-    """e_s = [x_{s,a_s}, r_s, 1] / sigma (B, S, E) from the chosen arms (B, S, d_max), rewards (B, S), sigma (B,)."""
+NOISE_PRIOR_STD, NOISE_PRIOR_COUNT, NOISE_RIDGE = 0.5, 1.0, 1e-2
+"""The in-context noise estimate's prior guess s0, its weight nu0 (pseudo-observations) and ridge (module docstring)."""
+
+
+def history_tokens(chosen: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+    """Raw e_s = [x_{s,a_s}, r_s, 1] (B, S, E) from the chosen arms (B, S, d_max) and rewards (B, S)."""
     ones = torch.ones_like(rewards)
-    return torch.cat([chosen, rewards.unsqueeze(-1), ones.unsqueeze(-1)], dim=-1) / noise_std.view(-1, 1, 1)
+    return torch.cat([chosen, rewards.unsqueeze(-1), ones.unsqueeze(-1)], dim=-1)
+
+
+def estimate_noise(moments: torch.Tensor, dim: torch.Tensor) -> torch.Tensor:
+    """In-context sigma (...) from raw moment matrices (..., E, E) of runs of dimension d (broadcast to ...).
+
+    With G = sum x x^T, b = sum x r, rr = sum r^2, n = steps (all blocks of M), the residual sum of squares
+    of ridge regression is RSS = rr - b^T (G + c I)^{-1} b (c = NOISE_RIDGE), and
+
+        sigma_hat^2 = (RSS + nu0 s0^2) / (max(n - d, 0) + nu0),
+
+    the posterior-mean-like estimate with nu0 pseudo-observations of variance s0^2 (NOISE_PRIOR_COUNT,
+    NOISE_PRIOR_STD): s0 before the data outnumber the parameters, the unbiased residual variance after.
+    Computed in float64 (RSS is a difference of large sums when sigma is small).
+    """
+    m = moments.double()
+    dmax = m.shape[-1] - 2
+    gram = m[..., :dmax, :dmax] + NOISE_RIDGE * torch.eye(dmax, dtype=m.dtype, device=m.device)
+    b = m[..., :dmax, dmax]
+    fit = (b * torch.linalg.solve(gram, b.unsqueeze(-1)).squeeze(-1)).sum(-1)
+    rss = (m[..., dmax, dmax] - fit).clamp_min(0.0)
+    dof = (m[..., dmax + 1, dmax + 1] - dim.double()).clamp_min(0.0) + NOISE_PRIOR_COUNT
+    return ((rss + NOISE_PRIOR_COUNT * NOISE_PRIOR_STD**2) / dof).sqrt().float()
+
+
+def noise_levels(
+    moments: torch.Tensor, dim: torch.Tensor, noise_std: torch.Tensor, estimate: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The noise level sigma (B, Q) used at every query and whether it was given (B, Q).
+
+    From raw moments (B, Q, E, E), d (B,) and the given sigma (B,).
+
+    sigma is the given one where finite; NaN means unknown: then the in-context estimate (``estimate``) or an error.
+    """
+    known = torch.isfinite(noise_std)
+    shape = moments.shape[:2]
+    if bool(known.all()):
+        return noise_std.view(-1, 1).expand(shape), torch.ones(shape, device=moments.device)
+    if not estimate:
+        raise ValueError("this model needs the noise level sigma (it was trained without estimating it in context)")
+    guess = estimate_noise(moments, dim.view(-1, 1))
+    sigma = torch.where(known.view(-1, 1), noise_std.view(-1, 1).nan_to_num(1.0), guess)
+    return sigma, known.view(-1, 1).expand(shape).float()
 
 
 def arm_features(
-    arms: torch.Tensor, dim: torch.Tensor, steps: torch.Tensor, horizon: torch.Tensor, noise_std: torch.Tensor
+    arms: torch.Tensor,
+    dim: torch.Tensor,
+    steps: torch.Tensor,
+    horizon: torch.Tensor,
+    sigma: torch.Tensor,
+    noise_inputs: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """f_k (B, Q, A, F) from arms (B, Q, A, d_max), d (B,), steps t (B, Q), T (B,), sigma (B,)."""
+    """f_k (B, Q, A, F) from arms (B, Q, A, d_max), d (B,), steps t (B, Q), T (B,), sigma (B, Q).
+
+    A model that estimates sigma also reads ``noise_inputs`` (B, Q, 2): [sigma given, log(1 + max(n - d, 0))].
+    """
     b, nq, na, dmax = arms.shape
     mask = (torch.arange(dmax, device=arms.device).view(1, -1) < dim.view(-1, 1)).float()  # (B, d_max)
     phi = step_features(steps, horizon.view(-1, 1).expand_as(steps))  # (B, Q, 4)
-    per_step = torch.cat(
-        [mask.view(b, 1, dmax).expand(b, nq, dmax), phi, noise_std.log().view(b, 1, 1).expand(b, nq, 1)], dim=-1
-    )
+    parts = [mask.view(b, 1, dmax).expand(b, nq, dmax), phi, sigma.log().view(b, nq, 1)]
+    per_step = torch.cat(parts + ([] if noise_inputs is None else [noise_inputs]), dim=-1)
     return torch.cat([arms, per_step.unsqueeze(2).expand(b, nq, na, per_step.shape[-1])], dim=-1)
 
 
@@ -281,7 +337,7 @@ class HistoryEncoder(nn.Module):
 
 
 class LinearGeneralistCache:
-    """The history of B runs as the linear attention's state: the moment matrices M_t (B, E, E) and t.
+    """The history of B runs as the linear attention's state: the raw moment matrices M_t (B, E, E) and t.
 
     It also holds what every step reads: the horizon T, the noise level sigma and the arms' dimension
     d of every run (``noise_std`` and ``dims``, (B,): set from the :class:`EnvInfo`; a batch that
@@ -290,16 +346,14 @@ class LinearGeneralistCache:
     """
 
     def __init__(self, batch_size: int, token_dim: int, env_info: EnvInfo, device: torch.device) -> None:
-        if env_info.dim is None or env_info.noise_std is None:
-            raise ValueError(
-                "the linear generalist needs the arms' dimension d and the noise level sigma "
-                f"(EnvInfo.dim and EnvInfo.noise_std), got dim={env_info.dim}, noise_std={env_info.noise_std}"
-            )
+        if env_info.dim is None:
+            raise ValueError("the linear generalist needs the arms' dimension d (EnvInfo.dim), got None")
         self.batch_size = batch_size
         self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device)
         self.horizon = env_info.horizon
-        self.noise_std = torch.full((batch_size,), float(env_info.noise_std), dtype=torch.float32, device=device)
-        """sigma (B,) of every run."""
+        sigma = float("nan") if env_info.noise_std is None else float(env_info.noise_std)
+        self.noise_std = torch.full((batch_size,), sigma, dtype=torch.float32, device=device)
+        """sigma (B,) of every run (NaN: unknown, estimated in context by a model trained to)."""
         self.dims = torch.full((batch_size,), env_info.dim, dtype=torch.long, device=device)
         """d (B,) of every run (its arms are zero-padded to ``d_max``)."""
         self.last_action_set: torch.Tensor | None = None
@@ -308,7 +362,7 @@ class LinearGeneralistCache:
         """Steps in the history (the next decision is at step ``steps``)."""
 
     def append(self, tokens: torch.Tensor) -> None:
-        """Add history tokens e_s (B, E) of one step."""
+        """Add raw history tokens e_s = [x, r, 1] (B, E) of one step."""
         self.moments += tokens.unsqueeze(-1) * tokens.unsqueeze(-2)
         self.steps += 1
 
@@ -345,16 +399,34 @@ class LinearGeneralistTransformer(nn.Module):
     def _decide(
         self,
         arms: torch.Tensor,
-        features: torch.Tensor,
-        moments: torch.Tensor,
+        raw_moments: torch.Tensor,
+        steps: torch.Tensor,
+        horizon: torch.Tensor | int,
+        noise_std: torch.Tensor | float,
+        dim: torch.Tensor | int,
         arm_mask: torch.Tensor | None,
-        sigma: torch.Tensor,
     ) -> torch.Tensor:
-        """Arms (B, Q, A, d_max), features (B, Q, A, F), moments (B, Q, E, E), sigma (B,) -> logits (B, Q, A)."""
+        """Arms (B, Q, A, d_max), raw moments (B, Q, E, E) of the history before steps t (B, Q) -> logits (B, Q, A).
+
+        The moments are scaled by 1 / sigma^2 here (the tokens e_s / sigma of the module docstring), sigma the
+        given one or, where it is NaN, the in-context estimate (:func:`noise_levels`).
+        """
+        b, nq, na, _ = arms.shape
+        device = arms.device
+        horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
+        noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
+        dims = torch.as_tensor(dim, device=device).reshape(-1).expand(b)
+        sigma, known = noise_levels(raw_moments, dims, noise, self.config.noise_estimate)
+        inv = (1.0 / sigma)[..., None, None]  # twice, not 1 / sigma^2: an empty history stays 0 for tiny sigma
+        moments = raw_moments * inv * inv
+        noise_inputs = None
+        if self.config.noise_estimate:
+            spare = (raw_moments[..., -1, -1] - dims.view(-1, 1)).clamp_min(0.0)
+            noise_inputs = torch.stack([known, spare.log1p()], dim=-1)
+        features = arm_features(arms, dims, steps, horizon_t, sigma, noise_inputs)
         if self.encoder is not None:
-            b, nq, na, _ = arms.shape
             z = torch.cat([arms, torch.zeros_like(arms[..., :1]), torch.ones_like(arms[..., :1])], dim=-1)
-            moments, z = self.encoder(moments, z / sigma.view(b, 1, 1, 1))
+            moments, z = self.encoder(moments, z / sigma.view(b, nq, 1, 1))
             features, arms = torch.cat([features, z], dim=-1), torch.cat([arms, z], dim=-1)
         h = self.arm_in(features)
         for block in self.blocks:
@@ -380,7 +452,8 @@ class LinearGeneralistTransformer(nn.Module):
         action_sets (B, S, A, d) (per step; a fixed set may be an expanded view) or (B, A, d) (fixed),
         actions (B, S) long, rewards (B, S): the trajectory; query step t (0-based, t steps done) sees
         steps s < t only and scores the action set of step t (t < S, or t <= S with a fixed set).
-        ``horizon`` T, ``noise_std`` sigma and ``dim`` d (default: the arms' width) are ints/floats or (B,).
+        ``horizon`` T, ``noise_std`` sigma (NaN: unknown, estimated in context) and ``dim`` d (default: the
+        arms' width) are ints/floats or (B,).
         ``arm_mask`` (B, A): False marks padding arms (their logits are -inf; the others do not see them).
         """
         b, s = actions.shape
@@ -388,18 +461,15 @@ class LinearGeneralistTransformer(nn.Module):
         sets = self.pad(action_sets)
         if sets.dim() == 3:
             sets = sets.unsqueeze(1).expand(b, s + 1, *sets.shape[1:])
-        horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
-        sigma = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
-        dims = torch.as_tensor(action_sets.shape[-1] if dim is None else dim, device=device).reshape(-1).expand(b)
         rows = torch.arange(b, device=device).view(-1, 1)
         chosen = sets[rows, torch.arange(s, device=device).view(1, -1), actions]  # (B, S, d_max)
-        tokens = history_tokens(chosen, rewards.float(), sigma)  # (B, S, E)
+        tokens = history_tokens(chosen, rewards.float())  # (B, S, E)
         outer = tokens.unsqueeze(-1) * tokens.unsqueeze(-2)  # (B, S, E, E)
         prefix = F.pad(outer.cumsum(dim=1), (0, 0, 0, 0, 1, 0))  # (B, S + 1, E, E): sum over s < t
         moments = prefix[rows, query_steps]  # (B, Q, E, E)
         arms = sets[rows, query_steps]  # (B, Q, A, d_max)
-        features = arm_features(arms, dims, query_steps, horizon_t, sigma)
-        return self._decide(arms, features, moments, arm_mask, sigma)
+        dims = action_sets.shape[-1] if dim is None else dim
+        return self._decide(arms, moments, query_steps, horizon, noise_std, dims, arm_mask)
 
     def new_cache(
         self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None
@@ -414,8 +484,7 @@ class LinearGeneralistTransformer(nn.Module):
     def append(self, cache: LinearGeneralistCache, chosen: torch.Tensor, rewards: torch.Tensor) -> None:
         """Append one step: the chosen arms (B, d) and rewards (B,) to the cache (O(E^2) per run)."""
         b = chosen.shape[0]
-        token = history_tokens(self.pad(chosen).unsqueeze(1), rewards.float().view(b, 1), cache.noise_std)[:, 0]
-        cache.append(token)
+        cache.append(history_tokens(self.pad(chosen).unsqueeze(1), rewards.float().view(b, 1))[:, 0])
 
     @torch.no_grad()
     def step(
@@ -431,6 +500,7 @@ class LinearGeneralistTransformer(nn.Module):
 
         The previous step's arm ``prev_action`` (B,) (its vector read from the previous action set)
         and reward ``prev_reward`` (B,) are appended to the history first; both are None at step 0.
+        A run whose sigma is NaN (unknown) is played with the in-context estimate (``noise_estimate``).
         """
         first = cache.last_action_set is None
         if (prev_action is None) != (prev_reward is None) or (prev_action is None) != first:
@@ -443,11 +513,9 @@ class LinearGeneralistTransformer(nn.Module):
         b = action_set.shape[0]
         if b != cache.batch_size:
             raise ValueError(f"action_set has batch size {b} but the cache holds {cache.batch_size}")
-        device = action_set.device
         cache.last_action_set = action_set
         arms = self.pad(action_set).unsqueeze(1)  # (B, 1, A, d_max)
-        horizon_t = torch.full((b,), cache.horizon, device=device)
-        steps = torch.full((b, 1), cache.steps, device=device)
-        features = arm_features(arms, cache.dims, steps, horizon_t, cache.noise_std)
-        logits = self._decide(arms, features, cache.moments.unsqueeze(1), arm_mask, cache.noise_std)[:, 0]
+        steps = torch.full((b, 1), cache.steps, device=action_set.device)
+        moments = cache.moments.unsqueeze(1)
+        logits = self._decide(arms, moments, steps, cache.horizon, cache.noise_std, cache.dims, arm_mask)[:, 0]
         return PolicyOutput(logits, None)

@@ -25,8 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icrl_gym.models.kv_cache import KVCache
+from icrl_gym.models.native import new_kv_cache
 from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
-from icrl_gym.models.transformer import Block, DecoderConfig, KVCache, count_parameters, init_gpt_weights
+from icrl_gym.models.transformer import Block, DecoderConfig, count_parameters, init_gpt_weights
 
 
 @dataclass
@@ -176,14 +178,9 @@ class MDPTransformer(nn.Module):
         return PolicyOutput(self.lm_head(h[:, index]), None)
 
     def new_cache(
-        self,
-        batch_size: int,
-        env_info: EnvInfo | None = None,
-        device: torch.device | str | None = None,
-        *,
-        native: bool | None = None,
+        self, batch_size: int, env_info: EnvInfo | None = None, device: torch.device | str | None = None
     ) -> KVCache:
-        """An empty key/value cache for ``batch_size`` runs (``native``: see :meth:`KVCache.allocate`).
+        """An empty key/value cache for ``batch_size`` runs (laid out by :func:`new_kv_cache`).
 
         ``env_info``, where given, must have the model's S, A and H and at most its K episodes.
         """
@@ -193,7 +190,7 @@ class MDPTransformer(nn.Module):
             check_env_sizes(env_info, sizes, max_steps=cfg.episodes * cfg.horizon, model="tabular-MDP")
         p = self.input_embed.weight
         device = p.device if device is None else device
-        return KVCache.allocate(batch_size, self.config, self.config.max_tokens, device, p.dtype, native)
+        return new_kv_cache(batch_size, self.config, self.config.max_tokens, device, p.dtype)
 
     @torch.no_grad()
     def step(

@@ -1,21 +1,35 @@
-"""The compiled CPU kernel of the cached ReLU-attention decode step, built on first use.
+"""The compiled CPU kernel of the cached ReLU-attention decode step, and the cache laid out for it.
 
 A cached decode step of :class:`~icrl_gym.models.transformer.BanditTransformer` attends each new
 query to every cached key: ``y_i = sum_{j<=i} ReLU(<q_i, k_j>) v_j`` (Definition 1, with the ``1/i``
 and ``1/sqrt(hs)`` factors folded into ``q``).  With PyTorch that is two batched matrix products
 per layer over ``B * n_head`` tiny matrices (``hs = 8`` rows in the paper model), whose per-matrix
 overhead makes them run at a fraction of the memory bandwidth.  ``relu_decode.c`` does the whole
-step in one pass over the keys and values, vectorised across trajectories (the cache's ``"lanes"``
-layout, :class:`~icrl_gym.models.transformer.KVCache`); on the 2-core CPU of this project a cached
-rollout of the paper model runs about 2x as fast as on the PyTorch path, and 2.6x / 2.3x the
-code before issue 15 on 1 / 2 threads (``python -m benchmarks.speed.training_speed --parts rollout``).
+step in one pass over the keys and values, vectorised across trajectories: :class:`LanesKVCache`
+interleaves ``L`` trajectories innermost (the "lanes" layout).  On the 2-core CPU of this project
+a cached rollout of the paper model runs about 2x as fast as on the PyTorch path
+(``python -m benchmarks.speed.training_speed --parts rollout``).  :func:`new_kv_cache` is the one place
+that chooses: a :class:`LanesKVCache` where the kernel applies and works, else the PyTorch path's
+:class:`~icrl_gym.models.kv_cache.KVCache`.
 
-The source is compiled with the system C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``) the
-first time a process needs it, into ``$ICRL_GYM_NATIVE_CACHE`` (default
+The kernel is the PyTorch operator ``torch.ops.icrl_gym.relu_decode`` (:func:`relu_decode`), which
+calls the library through :mod:`ctypes`; a cache therefore holds only tensors, and can be copied
+and pickled.  The source is compiled with the system C compiler (``$CC``, else ``cc``, ``gcc`` or
+``clang``) the first time a process needs it, into ``$ICRL_GYM_NATIVE_CACHE`` (default
 ``$XDG_CACHE_HOME/icrl_gym`` or ``~/.cache/icrl_gym``) under a name that hashes the source, the
-flags, the compiler and the processor, and loaded with :mod:`ctypes`.  Where no compiler works, or
-with ``ICRL_GYM_NATIVE=0``, :func:`relu_decode_kernel` returns None (with one warning) and the
-model uses its PyTorch path: the same function, about half the rollout speed.
+flags, the compiler and the processor, beside a sidecar holding the SHA-256 of the library.  Before
+it is loaded a library is checked:
+
+* its bytes must match the sidecar (a truncated, torn or foreign file is compiled again; loading a
+  truncated library can kill the process with SIGBUS, so it is never attempted), and the process
+  loads a private copy of exactly the bytes it verified;
+* on first use in a process its output must equal :func:`relu_decode_reference` on a small input.
+
+Where the cache folder cannot be written (read-only, a file in its place, a folder where the
+library should be), the library is compiled for this process only, in a private temporary folder,
+with one warning naming the cause.  Where no compiler works, the self-test fails, or with
+``ICRL_GYM_NATIVE=0``, :func:`relu_decode_kernel` returns None (one warning, naming the cause) and
+models use the PyTorch path: the same function, about half the rollout speed.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ import torch
 from torch import Tensor
 
 from icrl_gym.fileio import atomic_write_bytes
+from icrl_gym.models.kv_cache import DecoderSizes, KVCache, future_mask
 
 DISABLE_ENV = "ICRL_GYM_NATIVE"
 """Set to ``0`` to use the PyTorch decode path (no compilation)."""
@@ -52,6 +67,8 @@ FLAG_SETS = (
 )
 """Compiler flags, tried in order (the first two for GCC/Clang on x86; the last is portable, single-threaded)."""
 COMPILE_TIMEOUT_S = 120
+SELF_TEST_TOLERANCE = 1e-4
+"""Largest relative error of the self-test against the float64 reference (float32 sums of ~10 terms: ~1e-6)."""
 
 _lock = threading.Lock()
 
@@ -63,6 +80,7 @@ class ReluDecodeKernel:
     function: Callable[..., None]
     lane: int
     path: Path
+    """Where the library is kept (the process loaded a private copy of its verified bytes)."""
     openmp: bool
     """Built with ``-fopenmp``: the library then runs on PyTorch's own OpenMP threads (``libgomp.so.1``
     is loaded by torch before it, and the loader reuses a loaded library of that name), so the
@@ -88,9 +106,57 @@ class ReluDecodeKernel:
         self.function(q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr(), nb, nh, cap, n, hs, m, self.threads())
         return y
 
+    def takes(self, *tensors: Tensor) -> bool:
+        """Whether ``tensors`` are laid out for this kernel: contiguous float32 on the CPU, lanes of its width."""
+        return all(
+            x.shape[-1] == self.lane and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()
+            for x in tensors
+        )
+
     def threads(self) -> int:
         """Threads of a call: torch's intra-op count where the library has OpenMP, else 1."""
         return torch.get_num_threads() if self.openmp else 1
+
+
+def relu_decode_reference(q: Tensor, k: Tensor, v: Tensor, n: int) -> Tensor:
+    """What the kernel computes, with PyTorch ops, in the lanes layout and ``q``'s dtype.
+
+    ``y[b, h, i, :, l] = sum_{j <= n-m+i} ReLU(<q[b, h, i, :, l], k[b, h, j, :, l]>) v[b, h, j, :, l]``
+    for ``q`` (nb, nh, m, hs, L) and ``k``, ``v`` (nb, nh, cap, hs, L).
+    """
+    m = q.shape[2]
+    keys, values = k[:, :, :n].to(q.dtype), v[:, :, :n].to(q.dtype)
+    scores = torch.einsum("bhidl,bhjdl->bhijl", q, keys).relu()
+    scores = scores.masked_fill(future_mask(n - m, m, q.device)[None, None, :, :, None], 0.0)
+    return torch.einsum("bhijl,bhjdl->bhidl", scores, values)
+
+
+def _relu_decode(q: Tensor, k: Tensor, v: Tensor, n: int, out: Tensor) -> None:
+    """The implementation of :data:`relu_decode`: the kernel where it takes these tensors, else the reference."""
+    kernel = relu_decode_kernel()
+    if kernel is not None and kernel.takes(q, k, v, out):
+        kernel(q, k, v, n, out=out)
+    else:
+        out.copy_(relu_decode_reference(q, k, v, n))
+
+
+def _relu_decode_fake(q: Tensor, k: Tensor, v: Tensor, n: int, out: Tensor) -> None:
+    """Nothing to compute for shape propagation (``torch.compile``, meta tensors): the operator only writes ``out``."""
+
+
+_LIBRARY = torch.library.Library("icrl_gym", "DEF")
+_LIBRARY.define("relu_decode(Tensor q, Tensor k, Tensor v, int n, Tensor(a!) out) -> ()")
+_LIBRARY.impl("relu_decode", _relu_decode, "CompositeExplicitAutograd")
+torch.library.register_fake("icrl_gym::relu_decode", _relu_decode_fake, lib=_LIBRARY)
+relu_decode = torch.ops.icrl_gym.relu_decode.default
+"""``torch.ops.icrl_gym.relu_decode(q, k, v, n, out)``: the cached ReLU attention of ``q`` against
+keys/values ``0 .. n-1``, written into ``out`` (lanes layout, shapes as in :meth:`ReluDecodeKernel.__call__`).
+
+The compiled kernel where it is loaded and takes these tensors (contiguous float32 on the CPU, its
+lane width), else :func:`relu_decode_reference` (e.g. for a cache unpickled in a process without a
+compiler).  Defined with ``torch.library.Library`` rather than ``torch.library.custom_op``: the
+latter's Python wrapper cost about 13% of the rollout speed at 50 runs (one call per layer and
+step), the plain definition about 2% (within the noise)."""
 
 
 def cache_dir() -> Path:
@@ -128,8 +194,13 @@ def _compiler_version(cc: str) -> str:
     return out.stdout
 
 
-def _compile(cc: str, flags: tuple[str, ...], target: Path) -> str | None:
-    """Compile :data:`SOURCE` into ``target`` (written atomically); None on success, else the compiler's complaint."""
+def sidecar(path: Path) -> Path:
+    """The file holding the SHA-256 (hex) of the library at ``path``."""
+    return path.with_name(path.name + ".sha256")
+
+
+def _compile(cc: str, flags: tuple[str, ...]) -> bytes | str:
+    """The library compiled from :data:`SOURCE` with ``flags``, or the compiler's complaint (a str)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "lib.so"
         cmd = [cc, *flags, "-std=gnu99", "-shared", "-fPIC", "-o", str(out), str(SOURCE)]
@@ -137,15 +208,48 @@ def _compile(cc: str, flags: tuple[str, ...], target: Path) -> str | None:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as exc:
             return f"{' '.join(cmd)}: {exc}"
-        if done.returncode != 0 or not out.exists():
+        if done.returncode != 0 or not out.is_file():
             return f"{' '.join(cmd)}: exit {done.returncode}: {done.stderr.strip()[-500:]}"
-        atomic_write_bytes(target, out.read_bytes())
-    return None
+        return out.read_bytes()
 
 
-def _load(path: Path, openmp: bool) -> ReluDecodeKernel:
-    """Load a compiled library (OSError if it is not one, AttributeError if it lacks the kernel)."""
-    lib = ctypes.CDLL(str(path))
+def read_verified(path: Path) -> bytes | None:
+    """The bytes of the library at ``path`` if they match its sidecar hash, else None (missing, unreadable, torn)."""
+    try:
+        data, recorded = path.read_bytes(), sidecar(path).read_bytes()
+    except OSError:
+        return None
+    return data if recorded == _hash_line(data) else None
+
+
+def _hash_line(data: bytes) -> bytes:
+    """The sidecar's exact content for library ``data``: its SHA-256 in hex and a newline."""
+    return hashlib.sha256(data).hexdigest().encode() + b"\n"
+
+
+def store(path: Path, data: bytes) -> None:
+    """Keep the library ``data`` at ``path``: the library first, then its sidecar, each written atomically.
+
+    A reader that finds the library but an older or missing sidecar compiles again, so no order of
+    concurrent writers lets an unverified file be loaded.  Raises OSError where the folder is unusable.
+    """
+    atomic_write_bytes(path, data)
+    atomic_write_bytes(sidecar(path), _hash_line(data))
+
+
+def _load(data: bytes, path: Path, openmp: bool) -> ReluDecodeKernel:
+    """Load the library ``data`` from a private copy (OSError if it is not one, AttributeError if it lacks the kernel).
+
+    The copy, deleted once loaded (the mapping stays), makes what is loaded exactly what was verified,
+    whatever happens to the cached file meanwhile.
+    """
+    fd, tmp = tempfile.mkstemp(prefix="icrl_gym-relu_decode-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        lib = ctypes.CDLL(tmp)
+    finally:
+        os.unlink(tmp)
     fn = lib.icrl_relu_decode
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_int]
@@ -153,48 +257,187 @@ def _load(path: Path, openmp: bool) -> ReluDecodeKernel:
     return ReluDecodeKernel(fn, int(lib.icrl_relu_decode_lane()), path, openmp)
 
 
+def library_paths(cc: str, directory: Path) -> dict[tuple[str, ...], Path]:
+    """Where each flag set's library is kept in ``directory``: a name hashing (source, flags, compiler, processor)."""
+    source, version, processor = SOURCE.read_bytes(), _compiler_version(cc), _processor()
+    paths: dict[tuple[str, ...], Path] = {}
+    for flags in FLAG_SETS:
+        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(), processor.encode()]))
+        paths[flags] = directory / f"relu_decode-{key.hexdigest()[:16]}.so"
+    return paths
+
+
 def build(directory: Path | None = None) -> ReluDecodeKernel:
     """Compile (or reuse) and load the kernel; RuntimeError naming every attempt if none works.
 
-    A library already in ``directory`` under the hash of (source, flags, compiler, processor) is
-    loaded; one that fails to load (a truncated or foreign file) is rebuilt over.
+    A library in ``directory`` under the hash of (source, flags, compiler, processor) whose bytes
+    match its sidecar is loaded; any other file there is compiled again and replaced.  Where the
+    library cannot be stored there, the one compiled is used by this process only, after one
+    warning naming the cause.
     """
     cc = find_compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC, or install cc/gcc/clang)")
     directory = cache_dir() if directory is None else directory
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        directory = Path(tempfile.mkdtemp(prefix="icrl_gym-native-"))  # read-only home: this process only
-    source, version, processor = SOURCE.read_bytes(), _compiler_version(cc), _processor()
     complaints = []
-    for flags in FLAG_SETS:
-        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(), processor.encode()]))
-        path = directory / f"relu_decode-{key.hexdigest()[:16]}.so"
-        if path.exists():
+    for flags, path in library_paths(cc, directory).items():
+        openmp = "-fopenmp" in flags
+        data = read_verified(path)
+        if data is not None:
             try:
-                return _load(path, "-fopenmp" in flags)
-            except (OSError, AttributeError):
-                pass  # corrupt or truncated: compile it again
-        complaint = _compile(cc, flags, path)
-        if complaint is None:
-            try:
-                return _load(path, "-fopenmp" in flags)
+                return _load(data, path, openmp)
             except (OSError, AttributeError) as exc:
-                complaint = f"{path}: {exc}"
-        complaints.append(complaint)
+                complaints.append(f"{path}: verified but not loadable ({exc}); compiling it again")
+        compiled = _compile(cc, flags)
+        if isinstance(compiled, str):
+            complaints.append(compiled)
+            continue
+        try:
+            store(path, compiled)
+            unstored = None
+        except OSError as exc:
+            unstored = f"{type(exc).__name__}: {exc}"
+        try:
+            kernel = _load(compiled, path, openmp)
+        except (OSError, AttributeError) as exc:
+            complaints.append(f"{' '.join(flags)}: compiled but not loadable: {exc}")
+            continue
+        if unstored is not None:
+            warnings.warn(
+                f"the native kernel cache {directory} is unusable ({unstored}); the kernel was compiled "
+                f"for this process only (set ${CACHE_ENV} to a writable folder to keep it)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return kernel
     raise RuntimeError("could not build the native decode kernel:\n" + "\n".join(complaints))
+
+
+def self_test(kernel: ReluDecodeKernel) -> None:
+    """RuntimeError unless ``kernel`` equals :func:`relu_decode_reference` (float64) on small random inputs.
+
+    Two blocks, head sizes 8 (a specialised loop of the kernel) and 5 (the general one), three new
+    queries after three cached tokens, into an output prefilled with NaN.
+    """
+    g = torch.Generator().manual_seed(0)
+    for hs in (8, 5):
+        q, k, v = (torch.randn(2, 2, t, hs, kernel.lane, generator=g) for t in (3, 7, 7))
+        out = torch.full_like(q, float("nan"))
+        kernel(q, k, v, 6, out=out)
+        expected = relu_decode_reference(q.double(), k.double(), v.double(), 6)
+        error = float((out.double() - expected).abs().max()) if bool(out.isfinite().all()) else float("inf")
+        if not error <= SELF_TEST_TOLERANCE * max(1.0, float(expected.abs().max())):
+            raise RuntimeError(
+                f"the native decode kernel {kernel.path} failed its self-test (head size {hs}: "
+                f"largest error {error:.3g} against the PyTorch reference)"
+            )
 
 
 @functools.cache
 def relu_decode_kernel() -> ReluDecodeKernel | None:
-    """The kernel, built once per process; None where it cannot be (after one warning) or with ``ICRL_GYM_NATIVE=0``."""
+    """The kernel, built and self-tested once per process.
+
+    None where it cannot be (after one warning naming the cause) or with ``ICRL_GYM_NATIVE=0``.
+    """
     if os.environ.get(DISABLE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     with _lock:
         try:
-            return build()
+            kernel = build()
+            self_test(kernel)
         except RuntimeError as exc:
             warnings.warn(f"{exc}; rollouts use the PyTorch path (slower)", RuntimeWarning, stacklevel=2)
             return None
+        return kernel
+
+
+def kernel_applies(config: DecoderSizes, device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether the compiled kernel computes this decoder's attention: ReLU attention, float32, on a CPU."""
+    return config.attention == "relu" and torch.device(device).type == "cpu" and dtype == torch.float32
+
+
+@dataclass
+class LanesKVCache(KVCache):
+    """A :class:`KVCache` laid out for the compiled kernel: ``L`` trajectories interleaved innermost.
+
+    ``k[l]`` and ``v[l]`` are ``(ceil(B/L), nh, max_tokens, hs, L)`` with ``L`` the kernel's vector
+    width, so that every multiply-add of the kernel is one vector instruction across ``L``
+    trajectories and a (block, head) reads its keys and values as one contiguous stream.  The
+    padding trajectories of the last block stay zero and are never returned.  A decode step keeps
+    the queries and outputs, in lanes, in the two halves of :meth:`workspace`; it is zero-filled
+    when allocated, so that the padding lanes of the queries start as zeros rather than arbitrary
+    bits (possibly denormals, slow to compute with), and afterwards hold only finite values of
+    earlier steps, which the lane-wise kernel never mixes into real runs.
+    """
+
+    @classmethod
+    def buffer_shape(cls, batch_size: int, n_head: int, head_size: int, max_tokens: int) -> tuple[int, ...]:
+        """``(ceil(B/L), nh, max_tokens, hs, L)``; ValueError where the kernel is unavailable."""
+        kernel = relu_decode_kernel()
+        if kernel is None:
+            raise ValueError(f"the native decode kernel is unavailable (see the warning above, or ${DISABLE_ENV})")
+        return (-(-batch_size // kernel.lane), n_head, max_tokens, head_size, kernel.lane)
+
+    @classmethod
+    def allocate(
+        cls, batch_size: int, config: DecoderSizes, max_tokens: int, device: torch.device | str, dtype: torch.dtype
+    ) -> KVCache:
+        """As :meth:`KVCache.allocate`; ValueError where the kernel does not apply (see :func:`kernel_applies`)."""
+        if not kernel_applies(config, device, dtype):
+            raise ValueError(
+                "the native decode kernel needs ReLU attention, float32 and a CPU, "
+                f"got {config.attention!r}, {dtype}, {device}"
+            )
+        return super().allocate(batch_size, config, max_tokens, device, dtype)
+
+    @property
+    def capacity(self) -> int:
+        """Number of token slots (``max_tokens`` of the model)."""
+        return self.k[0].shape[2]
+
+    def _into_lanes(self, dst: Tensor, src: Tensor) -> None:
+        """Copy ``src`` (B, nh, m, hs) into the lanes ``dst`` (nb, nh, m, hs, L) of the first B trajectories.
+
+        Two copies (the full blocks of L trajectories, then the partial last one) and no allocation;
+        the padding lanes keep their zeros.
+        """
+        lane = dst.shape[-1]
+        full, rest = divmod(src.shape[0], lane)
+        if full:
+            dst[:full].copy_(src[: full * lane].unflatten(0, (full, lane)).permute(0, 2, 3, 4, 1))
+        if rest:
+            dst[full, ..., :rest].copy_(src[full * lane :].permute(1, 2, 3, 0))
+
+    def _from_lanes(self, x: Tensor) -> Tensor:
+        """(nb, nh, m, hs, L) -> (B, nh, m, hs): the real trajectories, padding dropped."""
+        return x.permute(0, 4, 1, 2, 3).flatten(0, 1)[: self.batch_size]
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> None:
+        """Store keys and values ``k``, ``v`` (B, n_new, nh, hs) at slots ``length .. length + n_new - 1``."""
+        lo, hi = self.length, self.length + k.shape[1]
+        self._into_lanes(self.k[layer][:, :, lo:hi], k.transpose(1, 2))
+        self._into_lanes(self.v[layer][:, :, lo:hi], v.transpose(1, 2))
+
+    def keys_values(self, layer: int, n_tot: int) -> tuple[Tensor, Tensor]:
+        """Keys and values of slots ``0 .. n_tot-1``, each (B, nh, n_tot, hs) (views of the lanes)."""
+        return self._from_lanes(self.k[layer][:, :, :n_tot]), self._from_lanes(self.v[layer][:, :, :n_tot])
+
+    def relu_attend(self, layer: int, q: Tensor, n_tot: int) -> Tensor:
+        """As :meth:`KVCache.relu_attend`, by :func:`relu_decode` on the lanes."""
+        nb, nh, _, hs, lane = self.k[layer].shape
+        q_lanes, y = self.workspace(2 * nb * nh * q.shape[2] * hs * lane).view(2, nb, nh, q.shape[2], hs, lane)
+        self._into_lanes(q_lanes, q)
+        relu_decode(q_lanes, self.k[layer], self.v[layer], n_tot, y)
+        return self._from_lanes(y)
+
+
+def new_kv_cache(
+    batch_size: int, config: DecoderSizes, max_tokens: int, device: torch.device | str, dtype: torch.dtype
+) -> KVCache:
+    """An empty cache for a decoder's rollout, the one place that chooses the layout.
+
+    A :class:`LanesKVCache` where the kernel applies (:func:`kernel_applies`) and works, else a
+    :class:`KVCache` (the PyTorch path).
+    """
+    native = kernel_applies(config, device, dtype) and relu_decode_kernel() is not None
+    return (LanesKVCache if native else KVCache).allocate(batch_size, config, max_tokens, device, dtype)

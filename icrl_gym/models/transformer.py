@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icrl_gym.fileio import DictConfig
-from icrl_gym.models.native import ReluDecodeKernel, relu_decode_kernel
+from icrl_gym.models.kv_cache import KVCache, future_mask
+from icrl_gym.models.native import new_kv_cache
 from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
 
 _ATTENTIONS = ("relu", "softmax")
@@ -123,154 +124,6 @@ class TransformerConfig(DecoderConfig):
         return self.tokens_per_step * self.horizon
 
 
-@dataclass
-class KVCache:
-    """Preallocated per-layer keys/values for incremental decoding with :meth:`BanditTransformer.step`.
-
-    Two layouts of ``k[l]`` and ``v[l]``, fixed at allocation:
-
-    * ``"tokens"`` (PyTorch path): ``(max_tokens, B, nh, hs)``, token-major, so that the filled
-      slots are one dense block of memory that a decode step reads whole (with the batch-major
-      ``(B, nh, max_tokens, hs)`` layout the same read took about 1.6x as long on a 2-core CPU);
-    * ``"lanes"`` (compiled kernel, :mod:`icrl_gym.models.native`): ``(ceil(B/L), nh, max_tokens,
-      hs, L)``, ``L`` trajectories interleaved innermost (the kernel's vector width; the padding
-      trajectories stay zero and are never returned).
-
-    New keys/values are written in place, so a step costs ``O(length)``.  ``steps`` counts
-    environment steps taken and ``last_action_set`` (``(B, A, d)``) remembers the action set of the
-    latest step, from which the vector of the next step's ``prev_action`` is read.
-    """
-
-    k: list[Tensor]
-    v: list[Tensor]
-    batch_size: int
-    """Number of trajectories B held by the cache."""
-    kernel: ReluDecodeKernel | None = field(default=None, repr=False)
-    """The compiled ReLU decode kernel when the layout is ``"lanes"``."""
-    length: int = 0
-    steps: int = 0
-    last_action_set: Tensor | None = field(default=None, repr=False)
-    last_tokens: Tensor | None = field(default=None, repr=False)
-    """Raw features (B, p, F) of the latest p tokens, for a model whose embedding reads p predecessors."""
-    scores: Tensor | None = field(default=None, repr=False)
-    """Flat workspace of a cached ReLU attention step, reused by every layer and step: the scores
-    (PyTorch path), or the queries and outputs in lanes (compiled kernel)."""
-
-    @classmethod
-    def allocate(
-        cls,
-        batch_size: int,
-        config: DecoderConfig,
-        max_tokens: int,
-        device: torch.device | str,
-        dtype: torch.dtype,
-        native: bool | None = None,
-    ) -> KVCache:
-        """A cache of ``max_tokens`` slots per layer for the decoder of ``config``.
-
-        ``native``: None takes the compiled kernel where it applies (ReLU attention, float32 on a
-        CPU) and can be built, True requires it (ValueError otherwise), False keeps the PyTorch path.
-        The buffers are zero-filled once here (not ``empty``): the pages are touched at allocation
-        instead of one page fault at a time inside the rollout (``empty`` measured no faster: 0.98x).
-        """
-        device = torch.device(device)
-        applies = config.attention == "relu" and device.type == "cpu" and dtype == torch.float32
-        if native and not applies:
-            raise ValueError(
-                "the native decode kernel needs ReLU attention, float32 and a CPU, "
-                f"got {config.attention!r}, {dtype}, {device}"
-            )
-        kernel = relu_decode_kernel() if applies and native is not False else None
-        if native and kernel is None:
-            raise ValueError("the native decode kernel is unavailable (see the warning above, or ICRL_GYM_NATIVE)")
-        nh, hs = config.n_head, config.n_embd // config.n_head
-        if kernel is None:
-            shape: tuple[int, ...] = (max_tokens, batch_size, nh, hs)
-        else:
-            shape = (-(-batch_size // kernel.lane), nh, max_tokens, hs, kernel.lane)
-        ks = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        vs = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        return cls(k=ks, v=vs, batch_size=batch_size, kernel=kernel)
-
-    @property
-    def layout(self) -> str:
-        """``"lanes"`` (compiled kernel) or ``"tokens"`` (PyTorch path)."""
-        return "tokens" if self.kernel is None else "lanes"
-
-    @property
-    def capacity(self) -> int:
-        """Number of token slots (``max_tokens`` of the model)."""
-        return self.k[0].shape[0 if self.kernel is None else 2]
-
-    def reset(self) -> None:
-        """Empty the cache for a new rollout, keeping its buffers (stale entries are never read)."""
-        self.length = 0
-        self.steps = 0
-        self.last_action_set = None
-        self.last_tokens = None
-
-    def workspace(self, numel: int) -> Tensor:
-        """The first ``numel`` elements of :attr:`scores`, grown (never shrunk) when too small.
-
-        Zero-filled when (re)allocated, so that the padding lanes of the kernel's queries start as
-        zeros rather than arbitrary bits (possibly denormals, slow to compute with); afterwards they
-        hold only finite values of earlier steps, which the lane-wise kernel never mixes into real runs.
-        """
-        if self.scores is None or self.scores.numel() < numel:
-            self.scores = self.k[0].new_zeros(numel)
-        return self.scores[:numel]
-
-    def _into_lanes(self, dst: Tensor, src: Tensor) -> None:
-        """Copy ``src`` (B, nh, m, hs) into the lanes ``dst`` (nb, nh, m, hs, L) of the first B trajectories.
-
-        Two copies (the full blocks of L trajectories, then the partial last one) and no allocation;
-        the padding lanes keep their zeros.
-        """
-        lane = dst.shape[-1]
-        full, rest = divmod(src.shape[0], lane)
-        if full:
-            dst[:full].copy_(src[: full * lane].unflatten(0, (full, lane)).permute(0, 2, 3, 4, 1))
-        if rest:
-            dst[full, ..., :rest].copy_(src[full * lane :].permute(1, 2, 3, 0))
-
-    def _from_lanes(self, x: Tensor) -> Tensor:
-        """(nb, nh, m, hs, L) -> (B, nh, m, hs): the real trajectories, padding dropped."""
-        return x.permute(0, 4, 1, 2, 3).flatten(0, 1)[: self.batch_size]
-
-    def write(self, layer: int, k: Tensor, v: Tensor) -> None:
-        """Store keys and values ``k``, ``v`` (B, n_new, nh, hs) at slots ``length .. length + n_new - 1``."""
-        lo, hi = self.length, self.length + k.shape[1]
-        if self.kernel is None:
-            self.k[layer][lo:hi] = k.transpose(0, 1)
-            self.v[layer][lo:hi] = v.transpose(0, 1)
-        else:
-            self._into_lanes(self.k[layer][:, :, lo:hi], k.transpose(1, 2))
-            self._into_lanes(self.v[layer][:, :, lo:hi], v.transpose(1, 2))
-
-    def keys_values(self, layer: int, n_tot: int) -> tuple[Tensor, Tensor]:
-        """Keys and values of slots ``0 .. n_tot-1``, each (B, nh, n_tot, hs) (views of the token layout)."""
-        if self.kernel is None:
-            return self.k[layer][:n_tot].permute(1, 2, 0, 3), self.v[layer][:n_tot].permute(1, 2, 0, 3)
-        return self._from_lanes(self.k[layer][:, :, :n_tot]), self._from_lanes(self.v[layer][:, :, :n_tot])
-
-    def relu_attend(self, layer: int, q: Tensor, n_tot: int) -> Tensor:
-        """ReLU attention (B, nh, n_new, hs) of the new queries ``q`` (already scaled) to slots ``0 .. n_tot-1``.
-
-        ``y_i = sum_{j <= i} ReLU(<q_i, k_j>) v_j``; the new keys are the last ``n_new`` slots.
-        """
-        B, nh, n_new, hs = q.shape
-        if self.kernel is not None:  # q and y in the two halves of the workspace
-            nb, lane = self.k[layer].shape[0], self.kernel.lane
-            q_lanes, y = self.workspace(2 * nb * nh * n_new * hs * lane).view(2, nb, nh, n_new, hs, lane)
-            self._into_lanes(q_lanes, q)
-            return self._from_lanes(self.kernel(q_lanes, self.k[layer], self.v[layer], n_tot, out=y))
-        k, v = self.keys_values(layer, n_tot)
-        flat_q, flat_kv = (B * nh, n_new, hs), (B * nh, n_tot, hs)
-        scores = self.workspace(B * nh * n_new * n_tot)
-        y = relu_cached_attention(q.reshape(flat_q), k.reshape(flat_kv), v.reshape(flat_kv), scores)
-        return y.view(B, nh, n_new, hs)
-
-
 _QUERY_BLOCK = 32
 """Query columns per block of :func:`relu_causal_attention` (tuned on a 2-core CPU for T = 399 tokens, hs = 8)."""
 
@@ -280,13 +133,6 @@ def _relu_query_scale(n_past: int, n_new: int, hs: int, dtype: torch.dtype, devi
     """``1/(sqrt(hs) * i)`` (n_new, 1) for the 1-based query positions ``i = n_past+1 .. n_past+n_new``."""
     q_pos = torch.arange(n_past, n_past + n_new, device=device)
     return (1.0 / (math.sqrt(hs) * (q_pos + 1).to(dtype)))[:, None]
-
-
-@functools.lru_cache(maxsize=4096)
-def _future_mask(n_past: int, n_new: int, device: torch.device) -> Tensor:
-    """(n_new, n_past + n_new) bool, True where key j (0-based, absolute) lies after new query i."""
-    q_pos = torch.arange(n_past, n_past + n_new, device=device)
-    return torch.arange(n_past + n_new, device=device)[None, :] > q_pos[:, None]
 
 
 _THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.grad_input
@@ -373,26 +219,6 @@ def relu_causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return out
 
 
-def relu_cached_attention(q: Tensor, k: Tensor, v: Tensor, scores: Tensor) -> Tensor:
-    """ReLU attention of the ``n_new`` newest tokens against the whole cache, written into ``scores``.
-
-    ``q`` (N, n_new, hs), already scaled; ``k``, ``v`` (N, n_tot, hs): the cache up to and including
-    the new tokens (any strides with a unit last one: the token-major cache gives rows ``N * hs``
-    apart); ``scores`` a flat workspace of ``N * n_new * n_tot`` elements.  Returns
-    ``y_i = sum_{j <= i} ReLU(<q_i, k_j>) v_j`` (N, n_new, hs).  The scores go into the reused,
-    contiguous workspace (a fresh (N, n_new, n_tot) tensor per layer and step costs more in page
-    faults than the product itself), and only the n_new x n_new block of the new keys is masked:
-    every cached key precedes every new query.
-    """
-    N, n_new, _ = q.shape
-    n_tot = k.shape[1]
-    att = scores.view(N, n_new, n_tot)
-    torch.bmm(q, k.transpose(1, 2), out=att).relu_()
-    if n_new > 1:
-        att[:, :, n_tot - n_new :].masked_fill_(_future_mask(0, n_new, q.device), 0.0)
-    return torch.bmm(att, v)
-
-
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention, ReLU (Definition 1) or softmax.
 
@@ -456,7 +282,7 @@ class CausalSelfAttention(nn.Module):
                 # causal mask: ReLU first, then zero the keys after each query (equal to adding -inf first)
                 att.relu_()
                 if n_new > 1:
-                    att.masked_fill_(_future_mask(n_past, n_new, x.device), 0.0)
+                    att.masked_fill_(future_mask(n_past, n_new, x.device), 0.0)
                 att = self.attn_dropout(att)
                 y = att @ v  # (B, nh, n_new, hs)
         elif n_past == 0:
@@ -464,7 +290,7 @@ class CausalSelfAttention(nn.Module):
         elif n_new == 1:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~_future_mask(n_past, n_new, x.device), dropout_p=p)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n_past, n_new, x.device), dropout_p=p)
         # y: (B, nh, n_new, hs)
         y = y.transpose(1, 2).contiguous().view(B, n_new, D)  # (B, n_new, D)
         return self.resid_dropout(self.c_proj(y))
@@ -748,13 +574,12 @@ class BanditTransformer(nn.Module):
         device: torch.device | str | None = None,
         *,
         dtype: torch.dtype | None = None,
-        native: bool | None = None,
     ) -> KVCache:
-        """An empty :class:`KVCache` for ``batch_size`` trajectories (default: model's device and dtype).
+        """An empty key/value cache for ``batch_size`` trajectories (default: model's device and dtype).
 
         ``env_info`` (:class:`~icrl_gym.models.policy.EnvInfo`), where given, must have the model's A
-        and d and at most its T steps; ``native``: use the compiled decode kernel (None: where it
-        applies and builds; see :meth:`KVCache.allocate`).
+        and d and at most its T steps.  Laid out for the compiled decode kernel where it applies and
+        works (see :func:`~icrl_gym.models.native.new_kv_cache`).
         """
         cfg = self.config
         if env_info is not None:
@@ -764,7 +589,7 @@ class BanditTransformer(nn.Module):
         p = self.input_embed.weight
         device = p.device if device is None else torch.device(device)
         dtype = p.dtype if dtype is None else dtype
-        return KVCache.allocate(batch_size, cfg, cfg.max_tokens, device, dtype, native)
+        return new_kv_cache(batch_size, cfg, cfg.max_tokens, device, dtype)
 
     @torch.no_grad()
     def step(

@@ -48,10 +48,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.special import ndtri
 
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
-from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
+from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import (
     LEGACY_FILES,
     GeneralistLoopConfig,
@@ -64,6 +66,9 @@ from icrl_gym.training.loop import (
 )
 from icrl_gym.training.loop import main as run_main
 from icrl_gym.training.state import RunState
+
+EXPERT_SCHEDULES = ("constant", "bayes_ucb")
+"""How the expert's z evolves over a run (``expert_schedule``)."""
 
 PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 """The matched Gaussian prior N(1/2, I/12) of w* ~ U[0, 1]^d."""
@@ -100,13 +105,25 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     per_step_fraction: float = 0.3
     """Probability that a batch has a fresh action set every step (else one per run)."""
     expert_z: float = 1.5
-    """z of the expert's index <x, mu_t> + z * posterior std (module docstring)."""
+    """z of the expert's index <x, mu_t> + z * posterior std (module docstring), with ``expert_schedule`` 'constant'."""
+    expert_schedule: str = "constant"
+    """'constant': z = expert_z at every step; 'bayes_ucb': z_t = max(Phi^{-1}(1 - 1/t), 0) at step t >= 1, the
+    quantile of Bayes-UCB (c = 0), which keeps exploring as t grows (no lock-on onto a wrong arm)."""
     cost_per_batch: float = 40_000.0
     """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
     dagger_max_batch: int = 96
     """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
     label_temperature: float = 0.0
     """0: one-hot expert action; > 0: softmax(index / label_temperature) (reward units)."""
+    prior: str = "uniform"
+    """'uniform': w* ~ U[0, 1]^d and the expert's prior N(1/2, I/12) (the first version); 'family': the prior
+    family of :mod:`icrl_gym.training.linear_family`, the expert told each instance's matched prior."""
+    sphere_arms_fraction: float = 0.0
+    """Probability that a trajectory's arms are uniform on the unit sphere ('family' only)."""
+    one_hot_fraction: float = 0.0
+    """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
+    unknown_noise_fraction: float = 0.0
+    """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
     eval_cells: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
@@ -119,7 +136,11 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
 
 @dataclass
 class Instances:
-    """B linear-bandit runs: w* (B, d_max), action sets (B, T or 1, A, d_max), noise (B, T), sigma (B,), d (B,)."""
+    """B linear-bandit runs: w* (B, d_max), action sets (B, T or 1, A, d_max), noise (B, T), sigma (B,), d (B,).
+
+    ``prior_mean``, ``prior_var`` (B, d_max): the expert's prior per run (None: N(1/2, I/12) for all);
+    ``noise_known`` (B,): whether the model is given sigma (None: always).
+    """
 
     w: np.ndarray
     sets: np.ndarray
@@ -127,6 +148,13 @@ class Instances:
     sigma: np.ndarray
     dim: np.ndarray
     horizon: int
+    prior_mean: np.ndarray | None = None
+    prior_var: np.ndarray | None = None
+    noise_known: np.ndarray | None = None
+
+    def model_noise(self) -> np.ndarray:
+        """Sigma as the model is given it (B,): NaN where it is unknown to the model."""
+        return self.sigma if self.noise_known is None else np.where(self.noise_known, self.sigma, np.nan)
 
     def action_set(self, t: int) -> np.ndarray:
         """The action sets (B, A, d_max) of step t."""
@@ -160,22 +188,39 @@ def draw_instances(
 
 
 class GaussianExpert:
-    """The expert's posterior (module docstring), kept by Sherman-Morrison: Sigma (B, d_max, d_max), eta (B, d_max)."""
+    """The expert's posterior (module docstring), kept by Sherman-Morrison: Sigma (B, d_max, d_max), eta (B, d_max).
 
-    def __init__(self, sigma: np.ndarray, d_max: int, z: float) -> None:
+    The prior is N(m, diag(v)) per run (``prior_mean``, ``prior_var`` (B, d_max)), N(1/2, I/12) when not given.
+    """
+
+    def __init__(
+        self,
+        sigma: np.ndarray,
+        d_max: int,
+        z: float,
+        prior_mean: np.ndarray | None = None,
+        prior_var: np.ndarray | None = None,
+        schedule: str = "constant",
+    ) -> None:
+        if schedule not in EXPERT_SCHEDULES:
+            raise ValueError(f"expert_schedule must be one of {EXPERT_SCHEDULES}, got {schedule!r}")
         b = sigma.shape[0]
-        self.s2, self.z = sigma**2, z
-        self.cov = np.broadcast_to(np.eye(d_max) * PRIOR_VAR, (b, d_max, d_max)).copy()
-        self.eta = np.full((b, d_max), PRIOR_MEAN / PRIOR_VAR)  # natural mean parameter Sigma^{-1} mu
+        self.s2, self.z, self.schedule, self.t = sigma**2, z, schedule, 0
+        mean = np.full((b, d_max), PRIOR_MEAN) if prior_mean is None else prior_mean
+        var = np.full((b, d_max), PRIOR_VAR) if prior_var is None else prior_var
+        self.cov = np.zeros((b, d_max, d_max))
+        self.cov[:, np.arange(d_max), np.arange(d_max)] = var
+        self.eta = mean / var  # natural mean parameter Sigma^{-1} mu
 
     def index(self, arms: np.ndarray) -> np.ndarray:
-        """<x_k, mu> + z sqrt(x_k^T Sigma x_k) of arms (B, A, d_max) -> (B, A)."""
+        """<x_k, mu> + z sqrt(x_k^T Sigma x_k) of arms (B, A, d_max) -> (B, A) (z of the schedule at this step)."""
         mu = np.einsum("bij,bj->bi", self.cov, self.eta)
         mean = np.einsum("bad,bd->ba", arms, mu)
-        if self.z == 0:
+        z = self.z if self.schedule == "constant" else max(float(ndtri(1.0 - 1.0 / (self.t + 1))), 0.0)
+        if z == 0:
             return mean
         var = np.einsum("bad,bde,bae->ba", arms, self.cov, arms)
-        return mean + self.z * np.sqrt(np.maximum(var, 0.0))
+        return mean + z * np.sqrt(np.maximum(var, 0.0))
 
     def update(self, x: np.ndarray, r: np.ndarray) -> None:
         """Observe x (B, d_max), r (B,): Sigma <- (Sigma^{-1} + x x^T / s2)^{-1}, eta += x r / s2."""
@@ -183,6 +228,7 @@ class GaussianExpert:
         denom = self.s2 + np.einsum("bi,bi->b", x, cx)
         self.cov -= cx[:, :, None] * cx[:, None, :] / denom[:, None, None]
         self.eta += x * (r / self.s2)[:, None]
+        self.t += 1
 
 
 def rollout(
@@ -192,6 +238,7 @@ def rollout(
     z: float,
     model: LinearGeneralistTransformer | None = None,
     device: torch.device | None = None,
+    schedule: str = "constant",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Play eps-expert (``model`` None) or eps-greedy model on ``inst``.
 
@@ -200,7 +247,7 @@ def rollout(
     """
     b, horizon = inst.noise.shape
     num_arms = inst.sets.shape[2]
-    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z)
+    expert = GaussianExpert(inst.sigma, inst.sets.shape[-1], z, inst.prior_mean, inst.prior_var, schedule)
     actions = np.zeros((b, horizon), dtype=np.int64)
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, num_arms), dtype=np.float32)
@@ -212,7 +259,7 @@ def rollout(
         device = next(model.parameters()).device if device is None else device
         d_max = model.config.d_max
         cache = model.new_cache(b, EnvInfo(num_actions=num_arms, horizon=horizon, dim=d_max, noise_std=1.0), device)
-        cache.noise_std = torch.as_tensor(inst.sigma, dtype=torch.float32, device=device)  # per run
+        cache.noise_std = torch.as_tensor(inst.model_noise(), dtype=torch.float32, device=device)  # per run
         cache.dims = torch.as_tensor(inst.dim, device=device)
     for t in range(horizon):
         arms = inst.action_set(t).astype(np.float64)
@@ -258,6 +305,33 @@ def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
     return np.eye(index.shape[-1])[index.argmax(axis=-1)]
 
 
+def family_options(cfg: LinearGeneralistTrainConfig) -> FamilyOptions:
+    """The prior-family ranges of the configuration."""
+    return FamilyOptions(
+        (cfg.min_dim, cfg.max_dim),
+        (cfg.min_noise, cfg.max_noise),
+        (cfg.gaussian_arms_fraction, cfg.sphere_arms_fraction, cfg.one_hot_fraction),
+        cfg.unknown_noise_fraction,
+    )
+
+
+def family_instances(
+    rng: np.random.Generator,
+    options: FamilyOptions,
+    batch: int,
+    num_arms: int,
+    horizon: int,
+    per_step: bool,
+    d_max: int,
+) -> Instances:
+    """B runs over the prior family (:func:`icrl_gym.training.linear_family.draw_family`) and their noise."""
+    draw = draw_family(rng, batch, num_arms, horizon, per_step, d_max, options)
+    noise = rng.standard_normal((batch, horizon))
+    return Instances(
+        draw.w, draw.sets, noise, draw.sigma, draw.dim, horizon, draw.prior_mean, draw.prior_var, draw.noise_known
+    )
+
+
 def sample_batch(
     cfg: LinearGeneralistTrainConfig,
     rng: np.random.Generator,
@@ -270,13 +344,16 @@ def sample_batch(
     most = cfg.max_batch if model is None else min(cfg.max_batch, cfg.dagger_max_batch)
     b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * num_arms + horizon / 2)), cfg.min_batch, most))
     per_step = bool(rng.random() < cfg.per_step_fraction)
-    dim = rng.integers(cfg.min_dim, cfg.max_dim + 1, b)
-    sigma = np.exp(rng.uniform(math.log(cfg.min_noise), math.log(cfg.max_noise), b))
-    gaussian = rng.random(b) < cfg.gaussian_arms_fraction
     d_max = model.config.d_max if model is not None else LinearGeneralistConfig.from_dict(cfg.model).d_max
-    inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
+    if cfg.prior == "family":
+        inst = family_instances(rng, family_options(cfg), b, num_arms, horizon, per_step, d_max)
+    else:
+        dim = rng.integers(cfg.min_dim, cfg.max_dim + 1, b)
+        sigma = np.exp(rng.uniform(math.log(cfg.min_noise), math.log(cfg.max_noise), b))
+        gaussian = rng.random(b) < cfg.gaussian_arms_fraction
+        inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
-    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device)
+    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device, cfg.expert_schedule)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     q_index = index[np.arange(b)[:, None], query_steps].astype(np.float64)
     return Batch(inst, actions, rewards, query_steps, q_index, targets_from_index(q_index, cfg.label_temperature))
@@ -293,16 +370,19 @@ def batch_loss(
         torch.as_tensor(batch.rewards, dtype=torch.float32, device=device),
         torch.as_tensor(batch.query_steps, device=device),
         inst.horizon,
-        torch.as_tensor(inst.sigma, dtype=torch.float32, device=device),
+        torch.as_tensor(inst.model_noise(), dtype=torch.float32, device=device),
         torch.as_tensor(inst.dim, device=device),
     )  # (B, Q, A)
     target = torch.as_tensor(batch.targets, dtype=torch.float32, device=device)
     loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    metrics_loss = loss.item()
+    if not math.isfinite(metrics_loss):  # a non-finite batch leaves the weights as they are; the log shows nan
+        loss = sum((p * 0.0).sum() for p in model.parameters())  # type: ignore[assignment]
     pick = logits.argmax(-1).cpu().numpy()
     chosen = np.take_along_axis(batch.index, pick[..., None], axis=-1)[..., 0]
     gap = batch.index.max(axis=-1) - chosen
     agree = pick == batch.index.argmax(axis=-1)
-    return loss, {"loss": loss.item(), "agree": float(agree.mean()), "gap": float(gap.mean())}
+    return loss, {"loss": metrics_loss, "agree": float(agree.mean()), "gap": float(gap.mean())}
 
 
 def evaluate(
@@ -312,19 +392,34 @@ def evaluate(
     seed: int,
     z: float,
     device: torch.device,
+    d_max: int | None = None,
+    schedule: str = "constant",
 ) -> np.ndarray:
     """Per-run regret (instances,) of the greedy model (or, ``model`` None, the expert) on fixed instances.
 
-    The same ``seed`` gives the same instances and noise (common random numbers) for every policy.
+    The same ``seed`` and ``d_max`` (the padding; default the model's) give the same instances and noise
+    (common random numbers) for every policy.  A cell with ``"prior": "family"`` draws over the prior family
+    (``arms`` one of uniform, gaussian, sphere, one_hot; ``noise_known``), the expert told each prior.
     """
     rng = np.random.default_rng(seed)
     d, a, horizon = int(cell.get("dim", 5)), int(cell.get("num_actions", 10)), int(cell.get("horizon", 200))
-    dim = np.full(instances, d)
-    sigma = np.full(instances, float(cell.get("noise_std", 1.5)))
-    gaussian = np.full(instances, cell.get("arms", "uniform") == "gaussian")
-    inst = draw_instances(rng, instances, a, horizon, dim, sigma, gaussian, cell.get("action_set") == "per_step")
+    per_step = cell.get("action_set") == "per_step"
+    if d_max is None:
+        d_max = model.config.d_max if model is not None else max(d, D_MAX)
+    if cell.get("prior", "uniform") == "family":  # the family's priors, one kind of arms, a fixed d and sigma
+        arms = cell.get("arms", "uniform")
+        fractions = (float(arms == "gaussian"), float(arms == "sphere"), float(arms == "one_hot"))
+        sigma_cell = float(cell.get("noise_std", 0.5))
+        unknown = float(not cell.get("noise_known", True))
+        options = FamilyOptions((d, d), (sigma_cell, sigma_cell), fractions, unknown)
+        inst = family_instances(rng, options, instances, a, horizon, per_step, d_max)
+    else:
+        dim = np.full(instances, d)
+        sigma = np.full(instances, float(cell.get("noise_std", 1.5)))
+        gaussian = np.full(instances, cell.get("arms", "uniform") == "gaussian")
+        inst = draw_instances(rng, instances, a, horizon, dim, sigma, gaussian, per_step, d_max)
     with torch.no_grad():
-        return rollout(inst, np.zeros(instances), rng, z, model, device)[3]
+        return rollout(inst, np.zeros(instances), rng, z, model, device, schedule)[3]
 
 
 RESUMABLE_CHANGES = (
@@ -352,16 +447,27 @@ def _save_state(
     at: Progress,
 ) -> None:
     """Commit the training state at ``at.step``; its weights are the checkpoint ``checkpoints/step_NNNNNNN``."""
-    fields = {
-        "family": "linear",
-        "env": {
+    if cfg.prior == "family":
+        env: dict[str, Any] = {
+            "reward": "gaussian",
+            "arms": "uniform|gaussian|sphere|one_hot",
+            "prior": "family",
+            "action_set": "fixed|per_step",
+        }
+        expert_prior: dict[str, Any] = {"prior": "matched Gaussian prior of each instance"}
+    else:
+        env = {
             "reward": "gaussian",
             "arms": "uniform|gaussian",
             "prior": "uniform",
             "prior_low": 0.0,
             "prior_high": 1.0,
             "action_set": "fixed|per_step",
-        },
+        }
+        expert_prior = {"prior_mean": PRIOR_MEAN, "prior_var": PRIOR_VAR}
+    fields = {
+        "family": "linear",
+        "env": env,
         "trained_range": {
             "dim": [cfg.min_dim, cfg.max_dim],
             "num_actions": [cfg.min_arms, cfg.max_arms],
@@ -370,9 +476,8 @@ def _save_state(
         },
         "expert": {
             "name": "gaussian_posterior_index",
-            "z": cfg.expert_z,
-            "prior_mean": PRIOR_MEAN,
-            "prior_var": PRIOR_VAR,
+            "z": cfg.expert_z if cfg.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
+            **expert_prior,
         },
     }
     save_generalist_state(
@@ -404,8 +509,9 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
     def evaluate_cells(step: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"step": step}
         for i, cell in enumerate(cfg.eval_cells):
-            ours = evaluate(model, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
-            ref = evaluate(None, cell, cfg.eval_instances, 1 + i, cfg.expert_z, device)
+            d_max = model.config.d_max  # the expert meets the same (padded) instances: common random numbers
+            args = (cell, cfg.eval_instances, 1 + i, cfg.expert_z, device, d_max, cfg.expert_schedule)
+            ours, ref = evaluate(model, *args), evaluate(None, *args)
             se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
             own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
             log(

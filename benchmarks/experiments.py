@@ -388,7 +388,7 @@ class GridExperiment:
 
 GENERALIZATION = GridExperiment(
     name="generalization",
-    title="Generalist in-context agents across sizes (issue 16)",
+    title="Generalist in-context agents across sizes",
     arms=(2, 3, 5, 10, 20),
     horizons=(50, 200, 500),
     ood_arms=(30, 50),

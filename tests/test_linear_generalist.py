@@ -1,4 +1,4 @@
-"""The linear generalist transformer (issue 16): model, cache, invariances, trainer, agent."""
+"""The linear generalist transformer: model, cache, invariances, trainer, agent."""
 
 import numpy as np
 import pytest

@@ -20,7 +20,10 @@ PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
 """The paper's linear TS: its N(0, I_d) prior on w* ~ Unif([0,1]^d) (misspecified); the noise level is the env's.
 ``{"name": "linear_ts"}`` alone is TS with the prior matched to the environment's."""
 
-LEARNED = ("transformer", "mdp_transformer", "meta_rl")
+GENERALISTS = ("generalist", "linear_generalist")
+"""Agent names of the generalist transformers (one model for every size of their family)."""
+
+LEARNED = ("transformer", "mdp_transformer", "meta_rl", *GENERALISTS)
 """Agent names whose specification carries a ``checkpoint`` (shipped in icrl_gym/pretrained)."""
 
 
@@ -51,6 +54,16 @@ TABULAR_EXPERTS = {
     "UCB-VI (bonus x0.01)": {"name": "ucbvi", "bonus_scale": 0.01},
     "greedy VI (bonus 0)": {"name": "ucbvi", "bonus_scale": 0.0},
 }
+
+
+def generalist(name: str = "bernoulli-generalist") -> dict[str, Any]:
+    """Specification of the shipped Bernoulli generalist (greedy: it imitates the deterministic Gittins policy)."""
+    return {"name": "generalist", "checkpoint": name, "greedy": True}
+
+
+def linear_generalist(name: str = "linear-generalist") -> dict[str, Any]:
+    """Specification of the shipped linear generalist (greedy: it imitates a deterministic index policy)."""
+    return {"name": "linear_generalist", "checkpoint": name, "greedy": True}
 
 
 def bayes_dpt(posterior: str, greedy: bool) -> dict[str, Any]:
@@ -86,7 +99,9 @@ class Experiment:
     """Algorithms whose regret minus the regret of ``reference`` is also plotted."""
     reference: str = ""
     default: bool = True
-    """Part of the default suite (the paper's experiments); others run when named or with 'all'."""
+    """Part of the default suite (the paper's experiments and the generalists); others run when named or with 'all'."""
+    note: str = ""
+    """A sentence printed under the experiment's title in the summary (what a row is and is not trained for)."""
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -151,6 +166,72 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
     )
 }
+
+GENERALIST_ROWS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "bernoulli": (
+        "Generalist (bernoulli-generalist, greedy)",
+        generalist(),
+        "One model for every Bernoulli bandit: bernoulli-generalist imitates finite-horizon Gittins on arm means "
+        "~ U[0, 1] (sizes it was trained on: the training budget table). It was not trained on other priors, "
+        "non-binary rewards or linear bandits (it refuses those).",
+    ),
+    "linear": (
+        "Generalist (linear-generalist, greedy)",
+        linear_generalist(),
+        "One model for every linear bandit with d <= 8: linear-generalist imitates a Gaussian-posterior index "
+        "policy with the prior matched to w* ~ U[0, 1]^d, Gaussian rewards (sizes: the training budget table). "
+        "It was not trained on d > 8 (it refuses it), other priors of w* (under N(0, I) it is 5x worse than "
+        "LinUCB) or non-Gaussian rewards.",
+    ),
+}
+"""Per family: the generalist's row label, its specification and what it is and is not trained for."""
+
+
+def generalist_experiment(
+    spec: BanditSpec, paper_size: bool = False, paper: dict[str, float] | None = None
+) -> Experiment:
+    """The generalist of ``spec``'s family against the references of its size.
+
+    Bernoulli: finite-horizon Gittins for T = ``spec.horizon`` (the policy it imitates), TS and UCB;
+    linear: Bayes-UCB with the prior matched to the environment's, LinUCB and TS with the matched prior.
+    """
+    if spec.reward == "bernoulli":
+        family, size = "bernoulli", f"Bernoulli bandit K={spec.num_actions}, T={spec.horizon}"
+        name = f"generalist-bernoulli-k{spec.num_actions}-t{spec.horizon}"
+        references = {
+            "Gittins (finite horizon)": {"name": "gittins", "horizon": spec.horizon},
+            "TS": {"name": "bernoulli_ts"},
+            "UCB": {"name": "ucb"},
+        }
+    else:
+        family = "linear"
+        size = f"linear bandit d={spec.dim}, A={spec.num_actions}, T={spec.horizon}, sigma={spec.noise_std:g}"
+        name = f"generalist-linear-d{spec.dim}-a{spec.num_actions}"
+        references = {
+            "Bayes-UCB (matched prior)": {"name": "linear_bayes_ucb"},
+            "LinUCB": {"name": "linucb"},
+            "TS (matched prior)": {"name": "linear_ts"},
+        }
+    label, model, note = GENERALIST_ROWS[family]
+    where = "the paper's size" if paper_size else "a size the paper's models cannot play"
+    return Experiment(
+        name=name,
+        title=f"Generalist, {size} ({where})",
+        spec=spec,
+        algorithms={label: model, **references},
+        paper=paper or {},
+        note=note,
+    )
+
+
+GENERALIST_EXPERIMENTS = (
+    generalist_experiment(bernoulli_bandit_spec(5, 200), paper_size=True, paper={"TS": 10.7}),
+    generalist_experiment(bernoulli_bandit_spec(10, 100)),
+    generalist_experiment(linear_bandit_spec(5, 10), paper_size=True, paper={"LinUCB": 32.8}),
+    generalist_experiment(linear_bandit_spec(3, 5)),
+)
+"""The generalists in the default suite: the paper's sizes and one other size per family."""
+EXPERIMENTS.update({e.name: e for e in GENERALIST_EXPERIMENTS})
 
 BERNOULLI_OOD = {
     "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
@@ -265,7 +346,7 @@ CONTEXTS = {f"alpha={a}": ts_uniform_mixture(float(a)) for a in ("0", "0.1", "0.
 
 @dataclass(frozen=True)
 class GridExperiment:
-    """A regret comparison over a grid of environment sizes (``benchmarks/generalization.py`` runs it).
+    """A regret comparison over a grid of environment sizes (``benchmarks/evaluations/generalization.py`` runs it).
 
     Every cell is one environment; in every cell all rows play the same instances (common random
     numbers) and the learned rows are compared with the best reference of the cell.
@@ -307,7 +388,7 @@ class GridExperiment:
 
 GENERALIZATION = GridExperiment(
     name="generalization",
-    title="Generalist in-context agents across sizes (issue 16)",
+    title="Generalist in-context agents across sizes",
     arms=(2, 3, 5, 10, 20),
     horizons=(50, 200, 500),
     ood_arms=(30, 50),

@@ -12,6 +12,8 @@ differences are differences of algorithms, not of luck.  Outputs in ``--out``:
   ``distribution-ratio-difference.png``: regret(TF) - regret(TS) per alpha;
 - ``summary.md``: regret at T/4, T/2 and T with standard errors, next to the paper's numbers;
 - ``config.json``: the configuration, seed and model records that reproduce the run;
+- ``index.html``: the results page, one self-contained file with every figure, table and the
+  configuration (``benchmarks/results_page.py``);
 - ``experiments/<experiment>.json``: the stored result of each experiment (its curves and the key
   that made them: environment, algorithm specifications, runs, seed, device of the learned rows, the
   sha256 of every checkpoint file they play and the package version, plus a sha256 of the whole).
@@ -23,7 +25,7 @@ another key is run again and replaced; one that fails its checksum is reported a
 used.  ``--rerun`` ignores stored results.  The combined outputs (CSV, plots, summary, config) are
 then rebuilt from the results, each file written atomically, and describe exactly the experiments of
 this run: plots of experiments not in it are removed (their stored results stay in ``experiments/``
-for a later run).  A grid experiment keeps its own folder (``benchmarks/generalization.py``).
+for a later run).  A grid experiment keeps its own folder (``benchmarks/evaluations/generalization.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -43,13 +46,22 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
-from benchmarks.evaluations.generalization import run_generalization
-from benchmarks.experiments import EXPERIMENTS, GRID_EXPERIMENTS, LEARNED, Experiment, GridExperiment
-from benchmarks.plots import plot, plot_files
+from benchmarks.evaluations.generalization import bernoulli_cells, describe_range, linear_cells, run_generalization
+from benchmarks.experiments import (
+    EXPERIMENTS,
+    GENERALISTS,
+    GRID_EXPERIMENTS,
+    LEARNED,
+    Experiment,
+    GridExperiment,
+)
+from benchmarks.plots import describe_env, plot, plot_files
+from benchmarks.results_page import PAGE, Section, write_page
 from icrl_gym import __version__
 from icrl_gym.checkpoint import (
     PRETRAINED_DIR,
     CheckpointKind,
+    CheckpointRecord,
     checkpoint_files,
     read_record,
     resolve_checkpoint,
@@ -58,7 +70,8 @@ from icrl_gym.checkpoint import (
 from icrl_gym.cli import add_field_flags
 from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs import MDPSpec
+from icrl_gym.envs import BanditSpec, MDPSpec
+from icrl_gym.envs.validation import MEMORY_ENV, max_memory_bytes
 from icrl_gym.fileio import atomic_write_bytes
 from icrl_gym.progress import progress_bar, set_quiet
 
@@ -68,7 +81,7 @@ class BenchConfig:
     """Options of ``python -m benchmarks`` (each field is a command-line flag, its docstring the help)."""
 
     experiments: str = "default"
-    """Comma-separated experiment names, 'default' (the paper's) or 'all' (see --list)."""
+    """Comma-separated experiment names, 'default' (the paper's and the generalists') or 'all' (see --list)."""
     runs: int = 500
     """Instances per algorithm (the paper uses 500; at least 2 for standard errors)."""
     seed: int = 0
@@ -160,13 +173,60 @@ class BenchConfig:
         families = [f.strip() for f in self.grid_families.split(",") if f.strip()]
         if not families or any(f not in ("bernoulli", "linear") for f in families):
             raise ValueError(f"--grid-families takes bernoulli, linear or both, got {self.grid_families!r}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be an integer >= 0 (numpy seeds are non-negative), got {self.seed}")
         out = Path(self.out)
+        check_out_folder(out)
         missing = [name for name in ("regret.csv", "config.json") if not (out / name).is_file()]
         if self.plot_only and missing:
             raise ValueError(
                 f"--plot-only re-draws saved results, but {out} has no {' or '.join(missing)}; "
                 f"run the benchmark with --out {out} first"
             )
+        if self.plot_only:
+            load_saved(out)  # refuse damaged results before anything in the folder is touched
+        else:
+            self.check_memory()
+
+    def check_memory(self) -> None:
+        """Refuse ``--runs`` whose estimated memory (:func:`run_memory_bytes`) exceeds the limit, before any run."""
+        specs = [e.spec for e in self.selected()]
+        for grid in self.selected_grids():
+            arms = self.grid_sizes(self.grid_arms, "--grid-arms")
+            horizons = self.grid_sizes(self.grid_horizons, "--grid-horizons")
+            specs += [c.spec for c in (*bernoulli_cells(grid, arms, horizons), *linear_cells(grid))]
+        if not specs:
+            return
+        spec = max(specs, key=lambda s: run_memory_bytes(s, self.runs))
+        need, limit = run_memory_bytes(spec, self.runs), max_memory_bytes()
+        if need > limit:
+            raise ValueError(
+                f"--runs {self.runs:,} needs about {need / 2**30:,.2f} GiB (estimate) for {describe_env(spec)}, above "
+                f"the limit of {limit / 2**30:g} GiB; use fewer runs, or raise the limit with {MEMORY_ENV}"
+            )
+
+
+def check_out_folder(out: Path) -> None:
+    """Refuse an ``--out`` that is a file, lies below a file or cannot be created (``ValueError`` naming it)."""
+    for folder in (out, *out.parents):
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            where = "is a file" if folder == out else f"lies below the file {folder}"
+            raise ValueError(f"--out must be a folder (created if missing), but {out} {where}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"--out {out}: {folder} is not writable")
+        return
+
+
+def run_memory_bytes(spec: BanditSpec | MDPSpec, runs: int) -> int:
+    """Estimated memory of one experiment's rows on ``runs`` instances: the batch of instances and the curves.
+
+    The instances are ``spec.memory_bytes(runs)``; the per-run regret of every step (float64) is
+    held about four times while the curves are computed (regret, running sum, square and mean).
+    """
+    steps = spec.episodes if isinstance(spec, MDPSpec) else spec.horizon
+    return spec.memory_bytes(runs) + 4 * 8 * runs * steps
 
 
 def parse_args(argv: list[str] | None = None) -> BenchConfig:
@@ -342,42 +402,125 @@ def write_csv(path: Path, results: dict[str, dict[str, dict[str, np.ndarray]]]) 
     atomic_write_bytes(path, text.getvalue().encode())
 
 
+class SavedResultsError(ValueError):
+    """A saved ``regret.csv`` or ``config.json`` that cannot be re-drawn (the message names the file and the fault)."""
+
+
 def read_csv(path: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
-    """Inverse of :func:`write_csv`."""
+    """Inverse of :func:`write_csv`, checking every line before anything is built from it.
+
+    Raises :class:`SavedResultsError` naming the file and the line when the header is not the
+    harness's, a line names an unknown experiment, a step is not the next integer, a value is not a
+    finite number, a curve's length is not the experiment's horizon, a row a difference plot needs
+    is missing, or there is no data at all.
+    """
+    header = ["experiment", "algorithm", "t", *CURVE_KEYS]
     rows: dict[str, dict[str, dict[str, list[float]]]] = {}
-    with open(path) as fh:
-        for row in csv.DictReader(fh):
-            c = rows.setdefault(row["experiment"], {}).setdefault(row["algorithm"], {})
-            for k, v in row.items():
-                if k not in ("experiment", "algorithm", "t"):
-                    c.setdefault(k, []).append(float(v))
+
+    def damaged(problem: str) -> SavedResultsError:
+        return SavedResultsError(f"{path} is not a regret.csv of the harness: {problem}")
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise damaged(f"it is not UTF-8 text ({err})") from None
+    if text and not text.endswith("\n"):  # every line written ends with a newline: the file was cut
+        raise damaged("its last line is incomplete (the file was truncated)")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        first = next(reader, None)
+        if first is None:
+            raise damaged("it is empty")
+        if first != header:
+            raise damaged(f"its header is {first!r}, expected {','.join(header)}")
+        for line in reader:
+            where = f"line {reader.line_num}"
+            if len(line) != len(header):
+                raise damaged(f"{where} has {len(line)} fields, expected {len(header)}")
+            exp, alg, t = line[:3]
+            if exp not in EXPERIMENTS:
+                raise damaged(f"{where} names the unknown experiment {exp!r}")
+            c = rows.setdefault(exp, {}).setdefault(alg, {})
+            if t != str(len(c.get(CURVE_KEYS[0], [])) + 1):
+                raise damaged(f"{where}: step t={t!r} of {exp} / {alg} is not the next step")
+            try:
+                values = [float(v) for v in line[3:]]
+            except ValueError:
+                raise damaged(f"{where} holds a value that is not a number: {line[3:]!r}") from None
+            if not all(np.isfinite(values)):
+                raise damaged(f"{where} holds a value that is not finite: {line[3:]!r}")
+            for k, v in zip(CURVE_KEYS, values, strict=True):
+                c.setdefault(k, []).append(v)
+    except csv.Error as err:
+        raise damaged(f"it is not CSV ({err})") from None
+    if not rows:
+        raise damaged("it holds no results")
+    for exp_name, algs in rows.items():
+        exp = EXPERIMENTS[exp_name]
+        for alg, c in algs.items():
+            if len(c[CURVE_KEYS[0]]) != _steps(exp):
+                raise damaged(f"{exp_name} / {alg} has {len(c[CURVE_KEYS[0]])} steps, expected {_steps(exp)}")
+        absent = [
+            label for label in (*exp.difference, *([exp.reference] if exp.reference else [])) if label not in algs
+        ]
+        if absent:
+            raise damaged(f"{exp_name} lacks the rows {absent} that its difference plot needs")
     return {e: {a: {k: np.array(v) for k, v in c.items()} for a, c in algs.items()} for e, algs in rows.items()}
 
 
-def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int) -> str:
-    """Markdown tables: regret at T/4, T/2 and T with standard errors, and the paper's numbers."""
-    lines = [f"# icrl-gym benchmark\n\n{runs} runs per algorithm, seed {seed}, common random numbers.\n"]
-    for exp_name, curves in results.items():
-        exp = EXPERIMENTS[exp_name]
-        horizon = next(iter(curves.values()))["cumulative_regret_mean"].size
-        marks = [horizon // 4, horizon // 2, horizon]
-        lines.append(f"## {exp.title}\n")
-        unit = "k" if isinstance(exp.spec, MDPSpec) else "t"
-        paper_column = " paper (t=200) |" if exp.paper else ""
-        lines.append("| algorithm | " + " | ".join(f"regret at {unit}={m}" for m in marks) + " |" + paper_column)
-        lines.append("|---|" + "---|" * (len(marks) + bool(exp.paper)))
-        for label, c in curves.items():
-            cells = [
-                f"{c['cumulative_regret_mean'][m - 1]:.2f} +- {c['cumulative_regret_se'][m - 1]:.2f}" for m in marks
-            ]
-            paper = exp.paper.get(label)
-            tail = f" {'' if paper is None else paper} |" if exp.paper else ""
-            lines.append(f"| {label} | " + " | ".join(cells) + " |" + tail)
-        lines.append("")
-        if isinstance(exp.spec, MDPSpec):
-            lines.extend(_episode_return_table(exp.spec, curves, runs, seed))
-        lines.extend(_budget_table(exp))
+def read_saved_config(path: Path) -> dict[str, Any]:
+    """The ``config.json`` of a finished run, checked: a JSON object with ``runs`` >= 2 and ``seed`` >= 0 integers."""
+    try:
+        saved = json.loads(path.read_bytes())
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise SavedResultsError(f"{path} is not a readable JSON file ({type(err).__name__}: {err})") from None
+    if not isinstance(saved, dict):
+        raise SavedResultsError(f"{path} is not a config.json of the harness: it holds a {type(saved).__name__}")
+    for name, low in (("runs", 2), ("seed", 0)):
+        value = saved.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise SavedResultsError(f"{path}: field {name!r} must be an integer >= {low}, got {value!r}")
+    return saved
+
+
+def load_saved(out: Path) -> tuple[dict[str, dict[str, dict[str, np.ndarray]]], dict[str, Any]]:
+    """The results and configuration of the run saved in ``out`` (both checked; nothing is written)."""
+    return read_csv(out / "regret.csv"), read_saved_config(out / "config.json")
+
+
+def summary_header(runs: int, seed: int) -> str:
+    """The first lines of ``summary.md``."""
+    return f"# icrl-gym benchmark\n\n{runs} runs per algorithm, seed {seed}, common random numbers.\n"
+
+
+def experiment_summary(exp_name: str, curves: dict[str, dict[str, np.ndarray]], runs: int, seed: int) -> str:
+    """One experiment's Markdown: regret at T/4, T/2 and T with standard errors, the paper's numbers, budgets."""
+    exp = EXPERIMENTS[exp_name]
+    horizon = next(iter(curves.values()))["cumulative_regret_mean"].size
+    marks = [horizon // 4, horizon // 2, horizon]
+    lines = [f"## {exp.title}\n"]
+    if exp.note:
+        lines.append(f"{exp.note}\n")
+    unit = "k" if isinstance(exp.spec, MDPSpec) else "t"
+    paper_column = " paper (t=200) |" if exp.paper else ""
+    lines.append("| algorithm | " + " | ".join(f"regret at {unit}={m}" for m in marks) + " |" + paper_column)
+    lines.append("|---|" + "---|" * (len(marks) + bool(exp.paper)))
+    for label, c in curves.items():
+        cells = [f"{c['cumulative_regret_mean'][m - 1]:.2f} +- {c['cumulative_regret_se'][m - 1]:.2f}" for m in marks]
+        paper = exp.paper.get(label)
+        tail = f" {'' if paper is None else paper} |" if exp.paper else ""
+        lines.append(f"| {label} | " + " | ".join(cells) + " |" + tail)
+    lines.append("")
+    if isinstance(exp.spec, MDPSpec):
+        lines.extend(_episode_return_table(exp.spec, curves, runs, seed))
+    lines.extend(_budget_table(exp))
     return "\n".join(lines)
+
+
+def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int) -> str:
+    """Markdown tables of every experiment (:func:`experiment_summary`) under one header."""
+    parts = [summary_header(runs, seed), *(experiment_summary(n, c, runs, seed) for n, c in results.items())]
+    return "\n".join(parts)
 
 
 def training_budget(checkpoint: str) -> dict[str, Any]:
@@ -385,12 +528,25 @@ def training_budget(checkpoint: str) -> dict[str, Any]:
 
     Pretrained transformers count the distinct offline trajectories x T collected by the context
     algorithm; meta-RL policies count their online steps; a fine-tuned model adds its online
-    steps to its base model's.
+    steps to its base model's.  ``trained_range`` is the record's (the generalists': the sizes they
+    were trained on; ``None`` for a model of one size).
     """
     record = read_record(resolve_checkpoint(checkpoint))
+    return {**_budget(record), "trained_range": record.meta.get("trained_range")}
+
+
+def _budget(record: CheckpointRecord) -> dict[str, Any]:
+    """How a model was trained: ``how``, ``env_steps`` (``None``: not recorded), ``minutes`` and ``threads``."""
     meta = record.meta
     horizon = record.env.get("horizon", 0) * record.env.get("episodes", 1)
     training = meta.get("training", {})
+    if record.kind in (CheckpointKind.GENERALIST_TRANSFORMER, CheckpointKind.LINEAR_GENERALIST_TRANSFORMER):
+        return {  # trained online on sampled sizes; the record keeps optimizer steps, not environment steps
+            "how": f"online imitation (DAgger) on sampled sizes, {training['steps']:,} steps",
+            "env_steps": None,
+            "minutes": training.get("wall_time_s", 0.0) / 60,
+            "threads": training.get("threads"),
+        }
     if record.kind is CheckpointKind.META_RL_POLICY:
         return {
             "how": f"online {meta['meta_rl']['algo']}",
@@ -414,17 +570,22 @@ def training_budget(checkpoint: str) -> dict[str, Any]:
 
 
 def _budget_table(exp: Experiment) -> list[str]:
+    """The training budget of every learned row, and the sizes it was trained on where its record names them."""
     learned = {label: s["checkpoint"] for label, s in exp.algorithms.items() if s["name"] in LEARNED}
     if not learned:
         return []
+    budgets = {label: training_budget(name) for label, name in learned.items()}
+    ranged = any(b["trained_range"] for b in budgets.values())
     lines = [
         "Training budgets of the learned rows:\n",
-        "| algorithm | model | training | env steps | wall minutes |",
-        "|---|---|---|---|---|",
+        "| algorithm | model | training | env steps | wall minutes |" + (" trained on |" if ranged else ""),
+        "|---|---|---|---|---|" + ("---|" if ranged else ""),
     ]
     for label, name in learned.items():
-        b = training_budget(name)
-        lines.append(f"| {label} | {name} | {b['how']} | {b['env_steps']:,} | {b['minutes']:.1f} |")
+        b = budgets[label]
+        steps = "not recorded" if b["env_steps"] is None else f"{b['env_steps']:,}"
+        trained = f" {describe_range(b['trained_range'])} |" if ranged else ""
+        lines.append(f"| {label} | {name} | {b['how']} | {steps} | {b['minutes']:.1f} |" + trained)
     lines.append("")
     return lines
 
@@ -456,7 +617,11 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
     from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
 
     config_dir = PRETRAINED_DIR / "configs"
-    names = sorted({s["checkpoint"] for e in experiments for s in e.algorithms.values() if s["name"] in LEARNED})
+    learned = {s["checkpoint"]: s["name"] for e in experiments for s in e.algorithms.values() if s["name"] in LEARNED}
+    kept = sorted(name for name, agent in learned.items() if agent in GENERALISTS)
+    if kept:  # hours each, resumable runs of their own trainers (README: Generalist agents)
+        _log(f"--retrain keeps the shipped {', '.join(kept)}: retrain them with icrl_gym.training.(linear_)generalist")
+    names = sorted(name for name in learned if name not in kept)
     paths = {}
     for name in names:
         data = json.loads((config_dir / f"{name}.json").read_text())
@@ -529,29 +694,45 @@ def stored_or_run(
 def remove_stale_outputs(out: Path, keep: set[str]) -> list[str]:
     """Remove the harness's top-level outputs in ``out`` not named in ``keep``; returns the removed names.
 
-    The outputs are the plots of every experiment, ``regret.csv``, ``summary.md`` and ``config.json``;
+    The outputs are the plots of every experiment, ``regret.csv``, ``summary.md``, ``config.json`` and
+    the results page;
     only these names are touched (stored results, retrained models and grid folders stay).
     """
-    names = {"regret.csv", "summary.md", "config.json", *(f for e in EXPERIMENTS.values() for f in plot_files(e))}
+    names = {"regret.csv", "summary.md", "config.json", PAGE, *(f for e in EXPERIMENTS.values() for f in plot_files(e))}
     removed = sorted(n for n in names - keep if (out / n).exists())
     for name in removed:
         (out / name).unlink()
     return removed
 
 
-def write_figures(out: Path, results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int) -> str:
-    """Draw the plots of ``results`` and write ``summary.md`` (each file atomically); returns the summary."""
+def write_figures(
+    out: Path, results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int
+) -> tuple[str, list[Section]]:
+    """Draw the plots of ``results`` and write ``summary.md`` (each file atomically).
+
+    Returns the summary and the sections of the results page (each experiment's plots and tables).
+    """
+    sections = []
     for name, curves in results.items():
-        plot(out, EXPERIMENTS[name], curves, runs, seed)
-    text = summary(results, runs, seed)
+        exp = EXPERIMENTS[name]
+        plot(out, exp, curves, runs, seed)
+        text = experiment_summary(name, curves, runs, seed)
+        sections.append(Section(name, exp.title, text, [out / f for f in plot_files(exp)]))
+    text = "\n".join([summary_header(runs, seed), *(section.markdown for section in sections)])
     atomic_write_bytes(out / "summary.md", text.encode())
-    return text
+    return text, sections
+
+
+def write_results_page(out: Path, sections: list[Section], config: dict[str, Any]) -> Path:
+    """``out/index.html``: the sections, the grid experiments' folders in ``out`` and the configuration."""
+    grids = [out / name for name in GRID_EXPERIMENTS if (out / name).is_dir()]
+    return write_page(out, sections, config, grids)
 
 
 def _outputs(results: dict[str, Any]) -> set[str]:
     """The top-level files that describe ``results``."""
     plots = {f for name in results for f in plot_files(EXPERIMENTS[name])}
-    return {"regret.csv", "summary.md", "config.json", *plots} if results else set()
+    return {"regret.csv", "summary.md", "config.json", PAGE, *plots} if results else set()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -561,19 +742,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if cfg.list:
         for exp in EXPERIMENTS.values():
             suite = "default" if exp.default else "opt-in"
-            print(f"{exp.name:22s} [{suite}] {exp.title}\n{'':22s} algorithms: {', '.join(exp.algorithms)}")
+            print(f"{exp.name:30s} [{suite}] {exp.title}\n{'':30s} algorithms: {', '.join(exp.algorithms)}")
         for grid in GRID_EXPERIMENTS.values():
             rows = [*grid.bernoulli_references, *grid.linear_references, "generalist"]
-            print(f"{grid.name:22s} [opt-in] {grid.title}\n{'':22s} algorithms: {', '.join(dict.fromkeys(rows))}")
+            print(f"{grid.name:30s} [opt-in] {grid.title}\n{'':30s} algorithms: {', '.join(dict.fromkeys(rows))}")
         return {}
     out = Path(cfg.out)
     experiments = cfg.selected()
-    if cfg.plot_only:  # parse_args checked that the saved results are there
-        saved = json.loads((out / "config.json").read_text())
-        results = read_csv(out / "regret.csv")
-        write_figures(out, results, saved["runs"], saved["seed"])
+    if cfg.plot_only:  # parse_args checked the saved results; nothing was touched before
+        results, saved = load_saved(out)
+        _, sections = write_figures(out, results, saved["runs"], saved["seed"])
+        write_results_page(out, sections, saved)
         remove_stale_outputs(out, _outputs(results))
-        print(f"re-drew plots and summary in {out}")
+        print(f"re-drew plots, summary and {PAGE} in {out}")
         return results
     import torch
 
@@ -623,7 +804,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none
         remove_stale_outputs(out, set())
         return results
-    text = write_figures(out, results, cfg.runs, cfg.seed)
+    text, sections = write_figures(out, results, cfg.runs, cfg.seed)
     write_csv(out / "regret.csv", results)
     record = {
         **dataclasses.asdict(cfg),
@@ -633,9 +814,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "checkpoints": checkpoints or "shipped",
     }
     atomic_write_bytes(out / "config.json", json.dumps(record, indent=2).encode())
+    write_results_page(out, sections, record)
     removed = remove_stale_outputs(out, _outputs(results))
     print(text)
     if removed:
         print(f"removed outputs of experiments not in this run: {', '.join(removed)}")
-    print(f"finished in {elapsed:.0f}s; results in {out}/ (regret.csv, summary.md, *.png, config.json)")
+    print(f"finished in {elapsed:.0f}s; results in {out}/ (regret.csv, summary.md, *.png, config.json, {PAGE})")
     return results

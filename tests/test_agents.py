@@ -185,7 +185,7 @@ def test_mixture_assigns_runs_with_the_given_weights():
 
 
 # ----------------------------------------------------------------------------- regret levels
-# Reference levels at T=200 from independent Monte-Carlo (issue 2).  Tolerance: 4 standard errors
+# Reference levels at T=200 from independent Monte-Carlo.  Tolerance: 4 standard errors
 # of our 2,000-run estimate plus the stated uncertainty of the reference level.
 LEVELS = [
     (linear_bandit_spec(), "linucb", 33.0, 1.0),

@@ -147,7 +147,15 @@ def test_subset_run_removes_outputs_of_other_experiments(full, tmp_path, compute
     harness.main(argv(out, SECOND))
     assert computed == []  # stored
     names = {p.name for p in out.iterdir()}
-    assert names == {"regret.csv", "summary.md", "config.json", f"{SECOND}.png", harness.STORE, "notes.txt"}
+    assert names == {
+        "regret.csv",
+        "summary.md",
+        "config.json",
+        "index.html",
+        f"{SECOND}.png",
+        harness.STORE,
+        "notes.txt",
+    }
     assert {row.split(",")[0] for row in (out / "regret.csv").read_text().splitlines()[1:]} == {SECOND}
     assert EXPERIMENTS[FIRST].title not in (out / "summary.md").read_text()
     assert list(json.loads((out / "config.json").read_text())["experiments_run"]) == [SECOND]
@@ -158,7 +166,7 @@ def test_subset_run_removes_outputs_of_other_experiments(full, tmp_path, compute
 
 
 def test_remove_stale_outputs_touches_only_harness_outputs(tmp_path):
-    every = ["regret.csv", "summary.md", "config.json", "notes.txt"]
+    every = ["regret.csv", "summary.md", "config.json", "index.html", "notes.txt"]
     every += [f"{name}.png" for name in EXPERIMENTS] + ["distribution-ratio-difference.png"]
     for name in every:
         (tmp_path / name).write_text("x")

@@ -1,4 +1,4 @@
-"""The ``generalization`` experiment (issue 16): generalist agents against references over grids of sizes.
+"""The ``generalization`` experiment: generalist agents against references over grids of sizes.
 
 Bernoulli cells are (K, T) with arm means ~ U[0, 1] (plus K and T beyond the trained range, and
 Beta priors at T=200); linear cells are (d, A) at T=200, sigma=1.5, and single changes at d=5, A=10.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import json
 import subprocess
 import sys
@@ -103,6 +104,8 @@ def load_reference(rev: str) -> tuple[ModuleType, ModuleType]:
             ["git", "show", f"{rev}:icrl_gym/models/{name}.py"], cwd=ROOT, check=True, capture_output=True, text=True
         ).stdout
         source = source.replace("from icrl_gym.models.transformer import", "from _reference_transformer import")
+        # the read-out type moved from policy_output.py to policy.py (the learned-policy contract)
+        source = source.replace("from icrl_gym.models.policy_output import", "from icrl_gym.models.policy import")
         spec = importlib.util.spec_from_loader(f"_reference_{name}", loader=None)
         assert spec is not None
         module = importlib.util.module_from_spec(spec)
@@ -167,9 +170,11 @@ def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, torch_path: 
         cache = model.new_cache(B, device=sets.device)
     prev_a = prev_r = None
     rows = torch.arange(B, device=sets.device)
+    contract = next(iter(inspect.signature(model.step).parameters)) == "cache"  # the reference: cache last
     with torch.inference_mode():
         for t in range(steps):
-            logits = model.step(cache, sets[t], prev_a, prev_r)[0]
+            args = (cache, sets[t], prev_a, prev_r) if contract else (sets[t], prev_a, prev_r, cache)
+            logits = model.step(*args)[0]
             prev_a = logits.argmax(-1)
             prev_r = sets[t, rows, prev_a, 0]
 

@@ -1,6 +1,6 @@
 """A generalist in-context bandit transformer: one model for any number of arms K and any horizon T.
 
-Encoder-decoder with one *query token per arm* (issue 16):
+Encoder-decoder with one *query token per arm*:
 
 * History tokens, one per past step s < t: x_s = W_in [r_s, 1].  Arm identity is not in the token.
   A stationary bandit's posterior is invariant to the order of the past steps, so there is no

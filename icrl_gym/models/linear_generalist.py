@@ -1,4 +1,4 @@
-"""The LINEAR generalist in-context transformer (issue 16): one model for any linear bandit of d <= 8.
+"""The LINEAR generalist in-context transformer: one model for any linear bandit of d <= 8.
 
 One pretrained model for stochastic linear bandits r_t = <x_{t,a_t}, w*> + eps_t, eps_t ~ N(0, sigma^2)
 (Section 4.1 of Lin, Bai, Mei, "Transformers as Decision Makers", ICLR 2024) of any dimension d in

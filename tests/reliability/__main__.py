@@ -16,8 +16,8 @@ Every bad input and fault tried against the package, with what it does now.  Wri
 `python -m tests.reliability --out docs/reliability-probes.md`; `tests/test_reliability_probes.py`
 runs each probe as a test.  A **clear error** is an exception of the expected type whose message
 names the problem (quoted, shortened); **handled** means the case works as it should; a
-**PROBLEM** marked *known* is left to the part of the work named beside it, and its test is
-expected to fail until then.
+**PROBLEM** is a silent wrong result, a crash or lost work (a probe marked *known* is left to the
+part of the work named beside it, and its test is expected to fail until the fix lands).
 """
 
 

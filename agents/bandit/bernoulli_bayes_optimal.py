@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from agents.bandit.resolved_model import ResolvedModelMixin
-from icrl_gym.algorithm import BanditAgent
+from icrl_gym.algorithm import BanditAgent, resolve_horizon
 from icrl_gym.statistics import ArmStatistics
 
 
@@ -147,12 +147,9 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
                     "(only Unif([0, 1]) = Beta(1, 1) is): pass prior_a and prior_b to use a Beta prior anyway"
                 )
             a, b = (1.0 if a is None else a), (1.0 if b is None else b)
-        horizon = self.horizon if self.horizon is not None else model.get("horizon")
-        if a is None or b is None or horizon is None:
-            raise ValueError(
-                "reset with the environment's reset info (info['model']) or pass prior_a, prior_b, horizon"
-            )
-        return int(horizon), float(a), float(b)
+        if a is None or b is None:
+            raise ValueError("reset with the environment's reset info (info['model']) or pass prior_a and prior_b")
+        return resolve_horizon(self.reset_info, self.horizon, "the Bayes-optimal policy"), float(a), float(b)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         horizon, a, b = self._resolve()

@@ -46,6 +46,7 @@ from tests.reliability.framework import (
     traced_peak,
 )
 
+
 def handled_by_each(what: str, cases: dict[str, Callable[[], str]]) -> Outcome:
     """Every case must run and return a description of what it did; an exception makes the probe a PROBLEM."""
     shown = ""

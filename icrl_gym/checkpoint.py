@@ -400,8 +400,9 @@ def load_checkpoint(
     return model.to(device).eval(), meta
 
 
-_INFO_FIELDS = ("dim", "num_states", "num_actions", "horizon", "episodes")
-"""Sizes a reset ``info`` may carry itself (a bandit reset by keywords has no ``model``)."""
+SIZE_FIELDS = ("dim", "num_states", "num_actions", "horizon", "episodes")
+"""The size fields of an environment: those a reset ``info`` may carry itself (a bandit reset by keywords has no
+``model``), and those a fixed-size model's configuration records."""
 
 
 def _family(env: Mapping[str, Any]) -> EnvFamily | None:
@@ -426,7 +427,7 @@ def check_compatible(
     are compared).  Fields the environment does not state are not compared.
     """
     record = record if isinstance(record, CheckpointRecord) else CheckpointRecord.from_meta(record)
-    env = {k: info[k] for k in _INFO_FIELDS if info.get(k) is not None}
+    env = {k: info[k] for k in SIZE_FIELDS if info.get(k) is not None}
     env.update(info.get("model") or {})
     trained = record.env
     entry = record.kind.entry

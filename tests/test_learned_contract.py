@@ -94,7 +94,7 @@ def test_every_model_step_returns_a_policy_output():
 
 
 def test_env_info_refuses_what_no_model_can_play():
-    with pytest.raises(ValueError, match="horizon must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="EnvInfo.horizon must be an integer >= 1, got 0"):
         EnvInfo(num_actions=3, horizon=0)
     with pytest.raises(ValueError, match="noise_std must be a finite number > 0, got inf"):
         EnvInfo(num_actions=3, horizon=5, noise_std=float("inf"))

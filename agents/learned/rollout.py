@@ -24,7 +24,7 @@ import torch
 
 from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent, ObsT, logits_action, softmax_rows
-from icrl_gym.checkpoint import CheckpointKind, CheckpointRecord, load_checkpoint, resolve_checkpoint
+from icrl_gym.checkpoint import SIZE_FIELDS, CheckpointKind, CheckpointRecord, load_checkpoint, resolve_checkpoint
 from icrl_gym.device import resolve_device
 from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyCache
 
@@ -67,7 +67,7 @@ class PolicyRollout(CheckpointAgent[ObsT]):
             raise TypeError(f"{type(self).__name__} plays a torch model, got {type(model).__name__}")
         self.checkpoint, self.model, self.meta = checkpoint, model, meta
         config = model.config.to_dict()
-        sizes = {k: config[k] for k in ("dim", "num_states", "num_actions", "horizon", "episodes") if k in config}
+        sizes = {k: config[k] for k in SIZE_FIELDS if k in config}
         self.record = CheckpointRecord(self.kind, {"model": config, "env": sizes, **meta})
         self.device = next(model.parameters()).device
         self.greedy = self.greedy_default if greedy is None else bool(greedy)
@@ -130,8 +130,7 @@ class PolicyRollout(CheckpointAgent[ObsT]):
     def _start(self, info: dict[str, Any]) -> None:
         super()._start(info)  # checks the environment, sizes the runs
         env_info = self._env_info(info)
-        reuse = self._cache is not None and self._cache.batch_size == self.batch_size and env_info == self.env_info
-        if reuse and self._cache is not None:
+        if self._cache is not None and self._cache.batch_size == self.batch_size and env_info == self.env_info:
             self._cache.reset()  # keep the buffers: a fresh cache costs page faults on every episode
         else:
             self._cache = self.model.new_cache(self.batch_size, env_info, self.device)

@@ -397,8 +397,9 @@ class MDPBatch:
             nxt = self._draw(np.cumsum(self._P[self._rows, hp, self.state, a], axis=-1))
         out = {"reward": reward, "expected_reward": mean, "state": self.state.copy(), "h": self.h, "k": self.k}
         q_here = self.q_star[self._rows, self.h, self.state]  # (B, A)
-        v_here = self.v_star if self.h == 0 else q_here.max(axis=-1)
-        out["gap"] = q_here.max(axis=-1) - q_here[self._rows, a]
+        v_state = q_here.max(axis=-1)  # V*_h(s_h)
+        v_here = self.v_star if self.h == 0 else v_state
+        out["gap"] = v_state - q_here[self._rows, a]
         self.h += 1
         if self.h == self.spec.horizon:  # episode over: restart from mu
             out["next_state"] = np.full(self.batch_size, -1)

@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from icrl_gym.fileio import DictConfig
+from icrl_gym.fileio import POSITIVE, POSITIVE_INT, DictConfig, check_fields
 
 
 class PolicyOutput(NamedTuple):
@@ -67,12 +67,9 @@ class EnvInfo:
     """K, the episodes of an MDP run (1 for a bandit)."""
 
     def __post_init__(self) -> None:
-        for name in ("num_actions", "horizon", "episodes", "dim", "num_states"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"EnvInfo.{name} must be a positive integer, got {value!r}")
-        if self.noise_std is not None and not (0.0 < float(self.noise_std) < float("inf")):
-            raise ValueError(f"EnvInfo.noise_std must be a finite number > 0, got {self.noise_std!r}")
+        rules = {name: POSITIVE_INT for name in ("num_actions", "horizon", "episodes", "dim", "num_states")}
+        rules["noise_std"] = POSITIVE
+        check_fields(self, {name: rule for name, rule in rules.items() if getattr(self, name) is not None})
 
     @property
     def steps(self) -> int:

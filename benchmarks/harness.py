@@ -67,13 +67,13 @@ from icrl_gym.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from icrl_gym.cli import add_field_flags
 from icrl_gym.data.mdp_rollout import optimal_values, rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, MDPSpec
 from icrl_gym.envs.validation import MEMORY_ENV, max_memory_bytes
-from icrl_gym.fileio import atomic_write_bytes
-from icrl_gym.progress import progress_bar, set_quiet
+from icrl_gym.utils.cli import add_field_flags
+from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.progress import progress_bar, set_quiet
 
 
 @dataclass

@@ -23,7 +23,7 @@ import numpy as np
 
 from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
 from icrl_gym.envs import BanditSpec, MDPSpec
-from icrl_gym.fileio import atomic_write
+from icrl_gym.utils.fileio import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

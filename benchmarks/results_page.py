@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from icrl_gym import __version__
-from icrl_gym.fileio import atomic_write_bytes
+from icrl_gym.utils.fileio import atomic_write_bytes
 
 PAGE = "index.html"
 """File name of the page in the results folder."""

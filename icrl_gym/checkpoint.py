@@ -5,7 +5,7 @@ code) and ``<stem>.json``, which records the model configuration, the environmen
 pretraining configuration (context algorithm, labels, data size, seed), the training state
 (steps, wall time, final validation loss, the exact command), the SHA-256 of the weights
 file (``weights_sha256``) and, from format version 2 on, the SHA-256 of the record itself
-(``content_sha256``, :func:`icrl_gym.fileio.content_sha256`: the canonical JSON of the whole record,
+(``content_sha256``, :func:`icrl_gym.utils.fileio.content_sha256`: the canonical JSON of the whole record,
 ``weights_sha256`` included, its own field left out).  A truncated, corrupt or mismatched pair and an
 edited record are detected on load (:class:`CheckpointError`); records of format version 1 (no
 record hash) still load, with a logged warning that the record is unverified, and
@@ -41,17 +41,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from icrl_gym.config import DictConfig
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import (
-    CONTENT_HASH_FIELD,
-    DictConfig,
-    atomic_write_bytes,
-    content_sha256,
-    describe_size,
-    json_round_trip,
-)
 from icrl_gym.kinds import KINDS, CheckpointKind, EnvFamily, import_target
+from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, describe_size, json_round_trip
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 2

@@ -59,7 +59,7 @@ class KindEntry:
     """``"module:Class"`` of the model (an :class:`~icrl_gym.models.policy.InContextPolicy`, or the
     meta-RL baselines' SB3 policy)."""
     config: str
-    """``"module:Class"`` of its configuration (a :class:`~icrl_gym.fileio.DictConfig`), read from the
+    """``"module:Class"`` of its configuration (a :class:`~icrl_gym.config.DictConfig`), read from the
     record's ``model`` (for the meta-RL policies, from ``meta_rl``)."""
     agent: str
     """The name under which :mod:`icrl_gym.registry` registers the agent that plays it."""
@@ -98,13 +98,13 @@ KINDS: dict[CheckpointKind, KindEntry] = {
     ),
     CheckpointKind.META_RL_POLICY: KindEntry(
         "stable_baselines3.common.policies:ActorCriticPolicy",
-        "icrl_gym.meta_policy:MetaRLConfig",
+        "icrl_gym.models.meta_policy:MetaRLConfig",
         "meta_rl",
         "agents.learned.meta_rl:MetaRLAgent",
         EnvFamily.BANDIT,
         ("arms", "reward", "dim", "num_actions"),
         "horizon",
-        loader="icrl_gym.meta_policy:load_policy_module",
+        loader="icrl_gym.models.meta_policy:load_policy_module",
     ),
     CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
         "icrl_gym.models.generalist:GeneralistTransformer",

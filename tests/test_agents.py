@@ -19,7 +19,7 @@ from agents import (
 )
 from icrl_gym.data.trajectories import collect_trajectories, evaluate_regret
 from icrl_gym.envs import LinearBanditVectorEnv, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.statistics import RidgeStatistics
+from icrl_gym.estimators.statistics import RidgeStatistics
 
 
 # ----------------------------------------------------------------------------- slow references

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from benchmarks import harness
-from icrl_gym.cli import ConfigParser, field_docs, parse_value
-from icrl_gym.meta_policy import MetaRLConfig
+from icrl_gym.models.meta_policy import MetaRLConfig
 from icrl_gym.training import finetune, meta_rl, pretrain
 from icrl_gym.training.finetune import FinetuneConfig
 from icrl_gym.training.pretrain import PretrainConfig
+from icrl_gym.utils.cli import ConfigParser, field_docs, parse_value
 
 ENTRY_POINTS = [  # (module, its config class)
     (pretrain, PretrainConfig),

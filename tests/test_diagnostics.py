@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from agents import LinUCB, SoftLinUCB, Uniform
-from icrl_gym.diagnostics import imitation_error
+from icrl_gym.data.diagnostics import imitation_error
 from icrl_gym.envs import linear_bandit_spec
 
 
@@ -39,7 +39,7 @@ def _fixed(probs):
 
 
 def test_distribution_ratio_of_two_categorical_policies_has_a_closed_form():
-    from icrl_gym.diagnostics import distribution_ratio
+    from icrl_gym.data.diagnostics import distribution_ratio
     from icrl_gym.envs import bernoulli_bandit_spec
 
     p1 = np.array([0.4, 0.3, 0.1, 0.1, 0.1])
@@ -55,7 +55,7 @@ def test_distribution_ratio_of_two_categorical_policies_has_a_closed_form():
 
 def test_mixture_ratio_is_bounded_by_one_over_alpha_and_warns_when_heavy():
     from agents import make_agent, ts_uniform_mixture
-    from icrl_gym.diagnostics import distribution_ratio
+    from icrl_gym.data.diagnostics import distribution_ratio
     from icrl_gym.envs import bernoulli_bandit_spec
 
     spec = bernoulli_bandit_spec(horizon=30)

@@ -162,7 +162,7 @@ def _policy(module, cfg, weights):
 
     rng = np.random.default_rng(123)
     if module == "generalist":
-        from icrl_gym.gittins import cached_gittins_table
+        from icrl_gym.estimators.gittins import cached_gittins_table
         from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
         from icrl_gym.training.generalist import sample_batch
 

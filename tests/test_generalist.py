@@ -9,7 +9,7 @@ import icrl_gym.envs  # noqa: F401  (registers the environments)
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
-from icrl_gym.gittins import build_gittins_table, gittins_table
+from icrl_gym.estimators.gittins import build_gittins_table, gittins_table
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.generalist import GeneralistTrainConfig, train
@@ -166,7 +166,7 @@ def _no_build(*args, **kwargs):
 
 
 def test_gittins_agent_keeps_its_table_in_a_cache_dir(tmp_path, monkeypatch):
-    import icrl_gym.gittins as gittins_module
+    import icrl_gym.estimators.gittins as gittins_module
     from icrl_gym.registry import make_agent
 
     monkeypatch.delenv(gittins_module.CACHE_ENV, raising=False)
@@ -199,7 +199,7 @@ def test_gittins_agent_keeps_its_table_in_a_cache_dir(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("corruption", ["truncated", "garbage", "float64", "short", "out_of_range", "pickle"])
 def test_a_corrupt_gittins_cache_file_is_rebuilt(tmp_path, monkeypatch, corruption):
-    import icrl_gym.gittins as gittins_module
+    import icrl_gym.estimators.gittins as gittins_module
 
     monkeypatch.setattr(gittins_module, "_TABLES", {})
     expected = build_gittins_table(9).values

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import icrl_gym.gittins
+import icrl_gym.estimators.gittins
 from benchmarks.evaluations.generalization import MODEL, run_generalization
 from benchmarks.experiments import GENERALIZATION
 from benchmarks.harness import main, parse_args
@@ -118,7 +118,7 @@ def test_summary_and_missing_linear_model(run):
 
 def test_missing_bernoulli_model_reports_references_only(tmp_path, monkeypatch):
     # a table built earlier in this process for a larger horizon would serve without writing the cache
-    monkeypatch.setattr(icrl_gym.gittins, "_TABLES", {})
+    monkeypatch.setattr(icrl_gym.estimators.gittins, "_TABLES", {})
     exp = dataclasses.replace(TINY, prior_shifts=(), ood_arms=())
     results = run_generalization(exp, tmp_path, runs=3, checkpoint=str(tmp_path / "absent"), families=("bernoulli",))
     folder = tmp_path / exp.name

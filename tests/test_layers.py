@@ -10,8 +10,8 @@ import pytest
 
 import icrl_gym
 from icrl_gym.algorithm import BanditAgent, MDPAgent
-from icrl_gym.device import resolve_device
 from icrl_gym.registry import agent_class, agent_names, entry_points, make_agent, register_agent
+from icrl_gym.utils.device import resolve_device
 
 PACKAGE = Path(icrl_gym.__file__).resolve().parent
 IMPORTS_AGENTS = re.compile(r"^\s*(import agents\b|from agents[. ])", re.MULTILINE)

@@ -9,9 +9,9 @@ from agents.learned.linear_generalist import LinearGeneralistAgent
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, checkpoint_kind, read_checkpoint, save_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.estimators.statistics import gaussian_index
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
-from icrl_gym.statistics import gaussian_index
 from icrl_gym.training.linear_generalist import (
     LinearGeneralistTrainConfig,
     draw_instances,

@@ -13,10 +13,10 @@ from icrl_gym.checkpoint import (
     save_checkpoint,
 )
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.device import resolve_device
 from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.training.pretrain import PretrainConfig, learning_rate, pretrain
+from icrl_gym.utils.device import resolve_device
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 16, "layout": "compact"}
 

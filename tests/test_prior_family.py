@@ -21,7 +21,7 @@ from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bernoulli_bandit import BernoulliBanditVectorEnv
 from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv
 from icrl_gym.envs.prior_family import FAMILY_MEMBERS, sample_prior
-from icrl_gym.gittins import build_gittins_table
+from icrl_gym.estimators.gittins import build_gittins_table
 
 
 def test_family_draws_are_seeded_and_every_member_follows_its_hyperparameters():

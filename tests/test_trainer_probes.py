@@ -331,8 +331,8 @@ def test_a_run_saved_with_the_old_field_names_resumes(tmp_path, trainer):
     """A manifest written before the rename (``run_dir``, ``warmup``) resumes, and is compared field by field."""
     import json
 
-    from icrl_gym.fileio import CONTENT_HASH_FIELD, content_sha256
     from icrl_gym.training.state import MANIFEST
+    from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, content_sha256
 
     make, train = TRAINERS[trainer]
     train(make(tmp_path), echo=False)

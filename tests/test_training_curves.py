@@ -6,9 +6,9 @@ import pytest
 
 import icrl_gym.training.pretrain as pretrain_module
 from icrl_gym.envs import bernoulli_bandit_spec
-from icrl_gym.progress import bars_enabled, progress_bar, set_quiet
 from icrl_gym.training.curves import COLUMNS, TrainingCurves, read_curves, tensorboard_available
 from icrl_gym.training.pretrain import PretrainConfig, pretrain
+from icrl_gym.utils.progress import bars_enabled, progress_bar, set_quiet
 
 
 def test_curves_append_rows_with_one_header(tmp_path):

@@ -23,7 +23,6 @@ import icrl_gym.checkpoint as checkpoint_module
 import icrl_gym.training.state as state_module
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
-from icrl_gym.fileio import content_sha256
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.training.finetune import FinetuneConfig, finetune
 from icrl_gym.training.generalist import GeneralistTrainConfig, train
@@ -36,6 +35,7 @@ from icrl_gym.training.state import (
     rng_state,
     set_rng_state,
 )
+from icrl_gym.utils.fileio import content_sha256
 
 # --- tiny runs of the three trainers: states at steps 0, 2, 4, 6 -------------------------------
 

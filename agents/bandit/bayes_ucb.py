@@ -28,7 +28,7 @@ from agents.bandit.linear_posterior import GaussianModelMixin
 from agents.bandit.resolved_model import ResolvedModelMixin
 from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
-from icrl_gym.statistics import ArmStatistics, gaussian_index
+from icrl_gym.estimators.statistics import ArmStatistics, gaussian_index
 
 
 def quantile_level(t: int, horizon: int, c: float) -> float:

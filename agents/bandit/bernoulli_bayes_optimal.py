@@ -31,7 +31,7 @@ import numpy as np
 
 from agents.bandit.resolved_model import ResolvedModelMixin
 from icrl_gym.algorithm import BanditAgent, resolve_horizon
-from icrl_gym.statistics import ArmStatistics
+from icrl_gym.estimators.statistics import ArmStatistics
 
 
 def table_bytes(num_arms: int, horizon: int) -> int:

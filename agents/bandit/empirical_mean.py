@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from agents.bandit.index_agent import IndexAgent
-from icrl_gym.statistics import ArmStatistics
+from icrl_gym.estimators.statistics import ArmStatistics
 
 
 class EmpiricalMean(IndexAgent):

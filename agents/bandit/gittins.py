@@ -13,11 +13,11 @@ step t the policy pulls argmax_k G(s_k, f_k, T - t + 1), with T the environment'
 environment states none).  a0 and b0 are pseudo-counts, any positive reals (Beta(0.5, 0.5) works as
 Beta(1, 1) does), the environment's unless given.
 
-The table (its math and compact storage) lives in :mod:`icrl_gym.gittins`; one table built for the
+The table (its math and compact storage) lives in :mod:`icrl_gym.estimators.gittins`; one table built for the
 largest horizon asked for serves every smaller one.  Building it takes minutes at T = 500, so with a
 cache directory (the ``cache_dir`` argument, else the ``ICRL_GYM_GITTINS_CACHE`` environment
 variable; neither: no disk cache) the table is read from there, or built once and written there for
-later processes (:func:`icrl_gym.gittins.cached_gittins_table`: atomic writes, corrupt files rebuilt).
+later processes (:func:`icrl_gym.estimators.gittins.cached_gittins_table`: atomic writes, corrupt files rebuilt).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from agents.bandit.index_agent import IndexAgent
 from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
-from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
-from icrl_gym.statistics import ArmStatistics
+from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
+from icrl_gym.estimators.statistics import ArmStatistics
 
 
 class Gittins(IndexAgent):

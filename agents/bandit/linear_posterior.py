@@ -6,7 +6,7 @@ w* ~ N(m 1, lambda I_d) and noise eps ~ N(0, s2), s2 = sigma^2, the posterior af
     w* | D_{t-1} ~ N(mu_t, s2 V_t^{-1}),   V_t = (s2/lambda) I + sum_{j<t} a_j a_j^T,
     mu_t = V_t^{-1} ((s2/lambda) m 1 + sum_{j<t} a_j r_j),
 
-kept incrementally by :class:`~icrl_gym.statistics.RidgeStatistics` (regulariser s2/lambda, centre m).
+kept incrementally by :class:`~icrl_gym.estimators.statistics.RidgeStatistics` (regulariser s2/lambda, centre m).
 
 :meth:`GaussianModel.resolve` reads sigma, m and lambda from the environment's reset
 ``info["model"]`` (its BanditSpec): sigma = noise_std; for ``prior="gaussian"`` the prior exactly,
@@ -31,7 +31,7 @@ from agents.bandit.index_agent import IndexAgent
 from agents.bandit.resolved_model import per_instance_summary
 from icrl_gym.envs.bandit_core import split_model
 from icrl_gym.envs.validation import MAX_SCALE, check_number
-from icrl_gym.statistics import RidgeStatistics
+from icrl_gym.estimators.statistics import RidgeStatistics
 
 PAPER_TS_PRIOR = {"prior_mean": 0.0, "prior_var": 1.0}
 """The prior N(0, I_d) of the paper's linear Thompson sampling baseline (Appendix B)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from agents.bandit.index_agent import IndexAgent
 from icrl_gym.envs.validation import MAX_SCALE, check_number
-from icrl_gym.statistics import RidgeStatistics
+from icrl_gym.estimators.statistics import RidgeStatistics
 
 
 class LinUCB(IndexAgent):

@@ -35,7 +35,7 @@ from agents.bandit.linear_posterior import GaussianModelMixin
 from agents.bandit.resolved_model import per_instance_summary
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
-from icrl_gym.statistics import ArmStatistics, RidgeStatistics
+from icrl_gym.estimators.statistics import ArmStatistics, RidgeStatistics
 
 
 def argmax_frequencies(scores: np.ndarray, num_actions: int) -> np.ndarray:

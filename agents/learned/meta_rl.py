@@ -1,4 +1,4 @@
-"""A shipped online meta-RL policy (PPO across the prior, :mod:`icrl_gym.meta_policy`) as a bandit agent.
+"""A shipped online meta-RL policy (PPO across the prior, :mod:`icrl_gym.models.meta_policy`) as a bandit agent.
 
 The agent keeps the same history features the policy was trained on (:class:`HistoryFeatures`,
 batched over runs) and, for the recurrent (RL^2) policy, one LSTM state per run.  ``policy``
@@ -18,9 +18,9 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import CheckpointRecord, resolve_checkpoint
-from icrl_gym.device import resolve_device
 from icrl_gym.envs.bandit_core import BanditSpec
-from icrl_gym.meta_policy import HistoryFeatures, load_policy
+from icrl_gym.models.meta_policy import HistoryFeatures, load_policy
+from icrl_gym.utils.device import resolve_device
 
 
 class MetaRLAgent(CheckpointAgent[np.ndarray], BanditAgent):

@@ -25,8 +25,8 @@ import torch
 from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent, ObsT, logits_action, softmax_rows
 from icrl_gym.checkpoint import SIZE_FIELDS, CheckpointKind, CheckpointRecord, load_checkpoint, resolve_checkpoint
-from icrl_gym.device import resolve_device
 from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyCache
+from icrl_gym.utils.device import resolve_device
 
 RolloutT = TypeVar("RolloutT", bound="PolicyRollout[Any]")
 

@@ -12,7 +12,7 @@ import numpy as np
 from icrl_gym.algorithm import MDPAgent
 from icrl_gym.envs.mdp_core import InstanceTable, backward_induction
 from icrl_gym.envs.validation import check_number
-from icrl_gym.statistics import TransitionCounts
+from icrl_gym.estimators.statistics import TransitionCounts
 
 
 def uniform_over_maximisers(values: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@
 Theorem 6 bounds the gap between the learned algorithm and its (reduced) expert by a
 term growing with sqrt(R(expert, context)).  For every shipped distribution-ratio model
 (``bernoulli-dpt-alpha{0,0.1,0.5,1}``) this prints the Monte-Carlo estimate of log R(TS, Alg_0)
-(icrl_gym.diagnostics.distribution_ratio, with its interval and effective sample size; for
+(icrl_gym.data.diagnostics.distribution_ratio, with its interval and effective sample size; for
 alpha = 0 the lower bound E[log w] is printed too, since the estimate is dominated by a few
 trajectories), and the regret at T of the model and of TS on the same fresh instances.
 
@@ -20,8 +20,8 @@ import torch
 
 from agents import make_agent, ts_uniform_mixture
 from agents.learned.transformer import TransformerAgent
+from icrl_gym.data.diagnostics import distribution_ratio
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.diagnostics import distribution_ratio
 from icrl_gym.envs import bernoulli_bandit_spec
 
 ALPHAS = ("0", "0.1", "0.5", "1")

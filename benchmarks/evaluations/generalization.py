@@ -40,7 +40,7 @@ from benchmarks.plots import describe_env
 from icrl_gym.checkpoint import CheckpointError, checkpoint_files, read_record, resolve_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.fileio import atomic_write_bytes
+from icrl_gym.utils.fileio import atomic_write_bytes
 
 MODEL = "generalist"
 """Row name of the learned agent in every cell."""

@@ -5,7 +5,7 @@ training: training chunks use seeds 10**6 * s + c, validation 10**6 * s + 900,00
 (reduced) expert and the baselines on the same instances (common random numbers: one seed and one
 batch size for every algorithm), the ratio of
 the model's regret to its expert's, and the imitation error along expert rollouts (per-step
-cross-entropy, KL, squared Hellinger distance, agreement; icrl_gym.diagnostics).
+cross-entropy, KL, squared Hellinger distance, agreement; icrl_gym.data.diagnostics).
 
 The reduced expert of algorithm distillation is the context algorithm itself; that of DPT is
 posterior sampling, i.e. Beta(1,1)-Bernoulli Thompson sampling under the uniform prior.
@@ -26,8 +26,8 @@ from agents import make_agent
 from agents.bandit.linear_posterior import PAPER_TS_PRIOR
 from agents.learned.transformer import TransformerAgent
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
+from icrl_gym.data.diagnostics import imitation_error
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.diagnostics import imitation_error
 from icrl_gym.envs import BanditSpec
 
 EVAL_SEED = 10**7

@@ -27,10 +27,10 @@ import numpy as np
 import icrl_gym  # noqa: F401  (registers the environments)
 from agents import LinUCB
 from benchmarks.speed.timing import timed
-from icrl_gym.cli import ConfigParser
+from icrl_gym.config import NONNEGATIVE_INT, POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.data.trajectories import collect_trajectories
 from icrl_gym.envs import linear_bandit_spec
-from icrl_gym.fileio import NONNEGATIVE_INT, POSITIVE_INT, DictConfig, check_fields
+from icrl_gym.utils.cli import ConfigParser
 
 
 @dataclass

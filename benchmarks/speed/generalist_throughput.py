@@ -27,10 +27,10 @@ import torch
 from agents import make_agent
 from benchmarks.evaluations.generalization import model_available
 from benchmarks.speed.timing import interleaved
-from icrl_gym.cli import ConfigParser
+from icrl_gym.config import POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.fileio import POSITIVE_INT, DictConfig, check_fields
+from icrl_gym.utils.cli import ConfigParser
 
 
 @dataclass

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from benchmarks.speed.timing import interleaved, train_step
-from icrl_gym.cli import ConfigParser
-from icrl_gym.fileio import POSITIVE_INT, DictConfig, check_fields
+from icrl_gym.config import POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
+from icrl_gym.utils.cli import ConfigParser
 
 VARIANTS = {
     "relu, prev_tokens=0 (paper)": {"attention": "relu", "prev_tokens": 0},

@@ -30,10 +30,10 @@ import torch
 from agents.learned.transformer import TransformerAgent
 from benchmarks.speed.timing import timed, train_step
 from icrl_gym.checkpoint import save_checkpoint
-from icrl_gym.cli import ConfigParser
+from icrl_gym.config import POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.envs import BanditBatch, linear_bandit_spec
-from icrl_gym.fileio import POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from icrl_gym.utils.cli import ConfigParser
 
 
 @dataclass

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.speed.timing import timed
-from icrl_gym.cli import ConfigParser
-from icrl_gym.fileio import NONNEGATIVE_INT, POSITIVE, Allowed, DictConfig, check_fields
+from icrl_gym.config import NONNEGATIVE_INT, POSITIVE, Allowed, DictConfig, check_fields
+from icrl_gym.utils.cli import ConfigParser
 
 BUSY_LOOP = """
 import sys, time

@@ -42,12 +42,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.speed.timing import interleaved, threads, timed, train_step
-from icrl_gym.cli import ConfigParser
-from icrl_gym.device import resolve_device
-from icrl_gym.fileio import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
+from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
 from icrl_gym.models import mdp_transformer, transformer
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
+from icrl_gym.utils.cli import ConfigParser
+from icrl_gym.utils.device import resolve_device
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
 """The commit before the blocked ReLU kernel and the rollout clean-up."""

@@ -28,8 +28,8 @@ import numpy as np
 from icrl_gym.algorithm import BanditAgent, MDPAgent
 from icrl_gym.data.crn import CRNBatch, crn_batches
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
-from icrl_gym.progress import progress_bar
 from icrl_gym.registry import make_agent
+from icrl_gym.utils.progress import progress_bar
 
 Algorithm = BanditAgent | MDPAgent
 DataT = TypeVar("DataT", covariant=True)

@@ -47,7 +47,7 @@ float64, and float32 keeps 24 bits (7 digits), beyond the noise (sd 1.5) and the
 error of any estimate made from 200 steps by a factor of 10^5.
 
 The record carries ``content_sha256``, the SHA-256 of every stored array (name, dtype, shape,
-bytes) and of the canonical JSON of the record itself (:func:`icrl_gym.fileio.content_sha256`).
+bytes) and of the canonical JSON of the record itself (:func:`icrl_gym.utils.fileio.content_sha256`).
 Loading reads every array (zip CRCs checked, each ``.npy`` header checked against its data
 length) and verifies the hash before anything is interpreted, then checks the record against
 the arrays (d, A, T, N, the kind of action sets, labels in [0, A) and present when the label
@@ -83,8 +83,8 @@ from icrl_gym.data.crn import CRNBatch
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
 from icrl_gym.data.pipeline import Labels, Step, run_collection
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import CONTENT_HASH_FIELD, atomic_write, content_sha256, describe_size, json_round_trip
-from icrl_gym.statistics import RidgeStatistics
+from icrl_gym.estimators.statistics import RidgeStatistics
+from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write, content_sha256, describe_size, json_round_trip
 
 FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
@@ -349,7 +349,7 @@ def save_trajectories(data: TrajectoryData, path: str | os.PathLike, compact_val
 
     The arrays are stored without redundancy (module docstring) and load back bit for bit;
     ``compact_values`` stores the per-arm index values in float16 (relative error <= 2^-11).
-    The record carries the content hash (:data:`~icrl_gym.fileio.CONTENT_HASH_FIELD`) of the arrays and itself.
+    The record carries the content hash (:data:`~icrl_gym.utils.fileio.CONTENT_HASH_FIELD`) of the arrays and itself.
     """
     data.validate()
     path = Path(path)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from icrl_gym.config import DictConfig
 from icrl_gym.envs.prior_family import FAMILY_PRIORS, sample_beta_priors, sample_noise, sample_prior, sample_sphere
 from icrl_gym.envs.validation import (
     MAX_SCALE,
@@ -33,7 +34,6 @@ from icrl_gym.envs.validation import (
     number_problem,
     plain,
 )
-from icrl_gym.fileio import DictConfig
 
 ARM_KINDS = ("uniform", "one_hot", "gaussian", "sphere")
 REWARD_KINDS = ("gaussian", "bernoulli")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from icrl_gym.config import DictConfig
 from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
@@ -39,7 +40,6 @@ from icrl_gym.envs.validation import (
     number_problem,
     plain,
 )
-from icrl_gym.fileio import DictConfig
 
 MDP_KINDS = ("random", "dark_room")
 

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.fileio import DictConfig
+from icrl_gym.config import DictConfig
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 NUM_STEP_FEATURES = 4

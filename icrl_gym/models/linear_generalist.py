@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.fileio import DictConfig
+from icrl_gym.config import DictConfig
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
 

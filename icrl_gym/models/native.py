@@ -51,8 +51,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from icrl_gym.fileio import atomic_write_bytes
 from icrl_gym.models.kv_cache import DecoderSizes, KVCache, future_mask
+from icrl_gym.utils.fileio import atomic_write_bytes
 
 DISABLE_ENV = "ICRL_GYM_NATIVE"
 """Set to ``0`` to use the PyTorch decode path (no compilation)."""

@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from icrl_gym.fileio import POSITIVE, POSITIVE_INT, DictConfig, check_fields
+from icrl_gym.config import POSITIVE, POSITIVE_INT, DictConfig, check_fields
 
 
 class PolicyOutput(NamedTuple):

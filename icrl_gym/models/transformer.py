@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_gym.fileio import DictConfig
+from icrl_gym.config import DictConfig
 from icrl_gym.models.kv_cache import KVCache, future_mask
 from icrl_gym.models.native import new_kv_cache
 from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes

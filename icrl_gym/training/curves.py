@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from icrl_gym.fileio import atomic_write_bytes
+from icrl_gym.utils.fileio import atomic_write_bytes
 
 COLUMNS = ("step", "loss", "val", "lr", "wall_seconds")
 

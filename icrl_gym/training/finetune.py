@@ -42,12 +42,10 @@ import torch.nn.functional as F
 
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, resolve_checkpoint, save_checkpoint
-from icrl_gym.cli import ConfigParser
+from icrl_gym.config import NONNEGATIVE, POSITIVE_INT, Allowed
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import NONNEGATIVE, POSITIVE_INT, Allowed, RunLog
 from icrl_gym.models.transformer import BanditTransformer
-from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_class
 from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import DistContext
@@ -65,6 +63,9 @@ from icrl_gym.training.loop import (
     wrap_ddp,
 )
 from icrl_gym.training.state import RunState, set_rng_state
+from icrl_gym.utils.cli import ConfigParser
+from icrl_gym.utils.fileio import RunLog
+from icrl_gym.utils.progress import progress_bar
 
 
 @dataclass

@@ -46,15 +46,15 @@ import torch.nn.functional as F
 
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
+from icrl_gym.config import POSITIVE_INT, Allowed
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
-from icrl_gym.fileio import POSITIVE_INT, Allowed
-from icrl_gym.gittins import GittinsTable, cached_gittins_table, gittins_indices
+from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
+from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
-from icrl_gym.statistics import ArmStatistics
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import GeneralistLoopConfig, GeneralistTrainer, Logger, check_order, train_generalist
 from icrl_gym.training.loop import main as run_main
@@ -149,7 +149,7 @@ def rollout(
     """Trajectories of eps-Gittins (``model`` None) or eps-greedy model play on arms ``means`` (B, K).
 
     The bandits are a :class:`~icrl_gym.envs.bandit_core.BanditBatch` of Bernoulli arms with means
-    ``means`` drawing from ``rng``; the expert's index is :func:`icrl_gym.gittins.gittins_indices`
+    ``means`` drawing from ``rng``; the expert's index is :func:`icrl_gym.estimators.gittins.gittins_indices`
     of the arms' counts.  Returns actions (B, T), rewards (B, T) and the Gittins indices G (B, T, K)
     before every step.
     """

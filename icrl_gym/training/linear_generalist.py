@@ -56,10 +56,10 @@ import torch.nn.functional as F
 from scipy.special import ndtri
 
 from icrl_gym.checkpoint import CheckpointKind
-from icrl_gym.fileio import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
-from icrl_gym.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import (
@@ -267,7 +267,7 @@ def expert_statistics(
 
     The prior is N(m, diag(v)) per run (``prior_mean``, ``prior_var`` (B, d_max)), N(1/2, I/12) when not
     given: regulariser sigma^2 / v and centre m, so that the ridge estimate is the posterior mean and
-    sigma^2 V^{-1} the posterior covariance (:func:`icrl_gym.statistics.gaussian_index` reads the index).
+    sigma^2 V^{-1} the posterior covariance (:func:`icrl_gym.estimators.statistics.gaussian_index` reads the index).
     """
     var = PRIOR_VAR if prior_var is None else prior_var
     mean = PRIOR_MEAN if prior_mean is None else prior_mean

@@ -9,7 +9,7 @@ batch, their loss, their evaluation and their checkpoint record; everything else
   ``grad_clip``, ``device``, ``threads``; :class:`ScheduleConfig` adds ``steps``,
   ``warmup_steps``, ``min_lr_ratio`` and ``weight_decay``), checked when a configuration is built,
   before any file is written: a refused value raises a ``ValueError`` naming the field, the value
-  and the allowed range (:func:`icrl_gym.fileio.check_fields`);
+  and the allowed range (:func:`icrl_gym.config.check_fields`);
 - :func:`upgrade_config`, the one reader of older records (configuration files and the ``pretrain``
   record of shipped checkpoints): fields that were renamed keep their meaning;
 - :func:`start_process` (threads, device, torchrun's process group), :func:`resume` (the committed
@@ -45,10 +45,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.checkpoint import CheckpointKind
-from icrl_gym.cli import ConfigParser
-from icrl_gym.data.labels import upgrade_label_fields
-from icrl_gym.device import resolve_device
-from icrl_gym.fileio import (
+from icrl_gym.config import (
     DEVICE,
     NONNEGATIVE,
     NONNEGATIVE_INT,
@@ -56,11 +53,10 @@ from icrl_gym.fileio import (
     POSITIVE_INT,
     Allowed,
     DictConfig,
-    RunLog,
-    atomic_write_bytes,
     check_fields,
     dataclass_from_dict,
 )
+from icrl_gym.data.labels import upgrade_label_fields
 from icrl_gym.training.distributed import DistContext, close_distributed, init_distributed
 from icrl_gym.training.state import (
     RunFolderLock,
@@ -71,6 +67,9 @@ from icrl_gym.training.state import (
     legacy_state,
     set_rng_state,
 )
+from icrl_gym.utils.cli import ConfigParser
+from icrl_gym.utils.device import resolve_device
+from icrl_gym.utils.fileio import RunLog, atomic_write_bytes
 
 BatchT = TypeVar("BatchT")
 ModelT = TypeVar("ModelT", bound=torch.nn.Module)
@@ -207,7 +206,7 @@ def learning_rate(cfg: ScheduleConfig, step: int) -> float:
 
 
 class Logger(Protocol):
-    """A line logger (:class:`icrl_gym.fileio.RunLog`)."""
+    """A line logger (:class:`icrl_gym.utils.fileio.RunLog`)."""
 
     def __call__(self, msg: str) -> None:
         """Write one line."""
@@ -671,7 +670,7 @@ def _train_generalist(
 
 
 def main(argv: list[str] | None, doc: str | None, config: type[ConfigT], train: Callable[[ConfigT], Any]) -> None:
-    """``[CONFIG.json] [--set key=value ...]`` -> ``train(config)``: the trainers' :mod:`icrl_gym.cli` command line.
+    """``[CONFIG.json] [--set key=value ...]`` -> ``train(config)``: trainers' command line (:mod:`icrl_gym.utils.cli`).
 
     Values are parsed by the fields' types and checked before any work starts (an argparse error
     naming the field otherwise); ``--help`` lists the fields with their docstrings.  A bare

@@ -4,7 +4,7 @@ In-context pretraining is usually compared with meta-RL trained *online*: every 
 in-context run of T steps on a fresh instance from the prior, and PPO maximises the expected
 return E[sum_t gamma^t r_t]; with gamma = 1 that minimises the Bayes regret
 T E[max_k <a_k, w*>] - E[sum_t r_t] (the default gamma = 0.99 trains more stably).  The policy
-sees the history in a fixed-size form (``features``, see :mod:`icrl_gym.meta_policy`, which also
+sees the history in a fixed-size form (``features``, see :mod:`icrl_gym.models.meta_policy`, which also
 holds the configuration :class:`MetaRLConfig` and the play-time :func:`load_policy`).
 
 :func:`train` runs PPO on a :class:`BanditFeatureVecEnv` under a wall-clock and an
@@ -27,11 +27,11 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
-from icrl_gym.cli import ConfigParser
-from icrl_gym.fileio import RunLog
-from icrl_gym.meta_policy import BanditFeatureVecEnv, MetaRLConfig, build_algorithm
-from icrl_gym.progress import progress_bar
+from icrl_gym.models.meta_policy import BanditFeatureVecEnv, MetaRLConfig, build_algorithm
 from icrl_gym.training.curves import TrainingCurves
+from icrl_gym.utils.cli import ConfigParser
+from icrl_gym.utils.fileio import RunLog
+from icrl_gym.utils.progress import progress_bar
 
 
 class _Budget(BaseCallback):
@@ -65,7 +65,7 @@ class _Budget(BaseCallback):
 
 
 class _Progress(BaseCallback):
-    """A progress bar of the environment steps (:func:`icrl_gym.progress.progress_bar`: terminal only, not quiet).
+    """A progress bar of the environment steps (:func:`icrl_gym.utils.progress.progress_bar`: terminal only, not quiet).
 
     It only reads ``num_timesteps``, so training (and its random stream) is the same with or without it.
     """

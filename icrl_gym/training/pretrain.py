@@ -45,17 +45,15 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import save_checkpoint
-from icrl_gym.cli import ConfigParser
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
 from icrl_gym.data.collect import collect as collect_runs
 from icrl_gym.data.labels import Labelling, LabelMode, Target
 from icrl_gym.data.mdp_rollout import MDPRollouts
 from icrl_gym.data.trajectories import TrajectoryData
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
-from icrl_gym.fileio import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, RunLog
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
-from icrl_gym.progress import progress_bar
 from icrl_gym.registry import agent_names
 from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import DistContext
@@ -72,6 +70,9 @@ from icrl_gym.training.loop import (
     wrap_ddp,
 )
 from icrl_gym.training.state import RunState, TrainingState, legacy_state, set_rng_state
+from icrl_gym.utils.cli import ConfigParser
+from icrl_gym.utils.fileio import RunLog
+from icrl_gym.utils.progress import progress_bar
 
 VALIDATION_SEED_OFFSET = 900_000
 """Validation data use seed ``10**6 * seed + VALIDATION_SEED_OFFSET``; chunks use smaller offsets."""

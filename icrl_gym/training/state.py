@@ -13,7 +13,7 @@ JSON record (history, wall time, ...).  In the run folder:
   (``torch.save``; read with ``weights_only=True``: loading executes no code);
 - ``resume.json``: the manifest, the one file that says which state is current: the step, the
   configuration, the record, and the relative path, size and SHA-256 of every file of the state,
-  with the hash of its own content (``content_sha256``, :func:`icrl_gym.fileio.content_sha256`).
+  with the hash of its own content (``content_sha256``, :func:`icrl_gym.utils.fileio.content_sha256`).
 
 :meth:`RunState.save` writes every payload file atomically under its step's name, then replaces
 the manifest atomically (the commit), and only then deletes what the new manifest no longer
@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, checkpoint_files, read_checkpoint, save_checkpoint
-from icrl_gym.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, json_round_trip
+from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, json_round_trip
 
 FORMAT = "icrl-gym-training-state"
 FORMAT_VERSION = 1

@@ -278,7 +278,7 @@ def _trajectory_header_flips(tmp: Path) -> Outcome:
 
 def _forged(tmp: Path, name: str, edit: Callable[[dict[str, np.ndarray], dict[str, Any]], None]) -> Path:
     """The dataset with its arrays and record edited by ``edit`` and its content hash recomputed (a consistent file)."""
-    from icrl_gym.fileio import CONTENT_HASH_FIELD, content_sha256
+    from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, content_sha256
 
     path = _trajectory_file(tmp)
     with np.load(path) as stored:

@@ -570,12 +570,12 @@ def environment(name: str, value: str) -> Iterator[None]:
 
 def _gittins_with_cache(cache: Path, keep: Path) -> Outcome:
     """The Gittins agent with ``$ICRL_GYM_GITTINS_CACHE=cache``: it must act, warn once, and leave ``keep`` alone."""
-    from icrl_gym.gittins import CACHE_ENV
+    from icrl_gym.estimators.gittins import CACHE_ENV
 
     before = snapshot(keep)
     env = gym.make("ICRL-BernoulliBandit-v0", horizon=20).unwrapped
     obs, info = env.reset(seed=0)
-    import icrl_gym.gittins as gittins
+    import icrl_gym.estimators.gittins as gittins
 
     fresh = replaced(gittins, "_TABLES", {})  # as in a new process: no table in memory yet
     with fresh, environment(CACHE_ENV, str(cache)), warnings.catch_warnings(record=True) as caught:
@@ -611,7 +611,7 @@ def _gittins_cache_below_file(tmp: Path) -> Outcome:
 @probe("ICRL_GYM_GITTINS_CACHE pointing at a folder that cannot be written", Section.CRASH)
 def _gittins_cache_read_only(tmp: Path) -> Outcome:
     """A read-only folder (the write is refused as the OS refuses it, so that the probe holds as root too)."""
-    import icrl_gym.gittins as gittins
+    import icrl_gym.estimators.gittins as gittins
 
     def refuse(path: Any, write: Any) -> None:
         raise PermissionError(13, "Permission denied", str(path))
@@ -623,7 +623,7 @@ def _gittins_cache_read_only(tmp: Path) -> Outcome:
 
 @probe("ICRL_GYM_GITTINS_CACHE set to an empty string", Section.CRASH)
 def _gittins_cache_empty(tmp: Path) -> Outcome:
-    from icrl_gym.gittins import CACHE_ENV, gittins_cache_dir
+    from icrl_gym.estimators.gittins import CACHE_ENV, gittins_cache_dir
 
     with environment(CACHE_ENV, ""):
         where = gittins_cache_dir()
@@ -638,8 +638,8 @@ def _gittins_cache_empty(tmp: Path) -> Outcome:
 
 @probe("Gittins cache file truncated", Section.SILENT)
 def _gittins_cache_truncated(tmp: Path) -> Outcome:
-    import icrl_gym.gittins as gittins
-    from icrl_gym.gittins import cached_gittins_table, gittins_cache_path, gittins_table
+    import icrl_gym.estimators.gittins as gittins
+    from icrl_gym.estimators.gittins import cached_gittins_table, gittins_cache_path, gittins_table
 
     cache = tmp / "cache"
     with replaced(gittins, "_TABLES", {}):  # a fresh process: no table in memory

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from icrl_gym.fileio import atomic_write
-from icrl_gym.statistics import ArmStatistics
+from icrl_gym.estimators.statistics import ArmStatistics
+from icrl_gym.utils.fileio import atomic_write
 
 
 class GittinsTable:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from icrl_gym.fileio import DEVICE
+from icrl_gym.config import DEVICE
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` -> CUDA when available, else CPU; ``"cpu"``, ``"mps"``, ``"cuda"``, ``"cuda:N"`` as named.
 
-    The names are the ones every configuration admits (:data:`icrl_gym.fileio.DEVICE`, one rule for
+    The names are the ones every configuration admits (:data:`icrl_gym.config.DEVICE`, one rule for
     both); anything else is a ``ValueError`` naming them.  Asking for CUDA on a machine without it is
     a ``ValueError`` that says so, here rather than at the first tensor moved.
     """

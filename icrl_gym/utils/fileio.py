@@ -1,25 +1,23 @@
-"""Small shared helpers for artefacts: atomic writes, strict dataclass (de)serialisation and field checks."""
+"""Small shared helpers for artefacts: atomic writes, canonical JSON and content hashes, run logs.
+
+Configuration classes and their field rules live in :mod:`icrl_gym.config`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import math
 import os
-import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import numpy as np
 
 T = TypeVar("T")
-C = TypeVar("C", bound="DictConfig")  # typing.Self needs Python 3.11; the package supports 3.10
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
@@ -107,30 +105,6 @@ def content_sha256(record: Mapping[str, Any], arrays: Mapping[str, np.ndarray] |
     return digest.hexdigest()
 
 
-def dataclass_from_dict(cls: type[T], data: dict[str, Any]) -> T:
-    """Build dataclass ``cls`` from ``data``; unknown keys are an error, not silently dropped."""
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{cls.__name__} is not a dataclass")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} fields {unknown}; known fields are {sorted(known)}")
-    return cls(**data)
-
-
-class DictConfig:
-    """Mixin of the configuration dataclasses: a JSON-ready dict and back, unknown keys an error."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
-        """Inverse of :meth:`to_dict` (unknown keys are an error, not silently dropped)."""
-        return dataclass_from_dict(cls, data)
-
-
 class RunLog:
     """Progress lines ``[HH:MM:SS] msg`` appended to a log file (``None``: none) and echoed to stderr."""
 
@@ -145,70 +119,3 @@ class RunLog:
                 fh.write(line + "\n")
         if self.echo:
             print(line, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """The values a configuration field accepts: a number in a range, one of a few words, or a pattern."""
-
-    low: float = -math.inf
-    """Smallest allowed number (excluded when ``strict``)."""
-    high: float = math.inf
-    """Largest allowed number."""
-    strict: bool = False
-    """Whether ``low`` itself is refused."""
-    integer: bool = False
-    """Whether the number must be an int."""
-    choices: tuple[str, ...] = ()
-    """The allowed words (then the bounds do not apply)."""
-    pattern: str = ""
-    """A regular expression the whole string must match, described by ``text``."""
-    text: str = ""
-    """How the allowed values read in the error (for ``pattern``)."""
-
-    def admits(self, value: Any) -> bool:
-        """Whether ``value`` is allowed (never a bool for a number, never NaN or an infinity)."""
-        if self.choices:
-            return value in self.choices
-        if self.pattern:
-            return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
-        kind = int if self.integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
-            return False
-        return (value > self.low if self.strict else value >= self.low) and value <= self.high
-
-    def __str__(self) -> str:
-        if self.choices:
-            return "one of " + ", ".join(map(repr, self.choices))
-        if self.pattern:
-            return self.text or f"a string matching {self.pattern!r}"
-        what = "an integer" if self.integer else "a finite number"
-        low, high = (self._shown(self.low), self._shown(self.high))
-        if self.low > -math.inf and self.high < math.inf:
-            return f"{what} in {'(' if self.strict else '['}{low}, {high}]"
-        if self.low > -math.inf:
-            return f"{what} {'>' if self.strict else '>='} {low}"
-        return f"{what} <= {high}" if self.high < math.inf else what
-
-    def _shown(self, bound: float) -> str:
-        """A bound as the error shows it: an integer field's in full (2**63 - 1 is not 9.22337e+18)."""
-        return str(int(bound)) if self.integer and math.isfinite(bound) else f"{bound:g}"
-
-
-POSITIVE_INT = Allowed(low=1, integer=True)
-NONNEGATIVE_INT = Allowed(low=0, integer=True)
-POSITIVE = Allowed(low=0, strict=True)
-NONNEGATIVE = Allowed(low=0)
-DEVICE = Allowed(pattern=r"auto|cpu|mps|cuda(:\d+)?", text="'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'")
-
-
-def check_fields(config: Any, allowed: dict[str, Allowed]) -> None:
-    """One ``ValueError`` naming every field of ``config`` that ``allowed`` refuses, its value and what is allowed."""
-    name = type(config).__name__
-    problems = [
-        f"{name}.{field} must be {rule}, got {getattr(config, field)!r}"
-        for field, rule in allowed.items()
-        if not rule.admits(getattr(config, field))
-    ]
-    if problems:
-        raise ValueError("; ".join(problems))

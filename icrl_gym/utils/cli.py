@@ -31,7 +31,7 @@ import typing
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from icrl_gym.progress import set_quiet
+from icrl_gym.utils.progress import set_quiet
 
 T = TypeVar("T")
 
@@ -187,7 +187,7 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
     """The parser of ``[CONFIG.json] [--set key=value ...]`` for the configuration dataclass ``config_cls``.
 
     Add the entry point's own flags with ``add_argument``, then call :meth:`parse_config`.
-    ``config_cls`` must build from a dict (``from_dict``, see :class:`icrl_gym.fileio.DictConfig`) and
+    ``config_cls`` must build from a dict (``from_dict``, see :class:`icrl_gym.config.DictConfig`) and
     raise ``ValueError`` for impossible values; ``config_required`` makes CONFIG.json positional
     and mandatory where the defaults make no run of their own.
     """

@@ -5,7 +5,7 @@ In-context pretraining is usually compared with meta-RL trained *online* (PPO ac
 are offered (``features``):
 
 - ``"statistics"``: an MLP on the experts' sufficient statistics (one estimator, shared with the
-  experts in :mod:`icrl_gym.statistics`).  Bernoulli (one-hot arms): per arm N_k / T, the mean
+  experts in :mod:`icrl_gym.estimators.statistics`).  Bernoulli (one-hot arms): per arm N_k / T, the mean
   S_k / N_k (1/2 before the first pull) and 1 / sqrt(N_k + 1), and t / T.  Linear: the action
   set, the ridge estimate w_t = V_t^{-1} b_t (lambda = 1), per arm <a_k, w_t> and
   sqrt(a_k^T V_t^{-1} a_k), and t / T.
@@ -34,9 +34,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from icrl_gym.algorithm import one_hot
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, CheckpointRecord, read_checkpoint
-from icrl_gym.device import resolve_device
-from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
-from icrl_gym.fileio import (
+from icrl_gym.config import (
     DEVICE,
     NONNEGATIVE,
     NONNEGATIVE_INT,
@@ -46,7 +44,9 @@ from icrl_gym.fileio import (
     DictConfig,
     check_fields,
 )
-from icrl_gym.statistics import ArmStatistics, RidgeStatistics
+from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.estimators.statistics import ArmStatistics, RidgeStatistics
+from icrl_gym.utils.device import resolve_device
 
 FEATURES = ("statistics", "prev_action_reward")
 ALGOS = ("ppo", "recurrent_ppo")

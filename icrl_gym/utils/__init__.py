@@ -1,0 +1,1 @@
+"""Plumbing shared by every layer: atomic file writes, the command-line parser, progress bars, the torch device."""

@@ -418,7 +418,8 @@ def check_compatible(
     A run may be shorter than the model's capacity (T for a bandit, K episodes for an MDP), as an
     out-of-distribution use, but not longer.  The family, the exact fields and the length field of a
     kind are its row of :data:`KINDS` (a generalist plays any size: only its kind of arms and rewards
-    are compared).  Fields the environment does not state are not compared.
+    are compared).  Fields the environment does not state are not compared.  The error says what the
+    model plays (its row's ``plays``) and names every field that differs.
     """
     record = record if isinstance(record, CheckpointRecord) else CheckpointRecord.from_meta(record)
     env = {k: info[k] for k in SIZE_FIELDS if info.get(k) is not None}
@@ -426,9 +427,10 @@ def check_compatible(
     trained = record.env
     entry = record.kind.entry
     seen = _family(env)
+    refused = f"{name} does not fit the environment: it plays {entry.plays}"
     if seen is not None and seen is not entry.family:
         raise CheckpointError(
-            f"{name} does not fit the environment: environment={entry.family.value!r} in the checkpoint "
+            f"{refused}; environment={entry.family.value!r} in the checkpoint "
             f"(a {record.kind.value}), environment={seen.value!r} in the environment"
         )
     problems = [
@@ -444,4 +446,4 @@ def check_compatible(
             f"{length}={env[length]} in the environment"
         )
     if problems:
-        raise CheckpointError(f"{name} does not fit the environment: " + "; ".join(problems))
+        raise CheckpointError(f"{refused}; " + "; ".join(problems))

@@ -97,9 +97,9 @@ class MDPSpec(DictConfig):
             object.__setattr__(self, f.name, plain(getattr(self, f.name)))
         problems = []
         kind = MDPKind.lookup(self.kind)  # a word becomes its member (records and configs hold the words)
-        object.__setattr__(self, "kind", kind)
         if kind is None:
             problems.append(MDPKind.problem("kind", self.kind))
+        object.__setattr__(self, "kind", kind)
         for name, low in (("num_states", 1), ("num_actions", 1), ("horizon", 1), ("episodes", 1), ("size", 0)):
             if (problem := integer_problem(name, getattr(self, name), low)) is not None:
                 problems.append(problem)

@@ -126,17 +126,24 @@ def resolve_horizon(info: Mapping[str, Any], default: int | None = None, agent: 
     integer (``2.7`` is refused, never truncated); none at all is a ``ValueError`` naming the ways to
     give one.
     """
+    given = _reset_horizon(info)
+    if given is not None:
+        return given
     model = read_env_model(info)
-    from_model = None if model is None else model.spec.horizon
-    for source, value in (("reset", info.get("horizon")), ("the environment's model", from_model)):
-        if value is not None:
-            return check_integer(f"horizon (from {source})", value)
+    if model is not None:  # the spec has checked it
+        return model.spec.horizon
     if default is None:
         raise ValueError(
             f"{agent} needs the horizon T: reset with the environment's info, or reset(..., horizon=T), "
             "or give horizon= to its constructor"
         )
     return check_integer("horizon", default)
+
+
+def _reset_horizon(info: Mapping[str, Any]) -> int | None:
+    """The horizon the reset itself gives (its keyword or the info's own ``horizon``), checked; None without one."""
+    value = info.get("horizon")
+    return None if value is None else check_integer("horizon (from reset)", value)
 
 
 ObsT = TypeVar("ObsT")
@@ -187,6 +194,7 @@ class Agent(Generic[ObsT]):
         merged = {**(info or {}), **{k: v for k, v in fields.items() if v is not None}}
         if rng is not None:
             self.rng = rng
+        _reset_horizon(merged)  # the reset's own T first, as resolve_horizon reads it, then the environment's model
         self.env_model = read_env_model(merged)
         self.reset_info = merged
         self._last = None

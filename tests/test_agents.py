@@ -20,6 +20,7 @@ from agents import (
 from icrl_gym.data.trajectories import collect_trajectories, evaluate_regret
 from icrl_gym.envs import LinearBanditVectorEnv, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.estimators.statistics import RidgeStatistics
+from tests.helpers import play_steps
 
 
 # ----------------------------------------------------------------------------- slow references
@@ -94,13 +95,7 @@ def _play(env, spec, steps):
     obs, info = env.reset(seed=11)
     agent = make_agent(spec, seed=0)
     agent.reset(info)
-    actions = []
-    for _ in range(steps):
-        a = agent.act(obs)
-        obs, r, *_ = env.step(a)
-        agent.update(a, r)
-        actions.append(a)
-    return actions
+    return play_steps(agent, env, steps, obs)[0]
 
 
 @pytest.mark.parametrize("name", ["linucb", "soft_linucb", "linear_ts", "uniform", "emp", "optimal", "mixture"])

@@ -14,7 +14,7 @@ from icrl_gym.envs.tabular_mdp import RandomMDPEnv
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.policy import PolicyOutput
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
-from tests.builders import random_weights
+from tests.helpers import random_weights
 
 SMALL_MDP = dict(num_states=3, num_actions=2, horizon=3, episodes=2)
 

@@ -12,7 +12,7 @@ from icrl_gym.checkpoint import read_checkpoint
 from icrl_gym.envs import MDPSpec, bernoulli_bandit_spec
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.pretrain import pretrain
-from tests.builders import tiny_finetune_config, tiny_generalist_config, tiny_pretrain_config
+from tests.helpers import tiny_finetune_config, tiny_generalist_config, tiny_pretrain_config
 
 
 def _config(out_dir, env, context):

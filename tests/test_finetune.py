@@ -8,7 +8,7 @@ from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training.finetune import FinetuneConfig, advantages, finetune, policy_gradient_loss
 from icrl_gym.training.pretrain import export, pretrain
-from tests.builders import TINY_DECODER, tiny_finetune_config, tiny_pretrain_config
+from tests.helpers import TINY_DECODER, tiny_finetune_config, tiny_pretrain_config
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from icrl_gym.envs.validation import memory_limit
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.registry import agent_class, agent_names, make_agent
-from tests.builders import LINEAR_EXPERTS, random_weights
+from tests.helpers import LINEAR_EXPERTS, random_weights
 
 ACCEPTED = (ValueError, TypeError)
 """The errors a bad input may raise (a ``CheckpointError`` or ``MemoryLimitError`` is a ``ValueError``)."""

@@ -13,7 +13,7 @@ from icrl_gym.estimators.gittins import build_gittins_table, gittins_table
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.generalist import train
-from tests.builders import tiny_generalist_config
+from tests.helpers import tiny_generalist_config
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
 

@@ -17,7 +17,7 @@ from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.training.pretrain import PretrainConfig, learning_rate, pretrain
 from icrl_gym.utils.device import resolve_device
-from tests.builders import tiny_pretrain_config
+from tests.helpers import tiny_pretrain_config
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 16, "layout": "compact"}
 

@@ -18,7 +18,7 @@ from icrl_gym.training import finetune as finetune_module
 from icrl_gym.training import generalist, linear_generalist, pretrain
 from icrl_gym.training.loop import RENAMED_FIELDS, upgrade_config
 from icrl_gym.training.state import LOCK_FILE, RunFolderBusy, RunFolderLock, TrainingStateError
-from tests.builders import TINY_GENERALIST, tiny_generalist_config, tiny_pretrain_config
+from tests.helpers import TINY_GENERALIST, tiny_generalist_config, tiny_pretrain_config
 
 LINEAR_MODEL = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "readouts": 2}
 

@@ -9,7 +9,7 @@ from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training.curves import COLUMNS, TrainingCurves, read_curves, tensorboard_available
 from icrl_gym.training.pretrain import pretrain
 from icrl_gym.utils.progress import bars_enabled, progress_bar, set_quiet
-from tests.builders import tiny_pretrain_config
+from tests.helpers import tiny_pretrain_config
 
 
 def test_curves_append_rows_with_one_header(tmp_path):

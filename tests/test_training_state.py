@@ -36,7 +36,7 @@ from icrl_gym.training.state import (
     set_rng_state,
 )
 from icrl_gym.utils.fileio import content_sha256
-from tests.builders import tiny_finetune_config, tiny_generalist_config, tiny_pretrain_config
+from tests.helpers import tiny_finetune_config, tiny_generalist_config, tiny_pretrain_config
 
 # --- tiny runs of the three trainers: states at steps 0, 2, 4, 6 -------------------------------
 

@@ -19,7 +19,7 @@ from icrl_gym.envs.dark_room import DarkRoomVectorEnv
 from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv
 from icrl_gym.envs.mdp_env import TabularMDPEnv
 from icrl_gym.envs.validation import MEMORY_ENV, MemoryLimitError, max_memory_bytes, memory_limit
-from tests.builders import LINEAR_EXPERTS
+from tests.helpers import LINEAR_EXPERTS
 
 NAN, INF = float("nan"), float("inf")
 MDP_AGENTS = ["mdp_uniform", "mdp_optimal", "ucbvi", "psrl", "posterior_optimal_action"]

@@ -1,4 +1,4 @@
-"""What many tests build: tiny trainer configurations (runs of a few seconds) and models with random weights.
+"""What many tests use: tiny trainer configurations (runs of a few seconds), models with random weights, a play loop.
 
 Each builder holds the sizes of a tiny run once; a test passes as keywords only the fields its check
 depends on (a longer run, another environment, a DAgger start), so what a test changes stands out.
@@ -65,3 +65,14 @@ def random_weights(model: torch.nn.Module) -> torch.nn.Module:
             if "ln_" not in name:
                 p.normal_(0, 0.3)
     return model.eval()
+
+
+def play_steps(agent: Any, env: Any, steps: int, obs: Any) -> tuple[list[Any], Any]:
+    """``agent`` plays ``steps`` steps of ``env`` from observation ``obs``: its actions and the last observation."""
+    actions = []
+    for _ in range(steps):
+        a = agent.act(obs)
+        obs, r, *_ = env.step(a)
+        agent.update(a, r)
+        actions.append(a)
+    return actions, obs

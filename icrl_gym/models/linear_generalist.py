@@ -51,8 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.config import DictConfig
-from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
+from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig, step_features
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 D_MAX = 8
@@ -60,17 +59,15 @@ D_MAX = 8
 
 
 @dataclass
-class LinearGeneralistConfig(DictConfig):
-    """Architecture of :class:`LinearGeneralistTransformer` (nothing here depends on d <= d_max, A or T)."""
+class LinearGeneralistConfig(ArmTokenConfig):
+    """Architecture of :class:`LinearGeneralistTransformer` (nothing here depends on d <= d_max, A or T).
 
-    d_model: int = 64
-    """Width D of the arm tokens."""
-    n_heads: int = 4
-    """Heads H of every cross- and self-attention (D must be a multiple of H)."""
+    The shared shape (:class:`~icrl_gym.models.generalist.ArmTokenConfig`) with L = 4 blocks of [linear
+    cross-attention, arm self-attention, MLP]; the arm tokens are the only tokens.
+    """
+
     n_layers: int = 4
     """Number L of [linear cross-attention, arm self-attention, MLP] blocks."""
-    mlp_ratio: int = 4
-    """Hidden width of the MLPs as a multiple of D."""
     readouts: int = 8
     """Bilinear readouts x_k^T U_j h_k fed to every MLP."""
     arm_normaliser: bool = True
@@ -378,8 +375,6 @@ class LinearGeneralistTransformer(nn.Module):
 
     def __init__(self, config: LinearGeneralistConfig) -> None:
         super().__init__()
-        if config.d_model % config.n_heads:
-            raise ValueError(f"d_model={config.d_model} is not a multiple of n_heads={config.n_heads}")
         self.config = config
         d = config.d_model
         self.arm_in = nn.Linear(config.arm_features, d)

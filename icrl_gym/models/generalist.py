@@ -131,7 +131,7 @@ class CrossAttention(nn.Module):
 class ArmSelfAttention(nn.Module):
     """Attention across the K arm tokens of one step (no mask, no positions: permutation-equivariant)."""
 
-    def __init__(self, config: GeneralistConfig) -> None:
+    def __init__(self, config: ArmTokenConfig) -> None:
         super().__init__()
         d, h = config.d_model, config.n_heads
         self.n_heads, self.head_dim = h, d // h

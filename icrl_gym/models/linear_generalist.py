@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icrl_gym.models import generalist
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig, step_features
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
@@ -222,17 +223,13 @@ class LinearCrossAttention(nn.Module):
         return self.out(y.reshape(b, nq, na, d))
 
 
-class ArmSelfAttention(nn.Module):
-    """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant)."""
+class ArmSelfAttention(generalist.ArmSelfAttention):
+    """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant).
 
-    def __init__(self, config: LinearGeneralistConfig) -> None:
-        super().__init__()
-        d, h = config.d_model, config.n_heads
-        self.n_heads, self.head_dim = h, d // h
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d)
+    The layers are the Bernoulli generalist's; the softmax is written out so that padded arms can be masked.
+    """
 
-    def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, Q, A, D) with ``arm_mask`` (B, A) (True: a real arm) or None -> (B, Q, A, D)."""
         b, nq, na, d = arms.shape
         q, k, v = self.qkv(arms).view(b * nq, na, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)

@@ -41,12 +41,11 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.speed.timing import interleaved, threads, timed, train_step
+from benchmarks.speed.timing import interleaved, parse_config, threads, timed, train_step
 from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
 from icrl_gym.models import mdp_transformer, transformer
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
-from icrl_gym.utils.cli import ConfigParser
 from icrl_gym.utils.device import resolve_device
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
@@ -188,7 +187,7 @@ def gemm_gflops(n: int, device: torch.device) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure and print the table."""
-    args, _ = ConfigParser(TrainingSpeedConfig, "benchmarks.speed.training_speed", __doc__ or "").parse_config(argv)
+    args = parse_config(TrainingSpeedConfig, argv)
     device = resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     ref_tf, ref_mdp = load_reference(args.reference)

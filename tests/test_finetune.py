@@ -14,16 +14,12 @@ from tests.helpers import TINY_DECODER, tiny_finetune_config, tiny_pretrain_conf
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("base")
-    cfg = tiny_pretrain_config(
-        tmp / "run",
-        env=bernoulli_bandit_spec(num_arms=2, horizon=10).to_dict(),
-        context={"name": "uniform"},
-        model={**TINY_DECODER, "n_head": 2, "n_embd": 16},
-        trajectories_per_chunk=64,
-        steps=2,
-        batch_size=32,
-        val_trajectories=32,
-    )
+    env = bernoulli_bandit_spec(num_arms=2, horizon=10).to_dict()
+    model = {**TINY_DECODER, "n_head": 2, "n_embd": 16}
+    sizes = dict(trajectories_per_chunk=64, batch_size=32, val_trajectories=32)
+    # two steps at the start of the default warm-up (200 steps to lr 1e-3): weights close to their initial ones
+    schedule = dict(steps=2, lr=1e-3, warmup_steps=200)
+    cfg = tiny_pretrain_config(tmp / "run", env=env, context={"name": "uniform"}, model=model, **sizes, **schedule)
     model, meta = pretrain(cfg, echo=False)
     return export(model, meta, tmp / "tiny")
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from agents.learned.transformer import TransformerAgent
-from benchmarks.speed.timing import TimedConfig, interleaved, timed, train_step
+from benchmarks.speed.timing import RolloutSize, TimedConfig, interleaved, timed, train_step
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.config import POSITIVE_INT, Allowed
 from icrl_gym.envs import BanditBatch, linear_bandit_spec
@@ -36,13 +36,9 @@ from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 
 @dataclass
-class RolloutThroughputConfig(TimedConfig):
-    """What :func:`main` measures (and the rounds of the training step and the threads of :class:`TimedConfig`)."""
+class RolloutThroughputConfig(TimedConfig, RolloutSize):
+    """What :func:`main` measures: the rollout's size, the rounds of the training step, the threads and the below."""
 
-    instances: int = 1000
-    """Instances rolled out at once."""
-    steps: int = 200
-    """Steps of the cached rollout (T)."""
     probes: int = 9
     """Prefix lengths timed for the recompute path."""
     threads: int = 2

@@ -40,6 +40,16 @@ def parse_config(config: type[C], argv: list[str] | None) -> C:
 
 
 @dataclass
+class RolloutSize(DictConfig):
+    """The cached rollout a script times: ``instances`` runs of the paper model at once, for ``steps`` steps."""
+
+    instances: int = 1000
+    """Instances rolled out at once."""
+    steps: int = 200
+    """Steps of the rollout (T)."""
+
+
+@dataclass
 class TimedConfig(DictConfig):
     """What a script that times rounds in one process is told: the rounds and torch's CPU threads."""
 

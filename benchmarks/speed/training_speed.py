@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.speed.timing import interleaved, parse_config, threads, timed, train_step
-from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
+from benchmarks.speed.timing import RolloutSize, interleaved, parse_config, threads, timed, train_step
+from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, check_fields
 from icrl_gym.models import mdp_transformer, transformer
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
@@ -54,8 +54,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class TrainingSpeedConfig(DictConfig):
-    """What :func:`main` measures."""
+class TrainingSpeedConfig(RolloutSize):
+    """What :func:`main` measures: the rollout's size (:class:`~benchmarks.speed.timing.RolloutSize`) and the below."""
 
     threads: list[int] = field(default_factory=lambda: [1, 2])
     """torch CPU thread counts, measured one after the other."""
@@ -63,10 +63,6 @@ class TrainingSpeedConfig(DictConfig):
     """Timed rounds after one warm-up round."""
     batch: int = 64
     """Sequences per training step."""
-    instances: int = 1000
-    """Instances of the rollout."""
-    steps: int = 200
-    """Steps of the rollout."""
     gemm: int = 1024
     """Size of the yardstick matmul (square)."""
     paper: bool = True

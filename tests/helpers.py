@@ -33,7 +33,7 @@ LINEAR_EXPERTS = (
 """The registered experts of the linear bandit."""
 
 
-def tiny_pretrain_config(out_dir: str | Path, **overrides: Any) -> PretrainConfig:
+def tiny_pretrain_config(out_dir: str | Path, /, **overrides: Any) -> PretrainConfig:
     """Pretraining on UCB's actions (AD labels) on a 2-armed Bernoulli bandit of T = 6: 6 steps of batch 8."""
     env = bernoulli_bandit_spec(num_arms=2, horizon=6).to_dict()
     learner = dict(name="tiny", env=env, context={"name": "ucb"}, label="ad", model=TINY_DECODER)
@@ -42,7 +42,7 @@ def tiny_pretrain_config(out_dir: str | Path, **overrides: Any) -> PretrainConfi
     return PretrainConfig(**{**learner, **sizes, **schedule, "out_dir": str(out_dir), **overrides})
 
 
-def tiny_generalist_config(out_dir: str | Path, table_cache: str | Path, **overrides: Any) -> GeneralistTrainConfig:
+def tiny_generalist_config(out_dir: str | Path, table_cache: str | Path, /, **overrides: Any) -> GeneralistTrainConfig:
     """The Bernoulli generalist trainer on K <= 3, T in [4, 8]: 6 steps, DAgger from step 3, no evaluation."""
     prior = dict(max_arms=3, min_horizon=4, max_horizon=8)
     batches = dict(queries=2, cost_per_batch=1e3, max_batch=4, dagger_start=3, dagger_fraction=0.5)
@@ -51,7 +51,7 @@ def tiny_generalist_config(out_dir: str | Path, table_cache: str | Path, **overr
     return GeneralistTrainConfig(**{"model": TINY_GENERALIST, **prior, **batches, **schedule, **folders, **overrides})
 
 
-def tiny_finetune_config(base: str | Path, out_dir: str | Path, **overrides: Any) -> FinetuneConfig:
+def tiny_finetune_config(base: str | Path, out_dir: str | Path, /, **overrides: Any) -> FinetuneConfig:
     """Fine-tuning the checkpoint ``base``: 6 iterations of 4 runs, validated on 8 runs every 2 iterations."""
     schedule = dict(iterations=6, runs_per_iteration=4, lr=1e-2, val_runs=8, eval_every=2, device="cpu")
     return FinetuneConfig(**{"base": str(base), **schedule, "out_dir": str(out_dir), **overrides})

@@ -14,7 +14,6 @@ instances *and* the same noise (common random numbers).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -284,13 +283,6 @@ def draw_instance_priors(spec: BanditSpec, rng: np.random.Generator, n: int) -> 
         "prior_member": draw.member,
         **{f"hyper_{k}": v for k, v in draw.hyper.items()},
     }
-
-
-def split_model(model: Mapping[str, Any]) -> tuple[BanditSpec, dict[str, Any] | None]:
-    """An environment's reset ``info["model"]`` as its :class:`BanditSpec` and per-instance part (or None)."""
-    data = dict(model)
-    instance = data.pop("instance", None)
-    return BanditSpec.from_dict(data), instance
 
 
 def sample_action_sets(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -23,21 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
-from icrl_gym.envs.vector import (
-    RENDER_FPS,
-    RENDER_MODES,
-    BatchVectorEnv,
-    check_env_memory,
-    check_options,
-    check_render_mode,
-    render_text,
-)
+from icrl_gym.envs.vector import BatchVectorEnv, SingleRunEnv, check_env_memory, check_options
 
 
 def _observation_space(spec: BanditSpec) -> spaces.Box:
@@ -68,25 +59,22 @@ def _describe(batch: BanditBatch, last: tuple[np.ndarray, np.ndarray] | None) ->
     return header, runs
 
 
-class BanditEnv(gym.Env):
+class BanditEnv(SingleRunEnv):
     """One bandit run as a Gymnasium environment (a :class:`BanditBatch` of size one)."""
 
-    metadata: dict[str, Any] = {"render_modes": RENDER_MODES, "render_fps": RENDER_FPS}
+    _batch: BanditBatch | None
+    describe = staticmethod(_describe)
 
     def __init__(self, spec: BanditSpec, max_memory_gib: float | None = None, render_mode: str | None = None) -> None:
         """``max_memory_gib`` raises the memory limit (:func:`~icrl_gym.envs.validation.check_memory`).
 
         ``render_mode="ansi"`` makes :meth:`render` return a text description of the current step.
         """
-        self.render_mode = check_render_mode(render_mode)
         check_env_memory(
             spec.memory_bytes(1), spec.num_actions * spec.dim, None, "a bandit environment", max_memory_gib
         )
         self.bandit_spec, self.max_memory_gib = spec, max_memory_gib
-        self.observation_space = _observation_space(spec)
-        self.action_space = spaces.Discrete(spec.num_actions)
-        self._batch: BanditBatch | None = None
-        self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._init_spaces(_observation_space(spec), spec.num_actions, render_mode)
 
     @property
     def w_star(self) -> np.ndarray:
@@ -134,12 +122,6 @@ class BanditEnv(gym.Env):
         }
         return self._obs(), float(out["reward"][0]), batch.done, False, info
 
-    def render(self) -> str:
-        """With ``render_mode="ansi"``: the step, the last pull and its reward, the current best arm."""
-        if self._batch is None:
-            raise RuntimeError("call reset() before render()")
-        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=False)
-
 
 class BanditVectorEnv(BatchVectorEnv):
     """B bandit runs stepped as arrays: the native batched version of :class:`BanditEnv`.
@@ -147,6 +129,9 @@ class BanditVectorEnv(BatchVectorEnv):
     All runs have the same length T, so they terminate together; the following ``step`` call
     resets every run to a new instance (``AutoresetMode.NEXT_STEP``) and returns zero rewards.
     """
+
+    _batch: BanditBatch | None
+    describe = staticmethod(_describe)
 
     def __init__(
         self,
@@ -167,8 +152,6 @@ class BanditVectorEnv(BatchVectorEnv):
         )
         self.bandit_spec, self.max_memory_gib = spec, max_memory_gib
         self._init_spaces(num_envs, _observation_space(spec), spec.num_actions, render_mode, autoreset_mode)
-        self._batch: BanditBatch | None = None
-        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def batch(self) -> BanditBatch:
@@ -216,9 +199,3 @@ class BanditVectorEnv(BatchVectorEnv):
         self._autoreset = batch.done
         terminated = np.full(self.num_envs, batch.done)
         return self._obs(), out["reward"], terminated, np.zeros(self.num_envs, dtype=bool), info
-
-    def render(self) -> str:  # type: ignore[override]
-        """With ``render_mode="ansi"``: the step, then per run the last pull, its reward and the current best arm."""
-        if self._batch is None:
-            raise RuntimeError("call reset() before render()")
-        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=True)

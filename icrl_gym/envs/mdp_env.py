@@ -15,21 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
-from icrl_gym.envs.vector import (
-    RENDER_FPS,
-    RENDER_MODES,
-    BatchVectorEnv,
-    check_env_memory,
-    check_options,
-    check_render_mode,
-    render_text,
-)
+from icrl_gym.envs.vector import BatchVectorEnv, SingleRunEnv, check_env_memory, check_options
 
 
 def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
@@ -83,10 +74,11 @@ def _describe(batch: MDPBatch, last: tuple[np.ndarray, np.ndarray] | None) -> tu
     return header, runs
 
 
-class TabularMDPEnv(gym.Env):
+class TabularMDPEnv(SingleRunEnv):
     """One tabular-MDP in-context run as a Gymnasium environment (a :class:`MDPBatch` of size one)."""
 
-    metadata: dict[str, Any] = {"render_modes": RENDER_MODES, "render_fps": RENDER_FPS}
+    _batch: MDPBatch | None
+    describe = staticmethod(_describe)
 
     def __init__(
         self,
@@ -100,16 +92,14 @@ class TabularMDPEnv(gym.Env):
 
         ``render_mode="ansi"`` makes :meth:`render` return a text description of the current step.
         """
-        self.render_mode = check_render_mode(render_mode)
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib
         check_env_memory(
             s.memory_bytes(1), s.num_states + s.horizon, None, f"a {s.kind} MDP environment", max_memory_gib
         )
-        self.observation_space = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
-        self.action_space = spaces.Discrete(s.num_actions)
-        self._batch: MDPBatch | None = None
-        self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._init_spaces(
+            spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32), s.num_actions, render_mode
+        )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw a new MDP from the prior (or take P, R, mu from ``options``) and start its first episode."""
@@ -142,15 +132,12 @@ class TabularMDPEnv(gym.Env):
         obs = mdp_observation(self.mdp_spec, b.state, b.h)[0]
         return obs, float(out["reward"][0]), b.done, False, info
 
-    def render(self) -> str:
-        """With ``render_mode="ansi"``: the episode and step, the state, the last action and its reward."""
-        if self._batch is None:
-            raise RuntimeError("call reset() before render()")
-        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=False)
-
 
 class TabularMDPVectorEnv(BatchVectorEnv):
     """B tabular-MDP runs stepped as arrays; all end together and reset on the next step."""
+
+    _batch: MDPBatch | None
+    describe = staticmethod(_describe)
 
     def __init__(
         self,
@@ -170,8 +157,6 @@ class TabularMDPVectorEnv(BatchVectorEnv):
         check_env_memory(s.memory_bytes(num_envs), s.num_states + s.horizon, num_envs, what, max_memory_gib)
         observation = spaces.Box(0.0, 1.0, shape=(s.num_states + s.horizon,), dtype=np.float32)
         self._init_spaces(num_envs, observation, s.num_actions, render_mode, autoreset_mode)
-        self._batch: MDPBatch | None = None
-        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw B new MDPs."""
@@ -201,9 +186,3 @@ class TabularMDPVectorEnv(BatchVectorEnv):
         }
         obs = mdp_observation(self.mdp_spec, b.state, b.h)
         return obs, out["reward"], np.full(self.num_envs, b.done), np.zeros(self.num_envs, dtype=bool), info
-
-    def render(self) -> str:  # type: ignore[override]
-        """With ``render_mode="ansi"``: the episode and step, then per run the state, last action and reward."""
-        if self._batch is None:
-            raise RuntimeError("call reset() before render()")
-        return render_text(self.render_mode, *_describe(self._batch, self._last), numbered=True)

@@ -1,4 +1,4 @@
-"""What the batched bandit and MDP vector environments share: spaces, seeding and the next-step autoreset."""
+"""What the bandit and MDP environments share: spaces and the text render; vector ones, seeding and the autoreset."""
 
 from __future__ import annotations
 
@@ -102,9 +102,48 @@ def render_text(render_mode: str | None, header: str, runs: list[str], numbered:
     return "\n".join([header, *lines]) + "\n"
 
 
-class BatchVectorEnv(VectorEnv):
+class TextRender:
+    """``render()`` of an environment over a batch core: the core's ``describe(batch, last)`` as text.
+
+    ``render_mode="ansi"`` makes it a header (the step) and one line per run (its last action and reward);
+    a vector environment numbers its runs.
+    """
+
+    render_mode: str | None
+    numbered = False
+    _batch: Any
+    _last: tuple[np.ndarray, np.ndarray] | None
+
+    @staticmethod
+    def describe(batch: Any, last: tuple[np.ndarray, np.ndarray] | None) -> tuple[str, list[str]]:
+        """The header and the per-run lines of ``batch`` after the actions and rewards ``last``."""
+        raise NotImplementedError
+
+    def render(self) -> str:
+        """With ``render_mode="ansi"``: the current step of every run as text (:meth:`describe`)."""
+        if self._batch is None:
+            raise RuntimeError("call reset() before render()")
+        return render_text(self.render_mode, *self.describe(self._batch, self._last), numbered=self.numbered)
+
+
+class SingleRunEnv(TextRender, gym.Env):
+    """One run of a batch core (a batch of one) as a Gymnasium environment."""
+
+    metadata: dict[str, Any] = {"render_modes": RENDER_MODES, "render_fps": RENDER_FPS}
+
+    def _init_spaces(self, observation: spaces.Box, num_actions: int, render_mode: str | None) -> None:
+        """Observations ``observation``, ``Discrete(num_actions)`` actions, ``render_mode`` checked; no batch yet."""
+        self.render_mode = check_render_mode(render_mode)
+        self.observation_space = observation
+        self.action_space = spaces.Discrete(num_actions)
+        self._batch = None
+        self._last = None
+
+
+class BatchVectorEnv(TextRender, VectorEnv):  # type: ignore[misc]  # VectorEnv.render returns a tuple of frames
     """B runs of equal length stepped as arrays: they end together and all reset on the next ``step``."""
 
+    numbered = True
     metadata: dict[str, Any] = {
         "render_modes": RENDER_MODES,
         "render_fps": RENDER_FPS,
@@ -131,6 +170,8 @@ class BatchVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._autoreset = False
+        self._batch = None
+        self._last = None
 
     def _reseed(self, seed: int | None) -> None:
         """Reseed the generator of new instances when ``seed`` is given; a new batch clears the autoreset."""

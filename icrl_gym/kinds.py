@@ -79,16 +79,23 @@ class KindEntry:
     """What the model plays, in words (the environments :func:`check_compatible`'s error says it needs)."""
 
 
+BANDITS_OF_ITS_PRIOR: dict[str, Any] = {
+    "family": EnvFamily.BANDIT,
+    "exact_fields": ("arms", "reward", "dim", "num_actions"),
+    "length_field": "horizon",
+    "plays": "bandits of its training prior (its kind of arms and rewards, d and A; T up to its capacity)",
+}
+"""What a model trained on one bandit prior plays (the paper's transformers, the meta-RL policies): that prior's
+kind of arms and rewards, d and A, and runs up to its capacity."""
+
+
 KINDS: dict[CheckpointKind, KindEntry] = {
     CheckpointKind.BANDIT_TRANSFORMER: KindEntry(
         "icrl_gym.models.transformer:BanditTransformer",
         "icrl_gym.models.transformer:TransformerConfig",
         "transformer",
         "agents.learned.transformer:TransformerAgent",
-        EnvFamily.BANDIT,
-        ("arms", "reward", "dim", "num_actions"),
-        "horizon",
-        plays="bandits of its training prior (its kind of arms and rewards, d and A; T up to its capacity)",
+        **BANDITS_OF_ITS_PRIOR,
     ),
     CheckpointKind.MDP_TRANSFORMER: KindEntry(
         "icrl_gym.models.mdp_transformer:MDPTransformer",
@@ -105,11 +112,8 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "icrl_gym.models.meta_policy:MetaRLConfig",
         "meta_rl",
         "agents.learned.meta_rl:MetaRLAgent",
-        EnvFamily.BANDIT,
-        ("arms", "reward", "dim", "num_actions"),
-        "horizon",
+        **BANDITS_OF_ITS_PRIOR,
         loader="icrl_gym.models.meta_policy:load_policy_module",
-        plays="bandits of its training prior (its kind of arms and rewards, d and A; T up to its capacity)",
     ),
     CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
         "icrl_gym.models.generalist:GeneralistTransformer",

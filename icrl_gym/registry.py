@@ -103,12 +103,15 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
     """Build an agent from its name or its ``config()`` dictionary (plus keyword overrides).
 
     A mixture's ``components`` are specifications themselves; its class is the bandit or the MDP
-    mixture as its components are.  Unknown names and parameters raise ``ValueError``.
+    mixture as its components are.  Unknown names and parameters raise ``ValueError``.  A config's
+    ``model_used`` (the prior and horizon the agent resolved at its last reset) is a record, not a
+    parameter: the agent reads them again from the environment at every reset, so it is left out.
     """
     if isinstance(spec, str):
         spec = {"name": spec}
     params = {**spec, **kwargs}
     name = params.pop("name", None)
+    params.pop("model_used", None)
     cls = agent_class(name)
     if name == MIXTURE:
         components = [make_agent(c) for c in params.pop("components")]

@@ -17,7 +17,6 @@ are read from the environment the agent is reset on (its reset ``info["model"]``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from scipy.special import betaincinv, ndtri
 
 from agents.bandit.index_agent import IndexAgent
 from agents.bandit.linear_posterior import GaussianModelMixin
-from agents.bandit.resolved_model import ResolvedModelMixin
+from agents.bandit.resolved_model import ResolvedModelMixin, resolved
 from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.estimators.statistics import ArmStatistics, gaussian_index
@@ -45,9 +44,7 @@ class _HorizonMixin:
     @property
     def used_horizon(self) -> int:
         """The horizon T resolved at the last reset."""
-        if self._used_horizon is None:
-            raise RuntimeError(f"{type(self).__name__}: call reset() first")
-        return self._used_horizon
+        return resolved(self, self._used_horizon)
 
     def _resolve_horizon(self) -> int:
         return resolve_horizon(self.reset_info, getattr(self, "horizon", None), "Bayes-UCB")
@@ -57,6 +54,7 @@ class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
     """Posterior-quantile index with Beta(a, b) priors (the environment's unless given; T the environment's)."""
 
     name = "bayes_ucb"
+    hyper_parameters = ("c", "horizon", "prior_a", "prior_b")
     stats: ArmStatistics
     binary_rewards = True
 
@@ -66,10 +64,8 @@ class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
         horizon: int | None = None,
         prior_a: float | None = None,
         prior_b: float | None = None,
-        model_used: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(temperature=0.0, seed=seed)
         self.c, self.horizon = float(c), horizon
         self.prior_a, self.prior_b = prior_a, prior_b
@@ -90,17 +86,6 @@ class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.stats.update(actions, rewards)
 
-    def config(self) -> dict[str, Any]:
-        """Hyper-parameters (None: the environment's) and, after a reset, the values used."""
-        out = {
-            "name": self.name,
-            "c": self.c,
-            "horizon": self.horizon,
-            "prior_a": self.prior_a,
-            "prior_b": self.prior_b,
-        }
-        return self._with_used(out)
-
 
 class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
     """Gaussian posterior quantile of <a_{t,k}, w*> (noise and prior from the environment unless given; T its own)."""
@@ -115,10 +100,8 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
         noise_std: float | None = None,
         prior_mean: float | None = None,
         prior_var: float | None = None,
-        model_used: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(temperature=0.0, seed=seed)
         self._init_model(noise_std, prior_mean, prior_var)
         self.c, self.horizon = float(c), horizon

@@ -23,9 +23,7 @@ of B runs are one vectorised rank computation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from math import comb
-from typing import Any
 
 import numpy as np
 
@@ -112,6 +110,7 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
     """Bayes-optimal K-armed Bernoulli bandit policy by dynamic programming (prior and T from the environment)."""
 
     name = "bernoulli_bayes_optimal"
+    hyper_parameters = ("prior_a", "prior_b", "horizon", "max_table_bytes")
     deterministic = True
     binary_rewards = True
 
@@ -121,10 +120,8 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
         prior_b: float | None = None,
         horizon: int | None = None,
         max_table_bytes: int = 512 * 2**20,
-        model_used: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
         self.prior_a, self.prior_b, self.horizon = prior_a, prior_b, horizon
         self.max_table_bytes = int(max_table_bytes)
@@ -182,14 +179,3 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.stats.update(actions, rewards)  # rewards in {0, 1}: checked by the base class (binary_rewards)
-
-    def config(self) -> dict[str, Any]:
-        """Hyper-parameters (None: the environment's) and, after a reset, the values used."""
-        out = {
-            "name": self.name,
-            "prior_a": self.prior_a,
-            "prior_b": self.prior_b,
-            "horizon": self.horizon,
-            "max_table_bytes": self.max_table_bytes,
-        }
-        return self._with_used(out)

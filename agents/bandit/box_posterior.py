@@ -22,7 +22,6 @@ quantile's sort; M = 256, B = 2,000, d = 5, A = 10, T = 200 takes about a minute
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -49,10 +48,8 @@ class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
         num_particles: int = 256,
         c: float = 0.0,
         horizon: int | None = None,
-        model_used: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {rule!r}")

@@ -21,14 +21,13 @@ Unif([0,1]^d) prior, i.e. a deliberately misspecified prior).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from agents.bandit.index_agent import IndexAgent
-from agents.bandit.resolved_model import per_instance_summary
+from agents.bandit.resolved_model import per_instance_summary, resolved
 from icrl_gym.envs.bandit_core import BanditReward
 from icrl_gym.envs.env_model import EnvModel
 from icrl_gym.envs.validation import MAX_SCALE, check_number
@@ -140,9 +139,7 @@ class GaussianModelMixin:
     @property
     def model(self) -> GaussianModel:
         """The model resolved at the last reset."""
-        if self._model is None:
-            raise RuntimeError(f"{type(self).__name__}: call reset() first")
-        return self._model
+        return resolved(self, self._model)
 
     def _resolve_model(self) -> GaussianModel:
         self._model = GaussianModel.resolve(self.env_model, self.noise_std, self.prior_mean, self.prior_var)
@@ -167,10 +164,8 @@ class PosteriorMeanGreedy(GaussianModelMixin, IndexAgent):
         noise_std: float | None = None,
         prior_mean: float | None = None,
         prior_var: float | None = None,
-        model_used: Mapping[str, float] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(temperature=0.0, seed=seed)
         self._init_model(noise_std, prior_mean, prior_var)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 def per_instance_summary(values: dict[str, Any]) -> dict[str, Any]:
@@ -12,20 +14,29 @@ def per_instance_summary(values: dict[str, Any]) -> dict[str, Any]:
     return {k: ("per instance" if np.ndim(v) else v) for k, v in values.items()}
 
 
-class ResolvedModelMixin:
-    """``used``: the values resolved at the last reset (set ``_used`` in ``_reset``); ``config()`` records them."""
+def resolved(agent: object, value: T | None) -> T:
+    """``value``, resolved at the agent's last reset; a ``RuntimeError`` saying to reset first while it is None."""
+    if value is None:
+        raise RuntimeError(f"{type(agent).__name__}: call reset() first")
+    return value
 
+
+class ResolvedModelMixin:
+    """``used``: the values resolved at the last reset (set ``_used`` in ``_reset``), recorded by ``config()``."""
+
+    name: str
+    hyper_parameters: tuple[str, ...] = ()
+    """The constructor's parameters, in the order ``config()`` records them (attributes of the same names)."""
     _used: dict[str, Any] | None = None
 
     @property
     def used(self) -> dict[str, Any]:
         """The horizon and prior resolved at the last reset."""
-        if self._used is None:
-            raise RuntimeError(f"{type(self).__name__}: call reset() first")
-        return self._used
+        return resolved(self, self._used)
 
-    def _with_used(self, out: dict[str, Any]) -> dict[str, Any]:
-        """``out`` (the hyper-parameters) with ``model_used`` added once the agent has been reset."""
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters (None: the environment's) and, after a reset, the values used (``model_used``)."""
+        out = {"name": self.name, **{key: getattr(self, key) for key in self.hyper_parameters}}
         if self._used is None:
             return out
         return {**out, "model_used": per_instance_summary(self._used)}

@@ -26,7 +26,6 @@ Unif([low, high]) Beta(1, 1) ignores the bounds), or the constructor's values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -61,10 +60,8 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
         prior_var: float | None = None,
         prior_mean: float | None = None,
         num_policy_samples: int = 1000,
-        model_used: Mapping[str, float] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
         self._init_model(noise_std, prior_mean, prior_var)
         self.num_policy_samples = check_integer("num_policy_samples", num_policy_samples)
@@ -135,10 +132,8 @@ class BernoulliThompson(BanditAgent):
         prior_a: float | None = None,
         prior_b: float | None = None,
         num_policy_samples: int = 1000,
-        model_used: Mapping[str, float] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(seed)
         for name, value in (("prior_a", prior_a), ("prior_b", prior_b)):
             if value is not None:

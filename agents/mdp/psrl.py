@@ -17,7 +17,6 @@ the same minimiser as against the hard label a* of the true instance, with less 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -38,10 +37,8 @@ class PSRL(GreedyQAgent):
         concentration: float | None = None,
         stationary: bool | None = None,
         posterior_samples: int = 32,
-        model_used: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
-        """``model_used`` is what ``config()`` records after a reset; it is re-read at every reset, not used."""
         super().__init__(temperature=0.0, seed=seed)
         self.posterior_samples = check_integer("posterior_samples", posterior_samples)
         if concentration is not None:

@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import betaincinv, ndtri
 
 from agents.bandit.index_agent import IndexAgent
-from agents.bandit.linear_posterior import GaussianModelMixin
+from agents.bandit.linear_posterior import GaussianModelAgent
 from agents.bandit.resolved_model import ResolvedModelMixin, resolved
 from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
@@ -87,7 +87,7 @@ class BayesUCB(ResolvedModelMixin, _HorizonMixin, IndexAgent):
         self.stats.update(actions, rewards)
 
 
-class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
+class LinearBayesUCB(GaussianModelAgent, _HorizonMixin, IndexAgent):
     """Gaussian posterior quantile of <a_{t,k}, w*> (noise and prior from the environment unless given; T its own)."""
 
     name = "linear_bayes_ucb"
@@ -102,8 +102,7 @@ class LinearBayesUCB(GaussianModelMixin, _HorizonMixin, IndexAgent):
         prior_var: float | None = None,
         seed: int | None = None,
     ) -> None:
-        super().__init__(temperature=0.0, seed=seed)
-        self._init_model(noise_std, prior_mean, prior_var)
+        super().__init__(noise_std, prior_mean, prior_var, seed=seed)  # temperature 0: IndexAgent's default
         self.c, self.horizon = float(c), horizon
         self._used_horizon = None
 

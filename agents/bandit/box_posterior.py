@@ -27,15 +27,14 @@ from typing import Any
 import numpy as np
 
 from agents.bandit.bayes_ucb import _HorizonMixin, quantile_level
-from agents.bandit.linear_posterior import GaussianModelMixin
-from icrl_gym.algorithm import BanditAgent
+from agents.bandit.linear_posterior import GaussianModelAgent
 from icrl_gym.envs.bandit_core import BanditPrior, BanditReward
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 
 RULES = ("sample", "quantile", "mean")
 
 
-class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
+class BoxPosteriorMC(GaussianModelAgent, _HorizonMixin):
     """Posterior sampling, Bayes-UCB or posterior-mean greedy on the exact Unif-box posterior (importance sampling)."""
 
     name = "linear_box_posterior"
@@ -50,14 +49,13 @@ class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
         horizon: int | None = None,
         seed: int | None = None,
     ) -> None:
-        super().__init__(seed)
+        super().__init__(seed=seed)  # no model overrides: the environment's, always
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
         num_particles = check_integer("num_particles", num_particles)
         c = check_number("c", c, low=0.0, max_abs=MAX_SCALE)
         horizon = None if horizon is None else check_integer("horizon", horizon)
         self.rule, self.num_particles, self.c, self.horizon = rule, num_particles, c, horizon
-        self._init_model(None, None, None)
         self._used_horizon = None
 
     def _memory_bytes(self) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 
 from agents.bandit.index_agent import IndexAgent
 from agents.bandit.resolved_model import per_instance_summary, resolved
+from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.bandit_core import BanditReward
 from icrl_gym.envs.env_model import EnvModel
 from icrl_gym.envs.validation import MAX_SCALE, check_number
@@ -121,13 +122,23 @@ class GaussianModel:
         return stats.estimate(), 0.5 * (cov + np.swapaxes(cov, 1, 2))
 
 
-class GaussianModelMixin:
-    """Constructor overrides (None: read from the environment), the resolved model, and their config."""
+class GaussianModelAgent(BanditAgent):
+    """A Bayesian linear-bandit agent: overrides of the Gaussian model, the resolved model, and their config.
 
-    env_model: EnvModel | None
+    ``noise_std``, ``prior_mean``, ``prior_var``: explicit values, or None to read them from the environment
+    at every reset (:meth:`GaussianModel.resolve`).
+    """
+
     _model: GaussianModel | None
 
-    def _init_model(self, noise_std: float | None, prior_mean: float | None, prior_var: float | None) -> None:
+    def __init__(
+        self,
+        noise_std: float | None = None,
+        prior_mean: float | None = None,
+        prior_var: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(seed=seed)
         for name, value in (("noise_std", noise_std), ("prior_var", prior_var)):
             if value is not None:
                 check_number(f"{name} (or None: read from the environment)", value, 0.0, True, MAX_SCALE)
@@ -153,21 +164,11 @@ class GaussianModelMixin:
         return out
 
 
-class PosteriorMeanGreedy(GaussianModelMixin, IndexAgent):
+class PosteriorMeanGreedy(GaussianModelAgent, IndexAgent):
     """Greedy on the posterior mean: index <a_{t,k}, mu_t> (no exploration bonus)."""
 
     name = "linear_posterior_mean"
     ridge_statistics = True
-
-    def __init__(
-        self,
-        noise_std: float | None = None,
-        prior_mean: float | None = None,
-        prior_var: float | None = None,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(temperature=0.0, seed=seed)
-        self._init_model(noise_std, prior_mean, prior_var)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = self._resolve_model().statistics(self.batch_size, self.dim)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.bandit.linear_posterior import GaussianModelMixin
+from agents.bandit.linear_posterior import GaussianModelAgent
 from agents.bandit.resolved_model import per_instance_summary
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.bandit_core import BanditPrior
@@ -47,7 +47,7 @@ def argmax_frequencies(scores: np.ndarray, num_actions: int) -> np.ndarray:
     return counts / scores.shape[0]
 
 
-class LinearThompson(GaussianModelMixin, BanditAgent):
+class LinearThompson(GaussianModelAgent):
     """Gaussian Thompson sampling for linear bandits (noise and prior from the environment unless given)."""
 
     name = "linear_ts"
@@ -62,8 +62,7 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
         num_policy_samples: int = 1000,
         seed: int | None = None,
     ) -> None:
-        super().__init__(seed)
-        self._init_model(noise_std, prior_mean, prior_var)
+        super().__init__(noise_std, prior_mean, prior_var, seed=seed)
         self.num_policy_samples = check_integer("num_policy_samples", num_policy_samples)
 
     def _memory_bytes(self) -> int:

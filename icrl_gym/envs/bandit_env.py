@@ -21,14 +21,15 @@ A fixed instance is replayed by seeding ``reset`` or by passing it in
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
 
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
-from icrl_gym.envs.vector import BatchVectorEnv, SingleRunEnv, check_env_memory, check_options
+from icrl_gym.envs.vector import BatchVectorEnv, SingleRunEnv, check_env_memory, check_options, vector_options
 
 
 def _observation_space(spec: BanditSpec) -> spaces.Box:
@@ -199,3 +200,24 @@ class BanditVectorEnv(BatchVectorEnv):
         self._autoreset = batch.done
         terminated = np.full(self.num_envs, batch.done)
         return self._obs(), out["reward"], terminated, np.zeros(self.num_envs, dtype=bool), info
+
+
+class SpecFieldsEnv(BanditEnv):
+    """A registered bandit environment: built from the keyword fields of its spec builder :meth:`make_spec`."""
+
+    make_spec: ClassVar[Callable[..., BanditSpec]]
+    """The environment's spec from its keyword fields (a preset such as ``linear_bandit_spec``)."""
+
+    def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **fields: Any) -> None:
+        super().__init__(self.make_spec(**fields), max_memory_gib=max_memory_gib, render_mode=render_mode)
+
+
+class SpecFieldsVectorEnv(BanditVectorEnv):
+    """The natively batched version of a :class:`SpecFieldsEnv`: ``num_envs`` runs stepped as arrays."""
+
+    make_spec: ClassVar[Callable[..., BanditSpec]]
+
+    def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
+        """``num_envs`` runs of ``make_spec(**fields)``; the other keywords are the vector options."""
+        options, fields = vector_options(kwargs)
+        super().__init__(num_envs, self.make_spec(**fields), **options)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from icrl_gym.envs.bandit_core import BanditArms, BanditPrior, BanditReward, BanditSpec
-from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
+from icrl_gym.envs.bandit_env import SpecFieldsEnv, SpecFieldsVectorEnv
 from icrl_gym.envs.validation import integer_problem, is_integer
-from icrl_gym.envs.vector import vector_options
 
 
 def bernoulli_bandit_spec(
@@ -49,7 +46,7 @@ def bernoulli_bandit_spec(
     )
 
 
-class BernoulliBanditEnv(BanditEnv):
+class BernoulliBanditEnv(SpecFieldsEnv):
     """Multi-armed Bernoulli bandit; new arm means are drawn from the prior at every reset.
 
     ## Description
@@ -90,14 +87,10 @@ class BernoulliBanditEnv(BanditEnv):
     uniform prior.
     """
 
-    def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
-        super().__init__(bernoulli_bandit_spec(**kwargs), max_memory_gib=max_memory_gib, render_mode=render_mode)
+    make_spec = staticmethod(bernoulli_bandit_spec)
 
 
-class BernoulliBanditVectorEnv(BanditVectorEnv):
+class BernoulliBanditVectorEnv(SpecFieldsVectorEnv):
     """Natively batched :class:`BernoulliBanditEnv`."""
 
-    def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
-        """``num_envs`` runs of ``bernoulli_bandit_spec(**fields)``; the other keywords are the vector options."""
-        options, fields = vector_options(kwargs)
-        super().__init__(num_envs, bernoulli_bandit_spec(**fields), **options)
+    make_spec = staticmethod(bernoulli_bandit_spec)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from icrl_gym.envs.bandit_core import ActionSet, BanditArms, BanditPrior, BanditReward, BanditSpec
-from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
-from icrl_gym.envs.vector import vector_options
+from icrl_gym.envs.bandit_env import SpecFieldsEnv, SpecFieldsVectorEnv
 
 
 def linear_bandit_spec(
@@ -45,7 +42,7 @@ def linear_bandit_spec(
     )
 
 
-class LinearBanditEnv(BanditEnv):
+class LinearBanditEnv(SpecFieldsEnv):
     """Stochastic linear bandit; a new instance w* is drawn from the prior at every reset.
 
     ## Description
@@ -99,14 +96,10 @@ class LinearBanditEnv(BanditEnv):
     any draw of the existing settings.
     """
 
-    def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
-        super().__init__(linear_bandit_spec(**kwargs), max_memory_gib=max_memory_gib, render_mode=render_mode)
+    make_spec = staticmethod(linear_bandit_spec)
 
 
-class LinearBanditVectorEnv(BanditVectorEnv):
+class LinearBanditVectorEnv(SpecFieldsVectorEnv):
     """Natively batched :class:`LinearBanditEnv`: ``num_envs`` runs stepped as arrays."""
 
-    def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
-        """``num_envs`` runs of ``linear_bandit_spec(**fields)``; the other keywords are the vector options."""
-        options, fields = vector_options(kwargs)
-        super().__init__(num_envs, linear_bandit_spec(**fields), **options)
+    make_spec = staticmethod(linear_bandit_spec)

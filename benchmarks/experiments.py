@@ -30,6 +30,12 @@ PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
 """The paper's linear TS: its N(0, I_d) prior on w* ~ Unif([0,1]^d) (misspecified); the noise level is the env's.
 ``{"name": "linear_ts"}`` alone is TS with the prior matched to the environment's."""
 
+BERNOULLI_BASELINES = {"UCB": {"name": "ucb"}, "TS": {"name": "bernoulli_ts"}, "Emp": {"name": "emp"}}
+"""The paper's comparison algorithms on Bernoulli bandits: UCB, Thompson sampling, the empirical mean."""
+
+LINEAR_BASELINES = {"LinUCB": {"name": "linucb"}, "TS": PAPER_TS, "Emp": {"name": "emp"}}
+"""The paper's comparison algorithms on linear bandits: LinUCB, its TS (:data:`PAPER_TS`), the empirical mean."""
+
 GENERALISTS = ("generalist", "linear_generalist")
 """Agent names of the generalist transformers (one model for every size of their family)."""
 
@@ -125,9 +131,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb"),
                 "TF (AD LinUCB, greedy)": transformer("linear-bandit-ad-linucb", greedy=True),
                 "PPO meta-RL (ridge statistics)": meta_rl("linear-bandit-ppo-statistics"),
-                "LinUCB": {"name": "linucb"},
-                "TS": PAPER_TS,
-                "Emp": {"name": "emp"},
+                **LINEAR_BASELINES,
                 "TS (matched prior)": {"name": "linear_ts"},
             },
             paper={"TF (AD LinUCB)": 39.5, "LinUCB": 32.8, "TS": 51.5, "Emp": 57.0},
@@ -139,9 +143,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             algorithms={
                 "TF (DPT, Rao-Blackwellised labels)": transformer("bernoulli-dpt-rb-ts-uniform"),
                 "TF (DPT, hard labels)": transformer("bernoulli-dpt-ts-uniform"),
-                "UCB": {"name": "ucb"},
-                "TS": {"name": "bernoulli_ts"},
-                "Emp": {"name": "emp"},
+                **BERNOULLI_BASELINES,
                 **BERNOULLI_STRONG,
             },
             paper={"TF (DPT, hard labels)": 11.1, "TS": 10.7, "UCB": 6.5, "Emp": 11.6},
@@ -156,9 +158,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "TF (AD UCB, fine-tuned online)": transformer("bernoulli-ad-ucb-finetuned"),
                 "PPO meta-RL (counts)": meta_rl("bernoulli-ppo-statistics"),
                 "RL2 (RecurrentPPO)": meta_rl("bernoulli-rl2-recurrent-ppo"),
-                "UCB": {"name": "ucb"},
-                "TS": {"name": "bernoulli_ts"},
-                "Emp": {"name": "emp"},
+                **BERNOULLI_BASELINES,
                 **BERNOULLI_STRONG,
             },
         ),
@@ -246,9 +246,7 @@ EXPERIMENTS.update({e.name: e for e in GENERALIST_EXPERIMENTS})
 BERNOULLI_OOD = {
     "TF (DPT)": transformer("bernoulli-dpt-ts-uniform"),
     "TF (AD UCB)": transformer("bernoulli-ad-ucb"),
-    "UCB": {"name": "ucb"},
-    "TS": {"name": "bernoulli_ts"},
-    "Emp": {"name": "emp"},
+    **BERNOULLI_BASELINES,
 }
 
 OOD = (
@@ -270,9 +268,7 @@ OOD = (
         spec=linear_bandit_spec(prior_low=-1.0),
         algorithms={
             "TF (AD LinUCB)": transformer("linear-bandit-ad-linucb", greedy=True),
-            "LinUCB": {"name": "linucb"},
-            "TS": PAPER_TS,
-            "Emp": {"name": "emp"},
+            **LINEAR_BASELINES,
         },
         default=False,
     ),
@@ -297,9 +293,7 @@ OOD = (
         algorithms={
             "TF (AD UCB, no positions)": transformer("bernoulli-ad-ucb-nopos"),
             "TF (AD UCB, no positions, greedy)": transformer("bernoulli-ad-ucb-nopos", greedy=True),
-            "UCB": {"name": "ucb"},
-            "TS": {"name": "bernoulli_ts"},
-            "Emp": {"name": "emp"},
+            **BERNOULLI_BASELINES,
         },
         default=False,
     ),

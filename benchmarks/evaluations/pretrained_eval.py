@@ -23,12 +23,12 @@ import numpy as np
 import torch
 
 from agents import make_agent
-from agents.bandit.linear_posterior import PAPER_TS_PRIOR
 from agents.learned.transformer import TransformerAgent
+from benchmarks.experiments import BERNOULLI_BASELINES, LINEAR_BASELINES, PAPER_TS
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.diagnostics import imitation_error
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs import BanditSpec
+from icrl_gym.envs import BanditReward, BanditSpec
 
 EVAL_SEED = 10**7
 BATCH = 1000
@@ -43,14 +43,12 @@ def reduced_expert(meta: dict) -> dict:
     if pre["label"] == "expert":
         return pre["expert"]
     spec = BanditSpec.from_dict(meta["env"])
-    return {"name": "bernoulli_ts"} if spec.reward == "bernoulli" else {"name": "linear_ts", **PAPER_TS_PRIOR}
+    return {"name": "bernoulli_ts"} if spec.reward is BanditReward.BERNOULLI else dict(PAPER_TS)
 
 
 def baselines(spec: BanditSpec) -> dict[str, dict]:
     """The paper's comparison algorithms for a prior."""
-    if spec.reward == "bernoulli":
-        return {"UCB": {"name": "ucb"}, "TS": {"name": "bernoulli_ts"}, "Emp": {"name": "emp"}}
-    return {"LinUCB": {"name": "linucb"}, "TS": {"name": "linear_ts", **PAPER_TS_PRIOR}, "Emp": {"name": "emp"}}
+    return dict(BERNOULLI_BASELINES if spec.reward is BanditReward.BERNOULLI else LINEAR_BASELINES)
 
 
 def mean_se(values: np.ndarray) -> dict:

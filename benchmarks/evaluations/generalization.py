@@ -39,7 +39,7 @@ from benchmarks.experiments import GridExperiment
 from benchmarks.plots import describe_env
 from icrl_gym.checkpoint import CheckpointError, checkpoint_files, read_record, resolve_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.envs import BanditPrior, BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 MODEL = "generalist"
@@ -177,7 +177,7 @@ def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[s
         if agent["name"] == "bernoulli_bayes_optimal" and spec.num_actions not in exp.dp_arms:
             continue
         if agent["name"] == "gittins":
-            a, b = (spec.prior_a, spec.prior_b) if spec.prior == "beta" else (1.0, 1.0)
+            a, b = (spec.prior_a, spec.prior_b) if spec.prior is BanditPrior.BETA else (1.0, 1.0)
             agent.update(horizon=spec.horizon, prior_a=a, prior_b=b, cache_dir=str(cache_dir))
         out[label] = agent
     return out

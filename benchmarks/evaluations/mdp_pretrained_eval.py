@@ -23,17 +23,22 @@ from agents import make_agent
 from benchmarks.evaluations.pretrained_eval import EVAL_SEED, mean_se, models_parser, paired_difference, selected_models
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.data.mdp_rollout import rollout_mdp
-from icrl_gym.envs import MDPSpec
+from icrl_gym.envs import MDPKind, MDPSpec
 
 BATCH = 500
 """Runs per batch for every algorithm (the instances a seed draws depend on it)."""
+
+
+def posterior_sampling(spec: MDPSpec) -> dict:
+    """PSRL under the prior of ``spec``: the DarkRoom one (known moves, uniform goal) or the Dirichlet-Beta one."""
+    return {"name": "dark_room_psrl"} if spec.kind is MDPKind.DARK_ROOM else {"name": "psrl"}
 
 
 def reduced_expert(meta: dict) -> dict:
     """The algorithm an MDP model trained with ``meta['pretrain']`` should imitate."""
     if meta["pretrain"]["label"] == "ad":
         return meta["pretrain"]["context"]
-    return {"name": "dark_room_psrl"} if meta["env"]["kind"] == "dark_room" else {"name": "psrl"}
+    return posterior_sampling(MDPSpec.from_dict(meta["env"]))
 
 
 def evaluate_model(name: str, runs: int) -> dict:
@@ -45,7 +50,7 @@ def evaluate_model(name: str, runs: int) -> dict:
         "TF (sampled)": {"name": "mdp_transformer", "checkpoint": name},
         "TF (greedy)": {"name": "mdp_transformer", "checkpoint": name, "greedy": True},
         "expert": expert,
-        "PSRL": {"name": "dark_room_psrl"} if spec.kind == "dark_room" else {"name": "psrl"},
+        "PSRL": posterior_sampling(spec),
         "Uniform": {"name": "mdp_uniform"},
         "Optimal": {"name": "mdp_optimal"},
     }

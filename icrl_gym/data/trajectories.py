@@ -82,7 +82,7 @@ from icrl_gym.data.batch_recorder import BatchRecorder
 from icrl_gym.data.crn import CRNBatch
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
 from icrl_gym.data.pipeline import Labels, Step, run_collection
-from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.envs.bandit_core import ActionSet, BanditBatch, BanditSpec
 from icrl_gym.estimators.statistics import RidgeStatistics
 from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write, content_sha256, describe_size, json_round_trip
 
@@ -242,7 +242,10 @@ class TrajectoryData:
                 "dim": (sets[-1], f"d={sets[-1]} in the arrays (action_sets of shape {sets})"),
                 "num_actions": (sets[-2], f"A={sets[-2]} in the arrays (action_sets of shape {sets})"),
                 "horizon": (t, f"T={t} in the arrays (actions of shape {self.actions.shape})"),
-                "action_set": ("fixed" if len(sets) == 3 else "per_step", f"action_sets of shape {sets} in the arrays"),
+                "action_set": (
+                    ActionSet.FIXED if len(sets) == 3 else ActionSet.PER_STEP,
+                    f"action_sets of shape {sets} in the arrays",
+                ),
             }
             problems += [
                 f"env.{name}={getattr(spec, name)!r} in the record, {where}"
@@ -526,7 +529,7 @@ class BanditRecorder(BatchRecorder[BanditBatch]):
     def __init__(self, spec: BanditSpec, num_runs: int) -> None:
         n, t, a, d = num_runs, spec.horizon, spec.num_actions, spec.dim
         self.spec, self.num_steps, self.num_actions = spec, t, a
-        self.fixed = spec.action_set == "fixed"
+        self.fixed = spec.action_set is ActionSet.FIXED
         self.data = TrajectoryData(
             action_sets=np.zeros((n, a, d) if self.fixed else (n, t, a, d), np.float32),
             actions=np.zeros((n, t), np.int16),

@@ -44,7 +44,7 @@ from icrl_gym.config import (
     DictConfig,
     check_fields,
 )
-from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditSpec
 from icrl_gym.estimators.statistics import ArmStatistics, RidgeStatistics
 from icrl_gym.utils.device import resolve_device
 
@@ -67,7 +67,7 @@ class HistoryFeatures:
         A, d = self.spec.num_actions, self.spec.dim
         if self.kind == "prev_action_reward":
             return A * d + A + 2
-        if self.spec.arms == "one_hot":
+        if self.spec.arms is BanditArms.ONE_HOT:
             return 3 * A + 1
         return A * d + d + 2 * A + 1
 
@@ -75,7 +75,7 @@ class HistoryFeatures:
         """Empty histories for ``batch_size`` runs."""
         A, d = self.spec.num_actions, self.spec.dim
         self.batch_size, self.t = batch_size, 0
-        statistics, one_hot_arms = self.kind == "statistics", self.spec.arms == "one_hot"
+        statistics, one_hot_arms = self.kind == "statistics", self.spec.arms is BanditArms.ONE_HOT
         self.arms = ArmStatistics(batch_size, A) if statistics and one_hot_arms else None
         self.ridge = RidgeStatistics(batch_size, d, reg=1.0) if statistics and not one_hot_arms else None
         self.prev_action = np.full(batch_size, -1)

@@ -32,7 +32,15 @@ from typing import TypedDict
 import torch
 from torch import nn
 
-from icrl_gym.models.transformer import BanditTransformer, Block, TransformerConfig
+from icrl_gym.models.transformer import (
+    Attention,
+    BanditTransformer,
+    Block,
+    Layout,
+    Norm,
+    Positional,
+    TransformerConfig,
+)
 
 # Slots of the hidden state (D = 32 for d = 5); everything not listed stays zero.
 _A, _R, _P1, _P2, _P3 = 0, 1, 2, 3, 4  # offsets: a (d), r, i/N, (i/N)^2, 1  (see _layout)
@@ -87,13 +95,13 @@ def ridge_transformer(
         n_head=n_head,
         n_embd=n_head * head,
         mlp_ratio=4,
-        attention="relu",
-        layout="paper",
-        positional="poly",
+        attention=Attention.RELU,
+        layout=Layout.PAPER,
+        positional=Positional.POLY,
         dim=dim,
         num_actions=num_actions,
         horizon=horizon,
-        norm="none",
+        norm=Norm.NONE,
     )
     model = BanditTransformer(cfg).double()
     slots = _layout(d)

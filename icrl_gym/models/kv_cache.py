@@ -16,6 +16,17 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from icrl_gym.config import Choice
+
+
+class Attention(Choice):
+    """The attention of a decoder, which decides what a step reads of the cache."""
+
+    RELU = "relu"
+    """ReLU attention normalised by the query position (Definition 1 of the paper)."""
+    SOFTMAX = "softmax"
+    """Standard causal softmax attention."""
+
 
 class DecoderSizes(Protocol):
     """What a cache needs of a decoder configuration (:class:`~icrl_gym.models.transformer.DecoderConfig`)."""
@@ -23,7 +34,7 @@ class DecoderSizes(Protocol):
     n_layer: int
     n_head: int
     n_embd: int
-    attention: str
+    attention: Attention
 
 
 @functools.lru_cache(maxsize=4096)

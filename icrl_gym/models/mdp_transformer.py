@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import new_kv_cache
 from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
-from icrl_gym.models.transformer import Block, DecoderConfig, count_parameters, init_gpt_weights
+from icrl_gym.models.transformer import Block, DecoderConfig, Positional, count_parameters, init_gpt_weights
 
 
 @dataclass
@@ -39,7 +39,7 @@ class MDPTransformerConfig(DecoderConfig):
     """Number of transformer blocks L."""
     n_embd: int = 64
     """Embedding dimension D."""
-    positional: str = "learned"
+    positional: Positional = Positional.LEARNED
     """"learned" absolute position embedding, or "none" (only the (k/K, h/H) features)."""
     num_states: int = 5
     """Number of states S."""
@@ -55,7 +55,7 @@ class MDPTransformerConfig(DecoderConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_positive("num_states", "num_actions", "horizon", "episodes")
-        self._check_choice("positional", ("learned", "none"))
+        self._check_choice("positional", Positional, (Positional.LEARNED, Positional.NONE))
         if not isinstance(self.prev_tokens, int) or self.prev_tokens < 0:
             raise ValueError(f"MDPTransformerConfig.prev_tokens must be an int >= 0, got {self.prev_tokens!r}")
 
@@ -86,7 +86,7 @@ class MDPTransformer(nn.Module):
         S, A, D = config.num_states, config.num_actions, config.n_embd
         self.n_features = A + 1 + S + 3 + 2  # one-hot a, r, one-hot s, type, (k/K, h/H)
         self.input_embed = nn.Linear(self.n_features * (1 + config.prev_tokens), D)
-        self.pos_embed = nn.Embedding(config.max_tokens, D) if config.positional == "learned" else None
+        self.pos_embed = nn.Embedding(config.max_tokens, D) if config.positional is Positional.LEARNED else None
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.lm_head = nn.Linear(D, A)

@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from icrl_gym.models.kv_cache import DecoderSizes, KVCache, future_mask
+from icrl_gym.models.kv_cache import Attention, DecoderSizes, KVCache, future_mask
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 DISABLE_ENV = "ICRL_GYM_NATIVE"
@@ -353,7 +353,7 @@ def relu_decode_kernel() -> ReluDecodeKernel | None:
 
 def kernel_applies(config: DecoderSizes, device: torch.device | str, dtype: torch.dtype) -> bool:
     """Whether the compiled kernel computes this decoder's attention: ReLU attention, float32, on a CPU."""
-    return config.attention == "relu" and torch.device(device).type == "cpu" and dtype == torch.float32
+    return config.attention is Attention.RELU and torch.device(device).type == "cpu" and dtype == torch.float32
 
 
 @dataclass

@@ -29,17 +29,57 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_gym.config import DictConfig
-from icrl_gym.models.kv_cache import KVCache, future_mask
+from icrl_gym.config import Choice, DictConfig
+from icrl_gym.models.kv_cache import Attention, KVCache, future_mask
 from icrl_gym.models.native import new_kv_cache
 from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
 
-_ATTENTIONS = ("relu", "softmax")
-_LAYOUTS = ("paper", "compact")
-_POSITIONALS = ("learned", "poly", "none")
-_READOUTS = ("linear", "arm")
-_FEATURES = ("raw", "quadratic")
-_NORMS = ("post", "none")
+
+class Norm(Choice):
+    """Where the decoder normalises."""
+
+    POST = "post"
+    """LayerNorm after each sub-layer (Appendix B)."""
+    NONE = "none"
+    """No normalisation: the residual network of Definition 3, as in the theory (the constructions)."""
+
+
+class Layout(Choice):
+    """How a bandit step becomes tokens."""
+
+    PAPER = "paper"
+    """Two tokens per step, the action set and then the action-reward pair (Appendix E.1)."""
+    COMPACT = "compact"
+    """One token per step."""
+
+
+class Positional(Choice):
+    """The position part of a token."""
+
+    LEARNED = "learned"
+    """A learned absolute position embedding."""
+    POLY = "poly"
+    """The paper's (i, i^2, 1) features, projected."""
+    NONE = "none"
+    """No position part."""
+
+
+class Readout(Choice):
+    """How the output h_t becomes the arm scores."""
+
+    LINEAR = "linear"
+    """The paper's extraction map Linear(D, A)."""
+    ARM = "arm"
+    """One shared scorer of (h_t, a_{t,k}) per arm."""
+
+
+class Features(Choice):
+    """What a bandit step's tokens hold."""
+
+    RAW = "raw"
+    """The paper's token contents."""
+    QUADRATIC = "quadratic"
+    """Also the upper triangle of a a^T and r a per step."""
 
 
 @dataclass
@@ -54,11 +94,11 @@ class DecoderConfig(DictConfig):
     """Embedding (token) dimension D."""
     mlp_ratio: int = 4
     """Hidden width of the MLP as a multiple of D."""
-    attention: str = "relu"
+    attention: Attention = Attention.RELU
     """"relu" (Definition 1) or "softmax" (standard causal attention)."""
     dropout: float = 0.0
     """Dropout probability on embeddings, attention weights and residual branches."""
-    norm: str = "post"
+    norm: Norm = Norm.POST
     """"post": LayerNorm after each sub-layer (Appendix B); "none": Definition 3 as in the theory."""
 
     def _check_positive(self, *names: str) -> None:
@@ -67,16 +107,21 @@ class DecoderConfig(DictConfig):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{type(self).__name__}.{name} must be a positive int, got {value!r}")
 
-    def _check_choice(self, name: str, allowed: tuple[str, ...]) -> None:
-        if getattr(self, name) not in allowed:
-            raise ValueError(f"{type(self).__name__}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+    def _check_choice(self, name: str, kinds: type[Choice], allowed: tuple[Choice, ...] = ()) -> None:
+        """Field ``name`` as its member of ``kinds`` (one of ``allowed``, if given); records hold the words."""
+        value = getattr(self, name)
+        member = kinds.lookup(value)
+        words = tuple(str(m) for m in allowed) if allowed else kinds.words()
+        if member is None or str(member) not in words:
+            raise ValueError(f"{type(self).__name__}.{name} must be one of {words}, got {value!r}")
+        setattr(self, name, member)
 
     def __post_init__(self) -> None:
         self._check_positive("n_layer", "n_head", "n_embd", "mlp_ratio")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"{type(self).__name__}.n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        self._check_choice("attention", _ATTENTIONS)
-        self._check_choice("norm", _NORMS)
+        self._check_choice("attention", Attention)
+        self._check_choice("norm", Norm)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
             raise ValueError(f"{type(self).__name__}.dropout must be a float, got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -87,9 +132,9 @@ class DecoderConfig(DictConfig):
 class TransformerConfig(DecoderConfig):
     """Hyper-parameters of :class:`BanditTransformer` (defaults: the paper's Appendix B)."""
 
-    layout: str = "paper"
+    layout: Layout = Layout.PAPER
     """"paper": two tokens per step (Appendix E.1); "compact": one token per step."""
-    positional: str = "learned"
+    positional: Positional = Positional.LEARNED
     """"learned": absolute embedding; "poly": the paper's (i, i^2, 1) projected; "none": no positional part."""
     dim: int = 5
     """Action feature dimension d."""
@@ -97,26 +142,26 @@ class TransformerConfig(DecoderConfig):
     """Number of arms A in every action set."""
     horizon: int = 200
     """Maximum number of steps T of a trajectory."""
-    readout: str = "linear"
+    readout: Readout = Readout.LINEAR
     """"linear": the paper's extraction map Linear(D, A); "arm": a per-arm scorer of (h_t, a_{t,k})."""
-    features: str = "raw"
+    features: Features = Features.RAW
     """"raw": the paper's token contents; "quadratic": also a a^T (upper triangle) and r a per step."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_positive("dim", "num_actions", "horizon")
-        for name, allowed in (
-            ("layout", _LAYOUTS),
-            ("positional", _POSITIONALS),
-            ("readout", _READOUTS),
-            ("features", _FEATURES),
+        for name, kinds in (
+            ("layout", Layout),
+            ("positional", Positional),
+            ("readout", Readout),
+            ("features", Features),
         ):
-            self._check_choice(name, allowed)
+            self._check_choice(name, kinds)
 
     @property
     def tokens_per_step(self) -> int:
         """Number of tokens per environment step: 2 for the "paper" layout, 1 for "compact"."""
-        return 2 if self.layout == "paper" else 1
+        return 2 if self.layout is Layout.PAPER else 1
 
     @property
     def max_tokens(self) -> int:
@@ -263,10 +308,10 @@ class CausalSelfAttention(nn.Module):
         else:
             cache.write(layer, k.view(B, n_new, nh, hs), v.view(B, n_new, nh, hs))
         p = self.dropout if self.training else 0.0
-        if cache is not None and (self.attention != "relu" or p > 0.0):  # these paths read the whole cache
+        if cache is not None and (self.attention is not Attention.RELU or p > 0.0):  # these paths read the whole cache
             k, v = cache.keys_values(layer, n_past + n_new)  # (B, nh, n_past + n_new, hs)
 
-        if self.attention == "relu":
+        if self.attention is Attention.RELU:
             # 1/(sqrt(hs) * i) for the 1-based query positions i = n_past+1 .. n_past+n_new, (n_new, 1)
             scale = _relu_query_scale(n_past, n_new, hs, q.dtype, x.device)
             if cache is None and p == 0.0 and not torch.is_autocast_enabled(x.device.type):
@@ -322,7 +367,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(config)
         self.mlp = MLP(config)
         # norm="none" is the theory's residual network (Definition 3), used by the constructions
-        norm = nn.LayerNorm if config.norm == "post" else (lambda _: nn.Identity())
+        norm = nn.LayerNorm if config.norm is Norm.POST else (lambda _: nn.Identity())
         self.ln_1 = norm(config.n_embd)
         self.ln_2 = norm(config.n_embd)
 
@@ -399,8 +444,8 @@ class BanditTransformer(nn.Module):
         super().__init__()
         self.config = config
         A, d, D = config.num_actions, config.dim, config.n_embd
-        self.n_quadratic = d * (d + 1) // 2 + d if config.features == "quadratic" else 0
-        if config.layout == "paper":
+        self.n_quadratic = d * (d + 1) // 2 + d if config.features is Features.QUADRATIC else 0
+        if config.layout is Layout.PAPER:
             self.n_features = d + 1 + A * d + A + 2 + self.n_quadratic
         else:
             self.n_features = A * d + d + 1 + A + 1 + self.n_quadratic
@@ -408,13 +453,13 @@ class BanditTransformer(nn.Module):
         self.input_embed = nn.Linear(self.n_features, D)
         # "none": time enters only through attention (extrapolates)
         self.pos_embed: nn.Embedding | nn.Linear | None = None
-        if config.positional == "learned":
+        if config.positional is Positional.LEARNED:
             self.pos_embed = nn.Embedding(config.max_tokens, D)
-        elif config.positional == "poly":
+        elif config.positional is Positional.POLY:
             self.pos_embed = nn.Linear(3, D, bias=False)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
-        if config.readout == "linear":
+        if config.readout is Readout.LINEAR:
             self.lm_head = nn.Linear(D, A)
             self.value_head = nn.Linear(D, A)
         else:
@@ -476,7 +521,7 @@ class BanditTransformer(nn.Module):
         pos = torch.arange(offset, offset + n, device=features.device)  # (n,)
         if self.pos_embed is None:  # positional == "none"
             return self.drop(self.input_embed(features))
-        if self.config.positional == "learned":
+        if self.config.positional is Positional.LEARNED:
             p = self.pos_embed(pos)  # (n, D)
         else:
             i = (pos + 1).to(features.dtype) / self.config.max_tokens
@@ -485,7 +530,7 @@ class BanditTransformer(nn.Module):
 
     def _readout(self, h: Tensor, action_sets: Tensor) -> tuple[Tensor, Tensor]:
         """Logits and values (..., A) from outputs h (..., D) and the action sets (..., A, d)."""
-        if self.config.readout == "linear":
+        if self.config.readout is Readout.LINEAR:
             return self.lm_head(h), self.value_head(h)
         d = self.config.dim
         coef = self.arm_bilinear(h).unflatten(-1, (2, d))  # (..., 2, d)
@@ -535,7 +580,7 @@ class BanditTransformer(nn.Module):
             raise ValueError(f"rewards has shape {tuple(rewards.shape)}, expected {(B, T)}")
         feats = self.token_features(action_sets, actions, rewards)
         h = self.encode(feats)
-        if cfg.layout == "paper":
+        if cfg.layout is Layout.PAPER:
             h = h[:, ::2]  # (B, T, D) outputs at the state tokens
         return PolicyOutput(*self._readout(h, action_sets))
 
@@ -546,7 +591,7 @@ class BanditTransformer(nn.Module):
         dtype = self.input_embed.weight.dtype
         action_sets, rewards, actions = action_sets.to(dtype), rewards.to(dtype), actions.long()
 
-        if cfg.layout == "paper":
+        if cfg.layout is Layout.PAPER:
             s = self._state_features(action_sets)  # (B, T, F)
             ar = self._action_reward_features(action_sets, actions, rewards)  # (B, T, F)
             feats = torch.stack([s, ar], dim=2).view(B, 2 * T, self.n_features)[:, :-1]  # (B, 2T-1, F)
@@ -631,7 +676,7 @@ class BanditTransformer(nn.Module):
                 raise ValueError(f"prev_reward has shape {tuple(prev_reward.shape)}, expected {(B,)}")
             prev_a, prev_r, prev_set = prev_action.long(), prev_reward.to(dtype), cache.last_action_set
 
-        if cfg.layout == "paper":
+        if cfg.layout is Layout.PAPER:
             parts = [] if first else [self._action_reward_features(prev_set, prev_a, prev_r)]
             parts.append(self._state_features(action_set_t))
             feats = torch.stack(parts, dim=1)  # (B, n_new, F), n_new = 1 at t=1 and 2 afterwards

@@ -17,7 +17,6 @@ import collections
 import hashlib
 import io
 import json
-import logging
 import struct
 import zipfile
 from collections.abc import Callable, Iterator
@@ -528,14 +527,14 @@ def test_a_consistent_restamped_file_loads(ad_data, tmp_path):
         np.testing.assert_array_equal(loaded.arrays()[k], v)
 
 
-def test_unhashed_versions_load_with_a_warning(ad_data, trajectory_file, tmp_path, caplog):
-    """Version-1 and -2 files (written before the hash) load, logged as unverified; version 3 needs its hash.
+def test_unhashed_versions_are_refused(ad_data, trajectory_file, tmp_path):
+    """Version-1 and -2 files (written before the hash) are refused by their version; version 3 needs its hash.
 
-    A current file stripped of its hash and relabelled version 2 cannot be told from a genuine old
-    one: it loads too, with the same warning (and the checks of the record against the arrays).
+    A current file stripped of its hash and relabelled version 2 is refused the same way: an unhashed file
+    never loads as unverified data.
     """
     arrays, meta = _stored(ad_data)
-    path, reference = trajectory_file
+    path, _ = trajectory_file
     members = _npz_members(path.read_bytes())
     stripped = json.loads(str(_npy(members["meta_json.npy"])[()])) | {"format_version": 2}
     del stripped["content_sha256"]
@@ -544,13 +543,8 @@ def test_unhashed_versions_load_with_a_warning(ad_data, trajectory_file, tmp_pat
     for version, name in ((1, "v1.npz"), (2, "v2.npz"), (2, "v2-downgraded.npz")):
         if name != "v2-downgraded.npz":
             np.savez(tmp_path / name, **arrays, meta_json=np.array(json.dumps({**meta, "format_version": version})))
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="icrl_gym.data.trajectories"):
-            loaded = load_trajectories(tmp_path / name)
-        assert f"{name} (format version {version}) carries no content hash: its contents are unverified" in caplog.text
-        expected = reference if name == "v2-downgraded.npz" else ad_data
-        for k, v in expected.arrays().items():
-            np.testing.assert_array_equal(loaded.arrays()[k], v)
+        with pytest.raises(DatasetError, match=f"{name} has format version {version}, expected 3"):
+            load_trajectories(tmp_path / name)
     np.savez(tmp_path / "v3.npz", **arrays, meta_json=np.array(json.dumps(meta)))
     with pytest.raises(DatasetError, match="format version 3 needs content_sha256, it has none"):
         load_trajectories(tmp_path / "v3.npz")

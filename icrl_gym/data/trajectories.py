@@ -53,8 +53,8 @@ length) and verifies the hash before anything is interpreted, then checks the re
 the arrays (d, A, T, N, the kind of action sets, labels in [0, A) and present when the label
 mode needs them, finite rewards, means, action sets and w*).  Any failure is a
 :class:`DatasetError` naming the file; a corrupt file never loads as different data.  Files of
-format version 1 (every array as held in memory) and 2 (this layout, no hash) still load, with a
-logged warning that their contents are unverified.
+the versions before the hash (1: every array as held in memory, 2: this layout) are refused by
+their version: no shipped artefact is one, and a dataset is re-collected from its record.
 
 Writes are atomic (a temporary file renamed over the target), so an interrupted save never
 leaves a half-written dataset under the final name.
@@ -87,9 +87,6 @@ from icrl_gym.estimators.statistics import RidgeStatistics
 from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write, content_sha256, describe_size, json_round_trip
 
 FORMAT_VERSION = 3
-_READABLE_VERSIONS = (1, 2, 3)
-_UNHASHED_VERSIONS = (1, 2)
-"""Versions written before the content hash: they load with a warning that they are unverified."""
 _log = logging.getLogger(__name__)
 _REQUIRED = ("action_sets", "actions", "rewards", "expected_rewards", "best_rewards", "w_star")
 _STORED_FORMS = {
@@ -445,27 +442,21 @@ def _read_record(path: Path, stored: dict[str, np.ndarray]) -> dict[str, Any]:
                 f"its record says {meta[CONTENT_HASH_FIELD]!r}"
             )
         del meta[CONTENT_HASH_FIELD]
-    elif version in _UNHASHED_VERSIONS:
-        _log.warning(
-            "%s (format version %s) carries no content hash: its contents are unverified (re-save it to add one)",
-            path,
-            version,
-        )
-    elif version in _READABLE_VERSIONS:
+    elif version == FORMAT_VERSION:
         raise DatasetError(
             f"{path} is corrupt or was edited: format version {version} needs {CONTENT_HASH_FIELD}, it has none"
         )
-    if version not in _READABLE_VERSIONS:
-        raise DatasetError(f"{path} has format version {version}, expected one of {_READABLE_VERSIONS}")
+    if version != FORMAT_VERSION:
+        raise DatasetError(f"{path} has format version {version}, expected {FORMAT_VERSION}")
     return meta
 
 
 def load_trajectories(path: str | os.PathLike, expect: BanditSpec | None = None) -> TrajectoryData:
     """Load a dataset written by :func:`save_trajectories` without executing any pickled code.
 
-    Reads format versions 1 to 3 and returns the in-memory arrays of the module docstring.
+    Reads format version 3 and returns the in-memory arrays of the module docstring.
     Raises :class:`DatasetError` for a missing, truncated, corrupt or edited file (the content
-    hash of version 3 is verified before anything is interpreted), an unknown format version,
+    hash is verified before anything is interpreted), another format version,
     arrays inconsistent with each other or with the record (:meth:`TrajectoryData.validate`),
     or (when ``expect`` is given) a dataset drawn from a prior with another d, A or T.
     """

@@ -419,58 +419,24 @@ def test_a_generalist_run_refuses_another_model_but_takes_a_longer_budget(tmp_pa
         train(GeneralistTrainConfig.from_dict({**base, "lr": 2e-3, "run_dir": str(tmp_path / "run")}), echo=False)
 
 
-def _legacy_pretrain_folder(source, folder, optimizer_from=None):
-    """The layout before the manifest: checkpoint.* + optimizer.pt, made from a run of the current one."""
+def test_folders_of_the_older_layouts_are_refused_not_overwritten(tmp_path):
+    """The layouts before the manifest (pretraining: checkpoint.* + optimizer.pt; the generalist trainer:
+    latest.json + checkpoints/step_*.state.pt) are no longer read: such a folder is refused, its files kept."""
+    interrupted_pretrain(tmp_path / "four")
+    folder = tmp_path / "pretrain-older"
     folder.mkdir()
     for suffix in (".safetensors", ".json"):
-        shutil.copyfile(source / f"checkpoint{suffix}", folder / f"checkpoint{suffix}")
-    state_file = optimizer_from or next((source / "checkpoints").glob("*.state.pt"))
-    payload = torch.load(state_file, weights_only=True)
-    torch.save(payload["optimizer"], folder / "optimizer.pt")
-
-
-def test_a_folder_of_the_older_layout_resumes_and_a_mismatched_pair_is_refused(tmp_path):
-    pretrain(pretrain_config(tmp_path / "whole", steps=6), echo=False)
-    interrupted_pretrain(tmp_path / "four")
-    _legacy_pretrain_folder(tmp_path / "four", tmp_path / "legacy")
-    pretrain(pretrain_config(tmp_path / "legacy", steps=6), echo=False)
-    assert "resumed from step 4" in (tmp_path / "legacy" / "train.log").read_text()
-    assert_same_state(committed(tmp_path / "legacy"), committed(tmp_path / "whole"))
-    assert not (tmp_path / "legacy" / "optimizer.pt").exists()  # the older resume file goes at the first commit
-    # step-4 weights with a step-2 optimiser: a process killed between the two writes of the older layout
-    interrupted_pretrain(tmp_path / "two", at=2)
-    old_optimizer = tmp_path / "two" / "checkpoints" / "step_0000002.state.pt"
-    _legacy_pretrain_folder(tmp_path / "four", tmp_path / "mixed", optimizer_from=old_optimizer)
-    with pytest.raises(TrainingStateError, match="optimiser after 2 steps but .* the weights after 4"):
-        pretrain(pretrain_config(tmp_path / "mixed", steps=6), echo=False)
-    _damage(tmp_path / "mixed" / "optimizer.pt", "truncate")
-    with pytest.raises(TrainingStateError, match=r"optimizer\.pt cannot be read"):
-        pretrain(pretrain_config(tmp_path / "mixed", steps=6), echo=False)
-    _damage(tmp_path / "mixed" / "optimizer.pt", "delete")
-    with pytest.raises(TrainingStateError, match=r"optimizer\.pt is missing"):
-        pretrain(pretrain_config(tmp_path / "mixed", steps=6), echo=False)
-
-
-def test_a_generalist_folder_of_the_older_layout_resumes_to_the_same_weights(tmp_path, monkeypatch):
-    """latest.json + checkpoints/step_*.state.pt holding {"optimizer", "torch_rng"}: the layout before resume.json."""
-    run_generalist(tmp_path / "whole", tmp_path)
-    folder = tmp_path / "legacy"
-    names: list[str] = []
-    with monkeypatch.context() as patch:
-        patch_writer(patch, names=names)
-        run_generalist(tmp_path / "count", tmp_path)
-    with monkeypatch.context() as patch:  # stopped at the first write of the step-6 save: the state of step 4 stays
-        patch_writer(patch, crash_at=next(i for i, n in enumerate(names) if n.startswith("step_0000006.")))
-        with pytest.raises(Crash):
-            run_generalist(folder, tmp_path)
-    state = committed(folder)
-    assert state.step == 4
-    stem = folder / "checkpoints" / "step_0000004"
-    torch.save({"optimizer": state.optimizer, "torch_rng": state.rng["torch"]}, f"{stem}.state.pt")
-    pointer = {"step": 4, "checkpoint": stem.name, "wall_time_s": 1.0, "history": state.record["history"]}
-    (folder / "latest.json").write_text(json.dumps(pointer))
-    (folder / MANIFEST).unlink()
-    run_generalist(folder, tmp_path)
-    assert "older layout" in (folder / "train.log").read_text()
-    assert_same_state(committed(folder), committed(tmp_path / "whole"))
-    assert not (folder / "latest.json").exists()
+        shutil.copyfile(tmp_path / "four" / f"checkpoint{suffix}", folder / f"checkpoint{suffix}")
+    (folder / "optimizer.pt").write_bytes(b"an optimiser state")
+    generalist = tmp_path / "generalist-older"
+    (generalist / "checkpoints").mkdir(parents=True)
+    (generalist / "checkpoints" / "step_0000004.state.pt").write_bytes(b"an optimiser state")
+    (generalist / "latest.json").write_text(json.dumps({"step": 4, "checkpoint": "step_0000004"}))
+    for run, start in (
+        (folder, lambda: pretrain(pretrain_config(folder, steps=6), echo=False)),
+        (generalist, lambda: run_generalist(generalist, tmp_path)),
+    ):
+        before = sorted(p.relative_to(run) for p in run.rglob("*"))
+        with pytest.raises(TrainingStateError, match="no training-state manifest resume.json"):
+            start()
+        assert sorted(p.relative_to(run) for p in run.rglob("*") if p.name != "train.log") == before

@@ -218,10 +218,6 @@ def validation_regret(model: BanditTransformer, spec: BanditSpec, cfg: FinetuneC
     return float(regret.sum(axis=1).mean())
 
 
-LEGACY_FILES = ("state.json", "optimizer.pt", "last.safetensors", "last.json")
-"""Resume files of the layout before :mod:`icrl_gym.training.state`: such a folder is refused, not overwritten."""
-
-
 def _save_state(
     store: RunState,
     model: BanditTransformer,
@@ -259,7 +255,7 @@ def _finetune(
         "command_history": [command],
         "config": cfg.to_dict(),  # exported records carry it (the harness reads it)
     }
-    store = RunState(out, keep=1, legacy_files=LEGACY_FILES)
+    store = RunState(out, keep=1)
     loaded, _ = resume(store, cfg, model, optimizer)
     log: Logger = RunLog(out / "train.log", echo) if ctx.is_main else no_log
     if loaded is not None:

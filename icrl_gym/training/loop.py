@@ -62,9 +62,7 @@ from icrl_gym.training.state import (
     RunFolderLock,
     RunState,
     TrainingState,
-    TrainingStateError,
     check_config,
-    legacy_state,
     set_rng_state,
 )
 from icrl_gym.utils.cli import ConfigParser
@@ -243,7 +241,6 @@ def resume(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     allowed: Iterable[str] = (),
-    legacy: Callable[[Path], TrainingState | None] | None = None,
 ) -> tuple[TrainingState | None, list[str]]:
     """The committed state of ``out_dir`` restored into the model and optimiser; ``None`` for a new run.
 
@@ -252,7 +249,7 @@ def resume(
     ``"field: old -> new"`` lines; any other difference is a :class:`TrainingStateError` naming it.
     Nothing is written.
     """
-    loaded = store.load(legacy)
+    loaded = store.load()
     if loaded is None:
         return None, []
     changes = check_config(store.run_dir, upgrade_config(loaded.config), cfg.to_dict(), ("out_dir",), allowed)
@@ -427,10 +424,6 @@ class GeneralistLoopConfig(ScheduleConfig):
         check_order(self, ("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
 
 
-LEGACY_FILES = ("latest.json",)
-"""The pointer of the layout before :mod:`icrl_gym.training.state` (read once, deleted at the next commit)."""
-
-
 @dataclass
 class Progress:
     """Where a run stands: steps done, training wall seconds (summed over resumes) and the history."""
@@ -452,26 +445,6 @@ def release_freed_memory() -> None:
     except OSError:
         return
     libc.malloc_trim(0)
-
-
-def legacy_generalist_state(run_dir: Path) -> TrainingState | None:
-    """A run folder of the older layout (``latest.json`` + ``checkpoints/step_*.state.pt``), checked.
-
-    The configuration compared on resume is the one the checkpoint's record stores (``pretrain``:
-    the configuration of the process that wrote that very checkpoint); the older ``config.json``
-    was rewritten at every start and is not read.
-    """
-    path = run_dir / "latest.json"
-    if not path.exists():
-        return None
-    try:
-        latest = json.loads(path.read_text())
-        stem = run_dir / "checkpoints" / latest["checkpoint"]
-        record = {"wall_time_s": latest["wall_time_s"], "history": latest["history"]}
-        step = int(latest["step"])
-    except (ValueError, KeyError, TypeError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
-        raise TrainingStateError(f"{path} is corrupt or truncated: {err!r}") from err
-    return legacy_state(stem, stem.with_suffix(".state.pt"), lambda meta: (step, meta["pretrain"], record))
 
 
 class ShardableBatch(Protocol):
@@ -572,8 +545,8 @@ def _train_generalist(
     trainer = build(device, ctx)
     model = trainer.model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    store = RunState(cfg.out_dir, keep=2, legacy_files=LEGACY_FILES, keep_every=trainer.keep_every)
-    loaded, changes = resume(store, cfg, model, opt, trainer.allowed, legacy_generalist_state)
+    store = RunState(cfg.out_dir, keep=2, keep_every=trainer.keep_every)
+    loaded, changes = resume(store, cfg, model, opt, trainer.allowed)
     progress = (
         Progress() if loaded is None else Progress(loaded.step, loaded.record["wall_time_s"], loaded.record["history"])
     )

@@ -70,7 +70,7 @@ from icrl_gym.training.loop import (
     upgrade_config,
     wrap_ddp,
 )
-from icrl_gym.training.state import RunState, TrainingState, legacy_state, set_rng_state
+from icrl_gym.training.state import RunState, set_rng_state
 from icrl_gym.utils.fileio import RunLog
 from icrl_gym.utils.progress import progress_bar
 
@@ -267,23 +267,6 @@ def evaluate_loss(
     return totals
 
 
-LEGACY_FILES = ("optimizer.pt",)
-"""The resume file of the layout before :mod:`icrl_gym.training.state` (read once, deleted at the next commit)."""
-
-
-def _legacy_state(out: Path) -> TrainingState | None:
-    """A run folder of the older layout (``checkpoint.*`` + ``optimizer.pt``, no manifest), checked."""
-    if not (out / "optimizer.pt").exists() and not (
-        (out / "checkpoint.json").exists() and not (out / "checkpoints").exists()  # else: a copy of the current layout
-    ):
-        return None
-    return legacy_state(
-        out / "checkpoint",
-        out / "optimizer.pt",
-        lambda meta: (meta["training"]["step"], meta["pretrain"], meta["training"]),
-    )
-
-
 def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": cfg.name,
@@ -339,8 +322,8 @@ def _pretrain(
         "threads": torch.get_num_threads(),
         "world_size": ctx.world_size,
     }
-    store = RunState(out, keep=1, legacy_files=LEGACY_FILES)
-    loaded, _ = resume(store, cfg, model, optimizer, allowed=("steps",), legacy=_legacy_state)
+    store = RunState(out, keep=1)
+    loaded, _ = resume(store, cfg, model, optimizer, allowed=("steps",))
     if loaded is not None:
         planned = upgrade_config(loaded.config)["steps"]
         if planned != cfg.steps:  # extending (or shortening) a run is allowed

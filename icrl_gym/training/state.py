@@ -24,8 +24,7 @@ naming the file and the problem, never a silent mix of two moments of the run.  
 relative to the run folder, so a run folder can be moved and resumed from its new place.
 
 A folder that holds weights or other training files but no manifest is refused rather than
-overwritten (:meth:`RunState.load`); folders of the layout before the manifest are read by
-:func:`legacy_state`, which checks that the optimiser is at the checkpoint's step.
+overwritten (:meth:`RunState.load`), folders of the layout before the manifest included.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import json
 import os
 import random
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
@@ -191,12 +190,6 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def optimizer_step(state_dict: Mapping[str, Any]) -> int:
-    """The number of optimiser steps an optimiser state records (the largest per-parameter ``step``; 0 if none)."""
-    steps = [int(s["step"]) for s in state_dict.get("state", {}).values() if isinstance(s, Mapping) and "step" in s]
-    return max(steps, default=0)
-
-
 class _Absent:
     def __repr__(self) -> str:
         return "(absent)"
@@ -247,7 +240,7 @@ def check_config(
 
 @dataclass
 class TrainingState:
-    """A verified state read from a run folder (:meth:`RunState.load` or :func:`legacy_state`)."""
+    """A verified state read from a run folder (:meth:`RunState.load`)."""
 
     step: int
     """Steps done."""
@@ -262,7 +255,7 @@ class TrainingState:
     optimizer: dict[str, Any]
     """The optimiser's state dict (on the CPU; ``load_state_dict`` moves it to the parameters' device)."""
     rng: dict[str, Any]
-    """The generators' states (:func:`rng_state`; empty for a legacy state that had none)."""
+    """The generators' states (:func:`rng_state`)."""
     source: str
     """Where the state was read from, for the log."""
 
@@ -294,55 +287,15 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any
         raise TrainingStateError(str(err)) from err
 
 
-def legacy_state(
-    stem: Path, state_file: Path, unpack: Callable[[dict[str, Any]], tuple[int, dict[str, Any], dict[str, Any]]]
-) -> TrainingState:
-    """Read a state of the layout before the manifest: checkpoint ``stem`` + optimiser file ``state_file``.
-
-    ``unpack(meta)`` gives the step, the configuration and the record from the checkpoint's record.
-    ``state_file`` holds an optimiser state dict, or ``{"optimizer": ..., "torch_rng": ...}``.  No
-    hash ties the two together, so the optimiser must record as many steps as the checkpoint: a
-    pair written at two moments of the run (a process stopped between the two writes) is refused.
-    """
-    weights, meta = _read_checkpoint(stem)
-    try:
-        step, config, record = unpack(meta)
-    except (KeyError, TypeError, ValueError) as err:
-        raise TrainingStateError(f"{stem} lacks a field of a training record: {err!r}") from err
-    if not state_file.exists():
-        raise TrainingStateError(
-            f"{state_file} is missing: the weights {stem} (step {step}) have no optimiser state to resume with"
-        )
-    payload = _torch_load(state_file, state_file.read_bytes())
-    if not isinstance(payload, dict):
-        raise TrainingStateError(f"{state_file} does not hold an optimiser state")
-    optimizer = payload["optimizer"] if "optimizer" in payload and "state" not in payload else payload
-    if not isinstance(optimizer, dict) or "state" not in optimizer or "param_groups" not in optimizer:
-        raise TrainingStateError(f"{state_file} does not hold an optimiser state")
-    rng = {"torch": payload["torch_rng"]} if "torch_rng" in payload else {}
-    at = optimizer_step(optimizer)
-    if at != step:
-        raise TrainingStateError(
-            f"{state_file} holds the optimiser after {at} steps but {stem} the weights after {step}: the files were "
-            "written at different moments of the run (a process stopped between the two writes)"
-        )
-    return TrainingState(step, config, record, weights, meta, optimizer, rng, source=f"{stem} (older layout)")
-
-
 class RunState:
     """The resume state of one run folder: :meth:`load` the committed state, :meth:`save` a new one.
 
     ``keep`` is how many step checkpoints stay in ``checkpoints/`` (the newest; files a manifest
     names always stay); with ``keep_every`` > 0 those of the steps that are multiples of it stay too
     (a learning curve; the manifest does not name them, each is an ordinary checkpoint).
-    ``legacy_files`` are the names, relative to the run folder, of resume files of the layout before
-    the manifest: they make a folder without a manifest a refused one, and are deleted once a new
-    state is committed.
     """
 
-    def __init__(
-        self, run_dir: str | os.PathLike, keep: int = 1, legacy_files: Iterable[str] = (), keep_every: int = 0
-    ) -> None:
+    def __init__(self, run_dir: str | os.PathLike, keep: int = 1, keep_every: int = 0) -> None:
         if keep < 1:
             raise ValueError(f"RunState keep must be >= 1, got {keep}")
         if keep_every < 0:
@@ -350,7 +303,6 @@ class RunState:
         self.run_dir = Path(run_dir)
         self.keep = keep
         self.keep_every = keep_every
-        self.legacy_files = tuple(legacy_files)
         self.manifest_path = self.run_dir / MANIFEST
         self.payload_dir = self.run_dir / PAYLOAD_DIR
         self._files: dict[str, FileEntry] = {}  # the committed manifest's files
@@ -358,17 +310,14 @@ class RunState:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def load(self, legacy: Callable[[Path], TrainingState | None] | None = None) -> TrainingState | None:
+    def load(self) -> TrainingState | None:
         """The committed state, verified; ``None`` for a new run.
 
-        Without a manifest, ``legacy(run_dir)`` may read a folder of the older layout; a folder that
-        holds training files of any other kind is refused (:class:`TrainingStateError`).
+        A folder without a manifest that holds training files is refused (:class:`TrainingStateError`).
         """
         if not self.manifest_path.exists():
-            state = legacy(self.run_dir) if legacy is not None else None
-            if state is None:
-                self._refuse_foreign_files()
-            return state
+            self._refuse_foreign_files()
+            return None
         manifest = self._read_manifest()
         state_path = self.run_dir / self._files["state"].path
         data = self._read_verified(self._files["state"])
@@ -445,7 +394,7 @@ class RunState:
 
     @property
     def committed(self) -> bool:
-        """Whether a manifest was read or written (a state of the older layout has none)."""
+        """Whether a manifest was read or written."""
         return bool(self._checkpoints)
 
     def checkpoint(self, role: str = "") -> Path:
@@ -456,7 +405,6 @@ class RunState:
 
     def _refuse_foreign_files(self) -> None:
         found = sorted(p.name for p in self.run_dir.glob("*.safetensors"))
-        found += [name for name in self.legacy_files if (self.run_dir / name).exists()]
         if self.payload_dir.is_dir():  # the files of an unfinished first commit (step 0) are no run yet
             found += sorted(
                 f"{PAYLOAD_DIR}/{p.name}"
@@ -551,8 +499,6 @@ class RunState:
                 path.unlink(missing_ok=True)
         for path in self.run_dir.glob(f".{MANIFEST}.*.tmp"):
             path.unlink(missing_ok=True)
-        for name in self.legacy_files:
-            (self.run_dir / name).unlink(missing_ok=True)
 
     def publish(self, stem: str | os.PathLike, role: str = "") -> Path:
         """Copy the committed checkpoint ``role`` to ``<stem>.safetensors`` + ``<stem>.json`` (each atomically).

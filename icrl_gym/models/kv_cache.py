@@ -20,12 +20,13 @@ from icrl_gym.config import Choice
 
 
 class Attention(Choice):
-    """The attention of a decoder, which decides what a step reads of the cache."""
+    """The attention of a decoder: ReLU normalised by the query position (Definition 1) or causal softmax.
+
+    It decides what a decode step reads of the cache (:attr:`~icrl_gym.models.transformer.DecoderConfig.attention`).
+    """
 
     RELU = "relu"
-    """ReLU attention normalised by the query position (Definition 1 of the paper)."""
     SOFTMAX = "softmax"
-    """Standard causal softmax attention."""
 
 
 class DecoderSizes(Protocol):

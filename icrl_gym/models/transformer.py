@@ -36,50 +36,39 @@ from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
 
 
 class Norm(Choice):
-    """Where the decoder normalises."""
+    """Where the decoder normalises (:attr:`DecoderConfig.norm` says what each word means)."""
 
     POST = "post"
-    """LayerNorm after each sub-layer (Appendix B)."""
     NONE = "none"
-    """No normalisation: the residual network of Definition 3, as in the theory (the constructions)."""
 
 
 class Layout(Choice):
-    """How a bandit step becomes tokens."""
+    """How a bandit step becomes tokens (:attr:`TransformerConfig.layout`)."""
 
     PAPER = "paper"
-    """Two tokens per step, the action set and then the action-reward pair (Appendix E.1)."""
     COMPACT = "compact"
-    """One token per step."""
 
 
 class Positional(Choice):
-    """The position part of a token."""
+    """The position part of a token (:attr:`TransformerConfig.positional`)."""
 
     LEARNED = "learned"
-    """A learned absolute position embedding."""
     POLY = "poly"
-    """The paper's (i, i^2, 1) features, projected."""
     NONE = "none"
-    """No position part."""
 
 
 class Readout(Choice):
-    """How the output h_t becomes the arm scores."""
+    """How the output h_t becomes the arm scores (:attr:`TransformerConfig.readout`)."""
 
     LINEAR = "linear"
-    """The paper's extraction map Linear(D, A)."""
     ARM = "arm"
-    """One shared scorer of (h_t, a_{t,k}) per arm."""
 
 
 class Features(Choice):
-    """What a bandit step's tokens hold."""
+    """What a bandit step's tokens hold (:attr:`TransformerConfig.features`)."""
 
     RAW = "raw"
-    """The paper's token contents."""
     QUADRATIC = "quadratic"
-    """Also the upper triangle of a a^T and r a per step."""
 
 
 @dataclass

@@ -1,0 +1,79 @@
+"""The MDP generalist (:class:`~icrl_gym.models.mdp_generalist.MDPGeneralist`) as an MDP algorithm: any S, A, H, K.
+
+Alg_theta(. | D_{t-1}, s_t) = softmax of the model's logits at the current state, computed from the
+run's counts (its cache) by a learned value iteration; the model reads S, A, H and K from the reset
+info and pools its counts over h when the environment says it is stationary.  ``greedy=True``
+(default: the model imitates P(a* | D), whose argmax is the greedy Bayes DPT policy) takes the argmax.
+
+The checkpoint's record states the sizes it was trained on (``trained_range``) and those it agrees
+to play (``playable_range``: the trained range, or a wider one the trainer chose for out-of-range
+evaluation); a size outside the playable range is refused with a ``ValueError`` naming the field,
+its value and both ranges.  A model held in memory without a record plays any size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.learned.rollout import PolicyRollout
+from icrl_gym.algorithm import MDPAgent, MDPObservation
+from icrl_gym.checkpoint import CheckpointKind
+from icrl_gym.models.mdp_generalist import MDPGeneralistCache
+from icrl_gym.models.policy import EnvInfo
+
+RANGE_FIELDS = ("num_states", "num_actions", "horizon", "episodes")
+"""The sizes a record's ranges bound, EnvInfo's names."""
+
+
+def range_problems(env_info: EnvInfo, playable: dict[str, Any], trained: dict[str, Any]) -> list[str]:
+    """The sizes of ``env_info`` outside ``playable`` ({field: [low, high]}), each naming the field and both ranges."""
+    problems = []
+    for name in RANGE_FIELDS:
+        if name not in playable:
+            continue
+        low, high = playable[name]
+        value = getattr(env_info, name)
+        if not low <= value <= high:
+            problems.append(f"{name}={value} is outside [{low}, {high}] (trained on {trained.get(name, '?')})")
+    return problems
+
+
+class MDPGeneralistAgent(PolicyRollout[MDPObservation], MDPAgent):
+    """Batched online rollout of an :class:`~icrl_gym.models.mdp_generalist.MDPGeneralist` checkpoint."""
+
+    name = "mdp_generalist"
+    kind = CheckpointKind.MDP_GENERALIST
+    greedy_default = True
+
+    def _start(self, info: dict[str, Any]) -> None:
+        super()._start(info)
+        if isinstance(self._cache, MDPGeneralistCache):
+            self._cache.configure(self.env_stationary)
+
+    def _env_info(self, info: dict[str, Any]) -> EnvInfo:
+        env_info = EnvInfo(
+            num_actions=self.num_actions, horizon=self.horizon, num_states=self.num_states, episodes=self.episodes
+        )
+        trained = self.meta.get("trained_range") or {}
+        playable = self.meta.get("playable_range") or trained
+        problems = range_problems(env_info, playable, trained)
+        if problems:
+            raise ValueError(f"the MDP generalist {self.checkpoint!r} cannot play this MDP: " + "; ".join(problems))
+        return env_info
+
+    def _model_input(self, observation: MDPObservation) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(observation[0], dtype=np.int64), device=self.device)
+
+    def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
+        return self._rollout_policy((states, h))
+
+    def _act(self, states: np.ndarray, h: int) -> np.ndarray:
+        return self._rollout_act((states, h))
+
+    def _update(
+        self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray
+    ) -> None:
+        self._rollout_update((states, h), actions, rewards)

@@ -257,7 +257,7 @@ class MDPGeneralist(nn.Module):
         total = starts.sum(1, keepdim=True).clamp_min(1.0)
         start_emb = self.start_in(torch.stack([torch.log1p(starts) / 3.0, starts / total], -1))  # (N, S, d)
         alpha = self.log_alpha.exp()
-        v = torch.zeros(N, S, device=states.device)
+        v = torch.zeros(N, S, device=states.device, dtype=stats.n_sa.dtype)
         V = self.terminal.expand(N, S, -1)
         logits: list[Tensor] = []
         static: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
@@ -293,7 +293,7 @@ class MDPGeneralist(nn.Module):
             glob = (
                 self.msg_mean(V.mean(1))
                 + self.msg_max(V.max(1).values)
-                + self.position_in(self._position(level, k[index], S, A, H, K))
+                + self.position_in(self._position(level, k[index], S, A, H, K).to(v.dtype))
             )
             x = (
                 e

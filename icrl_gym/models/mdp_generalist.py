@@ -124,10 +124,17 @@ class MDPGeneralistCache:
     :meth:`configure` after the reset.  Per-step counts are never wrong, only slower to learn from.
     """
 
-    def __init__(self, batch_size: int, env_info: EnvInfo, device: torch.device, stationary: bool = False) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        env_info: EnvInfo,
+        device: torch.device,
+        stationary: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         if env_info.num_states is None:
             raise ValueError("the MDP generalist needs the number of states S (EnvInfo.num_states)")
-        self.batch_size, self.device = batch_size, device
+        self.batch_size, self.device, self.dtype = batch_size, device, dtype
         self.num_states, self.num_actions = env_info.num_states, env_info.num_actions
         self.horizon, self.episodes = env_info.horizon, env_info.episodes
         self.stationary = stationary
@@ -138,7 +145,7 @@ class MDPGeneralistCache:
         hs = 1 if self.stationary else self.horizon
 
         def zeros(*shape: int) -> Tensor:
-            return torch.zeros(*shape, device=self.device, dtype=torch.float32)
+            return torch.zeros(*shape, device=self.device, dtype=self.dtype)
 
         self.stats = CountStats(zeros(B, hs, S, A, S), zeros(B, hs, S, A), zeros(B, hs, S, A), zeros(B, S))
         self.steps = 0
@@ -167,13 +174,14 @@ class MDPGeneralistCache:
             i = 0 if self.stationary else h_prev
             s, a = self.prev_state, prev_action.long()
             index = (rows, torch.full_like(rows, i), s, a)
-            self.stats.n_sa.index_put_(index, torch.ones_like(s, dtype=torch.float32), accumulate=True)
-            self.stats.reward_sum.index_put_(index, prev_reward.float(), accumulate=True)
+            ones = torch.ones_like(s, dtype=self.dtype)
+            self.stats.n_sa.index_put_(index, ones, accumulate=True)
+            self.stats.reward_sum.index_put_(index, prev_reward.to(self.dtype), accumulate=True)
             if h_prev < H - 1:  # no next state after the episode's last step
-                ones = torch.ones_like(s, dtype=torch.float32)
                 self.stats.n_sas.index_put_((*index, states), ones, accumulate=True)
         if self.steps % H == 0:
-            self.stats.starts.index_put_((rows, states), torch.ones_like(states, dtype=torch.float32), accumulate=True)
+            ones = torch.ones_like(states, dtype=self.dtype)
+            self.stats.starts.index_put_((rows, states), ones, accumulate=True)
         self.prev_state = states
 
 
@@ -327,7 +335,7 @@ class MDPGeneralist(nn.Module):
     ) -> MDPGeneralistCache:
         """An empty cache of B runs of the MDPs ``env_info`` describes (S, A, H, K)."""
         device = self.beta.device if device is None else torch.device(device)
-        return MDPGeneralistCache(batch_size, env_info, device, stationary)
+        return MDPGeneralistCache(batch_size, env_info, device, stationary, self.beta.dtype)
 
     @torch.no_grad()
     def step(

@@ -151,7 +151,7 @@ def _beta_max_probs(successes: np.ndarray, failures: np.ndarray) -> np.ndarray:
     for a in range(len(successes)):
         others = [stats.beta(1 + successes[j], 1 + failures[j]) for j in range(len(successes)) if j != a]
         mine = stats.beta(1 + successes[a], 1 + failures[a])
-        out.append(integrate.quad(lambda x: mine.pdf(x) * math.prod(o.cdf(x) for o in others), 0, 1)[0])
+        out.append(integrate.quad(lambda x, m=mine, o=others: m.pdf(x) * math.prod(f.cdf(x) for f in o), 0, 1)[0])
     return np.array(out)
 
 

@@ -15,11 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import torch
-
-from agents.learned.rollout import PolicyRollout
-from icrl_gym.algorithm import MDPAgent, MDPObservation
+from agents.learned.mdp_transformer import MDPTransformerAgent
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.models.mdp_generalist import MDPGeneralistCache
 from icrl_gym.models.policy import EnvInfo
@@ -41,8 +37,13 @@ def range_problems(env_info: EnvInfo, playable: dict[str, Any], trained: dict[st
     return problems
 
 
-class MDPGeneralistAgent(PolicyRollout[MDPObservation], MDPAgent):
-    """Batched online rollout of an :class:`~icrl_gym.models.mdp_generalist.MDPGeneralist` checkpoint."""
+class MDPGeneralistAgent(MDPTransformerAgent):
+    """Batched online rollout of an :class:`~icrl_gym.models.mdp_generalist.MDPGeneralist` checkpoint.
+
+    The MDP transformer's adapter (the states are the model's input; S, A, H, K from the reset info)
+    with the generalist's kind, the greedy default, the record's size ranges and the counts pooled
+    over h when the environment is stationary.
+    """
 
     name = "mdp_generalist"
     kind = CheckpointKind.MDP_GENERALIST
@@ -54,26 +55,10 @@ class MDPGeneralistAgent(PolicyRollout[MDPObservation], MDPAgent):
             self._cache.configure(self.env_stationary)
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
-        env_info = EnvInfo(
-            num_actions=self.num_actions, horizon=self.horizon, num_states=self.num_states, episodes=self.episodes
-        )
+        env_info = super()._env_info(info)
         trained = self.meta.get("trained_range") or {}
         playable = self.meta.get("playable_range") or trained
         problems = range_problems(env_info, playable, trained)
         if problems:
             raise ValueError(f"the MDP generalist {self.checkpoint!r} cannot play this MDP: " + "; ".join(problems))
         return env_info
-
-    def _model_input(self, observation: MDPObservation) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(observation[0], dtype=np.int64), device=self.device)
-
-    def _policy(self, states: np.ndarray, h: int) -> np.ndarray:
-        return self._rollout_policy((states, h))
-
-    def _act(self, states: np.ndarray, h: int) -> np.ndarray:
-        return self._rollout_act((states, h))
-
-    def _update(
-        self, states: np.ndarray, h: int, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray
-    ) -> None:
-        self._rollout_update((states, h), actions, rewards)

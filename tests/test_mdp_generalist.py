@@ -3,6 +3,7 @@ trainer's resume, the kind row and the adapter's refusals, each against an indep
 
 from __future__ import annotations
 
+import csv
 import math
 
 import numpy as np
@@ -288,3 +289,25 @@ def test_the_agent_refuses_sizes_outside_the_playable_range(tmp_path):
         env = MDPBatch(spec, 1, np.random.default_rng(0))
         with pytest.raises(ValueError, match=problem + r" \(trained on \["):
             agent.reset(reset_info(spec, env))
+
+
+def test_the_grid_evaluation_pairs_the_rows_and_resumes_from_its_cells(tmp_path, monkeypatch):
+    from benchmarks.evaluations import mdp_generalization as grid
+
+    path, _ = _saved(tmp_path)
+    out = tmp_path / "eval"
+    grid.main([str(path), "--cells", "fixed", "--runs", "4", "--out", str(out)])
+    stored = np.load(out / "cells" / "S5-A3-H10-K20.npz")
+    model, psrl = stored[grid.MODEL], stored[grid.PSRL]
+    # the paired difference and the ratio of the summary, from the per-run regrets
+    with open(out / "cells.csv") as fh:
+        line = next(row for row in csv.DictReader(fh) if row["row"] == grid.MODEL)
+    assert float(line["diff_psrl"]) == pytest.approx((model - psrl).mean())
+    assert float(line["ratio_psrl"]) == pytest.approx(model.mean() / psrl.mean())
+    assert psrl.mean() > 0 and "| S5-A3-H10-K20 |" in (out / "summary.md").read_text()
+
+    def refuse(*args):
+        raise AssertionError("a finished cell was run again")
+
+    monkeypatch.setattr(grid, "run_cell", refuse)
+    grid.main([str(path), "--cells", "fixed", "--runs", "4", "--out", str(out)])

@@ -311,3 +311,14 @@ def test_the_grid_evaluation_pairs_the_rows_and_resumes_from_its_cells(tmp_path,
 
     monkeypatch.setattr(grid, "run_cell", refuse)
     grid.main([str(path), "--cells", "fixed", "--runs", "4", "--out", str(out)])
+
+
+def test_the_default_deployment_is_greedy_on_random_mdps_and_sampled_in_dark_rooms():
+    model = _model(dtype=torch.float32)
+    room, random = dark_room_spec(3, horizon=4, episodes=2), MDPSpec(num_states=3, num_actions=2, horizon=3)
+    for greedy, expected in ((None, {"random": True, "dark_room": False}), (True, None), (False, None)):
+        agent = MDPGeneralistAgent.from_model(model, greedy=greedy)
+        for spec in (random, room):
+            agent.reset(reset_info(spec, MDPBatch(spec, 2, np.random.default_rng(0))))
+            want = greedy if expected is None else expected[spec.kind]
+            assert agent.greedy is want and agent.deterministic is want, (greedy, spec.kind)

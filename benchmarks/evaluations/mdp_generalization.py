@@ -11,9 +11,10 @@ Cell groups (``--cells``, any of):
 
 In a cell every row plays the same instances with the same noise (common random numbers: one
 :func:`~icrl_gym.data.mdp_rollout.rollout_mdp` batch of all runs under the cell's seed, disjoint
-from training seeds), so per-run regret differences are paired.  Rows: the model (greedy), PSRL
-(DarkRoom PSRL in dark rooms), the greedy Bayes DPT policy on the same posterior, and with
-``--all-references`` the sampled Bayes DPT policy, UCB-VI (bonus x0.01), uniform and optimal.  For every
+from training seeds), so per-run regret differences are paired.  Rows: the model (its agent's
+default deployment: greedy on random MDPs, sampled in dark rooms), PSRL (DarkRoom PSRL in dark
+rooms), the greedy Bayes DPT policy on the same posterior, the sampled one in dark rooms, and with
+``--all-references`` the sampled one everywhere, UCB-VI (bonus x0.01), uniform and optimal.  For every
 row: the mean regret sum_k (V*_1(mu) - return_k) and its standard error, and for the model the paired
 differences to PSRL and to the greedy Bayes DPT policy (with standard errors) and the ratios of means.
 
@@ -43,7 +44,7 @@ from icrl_gym.utils.fileio import atomic_write_bytes
 SEED_OFFSET = 40_000_000
 """Evaluation seeds start here (training draws its batches from [seed, step] with small seeds)."""
 GROUPS = ("in-range", "fixed", "dark", "beyond")
-MODEL, PSRL, BAYES = "MDP generalist (greedy)", "PSRL", "Bayes DPT policy (greedy)"
+MODEL, PSRL, BAYES = "MDP generalist", "PSRL", "Bayes DPT policy (greedy)"
 
 
 def cells(groups: tuple[str, ...] | list[str]) -> Iterator[tuple[str, str, MDPSpec]]:
@@ -76,12 +77,13 @@ def rows(spec: MDPSpec, checkpoint: str, all_references: bool) -> dict[str, dict
     """The agents of a cell, as ``make_agent`` specifications."""
     posterior = "dark_room_psrl" if spec.kind == "dark_room" else "psrl"
     out: dict[str, dict[str, Any]] = {
-        MODEL: {"name": "mdp_generalist", "checkpoint": checkpoint, "greedy": True},
+        MODEL: {"name": "mdp_generalist", "checkpoint": checkpoint},
         PSRL: {"name": posterior},
         BAYES: {"name": "posterior_optimal_action", "posterior": {"name": posterior}, "greedy": True},
     }
-    if all_references:
+    if all_references or spec.kind == "dark_room":
         out["Bayes DPT policy (sampled)"] = {"name": "posterior_optimal_action", "posterior": {"name": posterior}}
+    if all_references:
         out["UCB-VI (bonus x0.01)"] = {"name": "ucbvi", "bonus_scale": 0.01}
         out["Uniform"] = {"name": "mdp_uniform"}
         out["Optimal"] = {"name": "mdp_optimal"}

@@ -26,8 +26,9 @@ the same statistics its online cache keeps).  The experts are looked up by name 
 The shared loop (:func:`icrl_gym.training.loop.train_generalist`) makes the run resumable (a
 committed state every ``checkpoint_every`` steps, bit-exact continuation), bounded by
 ``time_budget_hours`` of training wall time summed over resumes, and logs every ``log_every`` steps;
-every ``eval_every`` steps the greedy model plays ``eval_instances`` fresh instances of each of
-``eval_cells`` against PSRL and the greedy Bayes DPT policy on the same instances and noise (common
+every ``eval_every`` steps the model (deployed as its agent's default: greedy on random MDPs, sampled
+in dark rooms) plays ``eval_instances`` fresh instances of each of ``eval_cells`` against PSRL and the
+greedy Bayes DPT policy (and in dark rooms the sampled one) on the same instances and noise (common
 random numbers, seed 1), logged to ``train.log``.  Run as::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.mdp_generalist icrl_gym/pretrained/configs/mdp-generalist-pilot.json
@@ -401,20 +402,26 @@ def batch_loss(
 class _InMemoryAgentClass(Protocol):
     """The registered ``"mdp_generalist"`` agent class: it wraps an in-memory model (``from_model``)."""
 
-    def from_model(self, model: MDPGeneralist, greedy: bool = True) -> MDPAgent:
+    def from_model(self, model: MDPGeneralist, greedy: bool | None = None) -> MDPAgent:
         """The agent playing ``model`` without reading a checkpoint."""
         ...
 
 
 def reference_agents(spec: MDPSpec, posterior_samples: int) -> dict[str, dict[str, Any]]:
-    """The references of an evaluation: posterior sampling and the greedy Bayes DPT policy on its posterior."""
+    """The references of an evaluation: posterior sampling and the Bayes DPT policy on its posterior.
+
+    The greedy Bayes DPT policy always; in a dark room also the sampled one (the model's deployment there).
+    """
     posterior: dict[str, Any] = {"name": expert_name(spec)}
     if posterior["name"] == "psrl":
         posterior["posterior_samples"] = posterior_samples
-    return {
+    out: dict[str, dict[str, Any]] = {
         "psrl": {"name": expert_name(spec)},
         "bayes_dpt": {"name": "posterior_optimal_action", "greedy": True, "posterior": posterior},
     }
+    if spec.kind == "dark_room":
+        out["bayes_dpt_sampled"] = {"name": "posterior_optimal_action", "greedy": False, "posterior": posterior}
+    return out
 
 
 def run_regret(spec: MDPSpec, agent: Any, instances: int, seed: int) -> np.ndarray:
@@ -431,8 +438,8 @@ def evaluate_cells(
     posterior_samples: int,
     references: dict[str, dict[str, float]],
 ) -> list[dict[str, Any]]:
-    """The greedy model's mean regret (and s.e.) per cell, with the references' (computed once into ``references``)."""
-    learned = cast(_InMemoryAgentClass, agent_class("mdp_generalist")).from_model(model, greedy=True)
+    """The model's mean regret (and s.e.) per cell, with the references' (computed once into ``references``)."""
+    learned = cast(_InMemoryAgentClass, agent_class("mdp_generalist")).from_model(model)
     rows = []
     for cell in cells:
         spec = eval_spec(cell)
@@ -518,10 +525,11 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
             for row in rows:
                 log(
                     f"eval step {step}: {row['cell']} regret {row['regret']:.2f} +- {row['se']:.2f} "
-                    f"(PSRL {row['psrl']:.2f}, greedy Bayes DPT {row['bayes_dpt']:.2f}; "
-                    f"{cfg.eval_instances} instances, seed 1)"
+                    f"(PSRL {row['psrl']:.2f}, greedy Bayes DPT {row['bayes_dpt']:.2f}"
+                    + (f", sampled Bayes DPT {row['bayes_dpt_sampled']:.2f}" if "bayes_dpt_sampled" in row else "")
+                    + f"; {cfg.eval_instances} instances, seed 1)"
                 )
-            return {"step": step, "eval": [{k: v for k, v in row.items()} for row in rows]}
+            return {"step": step, "eval": rows}
 
         return GeneralistTrainer(
             model=model,

@@ -18,7 +18,7 @@ n(s, a) = sum_s' N(s, a, s') and the empirical transitions P_emp = N / n (0 wher
 
 * per (s, a) count features f(s, a) (log counts, the Beta(1, 1) posterior-mean reward
   (1 + R) / (2 + n), the empirical mean, the number of distinct successors ...) -> e(s, a) in R^d;
-* two value channels per state at every level l = H - 1, ..., h (backward, from V_H = 0):
+* two value channels per state at every level l = H - 1, ..., h (backward, from v_H = 0 and a learned V_H):
 
     scalar  q_l(s, a) = r_hat(s, a) + sum_s' P_hat(s' | s, a) v_{l+1}(s') + b_l(s, a),
             v_l(s)    = max_a q_l(s, a),

@@ -16,7 +16,7 @@ from icrl_gym.checkpoint import CheckpointKind, load_checkpoint, read_checkpoint
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec, dark_room_spec, dark_room_successors
 from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.kinds import KINDS
-from icrl_gym.models.mdp_generalist import CountStats, MDPGeneralist, MDPGeneralistConfig
+from icrl_gym.models.mdp_generalist import KNOWN_MOVE_COUNT, CountStats, MDPGeneralist, MDPGeneralistConfig
 from icrl_gym.registry import make_agent
 from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig, _record, rollout_queries, train
 
@@ -37,6 +37,11 @@ def _slow_counts(spec: MDPSpec, states, actions, rewards, t: int) -> CountStats:
     S, A, H = spec.num_states, spec.num_actions, spec.horizon
     hs = 1 if spec.is_stationary else H
     n_sas, n_sa, r_sum, starts = np.zeros((hs, S, A, S)), np.zeros((hs, S, A)), np.zeros((hs, S, A)), np.zeros(S)
+    if spec.kind == "dark_room":  # the prior's moves, one pseudo-count each (what the agent starts from)
+        moves = dark_room_successors(spec.size)
+        for s in range(S):
+            for a in range(A):
+                n_sas[:, s, a, moves[s, a]] += KNOWN_MOVE_COUNT
     for j in range(t + 1):
         h = j % H
         if h == 0:

@@ -1,10 +1,12 @@
 """The MDP generalist (:class:`~icrl_gym.models.mdp_generalist.MDPGeneralist`) as an MDP algorithm: any S, A, H, K.
 
 Alg_theta(. | D_{t-1}, s_t) = softmax of the model's logits at the current state, computed from the
-run's counts (its cache) by a learned value iteration; the model reads S, A, H and K from the reset
-info and pools its counts over h when the environment says it is stationary.  ``greedy=True`` takes
-the argmax (the model imitates P(a* | D), whose argmax is the greedy Bayes DPT policy),
-``greedy=False`` samples; by default it is greedy on random MDPs and samples in dark rooms
+run's counts (its cache) by a learned value iteration.  The model reads S, A, H and K from the reset
+info and pools its counts over h when the environment says it is stationary.  In a dark room it
+starts from the room's moves as counts, since the prior knows them
+(:func:`~icrl_gym.models.mdp_generalist.known_move_counts`).  ``greedy=True`` takes the argmax (the
+model imitates P(a* | D), whose argmax is the greedy Bayes DPT policy), ``greedy=False`` samples; by
+default it is greedy on random MDPs and samples in dark rooms
 (:attr:`MDPGeneralistAgent.greedy_by_kind`).
 
 The checkpoint's record states the sizes it was trained on (``trained_range``) and those it agrees
@@ -19,6 +21,7 @@ from typing import Any, ClassVar
 
 from agents.learned.mdp_transformer import MDPTransformerAgent
 from icrl_gym.checkpoint import CheckpointKind
+from icrl_gym.envs.mdp_core import dark_room_successors
 from icrl_gym.models.mdp_generalist import MDPGeneralistCache
 from icrl_gym.models.policy import EnvInfo, InContextPolicy
 
@@ -72,7 +75,9 @@ class MDPGeneralistAgent(MDPTransformerAgent):
             kind = (info.get("model") or {}).get("kind", "random")
             self.greedy = self.deterministic = self.greedy_by_kind.get(kind, self.greedy_default)
         if isinstance(self._cache, MDPGeneralistCache):
-            self._cache.configure(self.env_stationary)
+            model = info.get("model") or {}
+            room = model.get("kind") == "dark_room"  # the prior knows the moves
+            self._cache.configure(self.env_stationary, dark_room_successors(int(model["size"])) if room else None)
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         env_info = super()._env_info(info)

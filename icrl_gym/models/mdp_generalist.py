@@ -56,6 +56,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -138,6 +139,8 @@ class MDPGeneralistCache:
         self.num_states, self.num_actions = env_info.num_states, env_info.num_actions
         self.horizon, self.episodes = env_info.horizon, env_info.episodes
         self.stationary = stationary
+        self.known: Tensor | None = None
+        """The known moves' pseudo-counts (S, A, S), added to N(s, a, s') at every reset, or None."""
         self._allocate()
 
     def _allocate(self) -> None:
@@ -152,16 +155,23 @@ class MDPGeneralistCache:
         """Steps decided so far (the next decision is step ``steps``: h = steps mod H, k = steps // H)."""
         self.prev_state = torch.zeros(B, dtype=torch.long, device=self.device)
 
-    def configure(self, stationary: bool) -> None:
-        """Pool the counts over h (``stationary``) or keep them per h; empties the cache if that changes."""
-        if bool(stationary) != self.stationary:
-            self.stationary = bool(stationary)
-            self._allocate()
+    def configure(self, stationary: bool, known_successors: np.ndarray | None = None) -> None:
+        """Pool the counts over h (``stationary``) or keep them per h, and set the moves the prior knows.
+
+        ``known_successors`` (S, A): the deterministic successor of every (s, a) when the prior puts all
+        its mass on one transition table (a dark room's moves), or None.  Empties the cache.
+        """
+        self.stationary = bool(stationary)
+        self.known = None if known_successors is None else torch.as_tensor(known_move_counts(known_successors))
+        self._allocate()
+        self.reset()
 
     def reset(self) -> None:
-        """Empty the cache for new runs of the same size."""
+        """Empty the cache for new runs of the same size (the known moves' pseudo-counts stay)."""
         for tensor in (self.stats.n_sas, self.stats.n_sa, self.stats.reward_sum, self.stats.starts):
             tensor.zero_()
+        if self.known is not None:
+            self.stats.n_sas += self.known.to(self.stats.n_sas)
         self.steps = 0
 
     def append(self, states: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None) -> None:
@@ -183,6 +193,24 @@ class MDPGeneralistCache:
             ones = torch.ones_like(states, dtype=self.dtype)
             self.stats.starts.index_put_((rows, states), ones, accumulate=True)
         self.prev_state = states
+
+
+KNOWN_MOVE_COUNT = 1.0
+"""Pseudo-count of a transition the prior knows for certain (a dark room's moves), added to N(s, a, s')."""
+
+
+def known_move_counts(successors: np.ndarray) -> np.ndarray:
+    """(S, A, S) pseudo-counts ``KNOWN_MOVE_COUNT`` on the known successor of every (s, a) (``successors`` (S, A)).
+
+    A dark room's prior puts all its mass on its moves (DarkRoom PSRL reads them too), but a model
+    equivariant to state labels cannot know which unvisited cell is next to which: the moves enter
+    as counts, the one input it has.  The rewards stay unknown until visited.
+    """
+    successors = np.asarray(successors, dtype=np.int64)
+    S, A = successors.shape
+    out = np.zeros((S, A, S), dtype=np.float32)
+    out[np.arange(S)[:, None], np.arange(A), successors] = KNOWN_MOVE_COUNT
+    return out
 
 
 def count_features(n_sas: Tensor, n_sa: Tensor, reward_sum: Tensor) -> Tensor:

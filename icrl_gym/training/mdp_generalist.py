@@ -53,10 +53,16 @@ from icrl_gym.algorithm import MDPAgent, child_rng
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed
 from icrl_gym.data.mdp_rollout import rollout_mdp
-from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec, dark_room_spec
+from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec, dark_room_spec, dark_room_successors
 from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.estimators.statistics import TransitionCounts
-from icrl_gym.models.mdp_generalist import CountStats, MDPGeneralist, MDPGeneralistCache, MDPGeneralistConfig
+from icrl_gym.models.mdp_generalist import (
+    CountStats,
+    MDPGeneralist,
+    MDPGeneralistCache,
+    MDPGeneralistConfig,
+    known_move_counts,
+)
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
@@ -317,6 +323,9 @@ def rollout_queries(
     expert.reset(reset_info(spec, env), rng=child_rng(rng))
     labeller = cast(_Labeller, expert)
     counts = TransitionCounts(B, H, S, A, pooled=spec.is_stationary)
+    known = dark_room_successors(spec.size) if spec.kind == "dark_room" else None
+    if known is not None:  # the prior knows the moves: the model's input starts from them (as its cache does)
+        counts.n_sas += known_move_counts(known)
     starts = np.zeros((B, S))
     query_steps = np.sort(rng.choice(T, size=min(queries, T), replace=False))
     Q = len(query_steps)
@@ -337,7 +346,8 @@ def rollout_queries(
     if model is not None:
         device = next(model.parameters()).device if device is None else device
         env_info = EnvInfo(num_actions=A, horizon=H, num_states=S, episodes=spec.episodes)
-        cache = model.new_cache(B, env_info, device, stationary=spec.is_stationary)
+        cache = model.new_cache(B, env_info, device)
+        cache.configure(spec.is_stationary, known)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     rows, q = np.arange(B), 0
     for t in range(T):

@@ -12,7 +12,7 @@ from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
 from icrl_gym.estimators.gittins import build_gittins_table, gittins_table
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
-from icrl_gym.training.generalist import train
+from icrl_gym.training.generalist import TRAINED_ENV, train
 from tests.helpers import tiny_generalist_config
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
@@ -247,8 +247,9 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
 
 def _checkpoint(tmp_path):
     model = _model()
+    meta = {"env": TRAINED_ENV}  # the environment family the trainer records
     return save_checkpoint(
-        tmp_path / "tiny", model, {}, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER
+        tmp_path / "tiny", model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER
     )
 
 

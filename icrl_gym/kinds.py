@@ -138,6 +138,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "agents.learned.mdp_generalist:MDPGeneralistAgent",
         EnvFamily.TABULAR_MDP,
         (),
+        plays="tabular MDPs and dark rooms of any S, A, H and K within its record's playable_range",
     ),
 }
 """The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.

@@ -13,7 +13,8 @@ from scipy import integrate, stats
 
 from agents.learned.mdp_generalist import MDPGeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, load_checkpoint, read_checkpoint, read_record, save_checkpoint
-from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec, dark_room_spec, dark_room_successors
+from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
+from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.kinds import KINDS
 from icrl_gym.models.mdp_generalist import KNOWN_MOVE_COUNT, CountStats, MDPGeneralist, MDPGeneralistConfig

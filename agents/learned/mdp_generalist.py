@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from agents.learned.mdp_transformer import MDPTransformerAgent
 from icrl_gym.checkpoint import CheckpointKind
-from icrl_gym.envs.mdp_core import dark_room_successors
+from icrl_gym.envs.dark_room import dark_room_successors
 from icrl_gym.models.mdp_generalist import MDPGeneralistCache
 from icrl_gym.models.policy import EnvInfo, InContextPolicy
 

@@ -53,7 +53,8 @@ from icrl_gym.algorithm import MDPAgent, child_rng
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed
 from icrl_gym.data.mdp_rollout import rollout_mdp
-from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec, dark_room_spec, dark_room_successors
+from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
+from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.estimators.statistics import TransitionCounts
 from icrl_gym.models.mdp_generalist import (

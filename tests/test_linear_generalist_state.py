@@ -103,14 +103,13 @@ def _to_older_layout(folder):
     return stem
 
 
-def test_a_folder_of_the_older_layout_resumes_to_the_same_weights(tmp_path, monkeypatch, whole):
+def test_a_folder_of_the_older_layout_is_refused_not_overwritten(tmp_path, monkeypatch):
     folder = tmp_path / "run"
     _interrupted(folder, monkeypatch, at_step=3)
-    _to_older_layout(folder)
-    lg.train(_config(folder), echo=False)
-    assert "(older layout) at step 2" in (folder / "train.log").read_text()
-    assert_same_state(RunState(folder).load(), whole)
-    assert not (folder / "latest.json").exists()
+    stem = _to_older_layout(folder)
+    with pytest.raises(TrainingStateError, match="no training-state manifest resume.json"):
+        lg.train(_config(folder), echo=False)
+    assert (folder / "latest.json").exists() and stem.with_suffix(".state.pt").exists()
 
 
 def test_a_corrupt_state_file_is_an_error_naming_it(tmp_path, monkeypatch):
@@ -122,25 +121,15 @@ def test_a_corrupt_state_file_is_an_error_naming_it(tmp_path, monkeypatch):
     state_file.write_bytes(bytes(data))
     with pytest.raises(TrainingStateError, match=r"step_0000002\.state\.pt is corrupt"):
         lg.train(_config(folder), echo=False)
-    # the older layout has no hashes: its truncated state file is an unreadable one
-    pointer = {"step": 2, "checkpoint": "step_0000002", "wall_time_s": 0.0, "history": []}
-    (folder / "latest.json").write_text(json.dumps(pointer))
-    (folder / MANIFEST).unlink()
-    state_file.write_bytes(bytes(data[:100]))
-    with pytest.raises(TrainingStateError, match=r"step_0000002\.state\.pt cannot be read"):
-        lg.train(_config(folder), echo=False)
 
 
-@pytest.mark.parametrize("layout", ["manifest", "older"])
-def test_a_changed_configuration_is_refused_naming_the_fields(tmp_path, monkeypatch, layout):
+def test_a_changed_configuration_is_refused_naming_the_fields(tmp_path, monkeypatch):
     folder = tmp_path / "run"
     _interrupted(folder, monkeypatch, at_step=3)
-    if layout == "older":
-        _to_older_layout(folder)  # the configuration compared is the one the checkpoint records
     changed = _config(folder, dagger_fraction=0.3, model={**TINY, "readouts": 3})
     with pytest.raises(TrainingStateError, match=r"dagger_fraction: 0\.5 in the run, 0\.3 now; model\.readouts: 2"):
         lg.train(changed, echo=False)
-    assert ((folder / MANIFEST).exists()) == (layout == "manifest")  # nothing was overwritten
+    assert (folder / MANIFEST).exists()  # nothing was overwritten
     lg.train(_config(folder, steps=4, log_every=1, threads=1), echo=False)  # the allowed fields may change
     log = (folder / "train.log").read_text()
     assert "changed on resume: steps: 7 -> 4" in log and "changed on resume: log_every: 2 -> 1" in log

@@ -172,7 +172,8 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
                 "(model.d_max): larger d cannot be fed to it"
             )
         for i, cell in enumerate(self.eval_cells if self.eval_every else []):  # cells are played only then
-            _check_cell(cell, f"LinearGeneralistTrainConfig.eval_cells[{i}]", d_max)
+            wide = LinearGeneralistConfig.from_dict(self.model).features == "posterior"
+            _check_cell(cell, f"LinearGeneralistTrainConfig.eval_cells[{i}]", d_max, wide)
 
 
 EVAL_CELL_FIELDS = {
@@ -188,8 +189,11 @@ EVAL_CELL_FIELDS = {
 """The keys of an evaluation cell and their allowed values."""
 
 
-def _check_cell(cell: Any, where: str, d_max: int) -> None:
-    """A ``ValueError`` naming the first key of an evaluation cell that is unknown or out of range."""
+def _check_cell(cell: Any, where: str, d_max: int, wide: bool = False) -> None:
+    """A ``ValueError`` naming the first key of an evaluation cell that is unknown or out of range.
+
+    ``wide``: the model plays one-hot arms of any A (the second version).
+    """
     if not isinstance(cell, dict):
         raise ValueError(f"{where} must be a dict with keys {sorted(EVAL_CELL_FIELDS)}, got {cell!r}")
     for key, value in cell.items():
@@ -198,7 +202,7 @@ def _check_cell(cell: Any, where: str, d_max: int) -> None:
             raise ValueError(f"{where} has an unknown key {key!r}; keys: {sorted(EVAL_CELL_FIELDS)}")
         if not rule.admits(value):
             raise ValueError(f"{where}.{key} must be {rule}, got {value!r}")
-    if cell.get("dim", 5) > d_max:
+    if cell.get("dim", 5) > d_max and not (wide and cell.get("arms") == "one_hot"):
         raise ValueError(f"{where}.dim={cell.get('dim', 5)} must be <= the model's d_max={d_max}")
 
 
@@ -366,12 +370,13 @@ def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def family_options(cfg: LinearGeneralistTrainConfig) -> FamilyOptions:
-    """The prior-family ranges of the configuration."""
+    """The prior-family ranges of the configuration (one-hot arms of any A for the second version)."""
     return FamilyOptions(
         (cfg.min_dim, cfg.max_dim),
         (cfg.min_noise, cfg.max_noise),
         (cfg.gaussian_arms_fraction, cfg.sphere_arms_fraction, cfg.one_hot_fraction),
         cfg.unknown_noise_fraction,
+        LinearGeneralistConfig.from_dict(cfg.model).features == "posterior",
     )
 
 
@@ -467,6 +472,8 @@ def evaluate(
     """
     rng = np.random.default_rng(seed)
     d, a, horizon = int(cell.get("dim", 5)), int(cell.get("num_actions", 10)), int(cell.get("horizon", 200))
+    if cell.get("arms") == "one_hot":
+        d = a  # the Gaussian multi-armed bandit: d = A
     per_step = cell.get("action_set") == "per_step"
     if d_max is None:
         d_max = model.config.d_max if model is not None else max(d, D_MAX)
@@ -475,7 +482,7 @@ def evaluate(
         fractions = (float(arms == "gaussian"), float(arms == "sphere"), float(arms == "one_hot"))
         sigma_cell = float(cell.get("noise_std", 0.5))
         unknown = float(not cell.get("noise_known", True))
-        options = FamilyOptions((d, d), (sigma_cell, sigma_cell), fractions, unknown)
+        options = FamilyOptions((d, d), (sigma_cell, sigma_cell), fractions, unknown, wide_one_hot=True)
         inst = family_instances(rng, options, instances, a, horizon, per_step, d_max)
     else:
         dim = np.full(instances, d)

@@ -38,7 +38,9 @@ def _direct(x_hist, r, arms, d, sigma, s2, tau2):
 
 
 def _moments(x_hist, r, d_max):
-    tokens = np.concatenate([np.pad(x_hist, ((0, 0), (0, d_max - x_hist.shape[1]))), r[:, None], np.ones((len(r), 1))], 1)
+    tokens = np.concatenate(
+        [np.pad(x_hist, ((0, 0), (0, d_max - x_hist.shape[1]))), r[:, None], np.ones((len(r), 1))], 1
+    )
     return torch.as_tensor(tokens.T @ tokens)
 
 
@@ -93,7 +95,9 @@ def test_model_average_is_the_mixture_of_the_valid_models():
     sigma = torch.tensor(0.5, dtype=torch.float64)
     lin = linear_posterior(_moments(x_hist, r, 2), torch.as_tensor(arms), torch.tensor(2), sigma)
     counts = torch.tensor([4.0, 4.0, 4.0], dtype=torch.float64)
-    arm = arm_posterior(counts, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.tensor(9.0), torch.tensor(12.0), sigma)
+    arm = arm_posterior(
+        counts, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.tensor(9.0), torch.tensor(12.0), sigma
+    )
     for valid_arm in (True, False):
         weights, mean, sd = model_average([lin, arm], [torch.tensor(True), torch.tensor(valid_arm)])
         ev = np.concatenate([lin.log_evidence.numpy(), arm.log_evidence.numpy() if valid_arm else np.full(12, -np.inf)])
@@ -132,7 +136,11 @@ def _trajectory(b, s, a, d, seed, per_step, one_hot=False):
     sets = torch.rand(b, s if per_step else 1, a, d, generator=g) * 2 - 1
     if one_hot:
         sets = torch.eye(a).expand(b, 1, a, a)
-    return sets.expand(b, s, a, sets.shape[-1]), torch.randint(0, a, (b, s), generator=g), torch.randn(b, s, generator=g)
+    return (
+        sets.expand(b, s, a, sets.shape[-1]),
+        torch.randint(0, a, (b, s), generator=g),
+        torch.randn(b, s, generator=g),
+    )
 
 
 @pytest.mark.parametrize("case", ["per_step", "fixed", "one_hot_wider_than_d_max"])

@@ -370,7 +370,7 @@ def posterior_inputs(
     noise: torch.Tensor,
     dims: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The second version's arm inputs (B, Q, A, F) and its skip index (B, Q, A) (:mod:`~icrl_gym.models.linear_posterior`).
+    """The second version's arm inputs (B, Q, A, F) and skip index (B, Q, A) (:mod:`~icrl_gym.models.linear_posterior`).
 
     Arms (B, Q, A, W) (W >= d_max; coordinates from d_max on are read only by the arms model), raw moments
     (B, Q, E, E), per-arm pull counts and reward sums (B, Q, A) by position in the action set, ``fixed``

@@ -654,8 +654,11 @@ class LinearGeneralistTransformer(nn.Module):
         pulls = F.one_hot(actions, sets.shape[2]).float()  # (B, S, A)
         counts = F.pad(pulls.cumsum(1), (0, 0, 1, 0))[rows, query_steps]
         sums = F.pad((pulls * rewards.float().unsqueeze(-1)).cumsum(1), (0, 0, 1, 0))[rows, query_steps]
-        same = (sets == sets[:, :1]).flatten(2).all(-1).long().cummin(1).values.bool()  # (B, S or S + 1)
-        fixed = same[rows, query_steps]
+        if sets.stride(1) == 0:  # one action set per run, expanded over the steps
+            fixed = torch.ones_like(query_steps, dtype=torch.bool)
+        else:
+            same = (sets == sets[:, :1]).flatten(2).all(-1).long().cummin(1).values.bool()  # (B, S or S + 1)
+            fixed = same[rows, query_steps]
         return self._decide_posterior(arms, moments, counts, sums, fixed, query_steps, horizon, noise_std, dims)
 
     def _decide_posterior(

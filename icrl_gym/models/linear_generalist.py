@@ -492,11 +492,19 @@ class LinearGeneralistCache:
     (from which the next step's ``prev_action`` is read).
     """
 
-    def __init__(self, batch_size: int, token_dim: int, env_info: EnvInfo, device: torch.device) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        token_dim: int,
+        env_info: EnvInfo,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         if env_info.dim is None:
             raise ValueError("the linear generalist needs the arms' dimension d (EnvInfo.dim), got None")
         self.batch_size = batch_size
-        self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device)
+        self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device, dtype=dtype)
+        """The raw moments (float64 for the second version: its posterior inverts them at small sigma)."""
         self.horizon = env_info.horizon
         sigma = float("nan") if env_info.noise_std is None else float(env_info.noise_std)
         self.noise_std = torch.full((batch_size,), sigma, dtype=torch.float32, device=device)
@@ -509,13 +517,14 @@ class LinearGeneralistCache:
         """Steps in the history (the next decision is at step ``steps``)."""
         self.counts = torch.zeros(batch_size, env_info.num_actions, device=device)
         """Pulls of every arm (B, A), by position in the action set (read by the second version)."""
-        self.sums = torch.zeros(batch_size, env_info.num_actions, device=device)
+        self.sums = torch.zeros(batch_size, env_info.num_actions, device=device, dtype=dtype)
         """Reward sums of every arm (B, A)."""
         self.fixed = torch.ones(batch_size, dtype=torch.bool, device=device)
         """Whether the action set has been the same at every step so far (B,)."""
 
     def append(self, tokens: torch.Tensor) -> None:
         """Add raw history tokens e_s = [x, r, 1] (B, E) of one step."""
+        tokens = tokens.to(self.moments.dtype)
         self.moments += tokens.unsqueeze(-1) * tokens.unsqueeze(-2)
         self.steps += 1
 
@@ -532,7 +541,7 @@ class LinearGeneralistCache:
             if last.shape != action_set.shape:
                 self.fixed.zero_()
                 self.counts = torch.zeros(action_set.shape[:2], device=self.counts.device)
-                self.sums = torch.zeros_like(self.counts)
+                self.sums = torch.zeros_like(self.counts, dtype=self.sums.dtype)
             elif last is not action_set:
                 self.fixed &= (last == action_set).flatten(1).all(1)
         self.last_action_set = action_set
@@ -644,6 +653,8 @@ class LinearGeneralistTransformer(nn.Module):
         rows = torch.arange(b, device=device).view(-1, 1)
         chosen = sets[rows, torch.arange(s, device=device).view(1, -1), actions]  # (B, S, d_max)
         tokens = history_tokens(chosen[..., : self.config.d_max], rewards.float())  # (B, S, E)
+        if self.posterior is not None:  # float64 moments, as the cache keeps them
+            tokens = tokens.double()
         outer = tokens.unsqueeze(-1) * tokens.unsqueeze(-2)  # (B, S, E, E)
         prefix = F.pad(outer.cumsum(dim=1), (0, 0, 0, 0, 1, 0))  # (B, S + 1, E, E): sum over s < t
         moments = prefix[rows, query_steps]  # (B, Q, E, E)
@@ -653,7 +664,8 @@ class LinearGeneralistTransformer(nn.Module):
             return self._decide(arms, moments, query_steps, horizon, noise_std, dims, arm_mask)
         pulls = F.one_hot(actions, sets.shape[2]).float()  # (B, S, A)
         counts = F.pad(pulls.cumsum(1), (0, 0, 1, 0))[rows, query_steps]
-        sums = F.pad((pulls * rewards.float().unsqueeze(-1)).cumsum(1), (0, 0, 1, 0))[rows, query_steps]
+        sums = F.pad((pulls.double() * rewards.float().double().unsqueeze(-1)).cumsum(1), (0, 0, 1, 0))
+        sums = sums[rows, query_steps]
         if sets.stride(1) == 0:  # one action set per run, expanded over the steps
             fixed = torch.ones_like(query_steps, dtype=torch.bool)
         else:
@@ -694,7 +706,8 @@ class LinearGeneralistTransformer(nn.Module):
         if self.posterior is None and env_info.dim is not None and env_info.dim > self.config.d_max:
             raise ValueError(f"this model plays d <= {self.config.d_max}, got EnvInfo.dim={env_info.dim}")
         device = next(self.parameters()).device if device is None else torch.device(device)
-        return LinearGeneralistCache(batch_size, self.config.token_dim, env_info, device)
+        dtype = torch.float32 if self.posterior is None else torch.float64
+        return LinearGeneralistCache(batch_size, self.config.token_dim, env_info, device, dtype)
 
     @torch.no_grad()
     def append(self, cache: LinearGeneralistCache, chosen: torch.Tensor, rewards: torch.Tensor) -> None:

@@ -57,6 +57,7 @@ from scipy.special import ndtri
 
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
@@ -130,6 +131,10 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
     unknown_noise_fraction: float = 0.0
     """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
+    behaviour_prior: str = "matched"
+    """The prior the behaviour policy of the batches not rolled out by the model is told ('family' only):
+    'matched' (the expert itself), or 'resampled' (the matched prior of a fresh family draw of the same d, so
+    that the history's actions do not reveal the instance's prior, which the model would learn to copy)."""
     eval_cells: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
@@ -156,6 +161,7 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
             "sphere_arms_fraction": PROBABILITY,
             "one_hot_fraction": PROBABILITY,
             "unknown_noise_fraction": PROBABILITY,
+            "behaviour_prior": Allowed(choices=("matched", "resampled")),
         }
 
     def check(self) -> None:
@@ -293,20 +299,26 @@ def rollout(
     model: LinearGeneralistTransformer | None = None,
     device: torch.device | None = None,
     schedule: str = "constant",
+    behaviour: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Play eps-expert (``model`` None) or eps-greedy model on ``inst``.
+
+    ``behaviour`` (prior mean and variance (B, width)): without a model, play the same index policy told
+    this prior instead of the instance's (the labels stay the expert's).
 
     Returns actions (B, T), rewards (B, T), the expert index (B, T, A) before every step and the
     per-run pseudo-regret (B,).
     """
     b, horizon = inst.noise.shape
     num_arms = inst.sets.shape[2]
-    expert = expert_statistics(inst.sigma, inst.sets.shape[-1], inst.prior_mean, inst.prior_var)
+    width = inst.sets.shape[-1]
+    expert = expert_statistics(inst.sigma, width, inst.prior_mean, inst.prior_var)
     actions = np.zeros((b, horizon), dtype=np.int64)
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, num_arms), dtype=np.float32)
     regret = np.zeros(b)
     rows = np.arange(b)
+    actor = None if behaviour is None or model is not None else expert_statistics(inst.sigma, width, *behaviour)
     cache = None
     prev: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
     if model is not None:
@@ -318,7 +330,9 @@ def rollout(
     for t in range(horizon):
         arms = inst.action_set(t).astype(np.float64)
         index[:, t] = gaussian_index(expert, arms, inst.sigma, expert_z(z, schedule, t))
-        if model is None or cache is None:
+        if actor is not None:
+            greedy = gaussian_index(actor, arms, inst.sigma, expert_z(z, schedule, t)).argmax(axis=1)
+        elif model is None or cache is None:
             greedy = index[:, t].argmax(axis=1)
         else:
             arms_t = torch.as_tensor(arms, dtype=torch.float32, device=device)
@@ -330,6 +344,8 @@ def rollout(
         r = means[rows, a] + inst.sigma * inst.noise[:, t]
         regret += means.max(axis=1) - means[rows, a]
         expert.update(x, r)
+        if actor is not None:
+            actor.update(x, r)
         if model is not None:
             prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
         actions[:, t], rewards[:, t] = a, r
@@ -418,7 +434,13 @@ def sample_batch(
         gaussian = rng.random(b) < cfg.gaussian_arms_fraction
         inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
-    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device, cfg.expert_schedule)
+    behaviour = None
+    if model is None and cfg.behaviour_prior == "resampled":  # another instance's prior: actions leak nothing
+        other = sample_prior(rng, "family", inst.dim, inst.sets.shape[-1])
+        behaviour = (other.mean, other.var)
+    actions, rewards, index, _ = rollout(
+        inst, epsilon, rng, cfg.expert_z, model, device, cfg.expert_schedule, behaviour
+    )
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     q_index = index[np.arange(b)[:, None], query_steps].astype(np.float64)
     return Batch(inst, actions, rewards, query_steps, q_index, targets_from_index(q_index, cfg.label_temperature))

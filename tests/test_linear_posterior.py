@@ -215,3 +215,28 @@ def test_a_resumed_tiny_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_pa
     resumed = train(_tiny_run(tmp_path / "b"), echo=False)
     for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(p, q), name
+
+
+def test_resampled_behaviour_prior_keeps_the_expert_labels_and_wide_one_hot_rows():
+    """behaviour_prior='resampled': the actions come from another prior's index (they are not all the
+    expert's argmax), the labels are still the instance's own matched posterior index (a direct solve), and
+    one-hot rows with A > d_max are A wide."""
+    from icrl_gym.training.linear_generalist import sample_batch
+
+    cfg = _tiny_run("unused", min_arms=8, max_arms=8, min_horizon=30, max_horizon=30, per_step_fraction=0.0)
+    cfg.behaviour_prior, cfg.max_epsilon, cfg.one_hot_fraction, cfg.min_batch = "resampled", 0.0, 0.5, 5
+    batch = sample_batch(cfg, np.random.default_rng(3))
+    inst = batch.inst
+    assert inst.sets.shape[-1] == 8 and (inst.dim == 8).any()  # one-hot rows, wider than d_max = 5
+    played_argmax = []
+    for i in range(len(inst.dim)):
+        arms = inst.sets[i, 0].astype(np.float64)
+        for q, t in enumerate(batch.query_steps[i]):
+            x = arms[batch.actions[i, :t]]
+            cov = np.linalg.inv(np.diag(1 / inst.prior_var[i]) + x.T @ x / inst.sigma[i] ** 2)
+            mu = cov @ (inst.prior_mean[i] / inst.prior_var[i] + x.T @ batch.rewards[i, :t] / inst.sigma[i] ** 2)
+            z = expert_z(0.0, "bayes_ucb", int(t))
+            expected = arms @ mu + z * np.sqrt(np.einsum("ad,de,ae->a", arms, cov, arms))
+            np.testing.assert_allclose(batch.index[i, q], expected, rtol=1e-4, atol=1e-4)
+            played_argmax.append(batch.actions[i, t] == expected.argmax())
+    assert 0 < np.mean(played_argmax) < 1

@@ -40,6 +40,14 @@ Arms are exchangeable (no arm positions anywhere): permuting the arms of every a
 the logits.  Each block's MLP also reads m bilinear readouts x_{t,k}^T U_j h_k (the arm's features
 against its token: the posterior mean <x_k, mu_t> and width x_k^T Lambda^{-1} x_k are of this form), and
 the logit is  w^T LayerNorm(h_k) + b + x_{t,k}^T U_out h_k.
+
+Second version (``features="posterior"``): the network no longer inverts the moment matrix.  Each
+step computes closed-form posterior features of a grid of Gaussian priors from the same moment
+matrix (float64) and from per-arm pull counts and reward sums
+(:mod:`icrl_gym.models.linear_posterior`, :func:`posterior_inputs`), and a per-arm network with
+attention across the arms (:class:`PosteriorArmNetwork`) turns them into logits, with the
+model-averaged Bayes-UCB index as a skip connection.  It plays d > d_max on a fixed action set as
+an A-armed bandit.  Same cache, same contract, a step cost independent of t.
 """
 
 from __future__ import annotations

@@ -37,6 +37,16 @@ def _direct(x_hist, r, arms, d, sigma, s2, tau2):
     return a @ mu, sd, evidence
 
 
+def _assert_direct(post, x_hist, r, arms, d, sigma):
+    """Every prior of the grid: ``post`` equals the direct solve (:func:`_direct`)."""
+    s2, tau2 = grid()
+    for j in range(len(s2)):
+        mean, sd, evidence = _direct(x_hist, r, arms, d, sigma, float(s2[j]), float(tau2[j]))
+        np.testing.assert_allclose(post.mean[j].numpy(), mean, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(post.sd[j].numpy(), sd, rtol=1e-8)
+        np.testing.assert_allclose(float(post.log_evidence[j]), evidence, rtol=1e-8, atol=1e-8)
+
+
 def _moments(x_hist, r, d_max):
     tokens = np.concatenate(
         [np.pad(x_hist, ((0, 0), (0, d_max - x_hist.shape[1]))), r[:, None], np.ones((len(r), 1))], 1
@@ -55,12 +65,7 @@ def test_linear_posterior_equals_a_direct_solve(n):
         torch.tensor(d),
         torch.tensor(sigma, dtype=torch.float64),
     )
-    s2, tau2 = grid()
-    for j in range(len(s2)):
-        mean, sd, evidence = _direct(x_hist, r, arms, d, sigma, float(s2[j]), float(tau2[j]))
-        np.testing.assert_allclose(post.mean[j].numpy(), mean, rtol=1e-8, atol=1e-10)
-        np.testing.assert_allclose(post.sd[j].numpy(), sd, rtol=1e-8)
-        np.testing.assert_allclose(float(post.log_evidence[j]), evidence, rtol=1e-8, atol=1e-8)
+    _assert_direct(post, x_hist, r, arms, d, sigma)
 
 
 def test_arm_posterior_equals_the_one_hot_linear_model():
@@ -77,12 +82,7 @@ def test_arm_posterior_equals_the_one_hot_linear_model():
         torch.tensor(float(n)),
         torch.tensor(sigma, dtype=torch.float64),
     )
-    s2, tau2 = grid()
-    for j in range(len(s2)):
-        mean, sd, evidence = _direct(x_hist, r, arms, k, sigma, float(s2[j]), float(tau2[j]))
-        np.testing.assert_allclose(post.mean[j].numpy(), mean, rtol=1e-8, atol=1e-10)
-        np.testing.assert_allclose(post.sd[j].numpy(), sd, rtol=1e-8)
-        np.testing.assert_allclose(float(post.log_evidence[j]), evidence, rtol=1e-8)
+    _assert_direct(post, x_hist, r, arms, k, sigma)
     linear = linear_posterior(
         _moments(x_hist, r, k), torch.as_tensor(arms), torch.tensor(k), torch.tensor(sigma, dtype=torch.float64)
     )

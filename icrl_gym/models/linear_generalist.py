@@ -564,6 +564,19 @@ class LinearGeneralistCache:
         self.steps = 0
 
 
+def _per_run(
+    b: int,
+    device: torch.device,
+    horizon: torch.Tensor | int,
+    noise_std: torch.Tensor | float,
+    dim: torch.Tensor | int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """T, sigma (float32) and d as (B,) tensors from numbers or (B,) tensors."""
+    horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
+    noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
+    return horizon_t, noise, torch.as_tensor(dim, device=device).reshape(-1).expand(b)
+
+
 class LinearGeneralistTransformer(nn.Module):
     """Per-arm query transformer over a raw linear-bandit trajectory (see the module docstring)."""
 
@@ -609,10 +622,7 @@ class LinearGeneralistTransformer(nn.Module):
         given one or, where it is NaN, the in-context estimate (:func:`noise_levels`).
         """
         b, nq, na, _ = arms.shape
-        device = arms.device
-        horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
-        noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
-        dims = torch.as_tensor(dim, device=device).reshape(-1).expand(b)
+        horizon_t, noise, dims = _per_run(b, arms.device, horizon, noise_std, dim)
         sigma, known = noise_levels(raw_moments, dims, noise, self.config.noise_estimate)
         inv = (1.0 / sigma)[..., None, None]  # twice, not 1 / sigma^2: an empty history stays 0 for tiny sigma
         moments = raw_moments * inv * inv
@@ -696,11 +706,7 @@ class LinearGeneralistTransformer(nn.Module):
         """The second version's logits (B, Q, A) (:func:`posterior_inputs`, :class:`PosteriorArmNetwork`)."""
         if self.posterior is None:
             raise TypeError("this model reads the moment matrix (features='moments'), not posterior features")
-        b = arms.shape[0]
-        device = arms.device
-        horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
-        noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
-        dims = torch.as_tensor(dim, device=device).reshape(-1).expand(b)
+        horizon_t, noise, dims = _per_run(arms.shape[0], arms.device, horizon, noise_std, dim)
         with torch.no_grad():
             features, base = posterior_inputs(
                 self.config, arms, moments, counts, sums, fixed, steps, horizon_t, noise, dims

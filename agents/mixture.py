@@ -81,7 +81,7 @@ class Mixture(_TrajectoryMixture, BanditAgent):
     def _reset(self, w_star: np.ndarray | None) -> None:
         for comp in self.components:
             comp.reset(
-                {"model": self.env_model},  # every component assumes the same environment
+                {"model": self.reset_info.get("model")},  # every component assumes the same environment
                 batch_size=self.batch_size,
                 dim=self.dim,
                 num_actions=self.num_actions,

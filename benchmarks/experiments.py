@@ -14,7 +14,17 @@ from typing import Any
 
 from agents import ts_uniform_mixture
 from agents.bandit.linear_posterior import PAPER_TS_PRIOR
-from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, dark_room_spec, linear_bandit_spec
+from icrl_gym.envs import (
+    ActionSet,
+    BanditArms,
+    BanditPrior,
+    BanditReward,
+    BanditSpec,
+    MDPSpec,
+    bernoulli_bandit_spec,
+    dark_room_spec,
+    linear_bandit_spec,
+)
 
 PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
 """The paper's linear TS: its N(0, I_d) prior on w* ~ Unif([0,1]^d) (misspecified); the noise level is the env's.
@@ -195,7 +205,7 @@ def generalist_experiment(
     Bernoulli: finite-horizon Gittins for T = ``spec.horizon`` (the policy it imitates), TS and UCB;
     linear: Bayes-UCB with the prior matched to the environment's, LinUCB and TS with the matched prior.
     """
-    if spec.reward == "bernoulli":
+    if spec.reward is BanditReward.BERNOULLI:
         family, size = "bernoulli", f"Bernoulli bandit K={spec.num_actions}, T={spec.horizon}"
         name = f"generalist-bernoulli-k{spec.num_actions}-t{spec.horizon}"
         references = {
@@ -414,9 +424,9 @@ GENERALIZATION = GridExperiment(
         "sigma=0.5": {"noise_std": 0.5},
         "sigma=1": {"noise_std": 1.0},
         "sigma=2": {"noise_std": 2.0},
-        "per-step action sets": {"action_set": "per_step"},
-        "Gaussian arms": {"arms": "gaussian"},
-        "w* ~ N(0, I)": {"prior": "gaussian", "prior_var": 1.0},
+        "per-step action sets": {"action_set": ActionSet.PER_STEP},
+        "Gaussian arms": {"arms": BanditArms.GAUSSIAN},
+        "w* ~ N(0, I)": {"prior": BanditPrior.GAUSSIAN, "prior_var": 1.0},
     },
     linear_references={
         "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},

@@ -80,8 +80,8 @@ from icrl_gym.utils.progress import progress_bar, set_quiet
 class BenchConfig:
     """Options of ``python -m benchmarks`` (each field is a command-line flag, its docstring the help)."""
 
-    experiments: str = "default"
-    """Comma-separated experiment names, 'default' (the paper's and the generalists') or 'all' (see --list)."""
+    experiments: tuple[str, ...] = ("default",)
+    """Experiment names (comma-separated), 'default' (the paper's and the generalists') or 'all' (see --list)."""
     runs: int = 500
     """Instances per algorithm (the paper uses 500; at least 2 for standard errors)."""
     seed: int = 0
@@ -115,19 +115,19 @@ class BenchConfig:
     'bernoulli-generalist'; its rows are reported missing when there is none)."""
     linear_generalist: str = ""
     """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist')."""
-    grid_families: str = "bernoulli,linear"
+    grid_families: tuple[str, ...] = ("bernoulli", "linear")
     """Families of the grid experiments to run: bernoulli, linear or both (comma-separated)."""
-    grid_arms: str = ""
-    """Comma-separated Bernoulli K replacing the grid's (e.g. 2,5,10; '': the issue's 2..20 plus 30, 50)."""
-    grid_horizons: str = ""
-    """Comma-separated Bernoulli T replacing the grid's (e.g. 50,200; '': 50, 200, 500 plus 1000)."""
+    grid_arms: tuple[int, ...] = ()
+    """Bernoulli K replacing the grid's (comma-separated, e.g. 2,5,10; none: the issue's 2..20 plus 30, 50)."""
+    grid_horizons: tuple[int, ...] = ()
+    """Bernoulli T replacing the grid's (comma-separated, e.g. 50,200; none: 50, 200, 500 plus 1000)."""
 
     def _names(self) -> list[str]:
-        if self.experiments == "all":
+        if self.experiments == ("all",):
             return [*EXPERIMENTS, *GRID_EXPERIMENTS]
-        if self.experiments == "default":
+        if self.experiments == ("default",):
             return [e.name for e in EXPERIMENTS.values() if e.default]
-        names = [n.strip() for n in self.experiments.split(",") if n.strip()]
+        names = list(self.experiments)
         known = {**EXPERIMENTS, **GRID_EXPERIMENTS}
         unknown = [n for n in names if n not in known]
         if unknown or not names:
@@ -144,16 +144,6 @@ class BenchConfig:
         """The grid experiments named in ``experiments`` (opt-in: never in 'default')."""
         return [GRID_EXPERIMENTS[n] for n in self._names() if n in GRID_EXPERIMENTS]
 
-    def grid_sizes(self, text: str, flag: str) -> tuple[int, ...] | None:
-        """A comma-separated list of positive integers (``None`` when empty)."""
-        try:
-            values = tuple(int(v) for v in text.split(",") if v.strip())
-        except ValueError:
-            raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
-        if any(v < 1 for v in values):
-            raise ValueError(f"{flag} takes positive integers, got {text!r}")
-        return values or None
-
     def validate(self) -> None:
         """Reject option values that cannot work (``ValueError`` naming the flag, the value and what is allowed)."""
         if self.runs < 2:
@@ -168,11 +158,12 @@ class BenchConfig:
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"--device must be cpu, cuda or auto, got {self.device!r}")
         self._names()
-        self.grid_sizes(self.grid_arms, "--grid-arms")
-        self.grid_sizes(self.grid_horizons, "--grid-horizons")
-        families = [f.strip() for f in self.grid_families.split(",") if f.strip()]
+        for flag, sizes in (("--grid-arms", self.grid_arms), ("--grid-horizons", self.grid_horizons)):
+            if any(v < 1 for v in sizes):
+                raise ValueError(f"{flag} takes positive integers, got {','.join(map(str, sizes))}")
+        families = self.grid_families
         if not families or any(f not in ("bernoulli", "linear") for f in families):
-            raise ValueError(f"--grid-families takes bernoulli, linear or both, got {self.grid_families!r}")
+            raise ValueError(f"--grid-families takes bernoulli, linear or both, got {','.join(families)!r}")
         if self.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0 (numpy seeds are non-negative), got {self.seed}")
         out = Path(self.out)
@@ -192,9 +183,8 @@ class BenchConfig:
         """Refuse ``--runs`` whose estimated memory (:func:`run_memory_bytes`) exceeds the limit, before any run."""
         specs = [e.spec for e in self.selected()]
         for grid in self.selected_grids():
-            arms = self.grid_sizes(self.grid_arms, "--grid-arms")
-            horizons = self.grid_sizes(self.grid_horizons, "--grid-horizons")
-            specs += [c.spec for c in (*bernoulli_cells(grid, arms, horizons), *linear_cells(grid))]
+            cells = (*bernoulli_cells(grid, self.grid_arms or None, self.grid_horizons or None), *linear_cells(grid))
+            specs += [c.spec for c in cells]
         if not specs:
             return
         spec = max(specs, key=lambda s: run_memory_bytes(s, self.runs))
@@ -795,9 +785,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             cfg.seed,
             checkpoint=cfg.generalist or None,
             linear_checkpoint=cfg.linear_generalist or None,
-            families=tuple(f.strip() for f in cfg.grid_families.split(",") if f.strip()),
-            arms=cfg.grid_sizes(cfg.grid_arms, "--grid-arms"),
-            horizons=cfg.grid_sizes(cfg.grid_horizons, "--grid-horizons"),
+            families=cfg.grid_families,
+            arms=cfg.grid_arms or None,
+            horizons=cfg.grid_horizons or None,
             progress=lambda label, name=grid.name: _log(f"{name}: {label}"),
         )
         print(f"{grid.name}: results in {out / grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
-from icrl_gym.envs import BanditSpec, MDPSpec
+from icrl_gym.envs import BanditPrior, BanditReward, BanditSpec, MDPKind, MDPSpec
 from icrl_gym.utils.fileio import atomic_write
 
 if TYPE_CHECKING:
@@ -94,24 +94,22 @@ def is_learned(exp: Experiment, label: str) -> bool:
 
 def describe_env(spec: BanditSpec | MDPSpec) -> str:
     """The environment and its prior in one line, for a caption."""
-    d = spec.to_dict()
     if isinstance(spec, MDPSpec):
-        dark = d.get("kind") == "dark_room"
-        size = f"{d['size']}x{d['size']}" if dark else f"S={d['num_states']}, A={d['num_actions']}"
-        steps = d["horizon"] * d["episodes"]
+        dark = spec.kind is MDPKind.DARK_ROOM
+        size = f"{spec.size}x{spec.size}" if dark else f"S={spec.num_states}, A={spec.num_actions}"
         name = "ICRL-DarkRoom-v0" if dark else "ICRL-TabularMDP-v0"
-        return f"{name} ({size}, H={d['horizon']}, K={d['episodes']} episodes: T={steps} steps)"
-    if d.get("prior") == "beta":
-        prior = f"Beta({d['prior_a']:g}, {d['prior_b']:g})"
-    elif d.get("prior") == "gaussian":
-        prior = f"N(0, {d['prior_var']:g} I)"
+        return f"{name} ({size}, H={spec.horizon}, K={spec.episodes} episodes: T={spec.total_steps} steps)"
+    if spec.prior is BanditPrior.BETA:
+        prior = f"Beta({spec.prior_a:g}, {spec.prior_b:g})"
+    elif spec.prior is BanditPrior.GAUSSIAN:
+        prior = f"N(0, {spec.prior_var:g} I)"
     else:
-        prior = f"U[{d['prior_low']:g}, {d['prior_high']:g}]"
-    if d.get("reward") == "bernoulli":
-        return f"ICRL-BernoulliBandit-v0 (A={d['num_actions']}, means ~ {prior}, T={d['horizon']})"
+        prior = f"U[{spec.prior_low:g}, {spec.prior_high:g}]"
+    if spec.reward is BanditReward.BERNOULLI:
+        return f"ICRL-BernoulliBandit-v0 (A={spec.num_actions}, means ~ {prior}, T={spec.horizon})"
     return (
-        f"ICRL-LinearBandit-v0 (d={d['dim']}, A={d['num_actions']}, noise sigma={d['noise_std']:g}, "
-        f"w* coordinates ~ {prior}, T={d['horizon']})"
+        f"ICRL-LinearBandit-v0 (d={spec.dim}, A={spec.num_actions}, noise sigma={spec.noise_std:g}, "
+        f"w* coordinates ~ {prior}, T={spec.horizon})"
     )
 
 

@@ -14,7 +14,8 @@ from it), ``reset(info)``, ``act(obs)``, ``policy(obs)``, ``update(action, rewar
         agent.update(a, r)
 
 ``info`` is what the environment's ``reset`` returned: a single env gives B = 1, a vector env
-B = num_envs; ``info["model"]`` (the environment's spec as a dict) is kept as ``env_model``.  The
+B = num_envs; ``info["model"]`` (the environment's spec as a dict) is read once, by
+:func:`~icrl_gym.envs.env_model.read_env_model`, and kept typed as ``env_model``.  The
 two kinds differ only in how an observation is decoded and in the batched hooks a subclass implements.
 
 Bandits
@@ -70,6 +71,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from icrl_gym.envs.bandit_core import BanditArms
+from icrl_gym.envs.env_model import EnvModel, read_env_model
 from icrl_gym.envs.validation import (
     MAX_INPUT,
     as_float_array,
@@ -123,16 +126,24 @@ def resolve_horizon(info: Mapping[str, Any], default: int | None = None, agent: 
     integer (``2.7`` is refused, never truncated); none at all is a ``ValueError`` naming the ways to
     give one.
     """
-    model = info.get("model") or {}
-    for source, value in (("reset", info.get("horizon")), ("the environment's model", model.get("horizon"))):
-        if value is not None:
-            return check_integer(f"horizon (from {source})", value)
+    given = _reset_horizon(info)
+    if given is not None:
+        return given
+    model = read_env_model(info)
+    if model is not None:  # the spec has checked it
+        return model.spec.horizon
     if default is None:
         raise ValueError(
             f"{agent} needs the horizon T: reset with the environment's info, or reset(..., horizon=T), "
             "or give horizon= to its constructor"
         )
     return check_integer("horizon", default)
+
+
+def _reset_horizon(info: Mapping[str, Any]) -> int | None:
+    """The horizon the reset itself gives (its keyword or the info's own ``horizon``), checked; None without one."""
+    value = info.get("horizon")
+    return None if value is None else check_integer("horizon (from reset)", value)
 
 
 ObsT = TypeVar("ObsT")
@@ -162,8 +173,8 @@ class Agent(Generic[ObsT]):
         self.rng = np.random.default_rng(seed)
         self.batch_size = 0
         self.num_actions = 0
-        self.env_model: dict[str, Any] | None = None
-        """The environment's model (``info["model"]`` at reset: its spec as a dict), or None.
+        self.env_model: EnvModel | None = None
+        """The environment's model (``info["model"]`` at reset, typed: its spec and per-instance rows), or None.
         Bayesian algorithms read their noise level and prior from it."""
         self.reset_info: dict[str, Any] = {}
         """The reset ``info`` merged with the keywords of the last ``reset`` (what :func:`resolve_horizon` reads)."""
@@ -183,7 +194,8 @@ class Agent(Generic[ObsT]):
         merged = {**(info or {}), **{k: v for k, v in fields.items() if v is not None}}
         if rng is not None:
             self.rng = rng
-        self.env_model = merged.get("model")
+        _reset_horizon(merged)  # the reset's own T first, as resolve_horizon reads it, then the environment's model
+        self.env_model = read_env_model(merged)
         self.reset_info = merged
         self._last = None
         self._start(merged)
@@ -368,7 +380,8 @@ class BanditAgent(Agent[np.ndarray]):
                 if value is not None and value != num_arms:
                     raise ValueError(f"num_arms={num_arms} is a K-armed bandit (d = A = K), but {name}={value}")
             dim = num_actions = num_arms
-        self.one_hot_arms = num_arms is not None or (info.get("model") or {}).get("arms") == "one_hot"
+        spec = None if self.env_model is None else self.env_model.bandit
+        self.one_hot_arms = num_arms is not None or (spec is not None and spec.arms is BanditArms.ONE_HOT)
         single = False
         if w_star is not None:
             w_star = as_float_array("w_star", w_star)

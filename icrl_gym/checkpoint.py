@@ -4,12 +4,10 @@ A checkpoint ``<stem>`` is two files: ``<stem>.safetensors`` (tensors only: load
 code) and ``<stem>.json``, which records the model configuration, the environment prior, the
 pretraining configuration (context algorithm, labels, data size, seed), the training state
 (steps, wall time, final validation loss, the exact command), the SHA-256 of the weights
-file (``weights_sha256``) and, from format version 2 on, the SHA-256 of the record itself
-(``content_sha256``, :func:`icrl_gym.utils.fileio.content_sha256`: the canonical JSON of the whole record,
+file (``weights_sha256``) and the SHA-256 of the record itself (``content_sha256``,
+:func:`icrl_gym.utils.fileio.content_sha256`: the canonical JSON of the whole record,
 ``weights_sha256`` included, its own field left out).  A truncated, corrupt or mismatched pair and an
-edited record are detected on load (:class:`CheckpointError`); records of format version 1 (no
-record hash) still load, with a logged warning that the record is unverified, and
-:func:`upgrade_record` stamps them.  Its ``kind``
+edited record are detected on load (:class:`CheckpointError`).  Its ``kind``
 (:class:`CheckpointKind`) says what the weights are; :class:`CheckpointRecord` is the typed view
 every consumer reads, and :func:`checkpoint_kind` maps records written before ``kind`` existed.
 
@@ -49,9 +47,7 @@ from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, conten
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
-_UNHASHED_VERSIONS = (1,)
-"""Versions written before the record hash: they load with a warning that the record is unverified."""
+"""The record format written and read (every record carries its hash)."""
 
 _log = logging.getLogger(__name__)
 
@@ -70,17 +66,14 @@ _OTHER_MODEL_CLASSES = {"RecurrentActorCriticPolicy": CheckpointKind.META_RL_POL
 def checkpoint_kind(meta: dict[str, Any]) -> CheckpointKind:
     """The kind of a checkpoint record: its ``kind``, or for older records, the one of its ``model_class``.
 
-    The one place where older records are mapped: those written before ``kind`` existed (the oldest
-    have no ``model_class`` either and hold bandit transformers), and linear generalists written
-    before they had a kind of their own (the generalist kind with ``family = "linear"``).
+    The one place where older records are mapped: those written before ``kind`` existed (the oldest,
+    several shipped ones among them, have no ``model_class`` either and hold bandit transformers).
     """
     if "kind" in meta:
         try:
             kind = CheckpointKind(meta["kind"])
         except ValueError as err:
             raise CheckpointError(f"unknown checkpoint kind {meta['kind']!r}") from err
-        if kind is CheckpointKind.GENERALIST_TRANSFORMER and meta.get("family") == "linear":
-            return CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
         return kind
     model_class = meta.get("model_class", "BanditTransformer")
     found = _kind_of_model_class(model_class)
@@ -126,10 +119,7 @@ class CheckpointRecord:
 
 
 def _parse_record(record_path: Path) -> dict[str, Any]:
-    """The record of a checkpoint as stored, checked: an icrl-gym record of a readable version, its hash verified.
-
-    A record of format version 1 has no hash: it loads with a logged warning that it is unverified.
-    """
+    """The record of a checkpoint as stored, checked: an icrl-gym record of the current version, its hash verified."""
     if not record_path.exists():
         raise CheckpointError(f"checkpoint file {record_path} does not exist")
     try:
@@ -146,20 +136,13 @@ def _parse_record(record_path: Path) -> dict[str, Any]:
                 f"checkpoint record {record_path} was edited or is corrupt: its hash is {found}, "
                 f"its {CONTENT_HASH_FIELD} says {meta[CONTENT_HASH_FIELD]!r}"
             )
-    elif version in _UNHASHED_VERSIONS:
-        _log.warning(
-            "checkpoint record %s (format version %s) carries no record hash: it is unverified "
-            "(icrl_gym.checkpoint.upgrade_record stamps it)",
-            record_path,
-            version,
-        )
-    elif version in _READABLE_VERSIONS:
+    elif version == FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint record {record_path} was edited or is corrupt: format version {version} needs "
             f"{CONTENT_HASH_FIELD}, it has none"
         )
-    if version not in _READABLE_VERSIONS:
-        raise CheckpointError(f"{record_path} has format version {version}, need one of {_READABLE_VERSIONS}")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{record_path} has format version {version}, need {FORMAT_VERSION}")
     return meta
 
 
@@ -353,19 +336,6 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
     return state, meta
 
 
-def upgrade_record(path: str | os.PathLike) -> Path:
-    """Rewrite the record of checkpoint ``path`` in the current format version, stamped with its hash; returns it.
-
-    For records written before the record hash (format version 1).  The pair is read and checked
-    first (the weights must be the record's); the weights file is not touched, and no field of the
-    record changes but ``format_version`` and the hash.
-    """
-    _, meta = read_checkpoint(path)
-    record_path = checkpoint_files(path)[1]
-    _write_record(record_path, meta)
-    return record_path
-
-
 def load_checkpoint(
     path: str | os.PathLike,
     device: torch.device | str = "cpu",
@@ -418,7 +388,8 @@ def check_compatible(
     A run may be shorter than the model's capacity (T for a bandit, K episodes for an MDP), as an
     out-of-distribution use, but not longer.  The family, the exact fields and the length field of a
     kind are its row of :data:`KINDS` (a generalist plays any size: only its kind of arms and rewards
-    are compared).  Fields the environment does not state are not compared.
+    are compared).  Fields the environment does not state are not compared.  The error says what the
+    model plays (its row's ``plays``) and names every field that differs.
     """
     record = record if isinstance(record, CheckpointRecord) else CheckpointRecord.from_meta(record)
     env = {k: info[k] for k in SIZE_FIELDS if info.get(k) is not None}
@@ -426,9 +397,10 @@ def check_compatible(
     trained = record.env
     entry = record.kind.entry
     seen = _family(env)
+    refused = f"{name} does not fit the environment: it plays {entry.plays}"
     if seen is not None and seen is not entry.family:
         raise CheckpointError(
-            f"{name} does not fit the environment: environment={entry.family.value!r} in the checkpoint "
+            f"{refused}; environment={entry.family.value!r} in the checkpoint "
             f"(a {record.kind.value}), environment={seen.value!r} in the environment"
         )
     problems = [
@@ -444,4 +416,4 @@ def check_compatible(
             f"{length}={env[length]} in the environment"
         )
     if problems:
-        raise CheckpointError(f"{name} does not fit the environment: " + "; ".join(problems))
+        raise CheckpointError(f"{refused}; " + "; ".join(problems))

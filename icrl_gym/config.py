@@ -2,7 +2,8 @@
 
 - :class:`DictConfig`: a JSON-ready dict and back, unknown keys an error (never silently dropped);
 - :class:`Allowed` and :func:`check_fields`: what a field accepts (a number in a range, one of a few
-  words, or a pattern), and one ``ValueError`` that names every refused field, its value and the rule.
+  words, or a pattern), and one ``ValueError`` that names every refused field, its value and the rule;
+- :class:`Choice`: the base of the enumerations of a field that takes one of a few words (the spec kinds).
 """
 
 from __future__ import annotations
@@ -11,10 +12,55 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 C = TypeVar("C", bound="DictConfig")  # typing.Self needs Python 3.11; the package supports 3.10
+E = TypeVar("E", bound="Choice")
+
+
+class Choice(str, Enum):
+    """One of a few words a field takes, as an enumeration whose members are the words themselves.
+
+    A member is a ``str`` equal to its word (``BanditReward.BERNOULLI == "bernoulli"``), written to
+    JSON as the word and shown as the word (``str``, ``format`` and ``repr``), so records, configs and
+    messages read as they did with plain strings (``enum.StrEnum`` needs Python 3.11).
+    """
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
+    def __repr__(self) -> str:
+        return repr(str(self.value))
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        """The allowed words, in the order of the members."""
+        return tuple(str(member.value) for member in cls)
+
+    @classmethod
+    def lookup(cls: type[E], value: Any) -> E | None:
+        """The member ``value`` names (a member or its word), None for anything else."""
+        if isinstance(value, cls):
+            return value
+        return cls._value2member_map_.get(value) if isinstance(value, str) else None  # type: ignore[return-value]
+
+    @classmethod
+    def parse(cls: type[E], field: str, value: Any) -> E:
+        """The member ``value`` names; a ``ValueError`` naming ``field``, the value and the allowed words otherwise."""
+        member = cls.lookup(value)
+        if member is None:
+            raise ValueError(cls.problem(field, value))
+        return member
+
+    @classmethod
+    def problem(cls, field: str, value: Any) -> str:
+        """The message of a refused ``value`` of ``field``."""
+        return f"{field} must be one of {cls.words()}, got {value!r}"
 
 
 def dataclass_from_dict(cls: type[T], data: dict[str, Any]) -> T:

@@ -8,7 +8,7 @@ so :mod:`icrl_gym.registry` registers the learned agents from it without loading
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -75,6 +75,8 @@ class KindEntry:
     loader: str | None = None
     """``"module:function"`` ``(path, device) -> (model, meta)`` for a model not built from its
     configuration alone (the SB3 policies); None: ``model(config)`` + the weights."""
+    plays: str = field(kw_only=True)
+    """What the model plays, in words (the environments :func:`check_compatible`'s error says it needs)."""
 
 
 KINDS: dict[CheckpointKind, KindEntry] = {
@@ -86,6 +88,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         EnvFamily.BANDIT,
         ("arms", "reward", "dim", "num_actions"),
         "horizon",
+        plays="bandits of its training prior (its kind of arms and rewards, d and A; T up to its capacity)",
     ),
     CheckpointKind.MDP_TRANSFORMER: KindEntry(
         "icrl_gym.models.mdp_transformer:MDPTransformer",
@@ -95,6 +98,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         EnvFamily.TABULAR_MDP,
         ("kind", "num_states", "num_actions", "horizon"),
         "episodes",
+        plays="tabular MDPs of its training prior (its kind, S, A and H; K episodes up to its capacity)",
     ),
     CheckpointKind.META_RL_POLICY: KindEntry(
         "stable_baselines3.common.policies:ActorCriticPolicy",
@@ -105,6 +109,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         ("arms", "reward", "dim", "num_actions"),
         "horizon",
         loader="icrl_gym.models.meta_policy:load_policy_module",
+        plays="bandits of its training prior (its kind of arms and rewards, d and A; T up to its capacity)",
     ),
     CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
         "icrl_gym.models.generalist:GeneralistTransformer",
@@ -113,6 +118,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "agents.learned.generalist:GeneralistAgent",
         EnvFamily.BANDIT,
         ("arms", "reward"),
+        plays="Bernoulli bandits (one-hot arms, Bernoulli rewards) of any K and T",
     ),
     CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: KindEntry(
         "icrl_gym.models.linear_generalist:LinearGeneralistTransformer",
@@ -121,6 +127,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "agents.learned.linear_generalist:LinearGeneralistAgent",
         EnvFamily.BANDIT,
         ("reward",),
+        plays="linear bandits with Gaussian rewards (any A and T, d up to its d_max)",
     ),
 }
 """The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.

@@ -20,6 +20,7 @@ from agents import (
 from icrl_gym.data.trajectories import collect_trajectories, evaluate_regret
 from icrl_gym.envs import LinearBanditVectorEnv, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.estimators.statistics import RidgeStatistics
+from tests.helpers import play_steps
 
 
 # ----------------------------------------------------------------------------- slow references
@@ -89,32 +90,22 @@ def test_count_based_agents_equal_reference_loop(agent_cls, reference):
             sums[actions[b, t]] += rewards[b, t]
 
 
+def _play(env, spec, steps):
+    """The actions of ``make_agent(spec, seed=0)`` over ``steps`` steps of ``env`` (reset with seed 11)."""
+    obs, info = env.reset(seed=11)
+    agent = make_agent(spec, seed=0)
+    agent.reset(info)
+    return play_steps(agent, env, steps, obs)[0]
+
+
 @pytest.mark.parametrize("name", ["linucb", "soft_linucb", "linear_ts", "uniform", "emp", "optimal", "mixture"])
 def test_single_env_loop_equals_batch_of_one(name):
     """The per-instance Gymnasium loop and the batched core take identical actions under one seed."""
     spec_name = ts_uniform_mixture(0.5, {"name": "linear_ts"}) if name == "mixture" else name
-    env = gym.make("ICRL-LinearBandit-v0", horizon=30)
-    obs, info = env.reset(seed=11)
-    agent = make_agent(spec_name, seed=0)
-    agent.reset(info)
-    single = []
-    for _ in range(30):
-        a = agent.act(obs)
-        assert isinstance(a, int)
-        obs, r, term, trunc, info = env.step(a)
-        agent.update(a, r)
-        single.append(a)
-    venv = LinearBanditVectorEnv(num_envs=1, horizon=30)
-    obs, info = venv.reset(seed=11)
-    agent = make_agent(spec_name, seed=0)
-    agent.reset(info)
-    batched = []
-    for _ in range(30):
-        a = agent.act(obs)
-        obs, r, *_ = venv.step(a)
-        agent.update(a, r)
-        batched.append(int(a[0]))
-    assert single == batched
+    single = _play(gym.make("ICRL-LinearBandit-v0", horizon=30), spec_name, 30)
+    assert all(isinstance(a, int) for a in single)
+    batched = _play(LinearBanditVectorEnv(num_envs=1, horizon=30), spec_name, 30)
+    assert single == [int(a[0]) for a in batched]
 
 
 # ----------------------------------------------------------------------------- policies in closed form

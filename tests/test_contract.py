@@ -14,6 +14,7 @@ from icrl_gym.envs.tabular_mdp import RandomMDPEnv
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.policy import PolicyOutput
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from tests.helpers import random_weights
 
 SMALL_MDP = dict(num_states=3, num_actions=2, horizon=3, episodes=2)
 
@@ -34,22 +35,13 @@ def play(env, agent: Agent, seed: int) -> tuple[list[int], list[np.ndarray], flo
     return actions, policies, total
 
 
-def _random_weights(model: torch.nn.Module) -> torch.nn.Module:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln_" not in name:
-                p.normal_(0, 0.3)
-    return model.eval()
-
-
 def _bandit_model() -> BanditTransformer:
     cfg = TransformerConfig(n_layer=2, n_head=2, n_embd=16, dim=3, num_actions=3, horizon=8)
-    return _random_weights(BanditTransformer(cfg))
+    return random_weights(BanditTransformer(cfg))
 
 
 def _mdp_model() -> MDPTransformer:
-    return _random_weights(MDPTransformer(MDPTransformerConfig(n_layer=2, n_head=2, n_embd=16, **SMALL_MDP)))
+    return random_weights(MDPTransformer(MDPTransformerConfig(n_layer=2, n_head=2, n_embd=16, **SMALL_MDP)))
 
 
 def _seeded(agent_cls, model):

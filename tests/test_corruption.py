@@ -34,7 +34,6 @@ from icrl_gym.checkpoint import (
     read_checkpoint,
     read_record,
     save_checkpoint,
-    upgrade_record,
 )
 from icrl_gym.data.trajectories import (
     DatasetError,
@@ -449,31 +448,6 @@ def test_an_edited_record_loads_no_other_model(checkpoint, tmp_path):
         for read in (read_checkpoint, read_record, load_checkpoint):
             with pytest.raises(CheckpointError, match=r"record .*m\.json was edited or is corrupt"):
                 read(tmp_path / "m")
-
-
-def test_old_records_load_with_a_warning_and_upgrade(checkpoint, tmp_path, caplog):
-    """Records of format version 1 (no record hash) load, logged as unverified; upgrade_record stamps them."""
-    weights = checkpoint.with_suffix(".safetensors").read_bytes()
-    meta = json.loads(checkpoint.with_suffix(".json").read_text())
-    old = {k: v for k, v in meta.items() if k != "content_sha256"} | {"format_version": 1}
-    (tmp_path / "old.safetensors").write_bytes(weights)
-    (tmp_path / "old.json").write_text(json.dumps(old, indent=2, sort_keys=True))
-    with caplog.at_level(logging.WARNING, logger="icrl_gym.checkpoint"):
-        state, loaded = read_checkpoint(tmp_path / "old")
-    assert "old.json (format version 1) carries no record hash: it is unverified" in caplog.text
-    reference, _ = read_checkpoint(checkpoint)
-    assert loaded == old and state.keys() == reference.keys()
-    assert all(torch.equal(state[k], reference[k]) for k in state)
-    model, _ = load_checkpoint(tmp_path / "old")  # an old record still builds its model
-    assert model.config.attention == "relu"
-    upgrade_record(tmp_path / "old")
-    assert (tmp_path / "old.safetensors").read_bytes() == weights
-    upgraded = json.loads((tmp_path / "old.json").read_text())
-    assert upgraded == meta  # the same fields, version and hash as a fresh save
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="icrl_gym.checkpoint"):
-        read_checkpoint(tmp_path / "old")
-    assert "unverified" not in caplog.text
 
 
 def test_a_saved_checkpoint_round_trips_into_a_hub_folder(checkpoint, tmp_path):

@@ -11,27 +11,13 @@ import pytest
 from icrl_gym.checkpoint import read_checkpoint
 from icrl_gym.envs import MDPSpec, bernoulli_bandit_spec
 from icrl_gym.training.distributed import DistContext
-from icrl_gym.training.pretrain import PretrainConfig, pretrain
+from icrl_gym.training.pretrain import pretrain
+from tests.helpers import tiny_finetune_config, tiny_generalist_config, tiny_pretrain_config
 
 
 def _config(out_dir, env, context):
-    return PretrainConfig(
-        name="ddp-tiny",
-        env=env,
-        context=context,
-        label="ad",
-        model={"n_layer": 2, "n_head": 2, "n_embd": 16},
-        trajectories_per_chunk=64,
-        steps=4,
-        batch_size=8,
-        lr=1e-2,
-        warmup_steps=1,
-        val_trajectories=16,
-        eval_every=2,
-        device="cpu",
-        threads=1,
-        out_dir=str(out_dir),
-    )
+    model = {"n_layer": 2, "n_head": 2, "n_embd": 16}
+    return tiny_pretrain_config(out_dir, env=env, context=context, model=model, steps=4, threads=1)
 
 
 @pytest.mark.parametrize(
@@ -84,18 +70,8 @@ SCHEDULE = dict(warmup_steps=1, lr=1e-2, log_every=2, checkpoint_every=2, eval_e
 
 
 def _generalist_config(out_dir, cache):
-    from icrl_gym.training.generalist import GeneralistTrainConfig
-
-    return GeneralistTrainConfig(
-        out_dir=str(out_dir),
-        model=GENERALIST,
-        queries=3,
-        cost_per_batch=1e4,
-        max_batch=7,
-        table_cache=str(cache),
-        **SHARED,
-        **SCHEDULE,
-    )
+    sizes = dict(queries=3, cost_per_batch=1e4, max_batch=7)
+    return tiny_generalist_config(out_dir, cache, model=GENERALIST, **sizes, **SHARED, **SCHEDULE)
 
 
 def _linear_config(out_dir, cache):
@@ -114,18 +90,9 @@ def _linear_config(out_dir, cache):
 
 
 def _finetune_config(out_dir, cache):
-    from icrl_gym.training.finetune import FinetuneConfig
-
-    return FinetuneConfig(
-        base=str(cache / "base"),
-        iterations=3,
-        runs_per_iteration=5,  # odd: shares of 3 and 2 runs
-        lr=1e-2,
-        kl_weight=0.1,
-        val_runs=8,
-        eval_every=3,
-        device="cpu",
-        out_dir=str(out_dir),
+    # 5 runs an iteration, an odd number: shares of 3 and 2 runs
+    return tiny_finetune_config(
+        cache / "base", out_dir, iterations=3, runs_per_iteration=5, kl_weight=0.1, eval_every=3
     )
 
 

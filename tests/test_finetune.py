@@ -7,25 +7,19 @@ import torch
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training.finetune import FinetuneConfig, advantages, finetune, policy_gradient_loss
-from icrl_gym.training.pretrain import PretrainConfig, export, pretrain
+from icrl_gym.training.pretrain import export, pretrain
+from tests.helpers import TINY_DECODER, tiny_finetune_config, tiny_pretrain_config
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("base")
-    cfg = PretrainConfig(
-        name="tiny",
-        env=bernoulli_bandit_spec(num_arms=2, horizon=10).to_dict(),
-        context={"name": "uniform"},
-        label="ad",
-        model={"n_layer": 1, "n_head": 2, "n_embd": 16, "layout": "compact"},
-        trajectories_per_chunk=64,
-        steps=2,
-        batch_size=32,
-        val_trajectories=32,
-        device="cpu",
-        out_dir=str(tmp / "run"),
-    )
+    env = bernoulli_bandit_spec(num_arms=2, horizon=10).to_dict()
+    model = {**TINY_DECODER, "n_head": 2, "n_embd": 16}
+    sizes = dict(trajectories_per_chunk=64, batch_size=32, val_trajectories=32)
+    # two steps at the start of the default warm-up (200 steps to lr 1e-3): weights close to their initial ones
+    schedule = dict(steps=2, lr=1e-3, warmup_steps=200)
+    cfg = tiny_pretrain_config(tmp / "run", env=env, context={"name": "uniform"}, model=model, **sizes, **schedule)
     model, meta = pretrain(cfg, echo=False)
     return export(model, meta, tmp / "tiny")
 
@@ -89,17 +83,8 @@ def test_policy_gradient_is_unbiased_against_exact_enumeration(tiny_model):
 
 
 def test_finetuning_keeps_the_best_validated_model_and_resumes(tmp_path, tiny_model):
-    cfg = FinetuneConfig(
-        name="tiny-ft",
-        base=str(tiny_model),
-        iterations=6,
-        runs_per_iteration=32,
-        lr=3e-3,
-        val_runs=200,
-        eval_every=3,
-        device="cpu",
-        out_dir=str(tmp_path / "ft"),
-    )
+    validated = dict(runs_per_iteration=32, lr=3e-3, val_runs=200, eval_every=3)
+    cfg = tiny_finetune_config(tiny_model, tmp_path / "ft", name="tiny-ft", **validated)
     model, meta = finetune(cfg, echo=False)
     history = meta["finetune"]["history"]
     assert [h["iteration"] for h in history] == [0, 3, 6]

@@ -18,7 +18,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +29,7 @@ from icrl_gym.envs.validation import memory_limit
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.registry import agent_class, agent_names, make_agent
+from tests.helpers import LINEAR_EXPERTS, random_weights
 
 ACCEPTED = (ValueError, TypeError)
 """The errors a bad input may raise (a ``CheckpointError`` or ``MemoryLimitError`` is a ``ValueError``)."""
@@ -146,14 +146,22 @@ def _construct(make: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- environments
-def _env_property(env_id: str, kwargs: dict, actions: list, seed: int) -> None:
-    with memory_limit(LIMIT_GIB):
-        env = _construct(lambda: gym.make(env_id, disable_env_checker=True, **kwargs).unwrapped)
-        if env is None:
-            return
+def _reset(make: Any, seed: int) -> Any:
+    """The environment ``make()`` builds, reset with ``seed`` and its first observation and info checked (None
+    when it refused with an accepted error)."""
+    env = _construct(make)
+    if env is not None:
         obs, info = env.reset(seed=seed)
         _check_obs(env.observation_space, obs)
         _check_info(info)
+    return env
+
+
+def _env_property(env_id: str, kwargs: dict, actions: list, seed: int) -> None:
+    with memory_limit(LIMIT_GIB):
+        env = _reset(lambda: gym.make(env_id, disable_env_checker=True, **kwargs).unwrapped, seed)
+        if env is None:
+            return
         for action in actions:
             try:
                 obs, reward, terminated, truncated, info = env.step(action)
@@ -170,13 +178,9 @@ def _env_property(env_id: str, kwargs: dict, actions: list, seed: int) -> None:
 
 def _vector_property(env_id: str, num_envs: Any, kwargs: dict, actions: list, seed: int) -> None:
     with memory_limit(LIMIT_GIB):
-        make = functools.partial(gym.make_vec, env_id, num_envs, "vector_entry_point", **kwargs)
-        env = _construct(make)
+        env = _reset(functools.partial(gym.make_vec, env_id, num_envs, "vector_entry_point", **kwargs), seed)
         if env is None:
             return
-        obs, info = env.reset(seed=seed)
-        _check_obs(env.observation_space, obs)
-        _check_info(info)
         for action in actions:
             batch = np.full(env.num_envs, action) if np.ndim(action) == 0 and action is not None else action
             try:
@@ -224,16 +228,7 @@ SMALL = {
     "ICRL-TabularMDP-v0": {"num_states": 3, "num_actions": 2, "horizon": 3, "episodes": 3},
     "ICRL-DarkRoom-v0": {"size": 3, "horizon": 3, "episodes": 3},
 }
-LINEAR = {
-    "linucb",
-    "soft_linucb",
-    "linear_ts",
-    "linear_bayes_ucb",
-    "linear_posterior_mean",
-    "linear_box_posterior",
-    "optimal",
-    "uniform",
-}
+LINEAR = {*LINEAR_EXPERTS, "optimal", "uniform"}
 SPECS = {
     "gittins": {"name": "gittins", "horizon": 8},
     "mixture": {"name": "mixture", "components": [{"name": "bernoulli_ts"}, {"name": "ucb"}], "weights": [0.5, 0.5]},
@@ -250,22 +245,13 @@ def _env_of(name: str) -> str:
     return "ICRL-LinearBandit-v0" if name in LINEAR else "ICRL-BernoulliBandit-v0"
 
 
-def _random_weights(model: torch.nn.Module) -> torch.nn.Module:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln_" not in name:
-                p.normal_(0, 0.3)
-    return model.eval()
-
-
 def _learned(name: str) -> Agent:
     if name == "transformer":
         cfg = TransformerConfig(n_layer=1, n_head=1, n_embd=8, dim=3, num_actions=3, horizon=8)
-        return TransformerAgent.from_model(_random_weights(BanditTransformer(cfg)), seed=0)
+        return TransformerAgent.from_model(random_weights(BanditTransformer(cfg)), seed=0)
     small = SMALL["ICRL-TabularMDP-v0"]
     cfg = MDPTransformerConfig(n_layer=1, n_head=1, n_embd=8, **small)
-    return MDPTransformerAgent.from_model(_random_weights(MDPTransformer(cfg)), seed=0)
+    return MDPTransformerAgent.from_model(random_weights(MDPTransformer(cfg)), seed=0)
 
 
 CASES = [(name, _env_of(name)) for name in agent_names() if name not in LEARNED] + [

@@ -12,7 +12,8 @@ from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
 from icrl_gym.estimators.gittins import build_gittins_table, gittins_table
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
-from icrl_gym.training.generalist import GeneralistTrainConfig, train
+from icrl_gym.training.generalist import TRAINED_ENV, train
+from tests.helpers import tiny_generalist_config
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
 
@@ -227,24 +228,10 @@ def test_a_corrupt_gittins_cache_file_is_rebuilt(tmp_path, monkeypatch, corrupti
 
 
 def _train_cfg(run_dir, tmp_path, steps):
-    return GeneralistTrainConfig(
-        out_dir=str(run_dir),
-        model=TINY,
-        steps=steps,
-        max_arms=4,
-        min_horizon=10,
-        max_horizon=30,
-        queries=4,
-        cost_per_batch=2e4,
-        max_batch=16,
-        dagger_start=2,
-        dagger_fraction=0.5,
-        warmup_steps=2,
-        log_every=2,
-        checkpoint_every=3,
-        eval_every=0,
-        table_cache=str(tmp_path / "cache"),
-    )
+    """K <= 4, T in [10, 30], DAgger from step 2, a saved state every 3 steps."""
+    sizes = dict(max_arms=4, min_horizon=10, max_horizon=30, queries=4, cost_per_batch=2e4, max_batch=16)
+    schedule = dict(steps=steps, dagger_start=2, warmup_steps=2, checkpoint_every=3)
+    return tiny_generalist_config(run_dir, tmp_path / "cache", model=TINY, **sizes, **schedule)
 
 
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
@@ -260,8 +247,9 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
 
 def _checkpoint(tmp_path):
     model = _model()
+    meta = {"env": TRAINED_ENV}  # the environment family the trainer records
     return save_checkpoint(
-        tmp_path / "tiny", model, {}, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER
+        tmp_path / "tiny", model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER
     )
 
 

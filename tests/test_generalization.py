@@ -136,7 +136,7 @@ def test_harness_lists_and_parses_the_grid_experiment(capsys):
     assert any(line.split()[:2] == ["generalization", "[opt-in]"] for line in listed)
     cfg = parse_args(["--experiments", "generalization", "--grid-arms", "2,5", "--grid-families", "bernoulli"])
     assert cfg.selected() == [] and [g.name for g in cfg.selected_grids()] == ["generalization"]
-    assert cfg.grid_sizes(cfg.grid_arms, "--grid-arms") == (2, 5)
+    assert cfg.grid_arms == (2, 5) and cfg.grid_families == ("bernoulli",)
     assert "generalization" not in [e.name for e in parse_args([]).selected()]
     with pytest.raises(SystemExit):
         parse_args(["--experiments", "generalization", "--grid-families", "tabular"])

@@ -225,20 +225,6 @@ def test_agent_refuses_what_it_cannot_play(tmp_path):
         LinearGeneralistAgent(bernoulli_model)
 
 
-def test_record_of_the_generalist_kind_with_family_linear_is_a_linear_generalist(tmp_path):
-    """Records written before the linear kind existed (generalist kind, family 'linear') load as linear generalists."""
-    model = _model()
-    stem = tmp_path / "legacy"
-    meta = {"family": "linear", "env": {"reward": "gaussian"}}
-    save_checkpoint(stem, model, meta, config=model.config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
-    state, record = read_checkpoint(stem)
-    assert checkpoint_kind(record) is CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
-    agent = LinearGeneralistAgent(stem)
-    assert all(torch.equal(v, agent.model.state_dict()[k]) for k, v in state.items())
-    with pytest.raises(CheckpointError, match="play it with make_agent\\('linear_generalist'"):
-        make_agent({"name": "generalist", "checkpoint": str(stem)})
-
-
 def test_shipped_linear_generalist_beats_linucb_on_fresh_instances():
     """The shipped model on 200 fresh paper-setting instances (seed 10**7): far below LinUCB (~33), near 10.
 

@@ -19,6 +19,7 @@ from icrl_gym.models import native
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import LanesKVCache
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
+from tests.helpers import play_steps
 
 needs_compiler = pytest.mark.skipif(native.find_compiler() is None, reason="no C compiler")
 
@@ -373,16 +374,6 @@ def test_fuzzed_library_never_crashes_nor_computes_wrong_many(tmp_path):
     totals = fuzz_library(tmp_path, 240, per_process=80)
     print(f"kernel cache fuzz: {totals}")
     assert totals == {"rebuilt": 240, "fell_back": 0, "wrong": 0, "reused": 0, "crashed": 0}
-
-
-def play_steps(agent, env, steps, obs):
-    actions = []
-    for _ in range(steps):
-        a = agent.act(obs)
-        obs, r, *_ = env.step(a)
-        agent.update(a, r)
-        actions.append(a)
-    return actions, obs
 
 
 @needs_compiler

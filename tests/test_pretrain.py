@@ -17,29 +17,22 @@ from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.training.pretrain import PretrainConfig, learning_rate, pretrain
 from icrl_gym.utils.device import resolve_device
+from tests.helpers import tiny_pretrain_config
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 16, "layout": "compact"}
 
 
+LEARNING_RUN = dict(
+    trajectories_per_chunk=256, steps=60, batch_size=32, warmup_steps=5, val_trajectories=64, eval_every=20
+)
+"""Long enough for the tiny model to learn UCB's actions."""
+
+
 def tiny_config(tmp_path, **overrides):
-    base = dict(
-        name="tiny",
-        env=bernoulli_bandit_spec(horizon=12).to_dict(),
-        context={"name": "ucb"},
-        label="ad",
-        model=TINY,
-        trajectories_per_chunk=256,
-        steps=60,
-        batch_size=32,
-        lr=1e-2,
-        warmup_steps=5,
-        val_trajectories=64,
-        eval_every=20,
-        device="cpu",
-        out_dir=str(tmp_path / "run"),
+    env = bernoulli_bandit_spec(horizon=12).to_dict()
+    return tiny_pretrain_config(
+        tmp_path / "run", **{"env": env, "model": TINY, **LEARNING_RUN, "eval_every": 20, **overrides}
     )
-    base.update(overrides)
-    return PretrainConfig(**base)
 
 
 def test_loss_decreases_on_a_tiny_dataset(tmp_path):

@@ -14,13 +14,12 @@ import time
 
 import pytest
 
-from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training import finetune as finetune_module
 from icrl_gym.training import generalist, linear_generalist, pretrain
 from icrl_gym.training.loop import RENAMED_FIELDS, upgrade_config
 from icrl_gym.training.state import LOCK_FILE, RunFolderBusy, RunFolderLock, TrainingStateError
+from tests.helpers import TINY_GENERALIST, tiny_generalist_config, tiny_pretrain_config
 
-BERNOULLI_MODEL = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
 LINEAR_MODEL = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "readouts": 2}
 
 
@@ -30,9 +29,7 @@ SCHEDULE = dict(log_every=1, checkpoint_every=2, eval_every=0, device="cpu")
 
 
 def _bernoulli(tmp_path, **kw):
-    base = dict(out_dir=str(tmp_path / "run"), model=BERNOULLI_MODEL, cost_per_batch=1e3, max_batch=4)
-    base.update(table_cache=str(tmp_path / "cache"), **SHARED, **SCHEDULE)
-    return generalist.GeneralistTrainConfig(**{**base, **kw})
+    return tiny_generalist_config(tmp_path / "run", tmp_path / "cache", **{**SHARED, **SCHEDULE, **kw})
 
 
 def _linear(tmp_path, **kw):
@@ -161,20 +158,7 @@ def test_a_refused_rerun_changes_no_file(tmp_path, trainer):
 
 
 def _pretrain(tmp_path, **kw):
-    base = dict(
-        name="probe",
-        env=bernoulli_bandit_spec(horizon=4).to_dict(),
-        context={"name": "ucb"},
-        model={"n_layer": 1, "n_head": 1, "n_embd": 8},
-        trajectories_per_chunk=8,
-        steps=2,
-        batch_size=4,
-        val_trajectories=4,
-        eval_every=2,
-        device="cpu",
-        out_dir=str(tmp_path / "run"),
-    )
-    return pretrain.PretrainConfig(**{**base, **kw})
+    return tiny_pretrain_config(tmp_path / "run", **kw)
 
 
 def _finetune(tmp_path, **kw):
@@ -289,7 +273,7 @@ def test_a_refused_new_run_leaves_no_folder(tmp_path):
     other = tmp_path / "other"
     generalist.train(_bernoulli(tmp_path, out_dir=str(other)), echo=False)
     init = next((other / "checkpoints").glob("*.safetensors")).with_suffix("")
-    cfg = _bernoulli(tmp_path, init_checkpoint=str(init), model={**BERNOULLI_MODEL, "d_model": 16})
+    cfg = _bernoulli(tmp_path, init_checkpoint=str(init), model={**TINY_GENERALIST, "d_model": 16})
     with pytest.raises(ValueError, match="holds a model"):
         generalist.train(cfg, echo=False)
     assert not (tmp_path / "run").exists()

@@ -7,8 +7,9 @@ import pytest
 import icrl_gym.training.pretrain as pretrain_module
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training.curves import COLUMNS, TrainingCurves, read_curves, tensorboard_available
-from icrl_gym.training.pretrain import PretrainConfig, pretrain
+from icrl_gym.training.pretrain import pretrain
 from icrl_gym.utils.progress import bars_enabled, progress_bar, set_quiet
+from tests.helpers import tiny_pretrain_config
 
 
 def test_curves_append_rows_with_one_header(tmp_path):
@@ -37,20 +38,8 @@ def test_resumed_curves_drop_rows_after_the_resumed_step_and_a_torn_last_line(tm
 
 def _tiny_config(out_dir, steps):
     """A pretraining run of a few seconds that evaluates (and writes a curve row) every 3 steps."""
-    return PretrainConfig(
-        name="tiny",
-        env=bernoulli_bandit_spec(horizon=8).to_dict(),
-        context={"name": "ucb"},
-        label="ad",
-        model={"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"},
-        steps=steps,
-        warmup_steps=1,
-        batch_size=4,
-        trajectories_per_chunk=16,
-        val_trajectories=8,
-        eval_every=3,
-        out_dir=str(out_dir),
-    )
+    env = bernoulli_bandit_spec(horizon=8).to_dict()
+    return tiny_pretrain_config(out_dir, env=env, steps=steps, batch_size=4, eval_every=3)
 
 
 class _Killed(Exception):

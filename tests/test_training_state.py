@@ -24,9 +24,9 @@ import icrl_gym.training.state as state_module
 from icrl_gym.checkpoint import read_checkpoint, save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
-from icrl_gym.training.finetune import FinetuneConfig, finetune
+from icrl_gym.training.finetune import finetune
 from icrl_gym.training.generalist import GeneralistTrainConfig, train
-from icrl_gym.training.pretrain import PretrainConfig, pretrain
+from icrl_gym.training.pretrain import pretrain
 from icrl_gym.training.state import (
     MANIFEST,
     RunState,
@@ -36,28 +36,13 @@ from icrl_gym.training.state import (
     set_rng_state,
 )
 from icrl_gym.utils.fileio import content_sha256
+from tests.helpers import tiny_finetune_config, tiny_generalist_config, tiny_pretrain_config
 
 # --- tiny runs of the three trainers: states at steps 0, 2, 4, 6 -------------------------------
 
 
 def pretrain_config(folder, steps=6, **overrides):
-    base = dict(
-        name="tiny",
-        env=bernoulli_bandit_spec(num_arms=2, horizon=6).to_dict(),
-        context={"name": "ucb"},
-        label="ad",
-        model={"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"},
-        trajectories_per_chunk=16,
-        steps=steps,
-        batch_size=8,
-        lr=1e-2,
-        warmup_steps=1,
-        val_trajectories=8,
-        eval_every=2,
-        device="cpu",
-        out_dir=str(folder),
-    )
-    return PretrainConfig(**{**base, **overrides})
+    return tiny_pretrain_config(folder, steps=steps, **overrides)
 
 
 def run_pretrain(folder, tmp_path):
@@ -65,25 +50,7 @@ def run_pretrain(folder, tmp_path):
 
 
 def run_generalist(folder, tmp_path):
-    cfg = GeneralistTrainConfig(
-        out_dir=str(folder),
-        model={"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]},
-        steps=6,
-        max_arms=3,
-        min_horizon=4,
-        max_horizon=8,
-        queries=2,
-        cost_per_batch=1e3,
-        max_batch=4,
-        dagger_start=3,
-        dagger_fraction=0.5,
-        warmup_steps=1,
-        log_every=2,
-        checkpoint_every=2,
-        eval_every=0,
-        table_cache=str(tmp_path / "gittins-cache"),
-    )
-    train(cfg, echo=False)
+    train(tiny_generalist_config(folder, tmp_path / "gittins-cache"), echo=False)
 
 
 def tiny_base(tmp_path):
@@ -99,17 +66,7 @@ def tiny_base(tmp_path):
 
 
 def run_finetune(folder, tmp_path):
-    cfg = FinetuneConfig(
-        base=str(tiny_base(tmp_path)),
-        iterations=6,
-        runs_per_iteration=4,
-        lr=1e-2,
-        val_runs=8,
-        eval_every=2,
-        device="cpu",
-        out_dir=str(folder),
-    )
-    finetune(cfg, echo=False)
+    finetune(tiny_finetune_config(tiny_base(tmp_path), folder), echo=False)
 
 
 TRAINERS = {"pretrain": run_pretrain, "generalist": run_generalist, "finetune": run_finetune}
@@ -257,19 +214,13 @@ def _sigkill_and_resume(tmp_path, kills, steps):
     assert f"resumed from step {survived[-1]}" in (folder / "train.log").read_text(), (seed, survived)
 
 
-def test_a_pretraining_process_killed_at_a_random_moment_resumes_to_the_same_weights(tmp_path):
+@pytest.mark.parametrize(
+    "kills, steps", [(1, 20), pytest.param(5, 100, marks=pytest.mark.slow)], ids=["once", "five-times"]
+)
+def test_a_pretraining_process_killed_at_random_moments_resumes_to_the_same_weights(tmp_path, kills, steps):
     torch_threads = torch.get_num_threads()
     try:
-        _sigkill_and_resume(tmp_path, kills=1, steps=20)
-    finally:
-        torch.set_num_threads(torch_threads)
-
-
-@pytest.mark.slow
-def test_a_pretraining_process_killed_five_times_resumes_to_the_same_weights(tmp_path):
-    torch_threads = torch.get_num_threads()
-    try:
-        _sigkill_and_resume(tmp_path, kills=5, steps=100)
+        _sigkill_and_resume(tmp_path, kills=kills, steps=steps)
     finally:
         torch.set_num_threads(torch_threads)
 

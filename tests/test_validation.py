@@ -19,6 +19,7 @@ from icrl_gym.envs.dark_room import DarkRoomVectorEnv
 from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv
 from icrl_gym.envs.mdp_env import TabularMDPEnv
 from icrl_gym.envs.validation import MEMORY_ENV, MemoryLimitError, max_memory_bytes, memory_limit
+from tests.helpers import LINEAR_EXPERTS
 
 NAN, INF = float("nan"), float("inf")
 MDP_AGENTS = ["mdp_uniform", "mdp_optimal", "ucbvi", "psrl", "posterior_optimal_action"]
@@ -130,12 +131,7 @@ def test_linucb_refuses_a_non_finite_reward_and_keeps_exploring(reward):
 
 
 BANDIT_AGENTS = [
-    "linucb",
-    "soft_linucb",
-    "linear_ts",
-    "linear_bayes_ucb",
-    "linear_posterior_mean",
-    "linear_box_posterior",
+    *LINEAR_EXPERTS,
     "ucb",
     "emp",
     "uniform",

@@ -31,6 +31,7 @@ import numpy as np
 
 from agents.bandit.resolved_model import ResolvedModelMixin
 from icrl_gym.algorithm import BanditAgent, resolve_horizon
+from icrl_gym.envs.bandit_core import BanditPrior, BanditReward
 from icrl_gym.estimators.statistics import ArmStatistics
 
 
@@ -133,17 +134,18 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
         """V(0): the Bayes-optimal expected total reward under the prior."""
 
     def _resolve(self) -> tuple[int, float, float]:
-        model = self.env_model or {}
-        if model and model.get("reward") != "bernoulli":
-            raise ValueError(f"the Bernoulli Bayes-optimal policy needs Bernoulli rewards, got {model.get('reward')!r}")
+        spec = None if self.env_model is None else self.env_model.bandit
+        if self.env_model is not None and (spec is None or spec.reward is not BanditReward.BERNOULLI):
+            got = "an MDP" if spec is None else repr(spec.reward)
+            raise ValueError(f"the Bernoulli Bayes-optimal policy needs Bernoulli rewards, got {got}")
         a, b = self.prior_a, self.prior_b
-        if model.get("prior") == "beta":
-            a = model["prior_a"] if a is None else a
-            b = model["prior_b"] if b is None else b
-        elif model.get("prior") == "uniform" and (a is None or b is None):
-            if (model["prior_low"], model["prior_high"]) != (0.0, 1.0):
+        if spec is not None and spec.prior is BanditPrior.BETA:
+            a = spec.prior_a if a is None else a
+            b = spec.prior_b if b is None else b
+        elif spec is not None and spec.prior is BanditPrior.UNIFORM and (a is None or b is None):
+            if (spec.prior_low, spec.prior_high) != (0.0, 1.0):
                 raise ValueError(
-                    f"the DP assumes Beta priors; Unif([{model['prior_low']}, {model['prior_high']}]) is not one "
+                    f"the DP assumes Beta priors; Unif([{spec.prior_low}, {spec.prior_high}]) is not one "
                     "(only Unif([0, 1]) = Beta(1, 1) is): pass prior_a and prior_b to use a Beta prior anyway"
                 )
             a, b = (1.0 if a is None else a), (1.0 if b is None else b)

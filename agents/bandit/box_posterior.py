@@ -30,7 +30,7 @@ import numpy as np
 from agents.bandit.bayes_ucb import _HorizonMixin, quantile_level
 from agents.bandit.linear_posterior import GaussianModelMixin
 from icrl_gym.algorithm import BanditAgent
-from icrl_gym.envs.bandit_core import split_model
+from icrl_gym.envs.bandit_core import BanditPrior, BanditReward
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 
 RULES = ("sample", "quantile", "mean")
@@ -69,10 +69,10 @@ class BoxPosteriorMC(GaussianModelMixin, _HorizonMixin, BanditAgent):
         return super()._memory_bytes() + 8 * B * M * (3 * d + 4 + 3 * A)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
-        if self.env_model is None:
+        spec = None if self.env_model is None else self.env_model.bandit
+        if spec is None:
             raise ValueError("the box posterior needs the environment's model: reset with the env's reset info")
-        spec, _ = split_model(self.env_model)
-        if spec.prior != "uniform" or spec.reward != "gaussian":
+        if spec.prior is not BanditPrior.UNIFORM or spec.reward is not BanditReward.GAUSSIAN:
             raise ValueError(
                 f"the box posterior needs a uniform prior and Gaussian noise, got {spec.prior!r}, {spec.reward!r}"
             )

@@ -29,7 +29,8 @@ import numpy as np
 
 from agents.bandit.index_agent import IndexAgent
 from agents.bandit.resolved_model import per_instance_summary
-from icrl_gym.envs.bandit_core import split_model
+from icrl_gym.envs.bandit_core import BanditReward
+from icrl_gym.envs.env_model import EnvModel
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.statistics import RidgeStatistics
 
@@ -53,13 +54,14 @@ class GaussianModel:
     @classmethod
     def resolve(
         cls,
-        model: Mapping[str, Any] | None,
+        model: EnvModel | None,
         noise_std: float | None = None,
         prior_mean: float | None = None,
         prior_var: float | None = None,
     ) -> GaussianModel:
         """Explicit values where given, the environment's (matched, per instance where it has them) otherwise."""
-        if model is None:
+        spec = None if model is None else model.bandit
+        if model is None or spec is None:  # no environment, or not a bandit: every value must be given
             if noise_std is None or prior_mean is None or prior_var is None:
                 given = {"noise_std": noise_std, "prior_mean": prior_mean, "prior_var": prior_var}
                 missing = [name for name, value in given.items() if value is None]
@@ -68,8 +70,8 @@ class GaussianModel:
                     "reset info (info['model']) or pass them to the constructor"
                 )
         else:
-            spec, instance = split_model(model)
-            if spec.reward != "gaussian" and noise_std is None:
+            instance = model.instance
+            if spec.reward is not BanditReward.GAUSSIAN and noise_std is None:
                 raise ValueError(f"a Gaussian linear model needs Gaussian rewards, the environment has {spec.reward!r}")
             mean, var = spec.prior_moments()
             env: dict[str, Any] = {"noise_std": spec.noise_std, "prior_mean": mean, "prior_var": var}
@@ -123,7 +125,7 @@ class GaussianModel:
 class GaussianModelMixin:
     """Constructor overrides (None: read from the environment), the resolved model, and their config."""
 
-    env_model: dict[str, Any] | None
+    env_model: EnvModel | None
     _model: GaussianModel | None
 
     def _init_model(self, noise_std: float | None, prior_mean: float | None, prior_var: float | None) -> None:

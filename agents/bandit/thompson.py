@@ -34,6 +34,8 @@ import numpy as np
 from agents.bandit.linear_posterior import GaussianModelMixin
 from agents.bandit.resolved_model import per_instance_summary
 from icrl_gym.algorithm import BanditAgent
+from icrl_gym.envs.bandit_core import BanditPrior
+from icrl_gym.envs.env_model import EnvModel
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
 from icrl_gym.estimators.statistics import ArmStatistics, RidgeStatistics
 
@@ -101,7 +103,7 @@ class LinearThompson(GaussianModelMixin, BanditAgent):
 
 
 def beta_prior(
-    model: Mapping[str, Any] | None, prior_a: float | None, prior_b: float | None
+    model: EnvModel | None, prior_a: float | None, prior_b: float | None
 ) -> tuple[float | np.ndarray, float | np.ndarray]:
     """The Beta(a, b) prior on each arm mean: explicit values, else the environment's, else Beta(1, 1).
 
@@ -111,12 +113,13 @@ def beta_prior(
     """
     env_a: float | np.ndarray = 1.0
     env_b: float | np.ndarray = 1.0
-    instance = None if model is None else model.get("instance")
+    instance = None if model is None else model.instance
+    spec = None if model is None else model.bandit
     if instance is not None and "prior_a" in instance:
         env_a = np.reshape(np.asarray(instance["prior_a"], dtype=np.float64), (-1, 1))
         env_b = np.reshape(np.asarray(instance["prior_b"], dtype=np.float64), (-1, 1))
-    elif model is not None and model.get("prior") == "beta":
-        env_a, env_b = float(model["prior_a"]), float(model["prior_b"])
+    elif spec is not None and spec.prior is BanditPrior.BETA:
+        env_a, env_b = float(spec.prior_a), float(spec.prior_b)
     return (env_a if prior_a is None else float(prior_a)), (env_b if prior_b is None else float(prior_b))
 
 

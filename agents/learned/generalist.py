@@ -7,7 +7,9 @@ horizon features of step t; K comes from the runs' action sets and T from the en
 the argmax, ``greedy=False`` samples from softmax(logits).
 
 It was trained on Bernoulli arms (one-hot action sets, rewards in {0, 1}) only: it refuses a linear
-bandit (non-one-hot arms, Gaussian rewards) with a ``ValueError``.
+bandit (non-one-hot arms, Gaussian rewards) with a ``ValueError``, at reset when the environment
+states its model (the rollout's :func:`~icrl_gym.checkpoint.check_compatible`), else at the first
+action.
 """
 
 from __future__ import annotations
@@ -31,20 +33,6 @@ class GeneralistAgent(BanditRollout):
     greedy_default = True
     default_fields = ("horizon",)
     binary_rewards = True
-
-    def _start(self, info: dict[str, Any]) -> None:
-        model = info.get("model") or {}
-        problems = [
-            f"{key}={model[key]!r}"
-            for key, allowed in (("reward", "bernoulli"), ("arms", "one_hot"))
-            if key in model and model[key] != allowed
-        ]
-        if problems:
-            raise ValueError(
-                f"the generalist transformer plays Bernoulli bandits (one-hot arms, Bernoulli rewards) only; "
-                f"this environment has {', '.join(problems)}"
-            )
-        super()._start(info)
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the generalist transformer")

@@ -40,13 +40,7 @@ class LinearGeneralistAgent(BanditRollout):
     default_fields = ("horizon", "noise_std")
 
     def _start(self, info: dict[str, Any]) -> None:
-        model = info.get("model") or {}
-        if model.get("reward", "gaussian") != "gaussian":
-            raise ValueError(
-                "the linear generalist transformer plays linear bandits with Gaussian rewards only; this environment "
-                f"has reward={model.get('reward')!r}"
-            )
-        super()._start(info)
+        super()._start(info)  # refuses Bernoulli rewards (check_compatible: the record's reward)
         if isinstance(self._cache, LinearGeneralistCache) and self.env_info is not None:
             # every reset sets sigma per run (a reused cache keeps the last runs' otherwise): each instance's
             # own, or the environment's, NaN where unknown
@@ -55,14 +49,14 @@ class LinearGeneralistAgent(BanditRollout):
             sigma = per_run if per_run is not None else np.full(self.batch_size, np.nan if given is None else given)
             self._cache.noise_std = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
 
-    @staticmethod
-    def _noise_known(info: dict[str, Any]) -> bool:
+    def _noise_known(self, info: dict[str, Any]) -> bool:
         """False for an environment that marks its sigma unknown (and no sigma given to ``reset``)."""
-        return "noise_std" in info or (info.get("model") or {}).get("noise_known", True) is not False
+        spec = None if self.env_model is None else self.env_model.bandit
+        return "noise_std" in info or spec is None or spec.noise_known
 
     def _per_run_noise(self, info: dict[str, Any]) -> np.ndarray | None:
         """The noise level sigma (B,) of an environment that draws it per instance (None otherwise)."""
-        instance = (info.get("model") or {}).get("instance") or {}
+        instance = (None if self.env_model is None else self.env_model.instance) or {}
         if "noise_std" in info or "noise_std" not in instance or not self._noise_known(info):
             return None
         return np.broadcast_to(
@@ -74,8 +68,8 @@ class LinearGeneralistAgent(BanditRollout):
         if self.dim > d_max and self.record.meta["model"].get("features", "moments") != "posterior":
             raise ValueError(f"the linear generalist plays d <= {d_max}, this bandit has d={self.dim}")
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the linear generalist transformer")
-        model = info.get("model") or {}
-        noise = info.get("noise_std", model.get("noise_std", self.defaults.get("noise_std")))
+        spec = None if self.env_model is None else self.env_model.bandit
+        noise = info.get("noise_std", self.defaults.get("noise_std") if spec is None else spec.noise_std)
         if not self._noise_known(info) or self._per_run_noise(info) is not None:
             noise = None  # unknown (estimated in context), or set per run after the cache is made
         elif noise is None:

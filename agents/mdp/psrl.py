@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from agents.mdp.greedy_q import GreedyQAgent
-from icrl_gym.envs.mdp_core import InstanceTable, backward_induction
+from icrl_gym.envs.mdp_core import InstanceTable, MDPKind, backward_induction
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_memory, check_number
 
 
@@ -50,7 +50,8 @@ class PSRL(GreedyQAgent):
         self.used_concentration: float | None = None
 
     def _reset(self, instance: Any) -> None:
-        env_c = 1.0 if self.env_model is None else float(self.env_model["concentration"])
+        spec = None if self.env_model is None else self.env_model.mdp
+        env_c = 1.0 if spec is None else float(spec.concentration)
         self.used_concentration = env_c if self.concentration is None else float(self.concentration)
         self.counts = self._new_counts(self.stationary)
         self._draws: tuple[np.ndarray, np.ndarray] | None = None  # M posterior MDPs kept for the labels
@@ -131,11 +132,11 @@ class DarkRoomPSRL(GreedyQAgent):
         super().__init__(temperature=0.0, seed=seed)
 
     def _reset(self, instance: Any) -> None:
-        kind = None if self.env_model is None else self.env_model.get("kind")
-        if kind is not None and kind != "dark_room":
+        spec = None if self.env_model is None else self.env_model.mdp
+        if spec is not None and spec.kind is not MDPKind.DARK_ROOM:
             raise ValueError(
                 f"{self.name} assumes the DarkRoom prior (known deterministic moves, a uniform goal) and needs a "
-                f"DarkRoom environment (kind='dark_room'), got kind={kind!r}; use 'psrl' for other MDPs"
+                f"DarkRoom environment (kind='dark_room'), got kind={spec.kind!r}; use 'psrl' for other MDPs"
             )
         if instance is None:
             raise ValueError("DarkRoom PSRL needs the (known) moves P from the environment's reset info")

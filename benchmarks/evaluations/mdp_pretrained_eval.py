@@ -16,15 +16,12 @@ fit of the DPT loss would be.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
-import torch
-
 from agents import make_agent
-from benchmarks.evaluations.pretrained_eval import EVAL_SEED, mean_se
-from icrl_gym.checkpoint import CheckpointKind, pretrained_names
+from benchmarks.evaluations.pretrained_eval import EVAL_SEED, mean_se, models_parser, paired_difference, selected_models
+from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPSpec
 
@@ -98,15 +95,9 @@ def evaluate_model(name: str, runs: int) -> dict:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Evaluate the shipped MDP models; print Markdown tables and JSON."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
-    models = ",".join(pretrained_names(CheckpointKind.MDP_TRANSFORMER))
-    parser.add_argument("--models", default=models, help="comma-separated")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = models_parser(__doc__, CheckpointKind.MDP_TRANSFORMER, threads=1).parse_args(argv)
     results = []
-    for name in [m for m in args.models.split(",") if m]:
+    for name in selected_models(args):
         res = evaluate_model(name, args.runs)
         results.append(res)
         K = res["env"]["episodes"]
@@ -117,12 +108,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for label, row in res["regret"].items():
             returns = " | ".join(f"{row['return_per_episode'][k - 1]:.2f}" for k in ks)
             print(f"| {label} | {row['mean']:.2f} +- {row['se']:.2f} | {returns} |")
-        ratio, diff = res["ratio_to_expert"], res["difference_to_expert"]
+        ratio = res["ratio_to_expert"]
         print(
             f"\nexpert: {res['regret']['expert']['config']}; ratio TF / expert: sampled "
-            f"{ratio['TF (sampled)']:.3f}, greedy {ratio['TF (greedy)']:.3f}; paired difference TF - expert: "
-            f"sampled {diff['TF (sampled)']['mean']:.2f} +- {diff['TF (sampled)']['se']:.2f}, "
-            f"greedy {diff['TF (greedy)']['mean']:.2f} +- {diff['TF (greedy)']['se']:.2f}"
+            f"{ratio['TF (sampled)']:.3f}, greedy {ratio['TF (greedy)']:.3f}; "
+            + paired_difference(res["difference_to_expert"])
         )
     print("\n" + json.dumps(results, indent=1))
     return results

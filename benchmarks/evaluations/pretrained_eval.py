@@ -115,18 +115,37 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
     }
 
 
+def models_parser(doc: str | None, kind: CheckpointKind, threads: int) -> argparse.ArgumentParser:
+    """The command line of an evaluation of shipped models of ``kind``: ``--runs``, ``--models``, ``--threads``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
+    parser.add_argument("--models", default=",".join(pretrained_names(kind)), help="comma-separated model names")
+    parser.add_argument("--threads", type=int, default=threads, help="torch CPU threads")
+    return parser
+
+
+def selected_models(args: argparse.Namespace) -> list[str]:
+    """The models named by ``--models``, after setting torch's CPU threads to ``--threads``."""
+    torch.set_num_threads(args.threads)
+    return [m for m in args.models.split(",") if m]
+
+
+def paired_difference(diff: dict) -> str:
+    """The paired differences TF - expert of the sampled and the greedy model, as mean +- s.e."""
+    sampled, greedy = diff["TF (sampled)"], diff["TF (greedy)"]
+    return (
+        f"paired difference TF - expert: sampled {sampled['mean']:.2f} +- {sampled['se']:.2f}, "
+        f"greedy {greedy['mean']:.2f} +- {greedy['se']:.2f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     """Evaluate the shipped models and print a Markdown table and JSON."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
+    parser = models_parser(__doc__, CheckpointKind.BANDIT_TRANSFORMER, threads=2)
     parser.add_argument("--imitation-runs", type=int, default=500, help="expert rollouts for the imitation error")
-    models = ",".join(pretrained_names(CheckpointKind.BANDIT_TRANSFORMER))
-    parser.add_argument("--models", default=models, help="comma-separated model names")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
     results = []
-    for name in [m for m in args.models.split(",") if m]:
+    for name in selected_models(args):
         res = evaluate_model(name, args.runs, args.imitation_runs)
         results.append(res)
         print(f"\n### {name} ({args.runs} fresh instances, seed {EVAL_SEED})\n")
@@ -136,12 +155,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ratio = res["ratio_to_expert"]
         im = res["imitation"]
         tr = res["training"]
-        diff = res["difference_to_expert"]
         print(
             f"\nratio to expert: sampled {ratio['TF (sampled)']:.3f}, greedy {ratio['TF (greedy)']:.3f}; "
-            f"paired difference TF - expert: sampled {diff['TF (sampled)']['mean']:.2f} +- "
-            f"{diff['TF (sampled)']['se']:.2f}, greedy {diff['TF (greedy)']['mean']:.2f} +- "
-            f"{diff['TF (greedy)']['se']:.2f}"
+            + paired_difference(res["difference_to_expert"])
         )
         print(
             f"imitation along expert rollouts: CE {im['ce_per_step']:.4f}, KL {im['kl_per_step']:.4f} "

@@ -26,11 +26,10 @@ import numpy as np
 
 import icrl_gym  # noqa: F401  (registers the environments)
 from agents import LinUCB
-from benchmarks.speed.timing import timed
+from benchmarks.speed.timing import parse_config, timed
 from icrl_gym.config import NONNEGATIVE_INT, POSITIVE_INT, DictConfig, check_fields
 from icrl_gym.data.trajectories import collect_trajectories
 from icrl_gym.envs import linear_bandit_spec
-from icrl_gym.utils.cli import ConfigParser
 
 
 @dataclass
@@ -79,8 +78,7 @@ def plain_rate(batch: int, steps: int, seed: int) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the comparison and print a table of rates and ratios."""
-    parser = ConfigParser(CollectionThroughputConfig, "benchmarks.speed.collection_throughput", __doc__ or "")
-    args, _ = parser.parse_config(argv)
+    args = parse_config(CollectionThroughputConfig, argv)
 
     rows = []
     print(f"{'batch':>7} {'batched steps/s':>16} {'plain steps/s':>14} {'ratio':>8}")

@@ -22,34 +22,29 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from agents import make_agent
 from benchmarks.evaluations.generalization import model_available
-from benchmarks.speed.timing import interleaved
-from icrl_gym.config import POSITIVE_INT, DictConfig, check_fields
+from benchmarks.speed.timing import TimedConfig, interleaved
+from icrl_gym.config import POSITIVE_INT, Allowed
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.utils.cli import ConfigParser
 
 
 @dataclass
-class GeneralistThroughputConfig(DictConfig):
-    """What :func:`main` measures."""
+class GeneralistThroughputConfig(TimedConfig):
+    """What :func:`main` measures (and the rounds and threads of :class:`TimedConfig`)."""
 
     instances: int = 1000
     """Runs rolled out in one batch."""
-    repeats: int = 3
-    """Timed rounds after one warm-up round."""
-    threads: int = 1
-    """torch CPU threads."""
     bernoulli: str = "bernoulli-generalist"
     """Bernoulli generalist checkpoint (a shipped name or a path)."""
     linear: str = "linear-generalist"
     """Linear generalist checkpoint (a shipped name or a path)."""
 
-    def __post_init__(self) -> None:
-        check_fields(self, {"instances": POSITIVE_INT, "repeats": POSITIVE_INT, "threads": POSITIVE_INT})
+    def field_rules(self) -> dict[str, Allowed]:
+        """``instances`` >= 1."""
+        return {"instances": POSITIVE_INT}
 
 
 def pairs(bernoulli: str, linear: str) -> list[tuple[str, BanditSpec, dict[str, dict[str, Any]]]]:
@@ -106,9 +101,7 @@ def measure(instances: int, repeats: int, bernoulli: str, linear: str) -> list[d
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Command line: measure, print the Markdown table and the rows as JSON."""
-    parser = ConfigParser(GeneralistThroughputConfig, "benchmarks.speed.generalist_throughput", __doc__ or "")
-    args, _ = parser.parse_config(argv)
-    torch.set_num_threads(args.threads)
+    args = GeneralistThroughputConfig.from_command_line(argv)
     rows = measure(args.instances, args.repeats, args.bernoulli, args.linear)
     print(f"{args.instances} instances, {args.threads} thread(s), medians of {args.repeats} interleaved rounds\n")
     print("| setting | model | env-steps/s | ratio to the paper model |\n|---|---|---|---|")

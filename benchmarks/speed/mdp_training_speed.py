@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from benchmarks.speed.timing import interleaved, train_step
-from icrl_gym.config import POSITIVE_INT, DictConfig, check_fields
+from benchmarks.speed.timing import TimedConfig, interleaved, train_step
+from icrl_gym.config import POSITIVE_INT, Allowed
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
-from icrl_gym.utils.cli import ConfigParser
 
 VARIANTS = {
     "relu, prev_tokens=0 (paper)": {"attention": "relu", "prev_tokens": 0},
@@ -32,25 +31,21 @@ VARIANTS = {
 
 
 @dataclass
-class MDPTrainingSpeedConfig(DictConfig):
-    """What :func:`main` times."""
+class MDPTrainingSpeedConfig(TimedConfig):
+    """What :func:`main` times (and the rounds and threads of :class:`TimedConfig`)."""
 
     batch: int = 32
     """Runs per training step."""
     repeats: int = 5
-    """Timed rounds (after one warm-up round)."""
-    threads: int = 1
-    """torch CPU threads."""
 
-    def __post_init__(self) -> None:
-        check_fields(self, {"batch": POSITIVE_INT, "repeats": POSITIVE_INT, "threads": POSITIVE_INT})
+    def field_rules(self) -> dict[str, Allowed]:
+        """``batch`` >= 1."""
+        return {"batch": POSITIVE_INT}
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Time every variant side by side and print the table."""
-    parser = ConfigParser(MDPTrainingSpeedConfig, "benchmarks.speed.mdp_training_speed", __doc__ or "")
-    args, _ = parser.parse_config(argv)
-    torch.set_num_threads(args.threads)
+    args = MDPTrainingSpeedConfig.from_command_line(argv)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     cfg = {"n_layer": 4, "n_head": 4, "n_embd": 64}

@@ -28,31 +28,26 @@ import numpy as np
 import torch
 
 from agents.learned.transformer import TransformerAgent
-from benchmarks.speed.timing import timed, train_step
+from benchmarks.speed.timing import RolloutSize, TimedConfig, interleaved, timed, train_step
 from icrl_gym.checkpoint import save_checkpoint
-from icrl_gym.config import POSITIVE_INT, DictConfig, check_fields
+from icrl_gym.config import POSITIVE_INT, Allowed
 from icrl_gym.envs import BanditBatch, linear_bandit_spec
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
-from icrl_gym.utils.cli import ConfigParser
 
 
 @dataclass
-class RolloutThroughputConfig(DictConfig):
-    """What :func:`main` measures."""
+class RolloutThroughputConfig(TimedConfig, RolloutSize):
+    """What :func:`main` measures: the rollout's size, the rounds of the training step, the threads and the below."""
 
-    instances: int = 1000
-    """Instances rolled out at once."""
-    steps: int = 200
-    """Steps of the cached rollout (T)."""
     probes: int = 9
     """Prefix lengths timed for the recompute path."""
     threads: int = 2
-    """torch CPU threads."""
     train_batch: int = 64
     """Sequences per training step."""
 
-    def __post_init__(self) -> None:
-        check_fields(self, {name: POSITIVE_INT for name in ("instances", "steps", "probes", "threads", "train_batch")})
+    def field_rules(self) -> dict[str, Allowed]:
+        """Every count >= 1."""
+        return {name: POSITIVE_INT for name in ("instances", "steps", "probes", "train_batch")}
 
 
 def cached_rollout(agent: TransformerAgent, n: int, steps: int) -> float:
@@ -94,10 +89,7 @@ def recompute_rollout(model: BanditTransformer, n: int, steps: int, probes: int)
 
 def main(argv: list[str] | None = None) -> dict:
     """Measure and print cache vs recompute rollout rates and the training rate."""
-    args, _ = ConfigParser(RolloutThroughputConfig, "benchmarks.speed.rollout_throughput", __doc__ or "").parse_config(
-        argv
-    )
-    torch.set_num_threads(args.threads)
+    args = RolloutThroughputConfig.from_command_line(argv)
     torch.manual_seed(0)
     cfg = TransformerConfig()  # the paper's reference configuration
     model = BanditTransformer(cfg).eval()
@@ -111,8 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
     x = torch.rand(args.train_batch, 200, 10, 5) * 2 - 1
     a = torch.randint(0, 10, (args.train_batch, 200))
     data = (x, a, torch.randn(args.train_batch, 200), a)
-    times = [timed(lambda: train_step(model, data)) for _ in range(4)]
-    train_rate = args.train_batch / float(np.median(times[1:]))
+    times = interleaved({"train": lambda: train_step(model, data)}, args.repeats)["train"]
+    train_rate = args.train_batch / float(np.median(times))
     result = {
         "model": cfg.to_dict(),
         "threads": args.threads,

@@ -26,9 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.speed.timing import timed
+from benchmarks.speed.timing import parse_config, timed
 from icrl_gym.config import NONNEGATIVE_INT, POSITIVE, Allowed, DictConfig, check_fields
-from icrl_gym.utils.cli import ConfigParser
 
 BUSY_LOOP = """
 import sys, time
@@ -82,8 +81,7 @@ def time_harness(flags: list[str], out: Path) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the comparison; return the wall times by setting (and the ratio)."""
-    parser = ConfigParser(ThreadContentionConfig, "benchmarks.speed.thread_contention", __doc__ or "")
-    args, _ = parser.parse_config(argv)
+    args = parse_config(ThreadContentionConfig, argv)
     out = Path(args.out)
     settings = {"default": [], "--threads 1": ["--threads", "1"], "--threads 2": ["--threads", "2"]}
     print(f"cores: {os.cpu_count()}; load average before the busy loop: {_load()}", flush=True)

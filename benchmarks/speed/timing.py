@@ -1,4 +1,7 @@
-"""What every speed script shares: one timed call, interleaved rounds after a warm-up, one training step, thread counts.
+"""What every speed script shares: its command line, timed calls and rounds, one training step, thread counts.
+
+Every script is ``python -m benchmarks.speed.<name> [CONFIG.json] [--set key=value ...]`` over a
+configuration dataclass (:func:`parse_config`; :class:`TimedConfig` adds the rounds and the threads).
 
 The scripts compare variants in one process: the tasks take turns within each round
 (:func:`interleaved`), so that changes of a shared machine's load fall on all of them alike, and
@@ -10,13 +13,64 @@ one is given.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 
+from icrl_gym.config import POSITIVE_INT, Allowed, DictConfig, check_fields
+from icrl_gym.utils.cli import ConfigParser
+
 K = TypeVar("K")
+C = TypeVar("C", bound=DictConfig)
+T = TypeVar("T", bound="TimedConfig")
+
+
+def parse_config(config: type[C], argv: list[str] | None) -> C:
+    """A speed script's configuration from ``[CONFIG.json] [--set key=value ...]`` (``--help``: its docstring).
+
+    ``config`` is the script's configuration class; the script is its module (as it was started).
+    """
+    module = sys.modules[config.__module__]
+    name = module.__spec__.name if config.__module__ == "__main__" and module.__spec__ else config.__module__
+    return ConfigParser(config, name, module.__doc__ or "").parse_config(argv)[0]
+
+
+@dataclass
+class RolloutSize(DictConfig):
+    """The cached rollout a script times: ``instances`` runs of the paper model at once, for ``steps`` steps."""
+
+    instances: int = 1000
+    """Instances rolled out at once."""
+    steps: int = 200
+    """Steps of the rollout (T)."""
+
+
+@dataclass
+class TimedConfig(DictConfig):
+    """What a script that times rounds in one process is told: the rounds and torch's CPU threads."""
+
+    repeats: int = 3
+    """Timed rounds after one warm-up round."""
+    threads: int = 1
+    """torch CPU threads."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"repeats": POSITIVE_INT, "threads": POSITIVE_INT, **self.field_rules()})
+
+    def field_rules(self) -> dict[str, Allowed]:
+        """The script's own fields' rules (the ``ValueError`` names the field, the value and the range)."""
+        return {}
+
+    @classmethod
+    def from_command_line(cls: type[T], argv: list[str] | None) -> T:
+        """:func:`parse_config`, with torch's CPU threads set to ``threads``."""
+        cfg = parse_config(cls, argv)
+        torch.set_num_threads(cfg.threads)
+        return cfg
 
 
 def timed(fn: Callable[[], object], device: torch.device | None = None) -> float:

@@ -41,12 +41,11 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.speed.timing import interleaved, threads, timed, train_step
-from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, DictConfig, check_fields
+from benchmarks.speed.timing import RolloutSize, interleaved, parse_config, threads, timed, train_step
+from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, check_fields
 from icrl_gym.models import mdp_transformer, transformer
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
-from icrl_gym.utils.cli import ConfigParser
 from icrl_gym.utils.device import resolve_device
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
@@ -55,8 +54,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class TrainingSpeedConfig(DictConfig):
-    """What :func:`main` measures."""
+class TrainingSpeedConfig(RolloutSize):
+    """What :func:`main` measures: the rollout's size (:class:`~benchmarks.speed.timing.RolloutSize`) and the below."""
 
     threads: list[int] = field(default_factory=lambda: [1, 2])
     """torch CPU thread counts, measured one after the other."""
@@ -64,10 +63,6 @@ class TrainingSpeedConfig(DictConfig):
     """Timed rounds after one warm-up round."""
     batch: int = 64
     """Sequences per training step."""
-    instances: int = 1000
-    """Instances of the rollout."""
-    steps: int = 200
-    """Steps of the rollout."""
     gemm: int = 1024
     """Size of the yardstick matmul (square)."""
     paper: bool = True
@@ -188,7 +183,7 @@ def gemm_gflops(n: int, device: torch.device) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure and print the table."""
-    args, _ = ConfigParser(TrainingSpeedConfig, "benchmarks.speed.training_speed", __doc__ or "").parse_config(argv)
+    args = parse_config(TrainingSpeedConfig, argv)
     device = resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     ref_tf, ref_mdp = load_reference(args.reference)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar
 
 import numpy as np
 
@@ -84,6 +84,15 @@ class Recorder(Protocol[DataT]):
 
     def result(self, labels: Labels, meta: dict[str, Any]) -> DataT:
         """The collected data set with its labels and ``meta`` (how it was made)."""
+
+
+class CollectionOptions(TypedDict, total=False):
+    """The keyword options of :func:`run_collection`, for the functions that pass them on."""
+
+    seed: int
+    batch_size: int | None
+    approx_dpt_lam: float
+    progress: Callable[[int], Any] | None
 
 
 def run_collection(

@@ -2,11 +2,12 @@
 
 from gymnasium.envs.registration import register, registry
 
-from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.envs.bandit_core import ActionSet, BanditArms, BanditBatch, BanditPrior, BanditReward, BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 from icrl_gym.envs.bernoulli_bandit import BernoulliBanditEnv, BernoulliBanditVectorEnv, bernoulli_bandit_spec
+from icrl_gym.envs.dark_room import dark_room_spec
 from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv, linear_bandit_spec
-from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec, backward_induction, dark_room_spec
+from icrl_gym.envs.mdp_core import MDPBatch, MDPKind, MDPSpec, backward_induction
 
 ENV_IDS = ("ICRL-LinearBandit-v0", "ICRL-BernoulliBandit-v0", "ICRL-TabularMDP-v0", "ICRL-DarkRoom-v0")
 
@@ -29,6 +30,11 @@ def register_envs() -> None:
 
 __all__ = [
     "ENV_IDS",
+    "ActionSet",
+    "BanditArms",
+    "BanditPrior",
+    "BanditReward",
+    "MDPKind",
     "BanditBatch",
     "BanditEnv",
     "BanditSpec",

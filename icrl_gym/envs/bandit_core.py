@@ -14,13 +14,12 @@ instances *and* the same noise (common random numbers).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from icrl_gym.config import DictConfig
+from icrl_gym.config import Choice, DictConfig
 from icrl_gym.envs.prior_family import FAMILY_PRIORS, sample_beta_priors, sample_noise, sample_prior, sample_sphere
 from icrl_gym.envs.validation import (
     MAX_SCALE,
@@ -35,10 +34,77 @@ from icrl_gym.envs.validation import (
     plain,
 )
 
-ARM_KINDS = ("uniform", "one_hot", "gaussian", "sphere")
-REWARD_KINDS = ("gaussian", "bernoulli")
-PRIOR_KINDS = ("uniform", "gaussian", "beta", *FAMILY_PRIORS, "beta_family")
-ACTION_SET_KINDS = ("fixed", "per_step")
+
+class BanditArms(Choice):
+    """The action vectors of a bandit (:attr:`BanditSpec.arms`)."""
+
+    UNIFORM = "uniform"
+    """Rows iid Unif([-1, 1]^d)."""
+    ONE_HOT = "one_hot"
+    """The standard basis e_1..e_d (A = d): a K-armed bandit."""
+    GAUSSIAN = "gaussian"
+    """Rows iid N(0, I_d / d), so E ||a||^2 = 1."""
+    SPHERE = "sphere"
+    """Rows uniform on the unit sphere."""
+
+
+class BanditReward(Choice):
+    """The reward model of a bandit (:attr:`BanditSpec.reward`)."""
+
+    GAUSSIAN = "gaussian"
+    """r = <a, w*> + N(0, sigma^2)."""
+    BERNOULLI = "bernoulli"
+    """r ~ Bern(<a, w*>) (one-hot arms, means in [0, 1])."""
+
+
+class BanditPrior(Choice):
+    """The prior over w* of a bandit (:attr:`BanditSpec.prior`)."""
+
+    UNIFORM = "uniform"
+    """w* ~ Unif([prior_low, prior_high]^d)."""
+    GAUSSIAN = "gaussian"
+    """w* ~ N(0, prior_var I_d)."""
+    BETA = "beta"
+    """Coordinates of w* iid Beta(prior_a, prior_b)."""
+    HIERARCHICAL = "hierarchical"
+    """A member of the prior family of :mod:`icrl_gym.envs.prior_family`, hyperparameters drawn per instance."""
+    BOX = "box"
+    """A member of the prior family, hyperparameters drawn per instance."""
+    SPARSE = "sparse"
+    """A member of the prior family, hyperparameters drawn per instance."""
+    DIRECTION = "direction"
+    """A member of the prior family, hyperparameters drawn per instance."""
+    FAMILY = "family"
+    """One of the four members above per instance."""
+    BETA_FAMILY = "beta_family"
+    """Bernoulli arm means iid Beta(a, b), a and b drawn per instance."""
+
+    @property
+    def of_family(self) -> bool:
+        """Whether the prior is (a member of) the Gaussian-reward family of per-instance priors."""
+        return self.value in FAMILY_PRIORS
+
+    @property
+    def per_instance(self) -> bool:
+        """Whether the prior's hyperparameters are drawn per instance."""
+        return self.of_family or self is BanditPrior.BETA_FAMILY
+
+
+class ActionSet(Choice):
+    """How often a bandit's action set is drawn (:attr:`BanditSpec.action_set`)."""
+
+    FIXED = "fixed"
+    """One action set for the whole run."""
+    PER_STEP = "per_step"
+    """A fresh action set every step."""
+
+
+_KIND_FIELDS: tuple[tuple[str, type[Choice]], ...] = (
+    ("arms", BanditArms),
+    ("reward", BanditReward),
+    ("prior", BanditPrior),
+    ("action_set", ActionSet),
+)
 
 
 @dataclass(frozen=True)
@@ -56,14 +122,14 @@ class BanditSpec(DictConfig):
     """Number of arms A in every action set."""
     horizon: int = 200
     """Number of steps T of one in-context run (one Gymnasium episode)."""
-    arms: str = "uniform"
+    arms: BanditArms = BanditArms.UNIFORM
     """'uniform': action vectors iid Unif([-1,1]^d); 'one_hot': the standard basis (A = d);
     'gaussian': action vectors iid N(0, I_d / d) (so E ||a||^2 = 1); 'sphere': uniform on the unit sphere."""
-    reward: str = "gaussian"
+    reward: BanditReward = BanditReward.GAUSSIAN
     """'gaussian': r = <a, w*> + N(0, noise_std^2); 'bernoulli': r ~ Bern(<a, w*>)."""
     noise_std: float = 1.5
     """Standard deviation of the Gaussian reward noise (ignored for Bernoulli rewards)."""
-    prior: str = "uniform"
+    prior: BanditPrior = BanditPrior.UNIFORM
     """'uniform': w* ~ Unif([prior_low, prior_high]^d); 'gaussian': w* ~ N(0, prior_var I_d);
     'beta': coordinates of w* iid Beta(prior_a, prior_b) (the conjugate prior of Bernoulli arms);
     'hierarchical', 'box', 'sparse', 'direction' or 'family' (one of those four per instance): a prior whose
@@ -76,7 +142,7 @@ class BanditSpec(DictConfig):
     """Upper end of the uniform prior on each coordinate of w*."""
     prior_var: float = 1.0
     """Variance lambda of the Gaussian prior N(0, lambda I_d) (Appendix F.1)."""
-    action_set: str = "fixed"
+    action_set: ActionSet = ActionSet.FIXED
     """'fixed': one action set for the whole run; 'per_step': a fresh set every step."""
     prior_a: float = 1.0
     """First parameter a of the Beta(a, b) prior (prior='beta'); Beta(1, 1) is Unif([0, 1])."""
@@ -94,14 +160,11 @@ class BanditSpec(DictConfig):
         problems = [
             p for name in ("dim", "num_actions", "horizon") if (p := integer_problem(name, getattr(self, name)))
         ]
-        for field, value, allowed in (
-            ("arms", self.arms, ARM_KINDS),
-            ("reward", self.reward, REWARD_KINDS),
-            ("prior", self.prior, PRIOR_KINDS),
-            ("action_set", self.action_set, ACTION_SET_KINDS),
-        ):
-            if not isinstance(value, str) or value not in allowed:
-                problems.append(f"{field} must be one of {allowed}, got {value!r}")
+        for field, kinds in _KIND_FIELDS:  # a word becomes its member (records and configs hold the words)
+            value = getattr(self, field)
+            if (member := kinds.lookup(value)) is None:
+                problems.append(kinds.problem(field, value))
+            object.__setattr__(self, field, member)
         # (field, number, smallest allowed value, whether that value itself is refused); at most MAX_SCALE in
         # magnitude, so that no draw, mean or reward overflows
         for field, number, low, strict in (
@@ -126,25 +189,25 @@ class BanditSpec(DictConfig):
             problems.append(
                 f"a noise range needs 0 < noise_std <= noise_high, got [{self.noise_std}, {self.noise_high}]"
             )
-        if self.arms == "one_hot" and self.num_actions != self.dim:
+        if self.arms is BanditArms.ONE_HOT and self.num_actions != self.dim:
             problems.append(
                 f"one-hot arms need num_actions == dim (one arm per basis vector e_i), "
                 f"got num_actions={self.num_actions}, dim={self.dim}"
             )
-        if self.arms == "one_hot" and self.action_set == "per_step":
+        if self.arms is BanditArms.ONE_HOT and self.action_set is ActionSet.PER_STEP:
             problems.append("one-hot arms form a single fixed action set; use action_set='fixed'")
-        if (self.prior == "beta_family") != (self.reward == "bernoulli") and self.prior in (
-            "beta_family",
-            *FAMILY_PRIORS,
-        ):
+        beta_family = self.prior is BanditPrior.BETA_FAMILY
+        if beta_family != (self.reward is BanditReward.BERNOULLI) and self.prior.per_instance:
             problems.append(
-                f"prior={self.prior!r} is for {'Bernoulli' if self.prior == 'beta_family' else 'Gaussian'} rewards, "
+                f"prior={self.prior!r} is for {'Bernoulli' if beta_family else 'Gaussian'} rewards, "
                 f"got reward={self.reward!r}"
             )
-        if self.reward == "bernoulli":
-            if self.arms != "one_hot":
+        if self.reward is BanditReward.BERNOULLI:
+            if self.arms is not BanditArms.ONE_HOT:
                 problems.append("Bernoulli rewards need one-hot arms so that <a, w*> is a probability")
-            if self.prior == "gaussian" or (self.prior == "uniform" and (self.prior_low < 0 or self.prior_high > 1)):
+            if self.prior is BanditPrior.GAUSSIAN or (
+                self.prior is BanditPrior.UNIFORM and (self.prior_low < 0 or self.prior_high > 1)
+            ):
                 problems.append(
                     f"Bernoulli rewards need arm means in [0, 1]: prior must be 'beta' or 'uniform' inside [0, 1], "
                     f"got prior={self.prior!r} on [{self.prior_low}, {self.prior_high}]"
@@ -160,12 +223,12 @@ class BanditSpec(DictConfig):
     @property
     def action_bounds(self) -> tuple[float, float]:
         """Elementwise bounds of the action vectors (unbounded for Gaussian arms)."""
-        return {"one_hot": (0.0, 1.0), "gaussian": (-np.inf, np.inf)}.get(self.arms, (-1.0, 1.0))
+        return {BanditArms.ONE_HOT: (0.0, 1.0), BanditArms.GAUSSIAN: (-np.inf, np.inf)}.get(self.arms, (-1.0, 1.0))
 
     @property
     def per_instance(self) -> bool:
         """Whether prior hyperparameters or sigma are drawn per instance."""
-        return self.prior in (*FAMILY_PRIORS, "beta_family") or self.noise_high is not None
+        return self.prior.per_instance or self.noise_high is not None
 
     def prior_moments(self) -> tuple[float, float]:
         """Mean and variance of every coordinate of w* under the prior (the moment-matched Gaussian).
@@ -173,9 +236,9 @@ class BanditSpec(DictConfig):
         Unif([l, h]): ((l + h) / 2, (h - l)^2 / 12); N(0, lambda): (0, lambda);
         Beta(a, b): (a / (a + b), a b / ((a + b)^2 (a + b + 1))).
         """
-        if self.prior == "gaussian":
+        if self.prior is BanditPrior.GAUSSIAN:
             return 0.0, self.prior_var
-        if self.prior == "beta":
+        if self.prior is BanditPrior.BETA:
             a, b = self.prior_a, self.prior_b
             return a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1.0))
         return (self.prior_low + self.prior_high) / 2, (self.prior_high - self.prior_low) ** 2 / 12
@@ -192,9 +255,9 @@ class BanditSpec(DictConfig):
 
 def sample_w_star(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     """Draw n parameters w* from the prior, shape (n, d)."""
-    if spec.prior == "gaussian":
+    if spec.prior is BanditPrior.GAUSSIAN:
         return rng.normal(0.0, np.sqrt(spec.prior_var), size=(n, spec.dim))
-    if spec.prior == "beta":
+    if spec.prior is BanditPrior.BETA:
         return rng.beta(spec.prior_a, spec.prior_b, size=(n, spec.dim))
     return rng.uniform(spec.prior_low, spec.prior_high, size=(n, spec.dim))
 
@@ -207,10 +270,10 @@ def draw_instance_priors(spec: BanditSpec, rng: np.random.Generator, n: int) -> 
     hyperparameters drawn (:func:`~icrl_gym.envs.prior_family.sample_prior`); Bernoulli rewards
     ('beta_family'): ``prior_a``, ``prior_b`` (n,), the Beta prior of every arm of the instance.
     """
-    if spec.prior == "beta_family":
+    if spec.prior is BanditPrior.BETA_FAMILY:
         a, b = sample_beta_priors(rng, n)
         return {"w": rng.beta(a[:, None], b[:, None], (n, spec.dim)), "prior_a": a, "prior_b": b}
-    if spec.prior not in FAMILY_PRIORS:
+    if not spec.prior.of_family:
         return None
     draw = sample_prior(rng, spec.prior, np.full(n, spec.dim), spec.dim)
     return {
@@ -222,20 +285,13 @@ def draw_instance_priors(spec: BanditSpec, rng: np.random.Generator, n: int) -> 
     }
 
 
-def split_model(model: Mapping[str, Any]) -> tuple[BanditSpec, dict[str, Any] | None]:
-    """An environment's reset ``info["model"]`` as its :class:`BanditSpec` and per-instance part (or None)."""
-    data = dict(model)
-    instance = data.pop("instance", None)
-    return BanditSpec.from_dict(data), instance
-
-
 def sample_action_sets(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     """Draw n action sets, shape (n, A, d)."""
-    if spec.arms == "one_hot":
+    if spec.arms is BanditArms.ONE_HOT:
         return np.broadcast_to(np.eye(spec.dim), (n, spec.dim, spec.dim)).copy()
-    if spec.arms == "gaussian":
+    if spec.arms is BanditArms.GAUSSIAN:
         return rng.normal(0.0, 1.0 / np.sqrt(spec.dim), size=(n, spec.num_actions, spec.dim))
-    if spec.arms == "sphere":
+    if spec.arms is BanditArms.SPHERE:
         return sample_sphere(rng, (n, spec.num_actions, spec.dim), spec.dim)
     return rng.uniform(-1.0, 1.0, size=(n, spec.num_actions, spec.dim))
 
@@ -278,13 +334,13 @@ class BanditBatch:
         ``info["model"]["instance"]``."""
         if spec.per_instance:
             drawn = {} if drawn is None else {k: v for k, v in drawn.items() if k != "w"}
-            if spec.reward == "gaussian":
+            if spec.reward is BanditReward.GAUSSIAN:
                 mean, var = spec.prior_moments()
                 drawn.setdefault("prior_mean", np.full((batch_size, spec.dim), mean))
                 drawn.setdefault("prior_var", np.full((batch_size, spec.dim), var))
                 drawn["noise_std"] = self.noise_std.copy()
             self.instance = drawn
-        if spec.reward == "bernoulli":
+        if spec.reward is BanditReward.BERNOULLI:
             check_in_range("Bernoulli arm means w_star", self.w_star, 0.0, 1.0, "w_star")
         self.t = 0
         self._refresh_means()
@@ -300,7 +356,7 @@ class BanditBatch:
         check_finite(name, arr, MAX_SCALE)
         if name == "action_set":
             low, high = self.spec.action_bounds
-            if self.spec.arms == "one_hot" and not (arr == np.eye(self.spec.dim)).all():
+            if self.spec.arms is BanditArms.ONE_HOT and not (arr == np.eye(self.spec.dim)).all():
                 raise ValueError("action_set of one-hot arms must be the identity matrix (arm k is e_k)")
             if arr.min() < low or arr.max() > high:
                 raise ValueError(
@@ -348,7 +404,7 @@ class BanditBatch:
         idx = np.arange(self.batch_size)
         expected = self.means[idx, actions]
         # One noise draw per instance per step, whatever the arm (common random numbers).
-        if self.spec.reward == "bernoulli":
+        if self.spec.reward is BanditReward.BERNOULLI:
             reward = (self.rng.random(self.batch_size) < expected).astype(np.float64)
         else:
             reward = expected + self.noise_std * self.rng.standard_normal(self.batch_size)
@@ -359,7 +415,7 @@ class BanditBatch:
             "optimal_action": self.best_arm,
         }
         self.t += 1
-        if self.spec.action_set == "per_step" and not self.done:
+        if self.spec.action_set is ActionSet.PER_STEP and not self.done:
             self.action_sets = sample_action_sets(self.spec, self.rng, self.batch_size)
             self._refresh_means()
         return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.bandit_core import BanditArms, BanditPrior, BanditReward, BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 from icrl_gym.envs.validation import integer_problem, is_integer
 from icrl_gym.envs.vector import vector_options
@@ -15,7 +15,7 @@ def bernoulli_bandit_spec(
     horizon: int = 200,
     prior_low: float = 0.0,
     prior_high: float = 1.0,
-    prior: str = "uniform",
+    prior: BanditPrior | str = BanditPrior.UNIFORM,
     prior_a: float = 1.0,
     prior_b: float = 1.0,
     dim: int | None = None,
@@ -38,10 +38,10 @@ def bernoulli_bandit_spec(
         dim=num_arms,
         num_actions=num_arms,
         horizon=horizon,
-        arms="one_hot",
-        reward="bernoulli",
+        arms=BanditArms.ONE_HOT,
+        reward=BanditReward.BERNOULLI,
         noise_std=0.0,
-        prior=prior,
+        prior=BanditPrior.parse("prior", prior),
         prior_low=prior_low,
         prior_high=prior_high,
         prior_a=prior_a,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.bandit_core import ActionSet, BanditArms, BanditPrior, BanditReward, BanditSpec
 from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 from icrl_gym.envs.vector import vector_options
 
@@ -14,12 +14,12 @@ def linear_bandit_spec(
     num_actions: int = 10,
     horizon: int = 200,
     noise_std: float = 1.5,
-    prior: str = "uniform",
+    prior: BanditPrior | str = BanditPrior.UNIFORM,
     prior_low: float = 0.0,
     prior_high: float = 1.0,
     prior_var: float = 1.0,
-    action_set: str = "fixed",
-    arms: str = "uniform",
+    action_set: ActionSet | str = ActionSet.FIXED,
+    arms: BanditArms | str = BanditArms.UNIFORM,
     prior_a: float = 1.0,
     prior_b: float = 1.0,
     noise_high: float | None = None,
@@ -30,14 +30,14 @@ def linear_bandit_spec(
         dim=dim,
         num_actions=num_actions,
         horizon=horizon,
-        arms=arms,
-        reward="gaussian",
+        arms=BanditArms.parse("arms", arms),
+        reward=BanditReward.GAUSSIAN,
         noise_std=noise_std,
-        prior=prior,
+        prior=BanditPrior.parse("prior", prior),
         prior_low=prior_low,
         prior_high=prior_high,
         prior_var=prior_var,
-        action_set=action_set,
+        action_set=ActionSet.parse("action_set", action_set),
         prior_a=prior_a,
         prior_b=prior_b,
         noise_high=noise_high,

@@ -9,11 +9,14 @@ action, so algorithms run under one seed share instances and noise.
 
 Transitions are stored dense, ``P`` of shape (B, H_P, S, A, S) with H_P = H (time-inhomogeneous,
 the paper's setting) or H_P = 1 (stationary); mean rewards ``R`` likewise (B, H_R, S, A).  Rewards
-are Bernoulli(R_h(s, a)) or deterministic (r = R_h(s, a)).  A DarkRoom instance drawn from the prior
-is stored by what defines it, its goal cell: the moves are one (S, A) table of successors shared by
-every instance, the next state and the reward are looked up from it, and Q* is solved once per
-distinct goal (:class:`InstanceTable`), so 10,000 rooms take megabytes, not gigabytes.  ``P``, ``R``
-and ``mu`` are then read-only views (P, mu) or built on demand (R), equal to the dense arrays.
+are Bernoulli(R_h(s, a)) or deterministic (r = R_h(s, a)).
+
+Each kind of prior (:class:`MDPKind`) has its dynamics (:class:`MDPDynamics`, the one table
+:data:`DYNAMICS`): its checks, its memory, how instances are drawn and whether rewards are
+Bernoulli.  The instances are an :class:`MDPInstances`: dense arrays (:class:`DenseInstances`, the
+Dirichlet prior's and every instance given to ``reset``) or a compact form of the kind's own (a
+DarkRoom is stored by its goal cell, :mod:`icrl_gym.envs.dark_room`), whose ``P``, ``R`` and ``mu``
+equal the dense arrays.
 
 V*(mu) comes from backward induction, :func:`backward_induction`:
 Q*_h(s, a) = R_h(s, a) + sum_{s'} P_h(s' | s, a) V*_{h+1}(s'),  V*_h(s) = max_a Q*_h(s, a),  V*_{H+1} = 0.
@@ -21,12 +24,14 @@ Q*_h(s, a) = R_h(s, a) + sum_{s'} P_h(s' | s, a) V*_{h+1}(s'),  V*_h(s) = max_a 
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from icrl_gym.config import DictConfig
+from icrl_gym.config import Choice, DictConfig
 from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
@@ -41,7 +46,19 @@ from icrl_gym.envs.validation import (
     plain,
 )
 
-MDP_KINDS = ("random", "dark_room")
+
+class MDPKind(Choice):
+    """The prior over MDP instances (:attr:`MDPSpec.kind`); its dynamics are :attr:`dynamics`."""
+
+    RANDOM = "random"
+    """Dirichlet transitions and uniform mean rewards (ICRL-TabularMDP-v0)."""
+    DARK_ROOM = "dark_room"
+    """A grid with a hidden goal (ICRL-DarkRoom-v0, :mod:`icrl_gym.envs.dark_room`)."""
+
+    @property
+    def dynamics(self) -> MDPDynamics:
+        """The dynamics of this kind: its row of :data:`DYNAMICS`."""
+        return _dynamics(self)
 
 
 @dataclass(frozen=True)
@@ -55,7 +72,7 @@ class MDPSpec(DictConfig):
     start in the centre, deterministic moves.
     """
 
-    kind: str = "random"
+    kind: MDPKind = MDPKind.RANDOM
     """'random' (Dirichlet transitions, uniform mean rewards) or 'dark_room'."""
     num_states: int = 5
     """Number of states S (dark_room: size * size)."""
@@ -79,8 +96,10 @@ class MDPSpec(DictConfig):
         for f in fields(self):  # numpy scalars become the Python values they hold (JSON-ready, one type)
             object.__setattr__(self, f.name, plain(getattr(self, f.name)))
         problems = []
-        if not isinstance(self.kind, str) or self.kind not in MDP_KINDS:
-            problems.append(f"kind must be one of {MDP_KINDS}, got {self.kind!r}")
+        kind = MDPKind.lookup(self.kind)  # a word becomes its member (records and configs hold the words)
+        if kind is None:
+            problems.append(MDPKind.problem("kind", self.kind))
+        object.__setattr__(self, "kind", kind)
         for name, low in (("num_states", 1), ("num_actions", 1), ("horizon", 1), ("episodes", 1), ("size", 0)):
             if (problem := integer_problem(name, getattr(self, name), low)) is not None:
                 problems.append(problem)
@@ -89,19 +108,15 @@ class MDPSpec(DictConfig):
         for name in ("random_start", "stationary"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if not problems and self.kind == "dark_room":
-            if self.size < 2 or self.num_states != self.size**2 or self.num_actions != 5:
-                problems.append(
-                    f"a dark room of side size has size**2 states and 5 actions, got size={self.size}, "
-                    f"num_states={self.num_states}, num_actions={self.num_actions}"
-                )
+        if not problems:
+            problems = self.kind.dynamics.problems(self)
         if problems:
             raise ValueError("invalid MDP specification: " + "; ".join(problems))
 
     @property
     def is_stationary(self) -> bool:
         """Whether P_h and R_h are the same for every h (what an agent may pool its counts over)."""
-        return self.kind == "dark_room" or self.stationary
+        return self.kind.dynamics.always_stationary or self.stationary
 
     @property
     def total_steps(self) -> int:
@@ -109,69 +124,8 @@ class MDPSpec(DictConfig):
         return self.episodes * self.horizon
 
     def memory_bytes(self, batch_size: int) -> int:
-        """Estimated peak memory of an :class:`MDPBatch` of ``batch_size`` instances drawn from the prior (bytes).
-
-        Random MDPs: P (B, H_P, S, A, S) twice (the Dirichlet draw and its normalisation), R, Q* and V*.
-        DarkRoom: Q* and V* per distinct goal (at most S), the shared moves, R built for the reset info
-        (B, S, A) and the per-instance vectors.
-        """
-        B, S, A, H = batch_size, self.num_states, self.num_actions, self.horizon
-        if self.kind == "dark_room":
-            goals = min(B, S)
-            return 8 * (goals * (H * S * A + (H + 1) * S) + S * A * (S + 1) + B * S * A + 8 * B)
-        hs = H if not self.stationary else 1
-        return 8 * B * (2 * hs * S * A * S + hs * S * A + 2 * H * S * A + (H + 1) * S + 3 * S)
-
-
-def dark_room_spec(size: int = 10, horizon: int = 100, episodes: int = 10) -> MDPSpec:
-    """The DarkRoom prior (a size x size room, horizon 100 by default)."""
-    size = check_integer("size", size, low=2)
-    return MDPSpec(
-        kind="dark_room", num_states=size * size, num_actions=5, horizon=horizon, episodes=episodes, size=size
-    )
-
-
-DARK_ROOM_MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1), (0, 0))
-"""(row, column) displacement of the actions up, down, left, right, stay; walls stop a move."""
-
-
-def dark_room_successors(size: int) -> np.ndarray:
-    """The deterministic moves of a size x size room: next state of (s, a), shape (S, A)."""
-    s = np.arange(size * size)
-    row, col = s // size, s % size
-    return np.stack(
-        [np.clip(row + dr, 0, size - 1) * size + np.clip(col + dc, 0, size - 1) for dr, dc in DARK_ROOM_MOVES], axis=1
-    )
-
-
-def _dark_room_transitions(size: int) -> np.ndarray:
-    """The moves as a transition table: P of shape (1, S, A, S), one-hot rows."""
-    nxt = dark_room_successors(size)
-    S, A = nxt.shape
-    P = np.zeros((1, S, A, S))
-    P[0, np.arange(S)[:, None], np.arange(A), nxt] = 1.0
-    return P
-
-
-def sample_mdps(spec: MDPSpec, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-    """Draw n instances: P (n, H_P, S, A, S), R (n, H_R, S, A), mu (n, S) and, for dark_room, goal (n,).
-
-    Dense arrays, as :class:`MDPBatch` exposes them; the batch itself stores a DarkRoom by its goals.
-    """
-    S, A, H = spec.num_states, spec.num_actions, spec.horizon
-    if spec.kind == "dark_room":
-        goal = rng.integers(0, S, size=n)
-        room = DarkRoomInstances(spec, goal)
-        return {"P": room.P, "R": room.R, "mu": room.mu, "goal": goal}
-    hs = 1 if spec.stationary else H
-    P = rng.dirichlet(np.full(S, spec.concentration), size=(n, hs, S, A))
-    R = rng.uniform(0.0, 1.0, size=(n, hs, S, A))
-    if spec.random_start:
-        mu = rng.dirichlet(np.ones(S), size=n)
-    else:
-        mu = np.zeros((n, S))
-        mu[:, 0] = 1.0
-    return {"P": P, "R": R, "mu": mu}
+        """Estimated peak memory of an :class:`MDPBatch` of ``batch_size`` instances drawn from the prior (bytes)."""
+        return self.kind.dynamics.memory_bytes(self, batch_size)
 
 
 def backward_induction(
@@ -219,50 +173,150 @@ class InstanceTable:
         return np.asarray(self.table[self.index], dtype=dtype)
 
 
-class DarkRoomInstances:
-    """B DarkRoom instances by their goals: the shared moves, mean reward 1{s = goal}, start in the centre."""
+class MDPInstances(Protocol):
+    """B instances of one prior as :class:`MDPBatch` steps them: dense arrays, or a kind's compact form.
 
-    def __init__(self, spec: MDPSpec, goal: np.ndarray) -> None:
-        self.spec, self.goal = spec, goal
-        self.successors = dark_room_successors(spec.size)  # (S, A)
-        self.centre = (spec.size // 2) * spec.size + spec.size // 2
+    The uniform numbers are the batch's (one per run for the start state and one for the transition,
+    whatever the instance: common random numbers); the instances turn them into states.
+    """
+
+    goal: np.ndarray | None
+    """(B,) goal cells, for a kind whose instances are defined by one (else None)."""
 
     @property
     def P(self) -> np.ndarray:
-        """(B, 1, S, A, S): the moves, a read-only view of one table."""
-        moves = _dark_room_transitions(self.spec.size)[None]
-        return np.broadcast_to(moves, (len(self.goal), *moves.shape[1:]))
+        """Transitions P_h(s' | s, a), (B, H_P, S, A, S)."""
+        ...
 
     @property
     def R(self) -> np.ndarray:
-        """(B, 1, S, A): reward 1 for every step taken from the goal cell (built on each access)."""
-        S, A = self.successors.shape
-        R = np.zeros((len(self.goal), 1, S, A))
-        R[np.arange(len(self.goal)), 0, self.goal, :] = 1.0
-        return R
+        """Mean rewards R_h(s, a), (B, H_R, S, A)."""
+        ...
 
     @property
     def mu(self) -> np.ndarray:
-        """(B, S): every episode starts in the centre cell (a read-only view of one row)."""
-        row = np.zeros(self.spec.num_states)
-        row[self.centre] = 1.0
-        return np.broadcast_to(row, (len(self.goal), self.spec.num_states))
+        """Initial distributions, (B, S)."""
+        ...
 
-    def solve(self) -> tuple[InstanceTable, np.ndarray]:
-        """Q*_h (as an :class:`InstanceTable` over the distinct goals) and V*_1(centre) (B,).
+    def solve(self, horizon: int) -> tuple[np.ndarray | InstanceTable, np.ndarray]:
+        """Q*_h(s, a) (indexed like a (B, H, S, A) array) and V*_1(mu) (B,)."""
+        ...
 
-        With goal g: Q*_h(s, a) = 1{s = g} + V*_{h+1}(next(s, a)), V*_h(s) = max_a Q*_h(s, a); the same
-        numbers as backward induction on the dense P, R (a one-hot row of P picks V*_{h+1}(next) exactly).
-        """
-        goals, index = np.unique(self.goal, return_inverse=True)
-        H, (S, A) = self.spec.horizon, self.successors.shape
-        Q = np.zeros((len(goals), H, S, A))
-        V = np.zeros((len(goals), H + 1, S))
-        reward = (np.arange(S) == goals[:, None]).astype(np.float64)[:, :, None]  # (G, S, 1)
-        for h in range(H - 1, -1, -1):
-            Q[:, h] = reward + V[:, h + 1][:, self.successors]
-            V[:, h] = Q[:, h].max(axis=-1)
-        return InstanceTable(Q, index), V[index, 0, self.centre]
+    def start_states(self, u: np.ndarray) -> np.ndarray:
+        """(B,) initial states from (B, 1) uniform numbers."""
+        ...
+
+    def mean_rewards(self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """(B,) R_h(s, a) of every run at its state and action."""
+        ...
+
+    def next_states(
+        self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray, u: np.ndarray
+    ) -> np.ndarray:
+        """(B,) next states s' ~ P_h(. | s, a) from (B, 1) uniform numbers."""
+        ...
+
+
+def _inverse_cdf(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """One index per row of ``probs`` (B, S) from the (B, 1) uniform numbers ``u``."""
+    cdf = np.cumsum(probs, axis=-1)
+    return np.minimum((cdf <= u * cdf[:, -1:]).sum(axis=1), probs.shape[-1] - 1)
+
+
+class DenseInstances:
+    """B instances as dense arrays: P (B, H_P, S, A, S), R (B, H_R, S, A), mu (B, S), H_P, H_R in {1, H}."""
+
+    goal: np.ndarray | None = None
+
+    def __init__(self, P: np.ndarray, R: np.ndarray, mu: np.ndarray) -> None:
+        self.P, self.R, self.mu = P, R, mu
+
+    def solve(self, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+        """Backward induction; V*_1(mu) = sum_s mu(s) V*_1(s)."""
+        q, v = backward_induction(self.P, self.R, horizon)
+        return q, (self.mu * v[:, 0]).sum(axis=1)
+
+    def start_states(self, u: np.ndarray) -> np.ndarray:
+        """Initial states drawn from mu."""
+        return _inverse_cdf(self.mu, u)
+
+    def mean_rewards(self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """R_h(s, a)."""
+        return self.R[rows, h if self.R.shape[1] > 1 else 0, states, actions]
+
+    def next_states(
+        self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray, u: np.ndarray
+    ) -> np.ndarray:
+        """The next states, drawn from P_h(. | s, a)."""
+        return _inverse_cdf(self.P[rows, h if self.P.shape[1] > 1 else 0, states, actions], u)
+
+
+class MDPDynamics(Protocol):
+    """What a kind of prior (:class:`MDPKind`) defines: its checks, its memory, its instances and its rewards."""
+
+    bernoulli_rewards: bool
+    """Whether a reward is Bernoulli(R_h(s, a)) (else it is R_h(s, a) itself, deterministic)."""
+    always_stationary: bool
+    """Whether P_h and R_h never depend on h, whatever ``MDPSpec.stationary`` says."""
+
+    def problems(self, spec: MDPSpec) -> list[str]:
+        """What is wrong with the fields of ``spec`` for this kind (empty when nothing is)."""
+        ...
+
+    def memory_bytes(self, spec: MDPSpec, batch_size: int) -> int:
+        """Estimated peak memory of ``batch_size`` instances drawn from ``spec`` and their solution (bytes)."""
+        ...
+
+    def draw(self, spec: MDPSpec, rng: np.random.Generator, n: int) -> MDPInstances:
+        """``n`` instances drawn from the prior ``spec``."""
+        ...
+
+
+class DirichletDynamics:
+    """The 'random' prior: P_h(. | s, a) ~ Dirichlet(c 1_S), R_h(s, a) ~ Unif[0, 1], Bernoulli rewards."""
+
+    bernoulli_rewards = True
+    always_stationary = False
+
+    def problems(self, spec: MDPSpec) -> list[str]:
+        """Every field is checked by the spec itself."""
+        return []
+
+    def memory_bytes(self, spec: MDPSpec, batch_size: int) -> int:
+        """P (B, H_P, S, A, S) twice (the Dirichlet draw and its normalisation), R, Q* and V*."""
+        B, S, A, H = batch_size, spec.num_states, spec.num_actions, spec.horizon
+        hs = H if not spec.stationary else 1
+        return 8 * B * (2 * hs * S * A * S + hs * S * A + 2 * H * S * A + (H + 1) * S + 3 * S)
+
+    def draw(self, spec: MDPSpec, rng: np.random.Generator, n: int) -> DenseInstances:
+        """P, R and mu (state 0, or mu ~ Dirichlet(1) with ``random_start``), in that order from ``rng``."""
+        S, A = spec.num_states, spec.num_actions
+        hs = 1 if spec.stationary else spec.horizon
+        P = rng.dirichlet(np.full(S, spec.concentration), size=(n, hs, S, A))
+        R = rng.uniform(0.0, 1.0, size=(n, hs, S, A))
+        if spec.random_start:
+            mu = rng.dirichlet(np.ones(S), size=n)
+        else:
+            mu = np.zeros((n, S))
+            mu[:, 0] = 1.0
+        return DenseInstances(P, R, mu)
+
+
+DYNAMICS: dict[MDPKind, str] = {
+    MDPKind.RANDOM: "icrl_gym.envs.mdp_core:DirichletDynamics",
+    MDPKind.DARK_ROOM: "icrl_gym.envs.dark_room:DarkRoomDynamics",
+}
+"""The one dispatch on the kind of prior: kind -> ``"module:Class"`` of its :class:`MDPDynamics`.
+
+Named, not imported: a kind's module (its environment included) builds on this one, so it is
+imported on first use, as the kind table of the checkpoints does."""
+
+
+@functools.cache
+def _dynamics(kind: MDPKind) -> MDPDynamics:
+    module, _, name = DYNAMICS[kind].partition(":")
+    dynamics: MDPDynamics = getattr(importlib.import_module(module), name)()
+    return dynamics
 
 
 class MDPBatch:
@@ -288,18 +342,16 @@ class MDPBatch:
         batch_size = check_integer("batch_size", batch_size)
         check_memory(spec.memory_bytes(batch_size), f"a batch of {batch_size:,} {spec.kind} MDPs")
         self.spec, self.batch_size, self.rng = spec, batch_size, rng
-        self._room: DarkRoomInstances | None = None
-        self.goal: np.ndarray | None = None
+        self._dynamics = spec.kind.dynamics
+        self.instances: MDPInstances = (
+            self._dynamics.draw(spec, rng, batch_size)
+            if instance is None
+            else DenseInstances(**self._check_instance(instance))
+        )
+        """The B instances (dense, or the kind's compact form)."""
+        self.goal = self.instances.goal
         self.q_star: np.ndarray | InstanceTable
-        if instance is None and spec.kind == "dark_room":
-            self.goal = rng.integers(0, spec.num_states, size=batch_size)
-            self._room = DarkRoomInstances(spec, self.goal)
-            self.q_star, self.v_star = self._room.solve()
-        else:
-            inst = sample_mdps(spec, rng, batch_size) if instance is None else self._check_instance(instance)
-            self._P, self._R, self._mu = inst["P"], inst["R"], inst["mu"]
-            self.q_star, v = backward_induction(self._P, self._R, spec.horizon)
-            self.v_star = (self._mu * v[:, 0]).sum(axis=1)
+        self.q_star, self.v_star = self.instances.solve(spec.horizon)
         self._rows = np.arange(batch_size)
         self.k = 0
         self.h = 0
@@ -308,17 +360,17 @@ class MDPBatch:
     @property
     def P(self) -> np.ndarray:
         """Transitions P_h(s' | s, a), (B, H_P, S, A, S) (read-only for DarkRoom)."""
-        return self._room.P if self._room is not None else self._P
+        return self.instances.P
 
     @property
     def R(self) -> np.ndarray:
         """Mean rewards R_h(s, a), (B, H_R, S, A)."""
-        return self._room.R if self._room is not None else self._R
+        return self.instances.R
 
     @property
     def mu(self) -> np.ndarray:
         """Initial distributions, (B, S) (read-only for DarkRoom)."""
-        return self._room.mu if self._room is not None else self._mu
+        return self.instances.mu
 
     def _check_instance(self, inst: dict) -> dict:
         S, A, H, B = self.spec.num_states, self.spec.num_actions, self.spec.horizon, self.batch_size
@@ -345,14 +397,7 @@ class MDPBatch:
 
     def _start_states(self) -> np.ndarray:
         """Initial states of a new episode (one uniform draw per run, whatever mu: common random numbers)."""
-        if self._room is not None:
-            self.rng.random((self.batch_size, 1))
-            return np.full(self.batch_size, self._room.centre)
-        return self._draw(np.cumsum(self._mu, axis=-1))
-
-    def _draw(self, cdf: np.ndarray) -> np.ndarray:
-        u = self.rng.random((self.batch_size, 1)) * cdf[:, -1:]
-        return np.minimum((cdf <= u).sum(axis=1), self.spec.num_states - 1)
+        return self.instances.start_states(self.rng.random((self.batch_size, 1)))
 
     @property
     def done(self) -> bool:
@@ -381,20 +426,10 @@ class MDPBatch:
             raise RuntimeError(f"the run has ended after K={self.spec.episodes} episodes; call reset() first")
         a = self.check_actions(actions)
         # One reward draw and one transition draw per run and step, whatever the instance (common random numbers).
-        if self._room is not None:
-            mean = (self.state == self._room.goal).astype(np.float64)
-            self.rng.random(self.batch_size)
-            reward = mean.copy()  # deterministic reward on the goal
-            self.rng.random((self.batch_size, 1))
-            nxt = self._room.successors[self.state, a]
-        else:
-            hp = self.h if self._P.shape[1] > 1 else 0
-            hr = self.h if self._R.shape[1] > 1 else 0
-            mean = self._R[self._rows, hr, self.state, a]
-            reward = (self.rng.random(self.batch_size) < mean).astype(np.float64)
-            if self.spec.kind == "dark_room":
-                reward = mean.copy()  # deterministic reward on the goal
-            nxt = self._draw(np.cumsum(self._P[self._rows, hp, self.state, a], axis=-1))
+        mean = self.instances.mean_rewards(self._rows, self.h, self.state, a)
+        u = self.rng.random(self.batch_size)
+        reward = (u < mean).astype(np.float64) if self._dynamics.bernoulli_rewards else mean.copy()
+        nxt = self.instances.next_states(self._rows, self.h, self.state, a, self.rng.random((self.batch_size, 1)))
         out = {"reward": reward, "expected_reward": mean, "state": self.state.copy(), "h": self.h, "k": self.k}
         q_here = self.q_star[self._rows, self.h, self.state]  # (B, A)
         v_state = q_here.max(axis=-1)  # V*_h(s_h)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from icrl_gym.envs.mdp_core import MDPKind
 from icrl_gym.envs.mdp_env import TabularMDPEnv, TabularMDPVectorEnv
 
 
@@ -43,7 +44,7 @@ class RandomMDPEnv(TabularMDPEnv):
 
     def __init__(self, **kwargs: Any) -> None:
         """``MDPSpec(kind="random", **fields)``; ``max_memory_gib`` and ``render_mode`` as :class:`TabularMDPEnv`'s."""
-        super().__init__(kind="random", **kwargs)
+        super().__init__(kind=MDPKind.RANDOM, **kwargs)
 
 
 class RandomMDPVectorEnv(TabularMDPVectorEnv):
@@ -51,4 +52,4 @@ class RandomMDPVectorEnv(TabularMDPVectorEnv):
 
     def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
         """``num_envs`` runs of ``MDPSpec(kind="random", **fields)``; the other keywords are the vector options."""
-        super().__init__(num_envs, kind="random", **kwargs)
+        super().__init__(num_envs, kind=MDPKind.RANDOM, **kwargs)

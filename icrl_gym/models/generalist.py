@@ -51,23 +51,34 @@ NUM_STEP_FEATURES = 4
 
 
 @dataclass
-class GeneralistConfig(DictConfig):
-    """Architecture of :class:`GeneralistTransformer` (nothing here depends on K or T)."""
+class ArmTokenConfig(DictConfig):
+    """The shape both generalists share: arm tokens of width D through L blocks of H-head attention and an MLP."""
 
     d_model: int = 64
-    """Width D of the arm and history tokens."""
+    """Width D of the arm (and history) tokens."""
     n_heads: int = 4
     """Attention heads H of every cross- and self-attention (D must be a multiple of H)."""
     n_layers: int = 3
-    """Number L of [cross-attention, self-attention, MLP] blocks."""
+    """Number L of blocks [cross-attention arm -> history, self-attention across arms, MLP]."""
     mlp_ratio: int = 4
     """Hidden width of the MLPs as a multiple of D."""
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not a multiple of n_heads={self.n_heads}")
+
+
+@dataclass
+class GeneralistConfig(ArmTokenConfig):
+    """Architecture of :class:`GeneralistTransformer` (nothing here depends on K or T)."""
+
     same_arm_bias: tuple[float, ...] = (0.0, 4.0, 8.0, 16.0)
     """The same-arm score bias beta_h of each cross-attention head (fixed: a learned one makes the
     attention mask need a gradient, 4x slower on CPU).  0: a head over every arm's pulls; 16: a
     head over arm k's pulls only (and the sink)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.same_arm_bias = tuple(float(b) for b in self.same_arm_bias)
         if len(self.same_arm_bias) != self.n_heads:
             raise ValueError(f"same_arm_bias needs one value per head ({self.n_heads}), got {self.same_arm_bias}")
@@ -120,7 +131,7 @@ class CrossAttention(nn.Module):
 class ArmSelfAttention(nn.Module):
     """Attention across the K arm tokens of one step (no mask, no positions: permutation-equivariant)."""
 
-    def __init__(self, config: GeneralistConfig) -> None:
+    def __init__(self, config: ArmTokenConfig) -> None:
         super().__init__()
         d, h = config.d_model, config.n_heads
         self.n_heads, self.head_dim = h, d // h
@@ -222,8 +233,6 @@ class GeneralistTransformer(nn.Module):
 
     def __init__(self, config: GeneralistConfig) -> None:
         super().__init__()
-        if config.d_model % config.n_heads:
-            raise ValueError(f"d_model={config.d_model} is not a multiple of n_heads={config.n_heads}")
         self.config = config
         d = config.d_model
         self.history_in = nn.Linear(2, d)  # [r_s, 1] -> x_s

@@ -59,8 +59,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.config import Allowed, DictConfig, check_fields
-from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
+from icrl_gym.config import Allowed, check_fields
+from icrl_gym.models import generalist
+from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig, step_features
 from icrl_gym.models.linear_posterior import (
     NUM_PRIORS,
     arm_posterior,
@@ -78,17 +79,15 @@ FEATURES = ("moments", "posterior")
 
 
 @dataclass
-class LinearGeneralistConfig(DictConfig):
-    """Architecture of :class:`LinearGeneralistTransformer` (nothing here depends on d <= d_max, A or T)."""
+class LinearGeneralistConfig(ArmTokenConfig):
+    """Architecture of :class:`LinearGeneralistTransformer` (nothing here depends on d <= d_max, A or T).
 
-    d_model: int = 64
-    """Width D of the arm tokens."""
-    n_heads: int = 4
-    """Heads H of every cross- and self-attention (D must be a multiple of H)."""
+    The shared shape (:class:`~icrl_gym.models.generalist.ArmTokenConfig`) with L = 4 blocks of [linear
+    cross-attention, arm self-attention, MLP]; the arm tokens are the only tokens.
+    """
+
     n_layers: int = 4
     """Number L of [linear cross-attention, arm self-attention, MLP] blocks."""
-    mlp_ratio: int = 4
-    """Hidden width of the MLPs as a multiple of D."""
     readouts: int = 8
     """Bilinear readouts x_k^T U_j h_k fed to every MLP."""
     arm_normaliser: bool = True
@@ -113,6 +112,7 @@ class LinearGeneralistConfig(DictConfig):
     n_heads, n_layers, mlp_ratio, d_max and noise_estimate), which also plays d > d_max on a fixed action set."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_fields(self, {"features": Allowed(choices=FEATURES)})
 
     @property
@@ -251,17 +251,13 @@ class LinearCrossAttention(nn.Module):
         return self.out(y.reshape(b, nq, na, d))
 
 
-class ArmSelfAttention(nn.Module):
-    """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant)."""
+class ArmSelfAttention(generalist.ArmSelfAttention):
+    """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant).
 
-    def __init__(self, config: LinearGeneralistConfig) -> None:
-        super().__init__()
-        d, h = config.d_model, config.n_heads
-        self.n_heads, self.head_dim = h, d // h
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d)
+    The layers are the Bernoulli generalist's; the softmax is written out so that padded arms can be masked.
+    """
 
-    def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, Q, A, D) with ``arm_mask`` (B, A) (True: a real arm) or None -> (B, Q, A, D)."""
         b, nq, na, d = arms.shape
         q, k, v = self.qkv(arms).view(b * nq, na, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -582,8 +578,6 @@ class LinearGeneralistTransformer(nn.Module):
 
     def __init__(self, config: LinearGeneralistConfig) -> None:
         super().__init__()
-        if config.d_model % config.n_heads:
-            raise ValueError(f"d_model={config.d_model} is not a multiple of n_heads={config.n_heads}")
         self.config = config
         self.posterior: PosteriorArmNetwork | None = None
         if config.features == "posterior":  # the second version has none of the first's modules

@@ -53,6 +53,7 @@ from icrl_gym.training.loop import (
     Logger,
     TrainerConfig,
     global_means,
+    main_with_export,
     no_log,
     resume,
     run_in_folder,
@@ -63,7 +64,6 @@ from icrl_gym.training.loop import (
     wrap_ddp,
 )
 from icrl_gym.training.state import RunState, set_rng_state
-from icrl_gym.utils.cli import ConfigParser
 from icrl_gym.utils.fileio import RunLog
 from icrl_gym.utils.progress import progress_bar
 
@@ -332,16 +332,14 @@ def _finetune(
     return best, best_meta
 
 
+def export(model: BanditTransformer, meta: dict[str, Any], path: str | Path) -> Path:
+    """Write the best model as ``<path>.safetensors`` + ``<path>.json`` (a shippable checkpoint)."""
+    return save_checkpoint(path, model, meta)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m icrl_gym.training.finetune [CONFIG.json] [--set key=value ...] [--export PATH]``."""
-    parser = ConfigParser(
-        FinetuneConfig, "icrl_gym.training.finetune", "Fine-tune a pretrained bandit transformer online on regret."
-    )
-    parser.add_argument("--export", metavar="PATH", help="write the best model to PATH.safetensors + PATH.json")
-    cfg, args = parser.parse_config(argv)
-    model, meta = finetune(cfg, command=parser.command(argv))
-    if args.export:
-        print(save_checkpoint(args.export, model, meta))
+    main_with_export(argv, __doc__, FinetuneConfig, finetune, export)
 
 
 if __name__ == "__main__":

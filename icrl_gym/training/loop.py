@@ -678,12 +678,38 @@ def main(argv: list[str] | None, doc: str | None, config: type[ConfigT], train: 
     ``--set key=value``.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    module = train.__module__
-    if module == "__main__":  # python -m icrl_gym.training.generalist: the name it was started by
-        module = getattr(sys.modules["__main__"].__spec__, "name", module)
-    parser = ConfigParser(config, module, doc or "", config_required=True)
+    parser = ConfigParser(config, _module_name(train), doc or "", config_required=True)
     cfg, _ = parser.parse_config(_bare_overrides_as_set(args))
     train(cfg)
+
+
+def main_with_export(
+    argv: list[str] | None,
+    doc: str | None,
+    config: type[ConfigT],
+    train: Callable[..., tuple[R, dict[str, Any]]],
+    export: Callable[[R, dict[str, Any], str], Path],
+) -> None:
+    """``[CONFIG.json] [--set key=value ...] [--export PATH]`` -> ``train(config, command=...)``, then ``export``.
+
+    The command line of the trainers that return what they trained with its record (pretraining,
+    fine-tuning, meta-RL); with ``--export PATH``, ``export(trained, record, PATH)`` writes it as
+    ``PATH.safetensors`` + ``PATH.json`` and the path is printed.
+    """
+    parser = ConfigParser(config, _module_name(train), doc or "")
+    parser.add_argument("--export", metavar="PATH", help="write the trained model to PATH.safetensors + PATH.json")
+    cfg, args = parser.parse_config(argv)
+    trained, meta = train(cfg, command=parser.command(argv))
+    if args.export:
+        print(export(trained, meta, args.export))
+
+
+def _module_name(fn: Callable[..., Any]) -> str:
+    """The module of ``fn`` as it was started (``python -m icrl_gym.training.pretrain`` runs it as ``__main__``)."""
+    module = fn.__module__
+    if module == "__main__":
+        module = getattr(sys.modules["__main__"].__spec__, "name", module)
+    return module
 
 
 def _bare_overrides_as_set(args: list[str]) -> list[str]:

@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.models.meta_policy import BanditFeatureVecEnv, MetaRLConfig, build_algorithm
 from icrl_gym.training.curves import TrainingCurves
-from icrl_gym.utils.cli import ConfigParser
+from icrl_gym.training.loop import main_with_export
 from icrl_gym.utils.fileio import RunLog
 from icrl_gym.utils.progress import progress_bar
 
@@ -132,14 +132,7 @@ def export_policy(algo: BaseAlgorithm, meta: dict[str, Any], path: str | Path) -
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m icrl_gym.training.meta_rl [CONFIG.json] [--set key=value ...] [--export PATH]``."""
-    parser = ConfigParser(
-        MetaRLConfig, "icrl_gym.training.meta_rl", "Train an online meta-RL baseline (PPO across the prior)."
-    )
-    parser.add_argument("--export", metavar="PATH", help="write the policy to PATH.safetensors + PATH.json")
-    cfg, args = parser.parse_config(argv)
-    algo, meta = train(cfg, command=parser.command(argv))
-    if args.export:
-        print(export_policy(algo, meta, args.export))
+    main_with_export(argv, __doc__, MetaRLConfig, train, export_policy)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ from icrl_gym.training.loop import (
     Logger,
     ScheduleConfig,
     learning_rate,
+    main_with_export,
     no_log,
     resume,
     run_in_folder,
@@ -70,7 +71,6 @@ from icrl_gym.training.loop import (
     wrap_ddp,
 )
 from icrl_gym.training.state import RunState, TrainingState, legacy_state, set_rng_state
-from icrl_gym.utils.cli import ConfigParser
 from icrl_gym.utils.fileio import RunLog
 from icrl_gym.utils.progress import progress_bar
 
@@ -427,14 +427,7 @@ def export(model: BanditTransformer | MDPTransformer, meta: dict[str, Any], path
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m icrl_gym.training.pretrain [CONFIG.json] [--set key=value ...] [--export PATH]``."""
-    parser = ConfigParser(
-        PretrainConfig, "icrl_gym.training.pretrain", "Pretrain an in-context transformer (resumable from out_dir)."
-    )
-    parser.add_argument("--export", metavar="PATH", help="write the final model to PATH.safetensors + PATH.json")
-    cfg, args = parser.parse_config(argv)
-    model, meta = pretrain(cfg, command=parser.command(argv))
-    if args.export:
-        print(export(model, meta, args.export))
+    main_with_export(argv, __doc__, PretrainConfig, pretrain, export)
 
 
 if __name__ == "__main__":

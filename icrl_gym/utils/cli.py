@@ -114,6 +114,8 @@ def parse_value(text: str, hint: Any) -> Any:
         except ValueError:
             raise ValueError("not an integer" if hint is int else "not a number") from None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return comma_list(text, args[0])
     if origin in (typing.Union, types.UnionType):
         if type(None) in args and text.lower() in _NONE_WORDS:
             return None
@@ -131,6 +133,18 @@ def parse_value(text: str, hint: Any) -> Any:
     if not matches(value, hint):
         raise ValueError(f"JSON of another type: {type(value).__name__}")
     return value
+
+
+def comma_list(text: str, item: Any) -> tuple[Any, ...]:
+    """A field of type ``tuple[item, ...]`` written as comma-separated values (``2,5,10``; empty: ``()``)."""
+    values = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            try:
+                values.append(parse_value(part, item))
+            except ValueError as err:
+                raise ValueError(f"{part!r}: {err}") from None
+    return tuple(values)
 
 
 def _is_dict_type(hint: Any) -> bool:
@@ -302,10 +316,23 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
             self.error(f"--set {item}: entry {key!r} holds {node[path[-1]]!r}, so {text!r} does not fit ({err})")
 
 
+def _flag_type(hint: Any) -> Any:
+    """The argparse ``type`` of a flag of type ``hint``: its value, or an error that says why it does not fit."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse_value(text, hint)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return convert
+
+
 def add_field_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
     """One flag ``--field-name`` per field of dataclass ``cls``, typed, with its docstring and default as help.
 
-    A bool field is a switch (``store_true``); ``skip`` leaves fields out.
+    A bool field is a switch (``store_true``), a ``tuple[X, ...]`` field takes comma-separated values
+    (``--grid-arms 2,5,10``); ``skip`` leaves fields out.
     """
     docs, hints = field_docs(cls), field_types(cls)
     for f in dataclasses.fields(cls):
@@ -314,6 +341,16 @@ def add_field_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str,
         flag, hint, doc = "--" + f.name.replace("_", "-"), hints[f.name], docs.get(f.name, "")
         if hint is bool:
             parser.add_argument(flag, action="store_true", help=doc)
+        elif typing.get_origin(hint) is tuple:
+            item = typing.get_args(hint)[0]
+            default = _default(f)
+            parser.add_argument(
+                flag,
+                type=_flag_type(hint),
+                default=default,
+                metavar=f"{type_name(item).upper()},...",
+                help=f"{doc} (default: {','.join(map(str, default)) or 'none'})",
+            )
         else:
             default = _default(f)
             parser.add_argument(

@@ -1,0 +1,78 @@
+"""What many tests use: tiny trainer configurations (runs of a few seconds), models with random weights, a play loop.
+
+Each builder holds the sizes of a tiny run once; a test passes as keywords only the fields its check
+depends on (a longer run, another environment, a DAgger start), so what a test changes stands out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from icrl_gym.envs import bernoulli_bandit_spec
+from icrl_gym.training.finetune import FinetuneConfig
+from icrl_gym.training.generalist import GeneralistTrainConfig
+from icrl_gym.training.pretrain import PretrainConfig
+
+TINY_DECODER = {"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"}
+"""A one-block bandit transformer of width 8, one token per step."""
+
+TINY_GENERALIST = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
+"""A one-block Bernoulli generalist of width 8 with two heads."""
+
+LINEAR_EXPERTS = (
+    "linucb",
+    "soft_linucb",
+    "linear_ts",
+    "linear_bayes_ucb",
+    "linear_posterior_mean",
+    "linear_box_posterior",
+)
+"""The registered experts of the linear bandit."""
+
+
+def tiny_pretrain_config(out_dir: str | Path, /, **overrides: Any) -> PretrainConfig:
+    """Pretraining on UCB's actions (AD labels) on a 2-armed Bernoulli bandit of T = 6: 6 steps of batch 8."""
+    env = bernoulli_bandit_spec(num_arms=2, horizon=6).to_dict()
+    learner = dict(name="tiny", env=env, context={"name": "ucb"}, label="ad", model=TINY_DECODER)
+    sizes = dict(trajectories_per_chunk=16, batch_size=8, val_trajectories=8)
+    schedule = dict(steps=6, lr=1e-2, warmup_steps=1, eval_every=2, device="cpu")
+    return PretrainConfig(**{**learner, **sizes, **schedule, "out_dir": str(out_dir), **overrides})
+
+
+def tiny_generalist_config(out_dir: str | Path, table_cache: str | Path, /, **overrides: Any) -> GeneralistTrainConfig:
+    """The Bernoulli generalist trainer on K <= 3, T in [4, 8]: 6 steps, DAgger from step 3, no evaluation."""
+    prior = dict(max_arms=3, min_horizon=4, max_horizon=8)
+    batches = dict(queries=2, cost_per_batch=1e3, max_batch=4, dagger_start=3, dagger_fraction=0.5)
+    schedule = dict(steps=6, warmup_steps=1, log_every=2, checkpoint_every=2, eval_every=0, device="cpu")
+    folders = dict(out_dir=str(out_dir), table_cache=str(table_cache))
+    return GeneralistTrainConfig(**{"model": TINY_GENERALIST, **prior, **batches, **schedule, **folders, **overrides})
+
+
+def tiny_finetune_config(base: str | Path, out_dir: str | Path, /, **overrides: Any) -> FinetuneConfig:
+    """Fine-tuning the checkpoint ``base``: 6 iterations of 4 runs, validated on 8 runs every 2 iterations."""
+    schedule = dict(iterations=6, runs_per_iteration=4, lr=1e-2, val_runs=8, eval_every=2, device="cpu")
+    return FinetuneConfig(**{"base": str(base), **schedule, "out_dir": str(out_dir), **overrides})
+
+
+def random_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` in eval mode with N(0, 0.3^2) weights (seed 0; the LayerNorms kept): far from the initial ones."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln_" not in name:
+                p.normal_(0, 0.3)
+    return model.eval()
+
+
+def play_steps(agent: Any, env: Any, steps: int, obs: Any) -> tuple[list[Any], Any]:
+    """``agent`` plays ``steps`` steps of ``env`` from observation ``obs``: its actions and the last observation."""
+    actions = []
+    for _ in range(steps):
+        a = agent.act(obs)
+        obs, r, *_ = env.step(a)
+        agent.update(a, r)
+        actions.append(a)
+    return actions, obs

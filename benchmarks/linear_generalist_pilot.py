@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--horizon", type=int, default=200)
     parser.add_argument("--seed", type=int, default=20_241)
     parser.add_argument("--out", default=None, help="JSON file of the results")
+    parser.add_argument("--sample", action="store_true", help="sample the model's actions (default: argmax)")
     parser.add_argument("--cells", nargs="*", default=None, help="only the cells whose names contain one of these")
     args = parser.parse_args(argv)
     model_row = "linear generalist"
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     for i, (name, spec) in enumerate(cells(args.horizon).items()):
         if args.cells and not any(part in name for part in args.cells):
             continue
-        agents = {model_row: {"name": "linear_generalist", "checkpoint": args.checkpoint}, **REFERENCES}
+        model = {"name": "linear_generalist", "checkpoint": args.checkpoint, "greedy": not args.sample}
+        agents = {model_row: model, **REFERENCES}
         totals = {
             row: evaluate_regret(spec, make_agent(agent), args.runs, seed=args.seed + i, batch_size=args.runs).sum(1)
             for row, agent in agents.items()

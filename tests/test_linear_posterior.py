@@ -240,3 +240,17 @@ def test_resampled_behaviour_prior_keeps_the_expert_labels_and_wide_one_hot_rows
             np.testing.assert_allclose(batch.index[i, q], expected, rtol=1e-4, atol=1e-4)
             played_argmax.append(batch.actions[i, t] == expected.argmax())
     assert 0 < np.mean(played_argmax) < 1
+
+
+@pytest.mark.parametrize("per_step", [0.0, 1.0])
+def test_optimal_action_labels_are_the_argmax_of_the_true_means(per_step):
+    from icrl_gym.training.linear_generalist import sample_batch
+
+    cfg = _tiny_run("unused", labels="optimal", per_step_fraction=per_step, min_batch=4)
+    batch = sample_batch(cfg, np.random.default_rng(4))
+    inst, rows = batch.inst, np.arange(batch.size)[:, None]
+    sets = inst.sets[rows, batch.query_steps] if per_step else inst.sets[:, :1].repeat(cfg.queries, 1)
+    best = np.einsum("bqad,bd->bqa", sets, inst.w).argmax(-1)
+    assert batch.targets.shape == batch.index.shape
+    np.testing.assert_array_equal(batch.targets.argmax(-1), best)
+    assert (batch.targets.sum(-1) == 1).all() and (batch.targets.max(-1) == 1).all()

@@ -131,6 +131,10 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
     unknown_noise_fraction: float = 0.0
     """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
+    labels: str = "expert"
+    """'expert': the expert's action (the matched Bayes-UCB); 'optimal': the instance's optimal arm
+    argmax_k <x_k, w*> of the query step's action set (DPT's labels: the cross-entropy optimum is the
+    posterior probability that each arm is optimal under the training family, played by sampling)."""
     behaviour_prior: str = "matched"
     """The prior the behaviour policy of the batches not rolled out by the model is told ('family' only):
     'matched' (the expert itself), or 'resampled' (the matched prior of a fresh family draw of the same d, so
@@ -162,6 +166,7 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
             "one_hot_fraction": PROBABILITY,
             "unknown_noise_fraction": PROBABILITY,
             "behaviour_prior": Allowed(choices=("matched", "resampled")),
+            "labels": Allowed(choices=("expert", "optimal")),
         }
 
     def check(self) -> None:
@@ -443,7 +448,13 @@ def sample_batch(
     )
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     q_index = index[np.arange(b)[:, None], query_steps].astype(np.float64)
-    return Batch(inst, actions, rewards, query_steps, q_index, targets_from_index(q_index, cfg.label_temperature))
+    if cfg.labels == "optimal":
+        sets = inst.sets[np.arange(b)[:, None], query_steps if inst.sets.shape[1] > 1 else 0]  # (B, Q, A, width)
+        means = np.einsum("bqad,bd->bqa", sets.astype(np.float64), inst.w)
+        targets = targets_from_index(np.broadcast_to(means, q_index.shape), 0.0)
+    else:
+        targets = targets_from_index(q_index, cfg.label_temperature)
+    return Batch(inst, actions, rewards, query_steps, q_index, targets)
 
 
 def batch_loss(

@@ -26,6 +26,8 @@ class CheckpointKind(str, Enum):
     """A :class:`~icrl_gym.models.generalist.GeneralistTransformer`: Bernoulli arms, any K and T."""
     LINEAR_GENERALIST_TRANSFORMER = "linear_generalist_transformer"
     """A :class:`~icrl_gym.models.linear_generalist.LinearGeneralistTransformer`: linear arms, any A and T."""
+    MDP_GENERALIST = "mdp_generalist"
+    """An :class:`~icrl_gym.models.mdp_generalist.MDPGeneralist`: tabular MDPs of any S, A, H and K."""
 
     @property
     def entry(self) -> KindEntry:
@@ -128,6 +130,15 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         EnvFamily.BANDIT,
         ("reward",),
         plays="linear bandits with Gaussian rewards (any A and T, d up to its d_max)",
+    ),
+    CheckpointKind.MDP_GENERALIST: KindEntry(
+        "icrl_gym.models.mdp_generalist:MDPGeneralist",
+        "icrl_gym.models.mdp_generalist:MDPGeneralistConfig",
+        "mdp_generalist",
+        "agents.learned.mdp_generalist:MDPGeneralistAgent",
+        EnvFamily.TABULAR_MDP,
+        (),
+        plays="tabular MDPs and dark rooms of any S, A, H and K within its record's playable_range",
     ),
 }
 """The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.

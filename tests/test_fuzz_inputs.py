@@ -22,10 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import icrl_gym
+from agents.learned.mdp_generalist import MDPGeneralistAgent
 from agents.learned.mdp_transformer import MDPTransformerAgent
 from agents.learned.transformer import TransformerAgent
 from icrl_gym.algorithm import Agent, MDPAgent
 from icrl_gym.envs.validation import memory_limit
+from icrl_gym.models.mdp_generalist import MDPGeneralist, MDPGeneralistConfig
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.registry import agent_class, agent_names, make_agent
@@ -220,7 +222,7 @@ def test_reset_options_of_the_wrong_kind_are_refused(env_id):
 
 
 # ----------------------------------------------------------------------------- algorithms
-LEARNED = {"transformer", "mdp_transformer", "meta_rl", "generalist", "linear_generalist"}
+LEARNED = {"transformer", "mdp_transformer", "meta_rl", "generalist", "linear_generalist", "mdp_generalist"}
 """Registered algorithms that play a checkpoint (fuzzed below through tiny in-memory models)."""
 SMALL = {
     "ICRL-LinearBandit-v0": {"dim": 3, "num_actions": 4, "horizon": 8},
@@ -249,6 +251,8 @@ def _learned(name: str) -> Agent:
     if name == "transformer":
         cfg = TransformerConfig(n_layer=1, n_head=1, n_embd=8, dim=3, num_actions=3, horizon=8)
         return TransformerAgent.from_model(random_weights(BanditTransformer(cfg)), seed=0)
+    if name == "mdp_generalist":
+        return MDPGeneralistAgent.from_model(random_weights(MDPGeneralist(MDPGeneralistConfig(d_model=8))), seed=0)
     small = SMALL["ICRL-TabularMDP-v0"]
     cfg = MDPTransformerConfig(n_layer=1, n_head=1, n_embd=8, **small)
     return MDPTransformerAgent.from_model(random_weights(MDPTransformer(cfg)), seed=0)
@@ -257,6 +261,7 @@ def _learned(name: str) -> Agent:
 CASES = [(name, _env_of(name)) for name in agent_names() if name not in LEARNED] + [
     ("transformer", "ICRL-BernoulliBandit-v0"),
     ("mdp_transformer", "ICRL-TabularMDP-v0"),
+    ("mdp_generalist", "ICRL-TabularMDP-v0"),
 ]
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import icrl_gym
 from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.kinds import KINDS
 from icrl_gym.registry import agent_class, agent_names, entry_points, make_agent, register_agent
 from icrl_gym.utils.device import resolve_device
 
@@ -80,9 +81,7 @@ def test_agents_package_exports_registered_classes():
     exported = {cls for cls in vars(agents).values() if isinstance(cls, type) and issubclass(cls, algorithm)}
     registered = {agent_class(name) for name in agent_names()}
     # learned algorithms import torch: not re-exported, so `import agents` stays torch-free (registry docstring)
-    learned = {
-        agent_class(name) for name in ("transformer", "mdp_transformer", "meta_rl", "generalist", "linear_generalist")
-    }
+    learned = {agent_class(entry.agent) for entry in KINDS.values()}  # every kind's agent (the kind table)
     abstract = {cls for cls in exported if cls.name in ("agent", "mdp_agent")}
     mdp_mixture = {agents.MDPMixture}  # built by make_agent for a mixture of MDP algorithms
     assert exported - abstract - mdp_mixture <= registered

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from icrl_gym.training import finetune as finetune_module
-from icrl_gym.training import generalist, linear_generalist, pretrain
+from icrl_gym.training import generalist, linear_generalist, mdp_generalist, pretrain
 from icrl_gym.training.loop import RENAMED_FIELDS, upgrade_config
 from icrl_gym.training.state import LOCK_FILE, RunFolderBusy, RunFolderLock, TrainingStateError
 from tests.helpers import TINY_GENERALIST, tiny_generalist_config, tiny_pretrain_config
@@ -285,6 +285,8 @@ def _config_class(record):
         return finetune_module.FinetuneConfig
     if "min_dim" in record:
         return linear_generalist.LinearGeneralistTrainConfig
+    if "min_states" in record:
+        return mdp_generalist.MDPGeneralistTrainConfig
     if "eval_arms" in record:
         return generalist.GeneralistTrainConfig
     return pretrain.PretrainConfig

@@ -1,0 +1,567 @@
+"""Online pretraining of the MDP generalist (:class:`~icrl_gym.models.mdp_generalist.MDPGeneralist`): every size.
+
+Every step draws one MDP prior and B instances of it (:func:`sample_prior`):
+
+- random MDPs (ICRL-TabularMDP-v0): S in [min_states, max_states], A in [min_arms, max_arms] (the
+  shared field names: "arms" are the MDP's actions), H in [min_horizon, max_horizon], K in
+  [1, max_episodes] with T = K H <= max_steps, the Dirichlet concentration c log-uniform in
+  [min_concentration, max_concentration] (sparse to dense transitions), random starts with
+  probability ``random_start_fraction``, per-step (non-stationary) dynamics with probability
+  ``nonstationary_fraction``;
+- with probability ``dark_room_fraction``, dark rooms of side in [min_room, max_room] with H in
+  [min_horizon, room_max_horizon] and K in [1, room_max_episodes];
+
+rolls them out (:func:`sample_batch`) with a behaviour policy -- posterior sampling (PSRL, or
+DarkRoom PSRL), or, with probability ``dagger_fraction`` from step ``dagger_start`` on, the greedy
+model itself (DAgger) -- each run mixed with uniform actions at a rate eps ~ U[0, max_epsilon]; and
+at ``queries`` decision steps t shared by the batch labels every run with the posterior of the
+optimal action P(a* = a | D_{t-1}, s_t) under the batch's prior (the Rao-Blackwellised DPT target,
+Section 3.2): PSRL's ``optimal_action_probs`` (Monte-Carlo over ``posterior_samples`` Dirichlet-Beta
+posterior draws) or DarkRoom PSRL's (exact).  The loss is the cross-entropy of the model's logits at
+those steps to the labels, whose minimiser over all algorithms is the posterior itself; the model's
+input is the counts of the history before step t (:class:`~icrl_gym.models.mdp_generalist.CountStats`,
+the same statistics its online cache keeps).  The experts are looked up by name in the registry
+(icrl_gym never imports ``agents``).
+
+The shared loop (:func:`icrl_gym.training.loop.train_generalist`) makes the run resumable (a
+committed state every ``checkpoint_every`` steps, bit-exact continuation), bounded by
+``time_budget_hours`` of training wall time summed over resumes, and logs every ``log_every`` steps;
+every ``eval_every`` steps the model (deployed as its agent's default: greedy on random MDPs, sampled
+in dark rooms) plays ``eval_instances`` fresh instances of each of ``eval_cells`` against PSRL and the
+greedy Bayes DPT policy (and in dark rooms the sampled one) on the same instances and noise (common
+random numbers, seed 1), logged to ``train.log``.  Run as::
+
+    OMP_NUM_THREADS=1 python -m icrl_gym.training.mdp_generalist icrl_gym/pretrained/configs/mdp-generalist-pilot.json
+
+(resume: the same command; ``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.mdp_generalist``
+shares every batch's runs between the ranks, as for the other generalists).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from icrl_gym.algorithm import MDPAgent, child_rng
+from icrl_gym.checkpoint import CheckpointKind
+from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.data.mdp_rollout import rollout_mdp
+from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
+from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
+from icrl_gym.envs.mdp_env import reset_info
+from icrl_gym.estimators.statistics import TransitionCounts
+from icrl_gym.models.mdp_generalist import (
+    CountStats,
+    MDPGeneralist,
+    MDPGeneralistCache,
+    MDPGeneralistConfig,
+    known_move_counts,
+)
+from icrl_gym.models.policy import EnvInfo
+from icrl_gym.registry import agent_class, make_agent
+from icrl_gym.training.distributed import DistContext
+from icrl_gym.training.loop import (
+    PROBABILITY,
+    GeneralistLoopConfig,
+    GeneralistTrainer,
+    Logger,
+    check_order,
+    train_generalist,
+)
+from icrl_gym.training.loop import main as run_main
+
+DEFAULT_EVAL_CELLS = (
+    {"num_states": 5, "num_actions": 3, "horizon": 10, "episodes": 20},
+    {"num_states": 10, "num_actions": 4, "horizon": 10, "episodes": 20},
+    {"kind": "dark_room", "size": 5, "horizon": 20, "episodes": 10},
+)
+"""The in-training evaluation: today's fixed size, a larger random MDP, a small dark room."""
+
+
+@dataclass
+class MDPGeneralistTrainConfig(GeneralistLoopConfig):
+    """Everything that defines a pretraining run of the MDP generalist (the module docstring).
+
+    The shared fields keep their meaning with the MDP's names: ``min_arms``/``max_arms`` bound A,
+    ``min_horizon``/``max_horizon`` bound H (steps per episode); ``model`` holds
+    :class:`~icrl_gym.models.mdp_generalist.MDPGeneralistConfig` fields.
+    """
+
+    out_dir: str = "runs/mdp-generalist"
+    max_arms: int = 6
+    min_horizon: int = 2
+    max_horizon: int = 30
+    queries: int = 8
+    min_batch: int = 4
+    max_batch: int = 64
+    max_epsilon: float = 0.3
+    cost_per_batch: float = 3.0e7
+    """B = cost_per_batch / (queries H S A (S + 64)), within [min_batch, max_batch]: about constant
+    compute per step (the training forward costs ~ H S A (S + 2 d) per query)."""
+    min_states: int = 2
+    """Smallest S of a random MDP."""
+    max_states: int = 20
+    """Largest S of a random MDP."""
+    max_episodes: int = 50
+    """Largest K of a random MDP."""
+    max_steps: int = 1000
+    """Largest T = K H of a run (K is drawn in [1, min(max_episodes, max_steps // H)])."""
+    min_concentration: float = 0.1
+    """Smallest Dirichlet concentration c (sparse transitions); c is log-uniform."""
+    max_concentration: float = 5.0
+    """Largest Dirichlet concentration c (dense transitions)."""
+    random_start_fraction: float = 0.3
+    """Probability that a batch's MDPs start from mu ~ Dirichlet(1) instead of state 0."""
+    nonstationary_fraction: float = 0.3
+    """Probability that a batch's MDPs have one P_h, R_h per step h."""
+    dark_room_fraction: float = 0.15
+    """Probability that a batch is dark rooms."""
+    min_room: int = 4
+    """Smallest side of a dark room."""
+    max_room: int = 12
+    """Largest side of a dark room."""
+    room_max_horizon: int = 30
+    """Largest H of a dark room batch."""
+    room_max_episodes: int = 10
+    """Largest K of a dark room batch."""
+    posterior_samples: int = 8
+    """M, PSRL's posterior draws per label: the Monte-Carlo estimate of P(a* | D) of random MDPs.  The
+    loss is linear in the label, so an unbiased estimate leaves the expected gradient (and the
+    minimiser) unchanged: a few draws suffice, and the first draw of the posterior dominates a
+    batch's sampling time (M B H' S^2 A gamma variates)."""
+    eval_posterior_samples: int = 32
+    """M of the greedy Bayes DPT reference of the evaluation (its argmax needs a sharper estimate)."""
+    dagger_start: int = 1000
+    dagger_fraction: float = 0.1
+    dagger_max_steps: int = 200
+    """A DAgger batch (rolled out by the model, ~T (H - h) planning levels) keeps K <= dagger_max_steps // H."""
+    eval_every: int = 500
+    eval_instances: int = 100
+    eval_cells: list[dict[str, Any]] = field(default_factory=lambda: [dict(c) for c in DEFAULT_EVAL_CELLS])
+    """MDPSpec fields of the evaluation's priors (a dark room: kind, size, horizon, episodes)."""
+    playable_range: dict[str, list[int]] = field(
+        default_factory=lambda: {
+            "num_states": [2, 144],
+            "num_actions": [2, 8],
+            "horizon": [1, 100],
+            "episodes": [1, 100],
+        }
+    )
+    """The sizes the checkpoint's agent agrees to play (beyond the trained range: out-of-distribution use)."""
+
+    def field_rules(self) -> dict[str, Allowed]:
+        """The shared fields' and the prior's."""
+        return {
+            **super().field_rules(),
+            "min_states": Allowed(low=2, integer=True),
+            "max_states": POSITIVE_INT,
+            "max_episodes": POSITIVE_INT,
+            "max_steps": POSITIVE_INT,
+            "min_concentration": POSITIVE,
+            "max_concentration": POSITIVE,
+            "random_start_fraction": PROBABILITY,
+            "nonstationary_fraction": PROBABILITY,
+            "dark_room_fraction": PROBABILITY,
+            "min_room": Allowed(low=2, integer=True),
+            "max_room": POSITIVE_INT,
+            "room_max_horizon": POSITIVE_INT,
+            "room_max_episodes": POSITIVE_INT,
+            "posterior_samples": POSITIVE_INT,
+            "eval_posterior_samples": POSITIVE_INT,
+            "dagger_max_steps": POSITIVE_INT,
+        }
+
+    def check(self) -> None:
+        """The ranges are ordered; the model's fields build an :class:`MDPGeneralistConfig`; T fits H."""
+        super().check()
+        check_order(
+            self,
+            ("min_states", "max_states"),
+            ("min_concentration", "max_concentration"),
+            ("min_room", "max_room"),
+            ("min_horizon", "room_max_horizon"),
+            ("max_horizon", "max_steps"),
+        )
+        if self.min_arms < 2:
+            raise ValueError(f"MDPGeneralistTrainConfig.min_arms={self.min_arms} must be >= 2 (actions of an MDP)")
+        try:
+            MDPGeneralistConfig.from_dict(self.model)
+        except (TypeError, ValueError) as err:
+            problem = f"MDPGeneralistTrainConfig.model={self.model!r} is not an MDPGeneralistConfig: {err}"
+            raise ValueError(problem) from err
+        for cell in self.eval_cells:
+            eval_spec(cell)
+
+
+def eval_spec(cell: dict[str, Any]) -> MDPSpec:
+    """The prior of an evaluation cell (a dark room from its side, else :class:`MDPSpec` fields)."""
+    cell = dict(cell)
+    if cell.get("kind") == "dark_room":
+        return dark_room_spec(int(cell["size"]), int(cell["horizon"]), int(cell["episodes"]))
+    return MDPSpec(**cell)
+
+
+@dataclass
+class QueryBatch:
+    """One training batch: B runs of one prior, their counts and labels at Q query steps shared by the runs."""
+
+    n_sas: np.ndarray
+    """(B, Q, H', S, A, S) N_h(s, a, s') before each query step."""
+    n_sa: np.ndarray
+    """(B, Q, H', S, A) N_h(s, a)."""
+    reward_sum: np.ndarray
+    """(B, Q, H', S, A) reward sums."""
+    starts: np.ndarray
+    """(B, Q, S) episodes started in s (the query step's own episode included)."""
+    states: np.ndarray
+    """(B, Q) s_t at the query steps."""
+    h: np.ndarray
+    """(Q,) step within the episode of each query."""
+    k: np.ndarray
+    """(Q,) episode of each query."""
+    targets: np.ndarray
+    """(B, Q, A) P(a* = a | D_{t-1}, s_t)."""
+    spec: MDPSpec
+    """The batch's prior."""
+
+    @property
+    def size(self) -> int:
+        """B."""
+        return self.states.shape[0]
+
+    def rows(self, index: np.ndarray) -> QueryBatch:
+        """The batch of the runs ``index`` (a data-parallel rank's share)."""
+        arrays = ("n_sas", "n_sa", "reward_sum", "starts", "states", "targets")
+        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
+
+    def model_input(self, device: torch.device) -> tuple[CountStats, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The B Q problems flattened (run-major): counts, states, h, k as the model's forward takes them."""
+        b, q = self.states.shape
+
+        def flat(x: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(x.reshape(b * q, *x.shape[2:]), dtype=torch.float32, device=device)
+
+        stats = CountStats(flat(self.n_sas), flat(self.n_sa), flat(self.reward_sum), flat(self.starts))
+        states = torch.as_tensor(self.states.reshape(-1), dtype=torch.long, device=device)
+        h = torch.as_tensor(np.tile(self.h, b), dtype=torch.long, device=device)
+        k = torch.as_tensor(np.tile(self.k, b), dtype=torch.long, device=device)
+        return stats, states, h, k
+
+
+def log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
+    """An integer in [low, high], log-uniform (small sizes as often as large ones, per octave)."""
+    return int(min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high + 0.5)))))))
+
+
+def sample_prior(cfg: MDPGeneralistTrainConfig, rng: np.random.Generator) -> MDPSpec:
+    """The prior of one batch (module docstring)."""
+    if rng.random() < cfg.dark_room_fraction:
+        size = int(rng.integers(cfg.min_room, cfg.max_room + 1))
+        horizon = log_uniform_int(rng, max(cfg.min_horizon, 2), cfg.room_max_horizon)
+        episodes = log_uniform_int(rng, 1, max(1, min(cfg.room_max_episodes, cfg.max_steps // horizon)))
+        return dark_room_spec(size, horizon, episodes)
+    horizon = log_uniform_int(rng, cfg.min_horizon, cfg.max_horizon)
+    return MDPSpec(
+        num_states=log_uniform_int(rng, cfg.min_states, cfg.max_states),
+        num_actions=int(rng.integers(cfg.min_arms, cfg.max_arms + 1)),
+        horizon=horizon,
+        episodes=log_uniform_int(rng, 1, max(1, min(cfg.max_episodes, cfg.max_steps // horizon))),
+        concentration=float(math.exp(rng.uniform(math.log(cfg.min_concentration), math.log(cfg.max_concentration)))),
+        random_start=bool(rng.random() < cfg.random_start_fraction),
+        stationary=bool(rng.random() >= cfg.nonstationary_fraction),
+    )
+
+
+def batch_size_for(cfg: MDPGeneralistTrainConfig, spec: MDPSpec) -> int:
+    """B of a batch of ``spec`` (``cost_per_batch``)."""
+    S, A, H = spec.num_states, spec.num_actions, spec.horizon
+    return int(np.clip(round(cfg.cost_per_batch / (cfg.queries * H * S * A * (S + 64))), cfg.min_batch, cfg.max_batch))
+
+
+class _Labeller(Protocol):
+    """A Bayesian MDP agent with the posterior of the optimal action (PSRL, DarkRoom PSRL)."""
+
+    def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
+        """P(a* = a | D) at (states, h), (B, A)."""
+        ...
+
+
+def expert_name(spec: MDPSpec) -> str:
+    """The posterior-sampling expert of a prior: DarkRoom PSRL for dark rooms, PSRL otherwise."""
+    return "dark_room_psrl" if spec.kind == "dark_room" else "psrl"
+
+
+def rollout_queries(
+    spec: MDPSpec,
+    batch_size: int,
+    queries: int,
+    max_epsilon: float,
+    posterior_samples: int,
+    rng: np.random.Generator,
+    model: MDPGeneralist | None = None,
+    device: torch.device | None = None,
+) -> QueryBatch:
+    """Roll out ``batch_size`` instances of ``spec`` and label them at ``queries`` shared steps (module docstring).
+
+    The expert (:func:`expert_name`, built by name) sees every transition; it acts unless ``model``
+    is given (then the greedy model acts, through its cache); each run takes a uniform action with
+    probability eps ~ U[0, max_epsilon] instead.
+    """
+    B, S, A, H, T = batch_size, spec.num_states, spec.num_actions, spec.horizon, spec.total_steps
+    env = MDPBatch(spec, B, rng)
+    spec_name = expert_name(spec)
+    expert_spec: dict[str, Any] = {"name": spec_name}
+    if spec_name == "psrl":
+        expert_spec["posterior_samples"] = posterior_samples
+    expert = cast(MDPAgent, make_agent(expert_spec))
+    expert.reset(reset_info(spec, env), rng=child_rng(rng))
+    labeller = cast(_Labeller, expert)
+    counts = TransitionCounts(B, H, S, A, pooled=spec.is_stationary)
+    known = dark_room_successors(spec.size) if spec.kind == "dark_room" else None
+    if known is not None:  # the prior knows the moves: the model's input starts from them (as its cache does)
+        counts.n_sas += known_move_counts(known)
+    starts = np.zeros((B, S))
+    query_steps = np.sort(rng.choice(T, size=min(queries, T), replace=False))
+    Q = len(query_steps)
+    hs = counts.n_sa.shape[1]
+    out = QueryBatch(
+        n_sas=np.zeros((B, Q, hs, S, A, S), np.float32),
+        n_sa=np.zeros((B, Q, hs, S, A), np.float32),
+        reward_sum=np.zeros((B, Q, hs, S, A), np.float32),
+        starts=np.zeros((B, Q, S), np.float32),
+        states=np.zeros((B, Q), np.int64),
+        h=query_steps % H,
+        k=query_steps // H,
+        targets=np.zeros((B, Q, A), np.float32),
+        spec=spec,
+    )
+    epsilon = rng.uniform(0.0, max_epsilon, B)
+    cache: MDPGeneralistCache | None = None
+    if model is not None:
+        device = next(model.parameters()).device if device is None else device
+        env_info = EnvInfo(num_actions=A, horizon=H, num_states=S, episodes=spec.episodes)
+        cache = model.new_cache(B, env_info, device)
+        cache.configure(spec.is_stationary, known)
+    prev: tuple[torch.Tensor, torch.Tensor] | None = None
+    rows, q = np.arange(B), 0
+    for t in range(T):
+        states, h = env.state.copy(), env.h
+        if h == 0:
+            starts[rows, states] += 1
+        if q < Q and query_steps[q] == t:
+            out.n_sas[:, q], out.n_sa[:, q], out.reward_sum[:, q] = counts.n_sas, counts.n_sa, counts.reward_sum
+            out.starts[:, q], out.states[:, q] = starts, states
+            out.targets[:, q] = labeller.optimal_action_probs(states, h)
+            q += 1
+        if model is None or cache is None:
+            actions = expert.act_batch(states, h)
+        else:
+            prev_a, prev_r = prev if prev is not None else (None, None)
+            logits = model.step(cache, torch.as_tensor(states, device=device), prev_a, prev_r).logits
+            actions = logits.argmax(dim=1).cpu().numpy()
+        actions = np.where(rng.random(B) < epsilon, rng.integers(0, A, B), actions)
+        step = env.step(actions)
+        expert.update_batch(states, h, actions, step["reward"], step["next_state"])
+        counts.update(states, h, actions, step["reward"], step["next_state"])
+        if model is not None:
+            reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
+            prev = (torch.as_tensor(actions, device=device), reward)
+    return out
+
+
+def sample_batch(
+    cfg: MDPGeneralistTrainConfig,
+    rng: np.random.Generator,
+    model: MDPGeneralist | None = None,
+    device: torch.device | None = None,
+) -> QueryBatch:
+    """A training batch: a prior (:func:`sample_prior`), B (:func:`batch_size_for`), its labelled rollouts.
+
+    Rolled out by ``model`` (DAgger), the runs keep at most ``dagger_max_steps`` steps (fewer episodes).
+    """
+    spec = sample_prior(cfg, rng)
+    if model is not None and spec.total_steps > cfg.dagger_max_steps:
+        spec = dataclasses.replace(spec, episodes=max(1, cfg.dagger_max_steps // spec.horizon))
+    return rollout_queries(
+        spec, batch_size_for(cfg, spec), cfg.queries, cfg.max_epsilon, cfg.posterior_samples, rng, model, device
+    )
+
+
+def batch_loss(
+    model: MDPGeneralist | torch.nn.Module, batch: QueryBatch, device: torch.device
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy of the logits at the query steps to the labels; the KL and argmax-agreement metrics.
+
+    ``agree``: the fraction of queries whose argmax has positive label mass (the action could be optimal).
+    """
+    stats, states, h, k = batch.model_input(device)
+    logits = model(stats, states, h, k, batch.spec.horizon, batch.spec.episodes)
+    target = torch.as_tensor(batch.targets.reshape(-1, batch.targets.shape[-1]), device=device)
+    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
+    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
+    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
+
+
+class _InMemoryAgentClass(Protocol):
+    """The registered ``"mdp_generalist"`` agent class: it wraps an in-memory model (``from_model``)."""
+
+    def from_model(self, model: MDPGeneralist, greedy: bool | None = None) -> MDPAgent:
+        """The agent playing ``model`` without reading a checkpoint."""
+        ...
+
+
+def reference_agents(spec: MDPSpec, posterior_samples: int) -> dict[str, dict[str, Any]]:
+    """The references of an evaluation: posterior sampling and the Bayes DPT policy on its posterior.
+
+    The greedy Bayes DPT policy always; in a dark room also the sampled one (the model's deployment there).
+    """
+    posterior: dict[str, Any] = {"name": expert_name(spec)}
+    if posterior["name"] == "psrl":
+        posterior["posterior_samples"] = posterior_samples
+    out: dict[str, dict[str, Any]] = {
+        "psrl": {"name": expert_name(spec)},
+        "bayes_dpt": {"name": "posterior_optimal_action", "greedy": True, "posterior": posterior},
+    }
+    if spec.kind == "dark_room":
+        out["bayes_dpt_sampled"] = {"name": "posterior_optimal_action", "greedy": False, "posterior": posterior}
+    return out
+
+
+def run_regret(spec: MDPSpec, agent: Any, instances: int, seed: int) -> np.ndarray:
+    """Regret per run, sum_k (V*_1(mu) - return_k), (instances,), on the instances of ``seed`` (CRN)."""
+    rollouts = rollout_mdp(spec, agent, instances, seed=seed, batch_size=instances)
+    return rollouts.episode_regret.sum(axis=1)
+
+
+def evaluate_cells(
+    model: MDPGeneralist,
+    cells: list[dict[str, Any]],
+    instances: int,
+    seed: int,
+    posterior_samples: int,
+    references: dict[str, dict[str, float]],
+) -> list[dict[str, Any]]:
+    """The model's mean regret (and s.e.) per cell, with the references' (computed once into ``references``)."""
+    learned = cast(_InMemoryAgentClass, agent_class("mdp_generalist")).from_model(model)
+    rows = []
+    for cell in cells:
+        spec = eval_spec(cell)
+        key = str(sorted(cell.items()))
+        if key not in references:
+            references[key] = {
+                name: float(run_regret(spec, make_agent(agent), instances, seed).mean())
+                for name, agent in reference_agents(spec, posterior_samples).items()
+            }
+        ours = run_regret(spec, learned, instances, seed)
+        rows.append(
+            {
+                "cell": cell,
+                "regret": float(ours.mean()),
+                "se": float(ours.std(ddof=1) / math.sqrt(instances)),
+                **references[key],
+            }
+        )
+    return rows
+
+
+RESUMABLE_CHANGES = (
+    "steps",
+    "time_budget_hours",
+    "log_every",
+    "checkpoint_every",
+    "eval_every",
+    "eval_instances",
+    "eval_cells",
+    "eval_posterior_samples",
+    "playable_range",
+    "device",
+    "threads",
+)
+"""Fields a resumed run may change: its length and budget, logging, evaluation and the playable range."""
+
+
+def _record(cfg: MDPGeneralistTrainConfig) -> dict[str, Any]:
+    """The checkpoint record's fields: the priors, the trained range (per family and overall) and the playable range."""
+    families: dict[str, dict[str, list[float]]] = {
+        "random": {
+            "num_states": [cfg.min_states, cfg.max_states],
+            "num_actions": [cfg.min_arms, cfg.max_arms],
+            "horizon": [cfg.min_horizon, cfg.max_horizon],
+            "episodes": [1, cfg.max_episodes],
+            "steps": [1, cfg.max_steps],
+            "concentration": [cfg.min_concentration, cfg.max_concentration],
+        }
+    }
+    if cfg.dark_room_fraction > 0:
+        families["dark_room"] = {
+            "size": [cfg.min_room, cfg.max_room],
+            "num_states": [cfg.min_room**2, cfg.max_room**2],
+            "num_actions": [5, 5],
+            "horizon": [max(cfg.min_horizon, 2), cfg.room_max_horizon],
+            "episodes": [1, cfg.room_max_episodes],
+        }
+    overall = {
+        name: [min(f[name][0] for f in families.values()), max(f[name][1] for f in families.values())]
+        for name in ("num_states", "num_actions", "horizon", "episodes")
+    }
+    return {
+        "env": {"kind": sorted(families), "reward": "bernoulli"},
+        "trained_range": {**overall, **families},
+        "playable_range": cfg.playable_range,
+    }
+
+
+def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
+    """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
+
+    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
+        model = MDPGeneralist(MDPGeneralistConfig.from_dict(cfg.model)).to(device)
+        references: dict[str, dict[str, float]] = {}
+
+        def sample(rng: np.random.Generator, use_model: bool) -> QueryBatch:
+            if use_model:
+                model.eval()
+            return sample_batch(cfg, rng, model if use_model else None, device)
+
+        def evaluate(step: int, log: Logger) -> dict[str, Any]:
+            rows = evaluate_cells(model, cfg.eval_cells, cfg.eval_instances, 1, cfg.eval_posterior_samples, references)
+            for row in rows:
+                log(
+                    f"eval step {step}: {row['cell']} regret {row['regret']:.2f} +- {row['se']:.2f} "
+                    f"(PSRL {row['psrl']:.2f}, greedy Bayes DPT {row['bayes_dpt']:.2f}"
+                    + (f", sampled Bayes DPT {row['bayes_dpt_sampled']:.2f}" if "bayes_dpt_sampled" in row else "")
+                    + f"; {cfg.eval_instances} instances, seed 1)"
+                )
+            return {"step": step, "eval": rows}
+
+        return GeneralistTrainer(
+            model=model,
+            sample=sample,
+            loss=lambda net, batch: batch_loss(net, batch, device),
+            metrics={"loss": ".4f", "kl": ".4f", "agree": ".3f"},
+            evaluate=evaluate,
+            record=lambda: _record(cfg),
+            kind=CheckpointKind.MDP_GENERALIST,
+            model_config=model.config.to_dict(),
+            allowed=RESUMABLE_CHANGES,
+        )
+
+    return cast(MDPGeneralist, train_generalist(cfg, echo, build))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m icrl_gym.training.mdp_generalist CONFIG.json [key=value ...]`` (overrides as JSON values)."""
+    run_main(argv, __doc__, MDPGeneralistTrainConfig, train)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

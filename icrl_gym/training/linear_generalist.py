@@ -610,12 +610,11 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
         return GeneralistTrainer(
             model=model,
             sample=sample,
-            loss=lambda net, batch: batch_loss(net, batch, device),
+            loss=batch_loss,
             metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
             evaluate=evaluate_cells,
             record=lambda: _record(cfg),
             kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER,
-            model_config=model.config.to_dict(),
             allowed=RESUMABLE_CHANGES,
             keep_every=CURVE_EVERY,
             after_log=release_freed_memory,

@@ -42,6 +42,7 @@ def cells(horizon: int) -> dict[str, BanditSpec]:
         "family d=5 A=10 sigma=0.5": linear_bandit_spec(5, 10, horizon, 0.5, prior="family"),
         "family d=16 A=50 sigma=0.5": linear_bandit_spec(16, 50, horizon, 0.5, prior="family"),
         "Gaussian MAB K=10 U[0,1] sigma=0.5": linear_bandit_spec(10, 10, horizon, 0.5, arms="one_hot"),
+        "Gaussian MAB K=50 U[0,1] sigma=0.5": linear_bandit_spec(50, 50, horizon, 0.5, arms="one_hot"),
         "family d=5 A=10 sigma=0.1, sigma unknown": linear_bandit_spec(
             5, 10, horizon, 0.1, prior="family", noise_known=False
         ),
@@ -77,11 +78,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--horizon", type=int, default=200)
     parser.add_argument("--seed", type=int, default=20_241)
     parser.add_argument("--out", default=None, help="JSON file of the results")
+    parser.add_argument("--sample", action="store_true", help="sample the model's actions (default: argmax)")
+    parser.add_argument("--cells", nargs="*", default=None, help="only the cells whose names contain one of these")
     args = parser.parse_args(argv)
     model_row = "linear generalist"
     results: dict[str, Any] = {"checkpoint": args.checkpoint, "runs": args.runs, "seed": args.seed, "cells": {}}
     for i, (name, spec) in enumerate(cells(args.horizon).items()):
-        agents = {model_row: {"name": "linear_generalist", "checkpoint": args.checkpoint}, **REFERENCES}
+        if args.cells and not any(part in name for part in args.cells):
+            continue
+        model = {"name": "linear_generalist", "checkpoint": args.checkpoint, "greedy": not args.sample}
+        agents = {model_row: model, **REFERENCES}
         totals = {
             row: evaluate_regret(spec, make_agent(agent), args.runs, seed=args.seed + i, batch_size=args.runs).sum(1)
             for row, agent in agents.items()

@@ -11,7 +11,8 @@ to (``noise_estimate``) estimates sigma in context, any other refuses.
 ``greedy=True`` (default; the model imitates a deterministic index policy) takes the argmax.  The
 shipped model was trained on Gaussian rewards, w* ~ U[0, 1]^d, d in 2..8, A in 2..20, T <= 500,
 sigma in [0.4, 2.5] (its record's ``trained_range``); it refuses d > d_max and Bernoulli bandits
-with a ``ValueError``, and plays any A and T and one-hot arms (the Gaussian multi-armed bandit;
+with a ``ValueError`` (a second-version model, ``features="posterior"``, plays d > d_max on a fixed action
+set as an A-armed bandit), and plays any A and T and one-hot arms (the Gaussian multi-armed bandit;
 outside the trained range, an out-of-distribution use).
 """
 
@@ -64,7 +65,7 @@ class LinearGeneralistAgent(BanditRollout):
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         d_max = int(self.record.meta["model"]["d_max"])
-        if self.dim > d_max:
+        if self.dim > d_max and self.record.meta["model"].get("features", "moments") != "posterior":
             raise ValueError(f"the linear generalist plays d <= {d_max}, this bandit has d={self.dim}")
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the linear generalist transformer")
         spec = None if self.env_model is None else self.env_model.bandit

@@ -321,12 +321,11 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
         return GeneralistTrainer(
             model=model,
             sample=sample,
-            loss=lambda net, batch: batch_loss(net, batch, device),
+            loss=batch_loss,
             metrics={"loss": ".4f", "kl": ".4f", "agree": ".3f"},
             evaluate=evaluate,
             record=lambda: _record(cfg),
             kind=CheckpointKind.GENERALIST_TRANSFORMER,
-            model_config=model.config.to_dict(),
             allowed=RESUMABLE_CHANGES,
             init=init,
         )

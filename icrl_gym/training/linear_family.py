@@ -4,7 +4,8 @@ One batch shares the number of arms A and the horizon T (and whether the action 
 redrawn every step); every trajectory draws its own
 
 - dimension d, uniform in [min_dim, max_dim] (zero-padded to d_max);
-- kind of arms: one-hot (the Gaussian multi-armed bandit: d = A, only where A <= d_max), uniform on
+- kind of arms: one-hot (the Gaussian multi-armed bandit: d = A, only where A <= d_max, or on fixed
+  action sets with ``wide_one_hot``, where the arrays are then max(d_max, A) wide), uniform on
   the unit sphere, N(0, I / d) rows or Unif([-1, 1]^d) rows, with the probabilities of the
   configuration;
 - prior over w* and its hyperparameters (:func:`icrl_gym.envs.prior_family.sample_prior` with
@@ -58,6 +59,9 @@ class FamilyOptions:
     """Probabilities of Gaussian, sphere and one-hot arms (the rest: cube)."""
     unknown_noise_fraction: float = 0.0
     """Probability that the model is not given sigma."""
+    wide_one_hot: bool = False
+    """Allow one-hot arms with A > d_max on fixed action sets: the arrays are then max(d_max, A) wide (the
+    Gaussian multi-armed bandit of any K, for a model that plays it from per-arm statistics)."""
 
 
 def draw_family(
@@ -75,10 +79,13 @@ def draw_family(
     edges = np.cumsum(options.arm_fractions)
     arm_kind = 1 + np.searchsorted(edges, u, side="right")  # 1..3 below the total, 4 above: cube
     arm_kind = np.where(arm_kind > 3, 0, arm_kind)
-    if num_arms > d_max:
+    wide = options.wide_one_hot and not per_step
+    if num_arms > d_max and not wide:
         arm_kind = np.where(arm_kind == 3, 0, arm_kind)
     one_hot = arm_kind == 3
     dim = np.where(one_hot, num_arms, dim)
+    if wide and one_hot.any():
+        d_max = max(d_max, num_arms)
     prior = sample_prior(rng, "family", dim, d_max)
     mask = (np.arange(d_max)[None, :] < dim[:, None]).astype(np.float32)
     shape = (batch, horizon if per_step else 1, num_arms, d_max)

@@ -57,6 +57,7 @@ from scipy.special import ndtri
 
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
@@ -130,6 +131,14 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
     unknown_noise_fraction: float = 0.0
     """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
+    labels: str = "expert"
+    """'expert': the expert's action (the matched Bayes-UCB); 'optimal': the instance's optimal arm
+    argmax_k <x_k, w*> of the query step's action set (DPT's labels: the cross-entropy optimum is the
+    posterior probability that each arm is optimal under the training family, played by sampling)."""
+    behaviour_prior: str = "matched"
+    """The prior the behaviour policy of the batches not rolled out by the model is told ('family' only):
+    'matched' (the expert itself), or 'resampled' (the matched prior of a fresh family draw of the same d, so
+    that the history's actions do not reveal the instance's prior, which the model would learn to copy)."""
     eval_cells: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
@@ -156,6 +165,8 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
             "sphere_arms_fraction": PROBABILITY,
             "one_hot_fraction": PROBABILITY,
             "unknown_noise_fraction": PROBABILITY,
+            "behaviour_prior": Allowed(choices=("matched", "resampled")),
+            "labels": Allowed(choices=("expert", "optimal")),
         }
 
     def check(self) -> None:
@@ -172,7 +183,8 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
                 "(model.d_max): larger d cannot be fed to it"
             )
         for i, cell in enumerate(self.eval_cells if self.eval_every else []):  # cells are played only then
-            _check_cell(cell, f"LinearGeneralistTrainConfig.eval_cells[{i}]", d_max)
+            wide = LinearGeneralistConfig.from_dict(self.model).features == "posterior"
+            _check_cell(cell, f"LinearGeneralistTrainConfig.eval_cells[{i}]", d_max, wide)
 
 
 EVAL_CELL_FIELDS = {
@@ -188,8 +200,11 @@ EVAL_CELL_FIELDS = {
 """The keys of an evaluation cell and their allowed values."""
 
 
-def _check_cell(cell: Any, where: str, d_max: int) -> None:
-    """A ``ValueError`` naming the first key of an evaluation cell that is unknown or out of range."""
+def _check_cell(cell: Any, where: str, d_max: int, wide: bool = False) -> None:
+    """A ``ValueError`` naming the first key of an evaluation cell that is unknown or out of range.
+
+    ``wide``: the model plays one-hot arms of any A (the second version).
+    """
     if not isinstance(cell, dict):
         raise ValueError(f"{where} must be a dict with keys {sorted(EVAL_CELL_FIELDS)}, got {cell!r}")
     for key, value in cell.items():
@@ -198,7 +213,7 @@ def _check_cell(cell: Any, where: str, d_max: int) -> None:
             raise ValueError(f"{where} has an unknown key {key!r}; keys: {sorted(EVAL_CELL_FIELDS)}")
         if not rule.admits(value):
             raise ValueError(f"{where}.{key} must be {rule}, got {value!r}")
-    if cell.get("dim", 5) > d_max:
+    if cell.get("dim", 5) > d_max and not (wide and cell.get("arms") == "one_hot"):
         raise ValueError(f"{where}.dim={cell.get('dim', 5)} must be <= the model's d_max={d_max}")
 
 
@@ -289,20 +304,26 @@ def rollout(
     model: LinearGeneralistTransformer | None = None,
     device: torch.device | None = None,
     schedule: str = "constant",
+    behaviour: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Play eps-expert (``model`` None) or eps-greedy model on ``inst``.
+
+    ``behaviour`` (prior mean and variance (B, width)): without a model, play the same index policy told
+    this prior instead of the instance's (the labels stay the expert's).
 
     Returns actions (B, T), rewards (B, T), the expert index (B, T, A) before every step and the
     per-run pseudo-regret (B,).
     """
     b, horizon = inst.noise.shape
     num_arms = inst.sets.shape[2]
-    expert = expert_statistics(inst.sigma, inst.sets.shape[-1], inst.prior_mean, inst.prior_var)
+    width = inst.sets.shape[-1]
+    expert = expert_statistics(inst.sigma, width, inst.prior_mean, inst.prior_var)
     actions = np.zeros((b, horizon), dtype=np.int64)
     rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, num_arms), dtype=np.float32)
     regret = np.zeros(b)
     rows = np.arange(b)
+    actor = None if behaviour is None or model is not None else expert_statistics(inst.sigma, width, *behaviour)
     cache = None
     prev: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
     if model is not None:
@@ -314,7 +335,9 @@ def rollout(
     for t in range(horizon):
         arms = inst.action_set(t).astype(np.float64)
         index[:, t] = gaussian_index(expert, arms, inst.sigma, expert_z(z, schedule, t))
-        if model is None or cache is None:
+        if actor is not None:
+            greedy = gaussian_index(actor, arms, inst.sigma, expert_z(z, schedule, t)).argmax(axis=1)
+        elif model is None or cache is None:
             greedy = index[:, t].argmax(axis=1)
         else:
             arms_t = torch.as_tensor(arms, dtype=torch.float32, device=device)
@@ -326,6 +349,8 @@ def rollout(
         r = means[rows, a] + inst.sigma * inst.noise[:, t]
         regret += means.max(axis=1) - means[rows, a]
         expert.update(x, r)
+        if actor is not None:
+            actor.update(x, r)
         if model is not None:
             prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
         actions[:, t], rewards[:, t] = a, r
@@ -366,12 +391,13 @@ def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def family_options(cfg: LinearGeneralistTrainConfig) -> FamilyOptions:
-    """The prior-family ranges of the configuration."""
+    """The prior-family ranges of the configuration (one-hot arms of any A for the second version)."""
     return FamilyOptions(
         (cfg.min_dim, cfg.max_dim),
         (cfg.min_noise, cfg.max_noise),
         (cfg.gaussian_arms_fraction, cfg.sphere_arms_fraction, cfg.one_hot_fraction),
         cfg.unknown_noise_fraction,
+        LinearGeneralistConfig.from_dict(cfg.model).features == "posterior",
     )
 
 
@@ -413,10 +439,22 @@ def sample_batch(
         gaussian = rng.random(b) < cfg.gaussian_arms_fraction
         inst = draw_instances(rng, b, num_arms, horizon, dim, sigma, gaussian, per_step, d_max)
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
-    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, device, cfg.expert_schedule)
+    behaviour = None
+    if model is None and cfg.behaviour_prior == "resampled":  # another instance's prior: actions leak nothing
+        other = sample_prior(rng, "family", inst.dim, inst.sets.shape[-1])
+        behaviour = (other.mean, other.var)
+    actions, rewards, index, _ = rollout(
+        inst, epsilon, rng, cfg.expert_z, model, device, cfg.expert_schedule, behaviour
+    )
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     q_index = index[np.arange(b)[:, None], query_steps].astype(np.float64)
-    return Batch(inst, actions, rewards, query_steps, q_index, targets_from_index(q_index, cfg.label_temperature))
+    if cfg.labels == "optimal":
+        sets = inst.sets[np.arange(b)[:, None], query_steps if inst.sets.shape[1] > 1 else 0]  # (B, Q, A, width)
+        means = np.einsum("bqad,bd->bqa", sets.astype(np.float64), inst.w)
+        targets = targets_from_index(np.broadcast_to(means, q_index.shape), 0.0)
+    else:
+        targets = targets_from_index(q_index, cfg.label_temperature)
+    return Batch(inst, actions, rewards, query_steps, q_index, targets)
 
 
 def batch_loss(
@@ -467,6 +505,8 @@ def evaluate(
     """
     rng = np.random.default_rng(seed)
     d, a, horizon = int(cell.get("dim", 5)), int(cell.get("num_actions", 10)), int(cell.get("horizon", 200))
+    if cell.get("arms") == "one_hot":
+        d = a  # the Gaussian multi-armed bandit: d = A
     per_step = cell.get("action_set") == "per_step"
     if d_max is None:
         d_max = model.config.d_max if model is not None else max(d, D_MAX)
@@ -475,7 +515,7 @@ def evaluate(
         fractions = (float(arms == "gaussian"), float(arms == "sphere"), float(arms == "one_hot"))
         sigma_cell = float(cell.get("noise_std", 0.5))
         unknown = float(not cell.get("noise_known", True))
-        options = FamilyOptions((d, d), (sigma_cell, sigma_cell), fractions, unknown)
+        options = FamilyOptions((d, d), (sigma_cell, sigma_cell), fractions, unknown, wide_one_hot=True)
         inst = family_instances(rng, options, instances, a, horizon, per_step, d_max)
     else:
         dim = np.full(instances, d)
@@ -570,12 +610,11 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
         return GeneralistTrainer(
             model=model,
             sample=sample,
-            loss=lambda net, batch: batch_loss(net, batch, device),
+            loss=batch_loss,
             metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
             evaluate=evaluate_cells,
             record=lambda: _record(cfg),
             kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER,
-            model_config=model.config.to_dict(),
             allowed=RESUMABLE_CHANGES,
             keep_every=CURVE_EVERY,
             after_log=release_freed_memory,

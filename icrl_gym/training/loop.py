@@ -471,8 +471,9 @@ class GeneralistTrainer(Generic[ModelT, GBatchT]):
     """The model (built under ``torch.manual_seed(seed)``, on the run's device)."""
     sample: Callable[[np.random.Generator, bool], GBatchT]
     """``sample(rng, use_model)``: the global batch of a step (rolled out by the model when ``use_model``)."""
-    loss: Callable[[torch.nn.Module, GBatchT], tuple[torch.Tensor, dict[str, float]]]
-    """``loss(net, batch)``: the mean loss over the batch's rows through ``net`` (the model or its DDP wrapper)."""
+    loss: Callable[[torch.nn.Module, GBatchT, torch.device], tuple[torch.Tensor, dict[str, float]]]
+    """``loss(net, batch, device)``: the mean loss over the batch's rows through ``net`` (the model or its DDP
+    wrapper), the rows moved to the run's ``device``."""
     metrics: Mapping[str, str]
     """The metrics of the log line (name -> format spec)."""
     evaluate: Callable[[int, Logger], dict[str, Any]]
@@ -481,8 +482,6 @@ class GeneralistTrainer(Generic[ModelT, GBatchT]):
     """The checkpoint record's fields (env, trained_range, ...)."""
     kind: CheckpointKind
     """The checkpoint kind."""
-    model_config: dict[str, Any]
-    """The model's configuration as the checkpoint records it."""
     allowed: Sequence[str]
     """Fields a resumed run may change."""
     keep_every: int = 0
@@ -581,7 +580,7 @@ def _train_generalist(
                 cfg,
                 record,
                 meta,
-                model_config=trainer.model_config,
+                model_config=trainer.model.config.to_dict(),
                 kind=trainer.kind,
             )
 
@@ -600,7 +599,7 @@ def _train_generalist(
         model.train()
         rows = shard_rows(ctx, batch.size)
         local = batch.rows(rows) if ctx.enabled else batch
-        loss, values = trainer.loss(net, local)
+        loss, values = trainer.loss(net, local, device)
         values = global_means(ctx, values, rows.size, batch.size)
         return scale_to_global_mean(loss, ctx, rows.size, batch.size), {**values, "dagger": float(use_model)}
 

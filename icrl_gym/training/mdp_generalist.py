@@ -545,12 +545,11 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
         return GeneralistTrainer(
             model=model,
             sample=sample,
-            loss=lambda net, batch: batch_loss(net, batch, device),
+            loss=batch_loss,
             metrics={"loss": ".4f", "kl": ".4f", "agree": ".3f"},
             evaluate=evaluate,
             record=lambda: _record(cfg),
             kind=CheckpointKind.MDP_GENERALIST,
-            model_config=model.config.to_dict(),
             allowed=RESUMABLE_CHANGES,
         )
 

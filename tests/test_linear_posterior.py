@@ -1,0 +1,256 @@
+"""The linear generalist's second version: closed-form posterior features, cache, equivariance, resume.
+
+The features are checked against a direct per-run numpy solve (posterior mean and covariance by a
+matrix inverse, the evidence as the log density of r ~ N(0, sigma^2 I + X P X^T) from scipy).
+"""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+
+from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.models.linear_posterior import (
+    arm_posterior,
+    bayes_ucb_quantile,
+    estimate_noise_arms,
+    grid,
+    linear_posterior,
+    model_average,
+)
+from icrl_gym.models.policy import EnvInfo
+from icrl_gym.training.linear_generalist import LinearGeneralistTrainConfig, expert_z, train
+
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "d_max": 5, "features": "posterior"}
+
+
+def _direct(x_hist, r, arms, d, sigma, s2, tau2):
+    """Posterior mean and sd of <a_k, w> and the log evidence under w ~ N(0, s2 I + tau2 1 1^T) on d coordinates."""
+    xs, a = x_hist[:, :d], arms[:, :d]
+    prior = s2 * np.eye(d) + tau2 * np.ones((d, d))
+    cov = np.linalg.inv(xs.T @ xs / sigma**2 + np.linalg.inv(prior))
+    mu = cov @ xs.T @ r / sigma**2
+    sd = np.sqrt(np.einsum("ad,de,ae->a", a, cov, a))
+    if len(r) == 0:
+        return a @ mu, sd, 0.0
+    evidence = multivariate_normal(np.zeros(len(r)), sigma**2 * np.eye(len(r)) + xs @ prior @ xs.T).logpdf(r)
+    return a @ mu, sd, evidence
+
+
+def _assert_direct(post, x_hist, r, arms, d, sigma):
+    """Every prior of the grid: ``post`` equals the direct solve (:func:`_direct`)."""
+    s2, tau2 = grid()
+    for j in range(len(s2)):
+        mean, sd, evidence = _direct(x_hist, r, arms, d, sigma, float(s2[j]), float(tau2[j]))
+        np.testing.assert_allclose(post.mean[j].numpy(), mean, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(post.sd[j].numpy(), sd, rtol=1e-8)
+        np.testing.assert_allclose(float(post.log_evidence[j]), evidence, rtol=1e-8, atol=1e-8)
+
+
+def _moments(x_hist, r, d_max):
+    tokens = np.concatenate(
+        [np.pad(x_hist, ((0, 0), (0, d_max - x_hist.shape[1]))), r[:, None], np.ones((len(r), 1))], 1
+    )
+    return torch.as_tensor(tokens.T @ tokens)
+
+
+@pytest.mark.parametrize("n", [0, 3, 40])
+def test_linear_posterior_equals_a_direct_solve(n):
+    rng = np.random.default_rng(n)
+    d, d_max, sigma = 3, 5, 0.7
+    x_hist, r, arms = rng.uniform(-1, 1, (n, d)), rng.normal(0.5, 1.0, n), rng.uniform(-1, 1, (4, d))
+    post = linear_posterior(
+        _moments(x_hist, r, d_max),
+        torch.as_tensor(np.pad(arms, ((0, 0), (0, d_max - d)))),
+        torch.tensor(d),
+        torch.tensor(sigma, dtype=torch.float64),
+    )
+    _assert_direct(post, x_hist, r, arms, d, sigma)
+
+
+def test_arm_posterior_equals_the_one_hot_linear_model():
+    rng = np.random.default_rng(1)
+    k, n, sigma = 6, 30, 0.4
+    actions = rng.integers(0, k, n)
+    r = rng.normal(0.3, 1.0, n)
+    x_hist, arms = np.eye(k)[actions], np.eye(k)
+    counts, sums = np.bincount(actions, minlength=k), np.bincount(actions, weights=r, minlength=k)
+    post = arm_posterior(
+        torch.as_tensor(counts, dtype=torch.float64),
+        torch.as_tensor(sums),
+        torch.tensor(float(r @ r)),
+        torch.tensor(float(n)),
+        torch.tensor(sigma, dtype=torch.float64),
+    )
+    _assert_direct(post, x_hist, r, arms, k, sigma)
+    linear = linear_posterior(
+        _moments(x_hist, r, k), torch.as_tensor(arms), torch.tensor(k), torch.tensor(sigma, dtype=torch.float64)
+    )
+    torch.testing.assert_close(linear.log_evidence, post.log_evidence)
+
+
+def test_model_average_is_the_mixture_of_the_valid_models():
+    rng = np.random.default_rng(2)
+    x_hist, r, arms = rng.uniform(-1, 1, (12, 2)), rng.normal(size=12), rng.uniform(-1, 1, (3, 2))
+    sigma = torch.tensor(0.5, dtype=torch.float64)
+    lin = linear_posterior(_moments(x_hist, r, 2), torch.as_tensor(arms), torch.tensor(2), sigma)
+    counts = torch.tensor([4.0, 4.0, 4.0], dtype=torch.float64)
+    arm = arm_posterior(
+        counts, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.tensor(9.0), torch.tensor(12.0), sigma
+    )
+    for valid_arm in (True, False):
+        weights, mean, sd = model_average([lin, arm], [torch.tensor(True), torch.tensor(valid_arm)])
+        ev = np.concatenate([lin.log_evidence.numpy(), arm.log_evidence.numpy() if valid_arm else np.full(12, -np.inf)])
+        w = np.exp(ev - ev.max())
+        w /= w.sum()
+        means = np.concatenate([lin.mean.numpy(), arm.mean.numpy()])
+        sds = np.concatenate([lin.sd.numpy(), arm.sd.numpy()])
+        m = w @ means
+        np.testing.assert_allclose(weights.numpy(), w, rtol=1e-10, atol=1e-300)
+        np.testing.assert_allclose(mean.numpy(), m, rtol=1e-10)
+        np.testing.assert_allclose(sd.numpy() ** 2, w @ (sds**2 + means**2) - m**2, rtol=1e-8)
+
+
+def test_quantile_schedule_and_arm_noise_estimate():
+    steps = torch.arange(6)
+    expected = [expert_z(0.0, "bayes_ucb", int(t)) for t in steps]
+    np.testing.assert_allclose(bayes_ucb_quantile(steps).numpy(), expected, rtol=1e-10)
+    counts, sums = torch.tensor([3.0, 0.0, 2.0]), torch.tensor([3.0, 0.0, -2.0])
+    r = np.array([0.5, 1.0, 1.5, -1.2, -0.8])  # arm 0: mean 1, arm 2: mean -1
+    rss = ((r[:3] - 1.0) ** 2).sum() + ((r[3:] + 1.0) ** 2).sum()
+    sigma = estimate_noise_arms(counts, sums, torch.tensor(float(r @ r)), torch.tensor(5.0))
+    np.testing.assert_allclose(float(sigma), np.sqrt((rss + 0.25) / (5 - 2 + 1)), rtol=1e-6)
+
+
+def _model(seed=0, **kw):
+    torch.manual_seed(seed)
+    model = LinearGeneralistTransformer(LinearGeneralistConfig(**{**TINY, **kw})).eval()
+    with torch.no_grad():  # a non-zero head, so that the network (not only the skip index) is tested
+        assert model.posterior is not None
+        model.posterior.head.weight.normal_(0.0, 1.0)
+    return model
+
+
+def _trajectory(b, s, a, d, seed, per_step, one_hot=False):
+    g = torch.Generator().manual_seed(seed)
+    sets = torch.rand(b, s if per_step else 1, a, d, generator=g) * 2 - 1
+    if one_hot:
+        sets = torch.eye(a).expand(b, 1, a, a)
+    return (
+        sets.expand(b, s, a, sets.shape[-1]),
+        torch.randint(0, a, (b, s), generator=g),
+        torch.randn(b, s, generator=g),
+    )
+
+
+@pytest.mark.parametrize("case", ["per_step", "fixed", "one_hot_wider_than_d_max"])
+def test_cached_steps_equal_the_recomputation_from_scratch(case):
+    model, (b, s, a, d) = _model(noise_estimate=True), (3, 25, 7, 4)
+    one_hot = case == "one_hot_wider_than_d_max"
+    sets, actions, rewards = _trajectory(b, s, a, d, 3, case == "per_step", one_hot)
+    if case == "fixed":
+        sets = sets.contiguous()  # a materialised copy per step: the model finds that it does not change
+    d = sets.shape[-1]
+    sigma, dims = torch.tensor([0.5, float("nan"), 2.0]), torch.tensor([d, d, d] if one_hot else [4, 2, 3])
+    full = model(sets, actions, rewards, torch.arange(s).expand(b, s), 40, sigma, dims)  # (B, S, A)
+    cache, steps = model.new_cache(b, EnvInfo(num_actions=a, horizon=40, dim=d, noise_std=1.0)), []
+    cache.noise_std, cache.dims = sigma, dims
+    for t in range(s):
+        prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
+        steps.append(model.step(cache, sets[:, t].clone(), *prev).logits)
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-4, rtol=1e-5)
+    assert bool(cache.fixed.all()) is (case != "per_step")
+
+
+def test_per_step_sets_wider_than_d_max_are_refused():
+    model = _model()
+    sets, actions, rewards = _trajectory(2, 5, 3, 7, 0, per_step=True)
+    with pytest.raises(ValueError, match="only on a fixed action set"):
+        model(sets, actions, rewards, torch.arange(5).expand(2, 5), 10, 1.0, 7)
+
+
+@pytest.mark.parametrize("per_step", [True, False])
+def test_permuting_the_arms_permutes_the_logits(per_step):
+    model, (b, s, a, d) = _model(n_layers=2), (2, 20, 6, 3)
+    sets, actions, rewards = _trajectory(b, s, a, d, 1, per_step)
+    perm = torch.randperm(a, generator=torch.Generator().manual_seed(2))
+    inverse = torch.argsort(perm)
+    queries = torch.arange(s).expand(b, s)
+    logits = model(sets, actions, rewards, queries, 30, 0.8, d)
+    permuted = model(sets[:, :, perm], inverse[actions], rewards, queries, 30, 0.8, d)
+    torch.testing.assert_close(permuted, logits[..., perm], atol=1e-4, rtol=1e-5)
+
+
+def _tiny_run(folder, **kw):
+    base = {
+        "out_dir": str(folder),
+        "model": {**TINY, "noise_estimate": True},
+        "prior": "family",
+        "max_dim": 5,
+        "one_hot_fraction": 0.3,
+        "unknown_noise_fraction": 0.3,
+        "min_noise": 0.05,
+        "max_noise": 3.0,
+        "expert_schedule": "bayes_ucb",
+        "steps": 6,
+        "queries": 3,
+        "cost_per_batch": 200.0,
+        "min_batch": 2,
+        "max_batch": 5,
+        "max_horizon": 24,
+        "max_arms": 8,
+        "warmup_steps": 50,  # the learning rate depends on the step only (not on ``steps``) in the warm-up
+        "dagger_start": 2,
+        "dagger_fraction": 0.5,
+        "dagger_max_batch": 3,
+        "checkpoint_every": 3,
+        "eval_every": 0,
+    }
+    return LinearGeneralistTrainConfig.from_dict({**base, **kw})
+
+
+def test_a_resumed_tiny_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    straight = train(_tiny_run(tmp_path / "a"), echo=False)
+    train(_tiny_run(tmp_path / "b", steps=3), echo=False)
+    resumed = train(_tiny_run(tmp_path / "b"), echo=False)
+    for (name, p), q in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def test_resampled_behaviour_prior_keeps_the_expert_labels_and_wide_one_hot_rows():
+    """behaviour_prior='resampled': the actions come from another prior's index (they are not all the
+    expert's argmax), the labels are still the instance's own matched posterior index (a direct solve), and
+    one-hot rows with A > d_max are A wide."""
+    from icrl_gym.training.linear_generalist import sample_batch
+
+    cfg = _tiny_run("unused", min_arms=8, max_arms=8, min_horizon=30, max_horizon=30, per_step_fraction=0.0)
+    cfg.behaviour_prior, cfg.max_epsilon, cfg.one_hot_fraction, cfg.min_batch = "resampled", 0.0, 0.5, 5
+    batch = sample_batch(cfg, np.random.default_rng(3))
+    inst = batch.inst
+    assert inst.sets.shape[-1] == 8 and (inst.dim == 8).any()  # one-hot rows, wider than d_max = 5
+    played_argmax = []
+    for i in range(len(inst.dim)):
+        arms = inst.sets[i, 0].astype(np.float64)
+        for q, t in enumerate(batch.query_steps[i]):
+            x = arms[batch.actions[i, :t]]
+            cov = np.linalg.inv(np.diag(1 / inst.prior_var[i]) + x.T @ x / inst.sigma[i] ** 2)
+            mu = cov @ (inst.prior_mean[i] / inst.prior_var[i] + x.T @ batch.rewards[i, :t] / inst.sigma[i] ** 2)
+            z = expert_z(0.0, "bayes_ucb", int(t))
+            expected = arms @ mu + z * np.sqrt(np.einsum("ad,de,ae->a", arms, cov, arms))
+            np.testing.assert_allclose(batch.index[i, q], expected, rtol=1e-4, atol=1e-4)
+            played_argmax.append(batch.actions[i, t] == expected.argmax())
+    assert 0 < np.mean(played_argmax) < 1
+
+
+@pytest.mark.parametrize("per_step", [0.0, 1.0])
+def test_optimal_action_labels_are_the_argmax_of_the_true_means(per_step):
+    from icrl_gym.training.linear_generalist import sample_batch
+
+    cfg = _tiny_run("unused", labels="optimal", per_step_fraction=per_step, min_batch=4)
+    batch = sample_batch(cfg, np.random.default_rng(4))
+    inst, rows = batch.inst, np.arange(batch.size)[:, None]
+    sets = inst.sets[rows, batch.query_steps] if per_step else inst.sets[:, :1].repeat(cfg.queries, 1)
+    best = np.einsum("bqad,bd->bqa", sets, inst.w).argmax(-1)
+    assert batch.targets.shape == batch.index.shape
+    np.testing.assert_array_equal(batch.targets.argmax(-1), best)
+    assert (batch.targets.sum(-1) == 1).all() and (batch.targets.max(-1) == 1).all()

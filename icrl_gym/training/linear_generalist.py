@@ -29,8 +29,8 @@ Resumable bit for bit: every ``checkpoint_every`` steps the training state (the 
 checkpoint ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration
 and the history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
 ``resume.json``); the last two checkpoints and every 1,000th (the learning curve) stay.  A restarted
-run continues from it, also from a moved ``out_dir`` or a folder of the older layout (``latest.json``,
-whose configuration is the one its checkpoint records).  Resuming with other values of the fields
+run continues from it, also from a moved ``out_dir``; a folder of an older layout is refused, its
+files kept.  Resuming with other values of the fields
 that define the training is refused, naming them; those of :data:`RESUMABLE_CHANGES` may change.
 Capped at ``time_budget_hours`` of training wall time summed over resumes (recorded in every
 checkpoint)::

@@ -56,7 +56,14 @@ from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, Genera
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
-from icrl_gym.training.loop import GeneralistLoopConfig, GeneralistTrainer, Logger, check_order, train_generalist
+from icrl_gym.training.loop import (
+    LOOP_RESUMABLE_CHANGES,
+    GeneralistLoopConfig,
+    GeneralistTrainer,
+    Logger,
+    check_order,
+    train_generalist,
+)
 from icrl_gym.training.loop import main as run_main
 
 
@@ -249,18 +256,11 @@ def evaluate_against_gittins(
 
 
 RESUMABLE_CHANGES = (
-    "steps",
-    "time_budget_hours",
-    "log_every",
-    "checkpoint_every",
-    "eval_every",
-    "eval_instances",
+    *LOOP_RESUMABLE_CHANGES,
     "eval_arms",
     "eval_horizon",
     "init_checkpoint",
     "table_cache",
-    "device",
-    "threads",
 )
 """Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
 (``init_checkpoint`` only starts a new run)."""

@@ -64,6 +64,7 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import (
+    LOOP_RESUMABLE_CHANGES,
     PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
@@ -527,15 +528,8 @@ def evaluate(
 
 
 RESUMABLE_CHANGES = (
-    "steps",
-    "time_budget_hours",
-    "log_every",
-    "checkpoint_every",
-    "eval_every",
-    "eval_instances",
+    *LOOP_RESUMABLE_CHANGES,
     "eval_cells",
-    "device",
-    "threads",
 )
 """Fields a resumed run may change: its length and budget, logging, evaluation, device and threads."""
 

@@ -463,6 +463,20 @@ class ShardableBatch(Protocol):
 GBatchT = TypeVar("GBatchT", bound=ShardableBatch)
 
 
+LOOP_RESUMABLE_CHANGES = (
+    "steps",
+    "time_budget_hours",
+    "log_every",
+    "checkpoint_every",
+    "eval_every",
+    "eval_instances",
+    "device",
+    "threads",
+)
+"""The loop's fields a resumed run may change: its length and budget, logging, evaluation size, device and
+threads (each trainer adds its own, :attr:`GeneralistTrainer.allowed`)."""
+
+
 @dataclass
 class GeneralistTrainer(Generic[ModelT, GBatchT]):
     """What a generalist trainer passes to :func:`train_generalist`: its model, batch, loss and record."""

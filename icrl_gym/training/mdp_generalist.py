@@ -68,6 +68,7 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
+    LOOP_RESUMABLE_CHANGES,
     PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
@@ -473,17 +474,10 @@ def evaluate_cells(
 
 
 RESUMABLE_CHANGES = (
-    "steps",
-    "time_budget_hours",
-    "log_every",
-    "checkpoint_every",
-    "eval_every",
-    "eval_instances",
+    *LOOP_RESUMABLE_CHANGES,
     "eval_cells",
     "eval_posterior_samples",
     "playable_range",
-    "device",
-    "threads",
 )
 """Fields a resumed run may change: its length and budget, logging, evaluation and the playable range."""
 

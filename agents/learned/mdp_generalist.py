@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from agents.learned.mdp_transformer import MDPTransformerAgent
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.envs.dark_room import dark_room_successors
+from icrl_gym.envs.mdp_core import MDPKind
 from icrl_gym.models.mdp_generalist import MDPGeneralistCache
 from icrl_gym.models.policy import EnvInfo, InContextPolicy
 
@@ -53,8 +54,8 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     name = "mdp_generalist"
     kind = CheckpointKind.MDP_GENERALIST
     greedy_default = True
-    greedy_by_kind: ClassVar[dict[str, bool]] = {"random": True, "dark_room": False}
-    """The deployment when ``greedy`` is not given, per environment kind (``info["model"]["kind"]``).
+    greedy_by_kind: ClassVar[dict[MDPKind, bool]] = {MDPKind.RANDOM: True, MDPKind.DARK_ROOM: False}
+    """The deployment when ``greedy`` is not given, per environment kind (:class:`~icrl_gym.envs.mdp_core.MDPKind`).
 
     The model imitates P(a* = a | D).  On random MDPs its argmax (the greedy Bayes DPT policy) has
     0.43-0.75x PSRL's regret; in a dark room the argmax oscillates between the directions that hold
@@ -71,13 +72,15 @@ class MDPGeneralistAgent(MDPTransformerAgent):
 
     def _start(self, info: dict[str, Any]) -> None:
         super()._start(info)
+        spec = None if self.env_model is None else self.env_model.mdp
         if self.greedy_given is None:
-            kind = (info.get("model") or {}).get("kind", "random")
+            kind = MDPKind.RANDOM if spec is None else spec.kind
             self.greedy = self.deterministic = self.greedy_by_kind.get(kind, self.greedy_default)
         if isinstance(self._cache, MDPGeneralistCache):
-            model = info.get("model") or {}
-            room = model.get("kind") == "dark_room"  # the prior knows the moves
-            self._cache.configure(self.env_stationary, dark_room_successors(int(model["size"])) if room else None)
+            moves = None
+            if spec is not None and spec.kind is MDPKind.DARK_ROOM:  # the prior knows the room's moves
+                moves = dark_room_successors(spec.size)
+            self._cache.configure(self.env_stationary, moves)
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         env_info = super()._env_info(info)

@@ -24,6 +24,8 @@ def _env_of(name: str, num_envs: int = 2):
         return BanditVectorEnv(num_envs, bernoulli_bandit_spec(num_arms=7, horizon=30))
     if record.kind is CheckpointKind.LINEAR_GENERALIST_TRANSFORMER:
         return BanditVectorEnv(num_envs, linear_bandit_spec(dim=4, num_actions=6, horizon=30, noise_std=0.5))
+    if record.kind is CheckpointKind.MDP_GENERALIST:
+        return TabularMDPVectorEnv(num_envs, spec=MDPSpec(num_states=7, num_actions=4, horizon=6, episodes=3))
     if KINDS[record.kind].family.value == "tabular MDP":
         return TabularMDPVectorEnv(num_envs, spec=MDPSpec.from_dict(record.env))
     return BanditVectorEnv(num_envs, BanditSpec.from_dict(record.env))

@@ -30,10 +30,9 @@ checkpoint ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step
 and the history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
 ``resume.json``); the last two checkpoints and every 1,000th (the learning curve) stay.  A restarted
 run continues from it, also from a moved ``out_dir``; a folder of an older layout is refused, its
-files kept.  Resuming with other values of the fields
-that define the training is refused, naming them; those of :data:`RESUMABLE_CHANGES` may change.
-Capped at ``time_budget_hours`` of training wall time summed over resumes (recorded in every
-checkpoint)::
+files kept.  Resuming with other values of the fields that define the training is refused, naming
+them; those of :attr:`LinearGeneralistTrainConfig.resumable_changes` may change.  Capped at
+``time_budget_hours`` of training wall time summed over resumes (recorded in every checkpoint)::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist icrl_gym/pretrained/configs/linear-generalist.json
 
@@ -46,16 +45,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy.special import ndtri
 
-from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
 from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
@@ -64,12 +61,10 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import (
-    LOOP_RESUMABLE_CHANGES,
     PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,
-    check_order,
     release_freed_memory,
     train_generalist,
 )
@@ -149,6 +144,45 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     )
     """Evaluation settings (keys: dim, num_actions, horizon, noise_std, arms, action_set)."""
 
+    resumable_changes: ClassVar[tuple[str, ...]] = (*GeneralistLoopConfig.resumable_changes, "eval_cells")
+    """Fields a resumed run may change: its length and budget, logging, evaluation, device and threads."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The family, the trained ranges and the expert."""
+        if self.prior == "family":
+            env: dict[str, Any] = {
+                "reward": "gaussian",
+                "arms": "uniform|gaussian|sphere|one_hot",
+                "prior": "family",
+                "action_set": "fixed|per_step",
+            }
+            expert_prior: dict[str, Any] = {"prior": "matched Gaussian prior of each instance"}
+        else:
+            env = {
+                "reward": "gaussian",
+                "arms": "uniform|gaussian",
+                "prior": "uniform",
+                "prior_low": 0.0,
+                "prior_high": 1.0,
+                "action_set": "fixed|per_step",
+            }
+            expert_prior = {"prior_mean": PRIOR_MEAN, "prior_var": PRIOR_VAR}
+        return {
+            "family": "linear",
+            "env": env,
+            "trained_range": {
+                "dim": [self.min_dim, self.max_dim],
+                "num_actions": [self.min_arms, self.max_arms],
+                "horizon": [self.min_horizon, self.max_horizon],
+                "noise_std": [self.min_noise, self.max_noise],
+            },
+            "expert": {
+                "name": "gaussian_posterior_index",
+                "z": self.expert_z if self.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
+                **expert_prior,
+            },
+        }
+
     def field_rules(self) -> dict[str, Allowed]:
         """The shared fields' and the linear prior's."""
         return {
@@ -173,7 +207,7 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     def check(self) -> None:
         """The ranges are ordered, d fits the model (``d_max``), every evaluation cell is one the trainer plays."""
         super().check()
-        check_order(self, ("min_dim", "max_dim"), ("min_noise", "max_noise"))
+        self.check_order(("min_dim", "max_dim"), ("min_noise", "max_noise"))
         try:
             d_max = LinearGeneralistConfig.from_dict(self.model).d_max
         except (TypeError, ValueError) as err:
@@ -527,51 +561,8 @@ def evaluate(
         return rollout(inst, np.zeros(instances), rng, z, model, device, schedule)[3]
 
 
-RESUMABLE_CHANGES = (
-    *LOOP_RESUMABLE_CHANGES,
-    "eval_cells",
-)
-"""Fields a resumed run may change: its length and budget, logging, evaluation, device and threads."""
-
 CURVE_EVERY = 1_000
 """Steps between the checkpoints that stay for the learning curve."""
-
-
-def _record(cfg: LinearGeneralistTrainConfig) -> dict[str, Any]:
-    """The checkpoint record's fields: the family, the trained ranges and the expert."""
-    if cfg.prior == "family":
-        env: dict[str, Any] = {
-            "reward": "gaussian",
-            "arms": "uniform|gaussian|sphere|one_hot",
-            "prior": "family",
-            "action_set": "fixed|per_step",
-        }
-        expert_prior: dict[str, Any] = {"prior": "matched Gaussian prior of each instance"}
-    else:
-        env = {
-            "reward": "gaussian",
-            "arms": "uniform|gaussian",
-            "prior": "uniform",
-            "prior_low": 0.0,
-            "prior_high": 1.0,
-            "action_set": "fixed|per_step",
-        }
-        expert_prior = {"prior_mean": PRIOR_MEAN, "prior_var": PRIOR_VAR}
-    return {
-        "family": "linear",
-        "env": env,
-        "trained_range": {
-            "dim": [cfg.min_dim, cfg.max_dim],
-            "num_actions": [cfg.min_arms, cfg.max_arms],
-            "horizon": [cfg.min_horizon, cfg.max_horizon],
-            "noise_std": [cfg.min_noise, cfg.max_noise],
-        },
-        "expert": {
-            "name": "gaussian_posterior_index",
-            "z": cfg.expert_z if cfg.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
-            **expert_prior,
-        },
-    }
 
 
 def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGeneralistTransformer:
@@ -579,11 +570,6 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
 
     def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
         model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).to(device)
-
-        def sample(rng: np.random.Generator, use_model: bool) -> Batch:
-            model.eval()
-            with torch.no_grad():
-                return sample_batch(cfg, rng, model if use_model else None, device)
 
         def evaluate_cells(step: int, log: Logger) -> dict[str, Any]:
             entry: dict[str, Any] = {"step": step}
@@ -603,13 +589,10 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
 
         return GeneralistTrainer(
             model=model,
-            sample=sample,
+            sample=lambda rng, policy: sample_batch(cfg, rng, policy, device),
             loss=batch_loss,
-            metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
             evaluate=evaluate_cells,
-            record=lambda: _record(cfg),
-            kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER,
-            allowed=RESUMABLE_CHANGES,
+            metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
             keep_every=CURVE_EVERY,
             after_log=release_freed_memory,
         )
@@ -623,5 +606,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

@@ -41,16 +41,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from icrl_gym.algorithm import MDPAgent, child_rng
-from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
@@ -68,12 +65,11 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
-    LOOP_RESUMABLE_CHANGES,
     PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,
-    check_order,
+    soft_label_loss,
     train_generalist,
 )
 from icrl_gym.training.loop import main as run_main
@@ -157,6 +153,44 @@ class MDPGeneralistTrainConfig(GeneralistLoopConfig):
     )
     """The sizes the checkpoint's agent agrees to play (beyond the trained range: out-of-distribution use)."""
 
+    resumable_changes: ClassVar[tuple[str, ...]] = (
+        *GeneralistLoopConfig.resumable_changes,
+        "eval_cells",
+        "eval_posterior_samples",
+        "playable_range",
+    )
+    """Fields a resumed run may change: its length and budget, logging, evaluation and the playable range."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The priors, the trained range (per family and overall) and the playable range."""
+        families: dict[str, dict[str, list[float]]] = {
+            "random": {
+                "num_states": [self.min_states, self.max_states],
+                "num_actions": [self.min_arms, self.max_arms],
+                "horizon": [self.min_horizon, self.max_horizon],
+                "episodes": [1, self.max_episodes],
+                "steps": [1, self.max_steps],
+                "concentration": [self.min_concentration, self.max_concentration],
+            }
+        }
+        if self.dark_room_fraction > 0:
+            families["dark_room"] = {
+                "size": [self.min_room, self.max_room],
+                "num_states": [self.min_room**2, self.max_room**2],
+                "num_actions": [5, 5],
+                "horizon": [max(self.min_horizon, 2), self.room_max_horizon],
+                "episodes": [1, self.room_max_episodes],
+            }
+        overall = {
+            name: [min(f[name][0] for f in families.values()), max(f[name][1] for f in families.values())]
+            for name in ("num_states", "num_actions", "horizon", "episodes")
+        }
+        return {
+            "env": {"kind": sorted(families), "reward": "bernoulli"},
+            "trained_range": {**overall, **families},
+            "playable_range": self.playable_range,
+        }
+
     def field_rules(self) -> dict[str, Allowed]:
         """The shared fields' and the prior's."""
         return {
@@ -182,8 +216,7 @@ class MDPGeneralistTrainConfig(GeneralistLoopConfig):
     def check(self) -> None:
         """The ranges are ordered; the model's fields build an :class:`MDPGeneralistConfig`; T fits H."""
         super().check()
-        check_order(
-            self,
+        self.check_order(
             ("min_states", "max_states"),
             ("min_concentration", "max_concentration"),
             ("min_room", "max_room"),
@@ -404,11 +437,7 @@ def batch_loss(
     """
     stats, states, h, k = batch.model_input(device)
     logits = model(stats, states, h, k, batch.spec.horizon, batch.spec.episodes)
-    target = torch.as_tensor(batch.targets.reshape(-1, batch.targets.shape[-1]), device=device)
-    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
-    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
-    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
+    return soft_label_loss(logits, torch.as_tensor(batch.targets.reshape(-1, batch.targets.shape[-1]), device=device))
 
 
 class _InMemoryAgentClass(Protocol):
@@ -473,57 +502,12 @@ def evaluate_cells(
     return rows
 
 
-RESUMABLE_CHANGES = (
-    *LOOP_RESUMABLE_CHANGES,
-    "eval_cells",
-    "eval_posterior_samples",
-    "playable_range",
-)
-"""Fields a resumed run may change: its length and budget, logging, evaluation and the playable range."""
-
-
-def _record(cfg: MDPGeneralistTrainConfig) -> dict[str, Any]:
-    """The checkpoint record's fields: the priors, the trained range (per family and overall) and the playable range."""
-    families: dict[str, dict[str, list[float]]] = {
-        "random": {
-            "num_states": [cfg.min_states, cfg.max_states],
-            "num_actions": [cfg.min_arms, cfg.max_arms],
-            "horizon": [cfg.min_horizon, cfg.max_horizon],
-            "episodes": [1, cfg.max_episodes],
-            "steps": [1, cfg.max_steps],
-            "concentration": [cfg.min_concentration, cfg.max_concentration],
-        }
-    }
-    if cfg.dark_room_fraction > 0:
-        families["dark_room"] = {
-            "size": [cfg.min_room, cfg.max_room],
-            "num_states": [cfg.min_room**2, cfg.max_room**2],
-            "num_actions": [5, 5],
-            "horizon": [max(cfg.min_horizon, 2), cfg.room_max_horizon],
-            "episodes": [1, cfg.room_max_episodes],
-        }
-    overall = {
-        name: [min(f[name][0] for f in families.values()), max(f[name][1] for f in families.values())]
-        for name in ("num_states", "num_actions", "horizon", "episodes")
-    }
-    return {
-        "env": {"kind": sorted(families), "reward": "bernoulli"},
-        "trained_range": {**overall, **families},
-        "playable_range": cfg.playable_range,
-    }
-
-
 def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
     """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
 
     def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
         model = MDPGeneralist(MDPGeneralistConfig.from_dict(cfg.model)).to(device)
         references: dict[str, dict[str, float]] = {}
-
-        def sample(rng: np.random.Generator, use_model: bool) -> QueryBatch:
-            if use_model:
-                model.eval()
-            return sample_batch(cfg, rng, model if use_model else None, device)
 
         def evaluate(step: int, log: Logger) -> dict[str, Any]:
             rows = evaluate_cells(model, cfg.eval_cells, cfg.eval_instances, 1, cfg.eval_posterior_samples, references)
@@ -538,13 +522,9 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
 
         return GeneralistTrainer(
             model=model,
-            sample=sample,
+            sample=lambda rng, policy: sample_batch(cfg, rng, policy, device),
             loss=batch_loss,
-            metrics={"loss": ".4f", "kl": ".4f", "agree": ".3f"},
             evaluate=evaluate,
-            record=lambda: _record(cfg),
-            kind=CheckpointKind.MDP_GENERALIST,
-            allowed=RESUMABLE_CHANGES,
         )
 
     return cast(MDPGeneralist, train_generalist(cfg, echo, build))
@@ -556,5 +536,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

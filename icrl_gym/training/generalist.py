@@ -44,7 +44,7 @@ import torch
 
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import read_checkpoint
-from icrl_gym.config import POSITIVE_INT, Allowed
+from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
@@ -80,9 +80,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     cost_per_batch: float = 2.0e6
     """Trajectories per batch B = cost_per_batch / (Q K (400 + T)), within [min_batch, max_batch]:
     about constant compute per step (400 ~ the per-arm-token MLP cost in units of one history key)."""
-    eval_arms: int = 5
+    eval_arms: int = checked(5, POSITIVE_INT)
     """K of the in-training evaluation."""
-    eval_horizon: int = 200
+    eval_horizon: int = checked(200, POSITIVE_INT)
     """T of the in-training evaluation."""
     init_checkpoint: str = ""
     """Start a new run from these weights (a checkpoint of this model, e.g. another run's last) instead of
@@ -105,10 +105,6 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         """The environment family (:data:`TRAINED_ENV`) and the trained range of K and T."""
         trained = {"num_arms": [self.min_arms, self.max_arms], "horizon": [self.min_horizon, self.max_horizon]}
         return {"env": TRAINED_ENV, "trained_range": trained}
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and the evaluation's."""
-        return {**super().field_rules(), "eval_arms": POSITIVE_INT, "eval_horizon": POSITIVE_INT}
 
     def check(self) -> None:
         """The shared checks; the model's fields build a :class:`GeneralistConfig`."""

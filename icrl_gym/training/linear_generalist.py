@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from scipy.special import ndtri
 
-from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
@@ -97,41 +97,41 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     warmup_steps: int = 300
     checkpoint_every: int = 200
     eval_every: int = 500
-    min_dim: int = 2
+    min_dim: int = checked(2, POSITIVE_INT)
     """Smallest feature dimension d of a batch."""
-    max_dim: int = 8
+    max_dim: int = checked(8, POSITIVE_INT)
     """Largest feature dimension d of a batch (the model's d_max)."""
-    min_noise: float = 0.4
+    min_noise: float = checked(0.4, POSITIVE)
     """sigma is log-uniform in [min_noise, max_noise] per trajectory."""
-    max_noise: float = 2.5
+    max_noise: float = checked(2.5, POSITIVE)
     """See min_noise."""
-    gaussian_arms_fraction: float = 0.3
+    gaussian_arms_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a trajectory's arms are N(0, I/d) rows (else Unif[-1, 1]^d)."""
-    per_step_fraction: float = 0.3
+    per_step_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a batch has a fresh action set every step (else one per run)."""
-    expert_z: float = 1.5
+    expert_z: float = checked(1.5, NONNEGATIVE)
     """z of the expert's index <x, mu_t> + z * posterior std (module docstring), with ``expert_schedule`` 'constant'."""
-    expert_schedule: str = "constant"
+    expert_schedule: str = checked("constant", Allowed(choices=EXPERT_SCHEDULES))
     """'constant': z = expert_z at every step; 'bayes_ucb': z_t = max(Phi^{-1}(1 - 1/t), 0) at step t >= 1, the
     quantile of Bayes-UCB (c = 0), which keeps exploring as t grows (no lock-on onto a wrong arm)."""
     cost_per_batch: float = 40_000.0
     """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
-    dagger_max_batch: int = 96
+    dagger_max_batch: int = checked(96, POSITIVE_INT)
     """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
-    prior: str = "uniform"
+    prior: str = checked("uniform", Allowed(choices=PRIORS))
     """'uniform': w* ~ U[0, 1]^d and the expert's prior N(1/2, I/12) (the first version); 'family': the prior
     family of :mod:`icrl_gym.training.linear_family`, the expert told each instance's matched prior."""
-    sphere_arms_fraction: float = 0.0
+    sphere_arms_fraction: float = checked(0.0, PROBABILITY)
     """Probability that a trajectory's arms are uniform on the unit sphere ('family' only)."""
-    one_hot_fraction: float = 0.0
+    one_hot_fraction: float = checked(0.0, PROBABILITY)
     """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
-    unknown_noise_fraction: float = 0.0
+    unknown_noise_fraction: float = checked(0.0, PROBABILITY)
     """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
-    labels: str = "expert"
+    labels: str = checked("expert", Allowed(choices=("expert", "optimal")))
     """'expert': the expert's action (the matched Bayes-UCB); 'optimal': the instance's optimal arm
     argmax_k <x_k, w*> of the query step's action set (DPT's labels: the cross-entropy optimum is the
     posterior probability that each arm is optimal under the training family, played by sampling)."""
-    behaviour_prior: str = "matched"
+    behaviour_prior: str = checked("matched", Allowed(choices=("matched", "resampled")))
     """The prior the behaviour policy of the batches not rolled out by the model is told ('family' only):
     'matched' (the expert itself), or 'resampled' (the matched prior of a fresh family draw of the same d, so
     that the history's actions do not reveal the instance's prior, which the model would learn to copy)."""
@@ -181,27 +181,6 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
                 "z": self.expert_z if self.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
                 **expert_prior,
             },
-        }
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and the linear prior's."""
-        return {
-            **super().field_rules(),
-            "min_dim": POSITIVE_INT,
-            "max_dim": POSITIVE_INT,
-            "min_noise": POSITIVE,
-            "max_noise": POSITIVE,
-            "gaussian_arms_fraction": PROBABILITY,
-            "per_step_fraction": PROBABILITY,
-            "expert_z": NONNEGATIVE,
-            "expert_schedule": Allowed(choices=EXPERT_SCHEDULES),
-            "dagger_max_batch": POSITIVE_INT,
-            "prior": Allowed(choices=PRIORS),
-            "sphere_arms_fraction": PROBABILITY,
-            "one_hot_fraction": PROBABILITY,
-            "unknown_noise_fraction": PROBABILITY,
-            "behaviour_prior": Allowed(choices=("matched", "resampled")),
-            "labels": Allowed(choices=("expert", "optimal")),
         }
 
     def check(self) -> None:

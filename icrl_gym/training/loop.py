@@ -55,6 +55,7 @@ from icrl_gym.config import (
     Allowed,
     DictConfig,
     check_fields,
+    checked,
     dataclass_from_dict,
 )
 from icrl_gym.data.labels import upgrade_label_fields
@@ -112,36 +113,32 @@ FRACTION = Allowed(low=0, high=1)
 class TrainerConfig(DictConfig):
     """The fields every trainer has; a subclass adds its own (and its defaults) and its checks.
 
-    Building one checks every field (:meth:`field_rules`, then :meth:`check`), so a refused
-    configuration never reaches a run folder.
+    Building one checks every field (the rules declared with :func:`~icrl_gym.config.checked`, then
+    :meth:`check`), so a refused configuration never reaches a run folder.
     """
 
     out_dir: str = "runs/run"
     """Folder of the resumable training state, the checkpoints and the log."""
-    seed: int = 0
+    seed: int = checked(0, SEED)
     """Seed of the initialisation and of every batch."""
-    lr: float = 1e-3
+    lr: float = checked(1e-3, LEARNING_RATE)
     """Peak learning rate."""
-    grad_clip: float = 1.0
+    grad_clip: float = checked(1.0, POSITIVE)
     """Gradient-norm clipping threshold."""
-    device: str = "auto"
+    device: str = checked("auto", DEVICE)
     """"auto" (CUDA when present), "cpu", "cuda" or "cuda:N"."""
-    threads: int = 1
+    threads: int = checked(1, THREADS)
     """torch CPU threads per process (0: leave torch's default)."""
 
     # older field names the command line still reads (:func:`upgrade_config` reads them in records)
     renamed_fields: ClassVar[Mapping[str, str]] = RENAMED_FIELDS
 
     def __post_init__(self) -> None:
-        check_fields(self, self.field_rules())
+        check_fields(self)
         self.check()
 
-    def field_rules(self) -> dict[str, Allowed]:
-        """The allowed values of every checked field (a subclass extends them)."""
-        return {"seed": SEED, "lr": LEARNING_RATE, "grad_clip": POSITIVE, "device": DEVICE, "threads": THREADS}
-
     def check(self) -> None:
-        """Checks across fields, after :meth:`field_rules` (``ValueError`` naming the fields)."""
+        """Checks across fields, after each field's own rule (``ValueError`` naming the fields)."""
 
     def check_order(self, *pairs: tuple[str, str]) -> None:
         """A ``ValueError`` naming every pair of fields ``(low, high)`` whose values are not low <= high."""
@@ -164,24 +161,14 @@ class TrainerConfig(DictConfig):
 class ScheduleConfig(TrainerConfig):
     """A trainer with a fixed number of AdamW steps under a warm-up + cosine learning rate."""
 
-    steps: int = 5000
+    steps: int = checked(5000, POSITIVE_INT)
     """Optimiser steps (the cosine schedule spans them)."""
-    warmup_steps: int = 200
+    warmup_steps: int = checked(200, NONNEGATIVE_INT)
     """Linear warm-up steps."""
-    min_lr_ratio: float = 0.05
+    min_lr_ratio: float = checked(0.05, FRACTION)
     """Learning rate at the end of the cosine schedule, as a fraction of lr."""
-    weight_decay: float = 0.01
+    weight_decay: float = checked(0.01, NONNEGATIVE)
     """AdamW weight decay."""
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """:class:`TrainerConfig`'s and the schedule's."""
-        return {
-            **super().field_rules(),
-            "steps": POSITIVE_INT,
-            "warmup_steps": NONNEGATIVE_INT,
-            "min_lr_ratio": FRACTION,
-            "weight_decay": NONNEGATIVE,
-        }
 
 
 def warmup_cosine(step: int, lr: float, warmup: int, steps: int, min_lr_ratio: float) -> float:
@@ -361,40 +348,40 @@ class GeneralistLoopConfig(ScheduleConfig):
     """The model configuration's fields (defaults where left out)."""
     steps: int = 20_000
     warmup_steps: int = 500
-    time_budget_hours: float = 3.5
+    time_budget_hours: float = checked(3.5, POSITIVE)
     """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
-    min_arms: int = 2
+    min_arms: int = checked(2, POSITIVE_INT)
     """Smallest number of arms of a batch."""
-    max_arms: int = 20
+    max_arms: int = checked(20, POSITIVE_INT)
     """Largest number of arms of a batch."""
-    min_horizon: int = 20
+    min_horizon: int = checked(20, POSITIVE_INT)
     """Smallest horizon T of a batch."""
-    max_horizon: int = 500
+    max_horizon: int = checked(500, POSITIVE_INT)
     """Largest horizon T of a batch."""
-    queries: int = 16
+    queries: int = checked(16, POSITIVE_INT)
     """Query steps Q per trajectory at which the loss is computed."""
-    min_batch: int = 4
+    min_batch: int = checked(4, POSITIVE_INT)
     """Fewest trajectories in a batch."""
-    max_batch: int = 256
+    max_batch: int = checked(256, POSITIVE_INT)
     """Most trajectories in a batch."""
-    max_epsilon: float = 0.5
+    max_epsilon: float = checked(0.5, PROBABILITY)
     """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
-    dagger_start: int = 5_000
+    dagger_start: int = checked(5_000, NONNEGATIVE_INT)
     """Step from which batches may be rolled out by the model."""
-    dagger_fraction: float = 0.15
+    dagger_fraction: float = checked(0.15, PROBABILITY)
     """Probability that a batch (after dagger_start) is rolled out by the model."""
-    cost_per_batch: float = 2.0e6
+    cost_per_batch: float = checked(2.0e6, POSITIVE)
     """The compute budget of a batch; each trainer turns it into B (its docstring)."""
-    label_temperature: float = 0.0
+    label_temperature: float = checked(0.0, NONNEGATIVE)
     """0: hard targets (the expert's maximisers); > 0: softmax(index / label_temperature)."""
-    log_every: int = 50
+    log_every: int = checked(50, POSITIVE_INT)
     """Steps between log lines (averages over them)."""
-    checkpoint_every: int = 250
+    checkpoint_every: int = checked(250, POSITIVE_INT)
     """Steps between saved (resumable) states."""
-    eval_every: int = 1_000
+    eval_every: int = checked(1_000, NONNEGATIVE_INT)
     """Steps between regret evaluations (0: never)."""
-    eval_instances: int = 200
-    """Instances of the in-training regret evaluation."""
+    eval_instances: int = checked(200, Allowed(low=2, integer=True))
+    """Instances of the in-training regret evaluation (at least two: the standard error needs them)."""
 
     resumable_changes: ClassVar[tuple[str, ...]] = (
         "steps",
@@ -412,29 +399,6 @@ class GeneralistLoopConfig(ScheduleConfig):
     def checkpoint_fields(self) -> dict[str, Any]:
         """The trainer's fields of the checkpoint record: what the run trained on (env, trained_range, ...)."""
         raise NotImplementedError(f"{type(self).__name__} does not say what its checkpoints record")
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """:class:`ScheduleConfig`'s and the generalist fields'."""
-        return {
-            **super().field_rules(),
-            "time_budget_hours": POSITIVE,
-            "min_arms": POSITIVE_INT,
-            "max_arms": POSITIVE_INT,
-            "min_horizon": POSITIVE_INT,
-            "max_horizon": POSITIVE_INT,
-            "queries": POSITIVE_INT,
-            "min_batch": POSITIVE_INT,
-            "max_batch": POSITIVE_INT,
-            "max_epsilon": PROBABILITY,
-            "dagger_start": NONNEGATIVE_INT,
-            "dagger_fraction": PROBABILITY,
-            "cost_per_batch": POSITIVE,
-            "label_temperature": NONNEGATIVE,
-            "log_every": POSITIVE_INT,
-            "checkpoint_every": POSITIVE_INT,
-            "eval_every": NONNEGATIVE_INT,
-            "eval_instances": Allowed(low=2, integer=True),  # the standard error needs two
-        }
 
     def check(self) -> None:
         """The ranges are ordered."""

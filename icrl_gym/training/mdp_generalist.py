@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from icrl_gym.algorithm import MDPAgent, child_rng
-from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
@@ -102,42 +102,42 @@ class MDPGeneralistTrainConfig(GeneralistLoopConfig):
     cost_per_batch: float = 3.0e7
     """B = cost_per_batch / (queries H S A (S + 64)), within [min_batch, max_batch]: about constant
     compute per step (the training forward costs ~ H S A (S + 2 d) per query)."""
-    min_states: int = 2
+    min_states: int = checked(2, Allowed(low=2, integer=True))
     """Smallest S of a random MDP."""
-    max_states: int = 20
+    max_states: int = checked(20, POSITIVE_INT)
     """Largest S of a random MDP."""
-    max_episodes: int = 50
+    max_episodes: int = checked(50, POSITIVE_INT)
     """Largest K of a random MDP."""
-    max_steps: int = 1000
+    max_steps: int = checked(1000, POSITIVE_INT)
     """Largest T = K H of a run (K is drawn in [1, min(max_episodes, max_steps // H)])."""
-    min_concentration: float = 0.1
+    min_concentration: float = checked(0.1, POSITIVE)
     """Smallest Dirichlet concentration c (sparse transitions); c is log-uniform."""
-    max_concentration: float = 5.0
+    max_concentration: float = checked(5.0, POSITIVE)
     """Largest Dirichlet concentration c (dense transitions)."""
-    random_start_fraction: float = 0.3
+    random_start_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a batch's MDPs start from mu ~ Dirichlet(1) instead of state 0."""
-    nonstationary_fraction: float = 0.3
+    nonstationary_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a batch's MDPs have one P_h, R_h per step h."""
-    dark_room_fraction: float = 0.15
+    dark_room_fraction: float = checked(0.15, PROBABILITY)
     """Probability that a batch is dark rooms."""
-    min_room: int = 4
+    min_room: int = checked(4, Allowed(low=2, integer=True))
     """Smallest side of a dark room."""
-    max_room: int = 12
+    max_room: int = checked(12, POSITIVE_INT)
     """Largest side of a dark room."""
-    room_max_horizon: int = 30
+    room_max_horizon: int = checked(30, POSITIVE_INT)
     """Largest H of a dark room batch."""
-    room_max_episodes: int = 10
+    room_max_episodes: int = checked(10, POSITIVE_INT)
     """Largest K of a dark room batch."""
-    posterior_samples: int = 8
+    posterior_samples: int = checked(8, POSITIVE_INT)
     """M, PSRL's posterior draws per label: the Monte-Carlo estimate of P(a* | D) of random MDPs.  The
     loss is linear in the label, so an unbiased estimate leaves the expected gradient (and the
     minimiser) unchanged: a few draws suffice, and the first draw of the posterior dominates a
     batch's sampling time (M B H' S^2 A gamma variates)."""
-    eval_posterior_samples: int = 32
+    eval_posterior_samples: int = checked(32, POSITIVE_INT)
     """M of the greedy Bayes DPT reference of the evaluation (its argmax needs a sharper estimate)."""
     dagger_start: int = 1000
     dagger_fraction: float = 0.1
-    dagger_max_steps: int = 200
+    dagger_max_steps: int = checked(200, POSITIVE_INT)
     """A DAgger batch (rolled out by the model, ~T (H - h) planning levels) keeps K <= dagger_max_steps // H."""
     eval_every: int = 500
     eval_instances: int = 100
@@ -189,28 +189,6 @@ class MDPGeneralistTrainConfig(GeneralistLoopConfig):
             "env": {"kind": sorted(families), "reward": "bernoulli"},
             "trained_range": {**overall, **families},
             "playable_range": self.playable_range,
-        }
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and the prior's."""
-        return {
-            **super().field_rules(),
-            "min_states": Allowed(low=2, integer=True),
-            "max_states": POSITIVE_INT,
-            "max_episodes": POSITIVE_INT,
-            "max_steps": POSITIVE_INT,
-            "min_concentration": POSITIVE,
-            "max_concentration": POSITIVE,
-            "random_start_fraction": PROBABILITY,
-            "nonstationary_fraction": PROBABILITY,
-            "dark_room_fraction": PROBABILITY,
-            "min_room": Allowed(low=2, integer=True),
-            "max_room": POSITIVE_INT,
-            "room_max_horizon": POSITIVE_INT,
-            "room_max_episodes": POSITIVE_INT,
-            "posterior_samples": POSITIVE_INT,
-            "eval_posterior_samples": POSITIVE_INT,
-            "dagger_max_steps": POSITIVE_INT,
         }
 
     def check(self) -> None:

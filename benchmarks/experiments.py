@@ -432,3 +432,98 @@ GENERALIZATION = GridExperiment(
 
 GRID_EXPERIMENTS: dict[str, GridExperiment] = {GENERALIZATION.name: GENERALIZATION}
 """Grid experiments (opt-in: they evaluate every row on tens of environments)."""
+
+
+@dataclass(frozen=True)
+class MDPGridExperiment:
+    """The MDP generalist against PSRL and the Bayes DPT policy over sizes (run by ``mdp_generalization.py``).
+
+    Every cell is one MDP prior; all rows of a cell play the same instances with the same noise
+    (common random numbers).  Cell groups: ``in-range`` (random MDPs, S x A x H x K with K H <=
+    ``max_steps``), ``fixed`` (today's fixed size, ``fixed_runs_factor`` times the runs), ``dark``
+    (dark rooms at their documented H and K) and ``beyond`` (S beyond the trained range).
+    """
+
+    name: str
+    title: str
+    states: tuple[int, ...]
+    actions: tuple[int, ...]
+    horizons: tuple[int, ...]
+    episodes: tuple[int, ...]
+    max_steps: int
+    """In-range cells keep T = K H <= max_steps."""
+    fixed: tuple[int, int, int, int]
+    """(S, A, H, K) of the fixed-size MDP transformers."""
+    fixed_runs_factor: int
+    rooms: tuple[tuple[int, int, int], ...]
+    """(size, H, K) of the dark rooms."""
+    beyond_states: tuple[int, ...]
+    beyond: tuple[int, int, int]
+    """(A, H, K) of the cells beyond the trained range."""
+    references: dict[str, dict[str, Any]]
+    """Rows of the random-MDP cells (the Bayes DPT rows are left out beyond the range: see ``beyond_references``)."""
+    fixed_references: dict[str, dict[str, Any]]
+    """Rows added at the fixed size."""
+    beyond_references: tuple[str, ...]
+    """The ``references`` played beyond the range (the Bayes DPT policy solves 32 posterior MDPs per step)."""
+    room_references: dict[str, dict[str, Any]]
+    compared: tuple[str, ...]
+    """Rows that compete for a cell's best reference (not uniform or optimal play)."""
+    psrl: tuple[str, str]
+    """Row names of PSRL in random MDPs and in dark rooms (the acceptance ratios' denominators)."""
+    bayes_dpt: str
+    """Row name of the greedy Bayes DPT policy (random MDPs and dark rooms)."""
+    model: dict[str, Any]
+    """The MDP generalist row (its checkpoint is an option of the harness)."""
+    groups: tuple[str, ...] = ("in-range", "fixed", "dark", "beyond")
+    seed_offset: int = 40_000_000
+    """Evaluation seeds start here, disjoint from every training seed."""
+    default: bool = False
+
+
+MDP_GENERALIZATION = MDPGridExperiment(
+    name="mdp-generalization",
+    title="One MDP generalist across tabular MDP sizes and dark rooms",
+    states=(3, 5, 10, 20),
+    actions=(2, 4, 6),
+    horizons=(5, 10, 20),
+    episodes=(5, 20, 50),
+    max_steps=1000,
+    fixed=(5, 3, 10, 20),
+    fixed_runs_factor=2,
+    rooms=((5, 20, 10), (8, 50, 4), (10, 100, 4), (12, 100, 4)),
+    beyond_states=(30, 50),
+    beyond=(3, 50, 100),
+    references={
+        "PSRL": {"name": "psrl"},
+        "Bayes DPT policy (greedy)": bayes_dpt("psrl", greedy=True),
+        "UCB-VI (bonus x0.01)": {"name": "ucbvi", "bonus_scale": 0.01},
+        "soft UCB-VI (tau=0.1, bonus x0.01)": SOFT_UCBVI,
+        "Uniform": {"name": "mdp_uniform"},
+        "Optimal": {"name": "mdp_optimal"},
+    },
+    fixed_references={"Bayes DPT policy (sampled)": bayes_dpt("psrl", greedy=False)},
+    beyond_references=("PSRL", "UCB-VI (bonus x0.01)", "soft UCB-VI (tau=0.1, bonus x0.01)", "Uniform", "Optimal"),
+    room_references={
+        "PSRL (DarkRoom prior)": {"name": "dark_room_psrl"},
+        "Bayes DPT policy (greedy)": bayes_dpt("dark_room_psrl", greedy=True),
+        "Bayes DPT policy (sampled)": bayes_dpt("dark_room_psrl", greedy=False),
+        "UCB-VI (bonus x0.01)": {"name": "ucbvi", "bonus_scale": 0.01},
+        "Uniform": {"name": "mdp_uniform"},
+        "Optimal": {"name": "mdp_optimal"},
+    },
+    compared=(
+        "PSRL",
+        "PSRL (DarkRoom prior)",
+        "Bayes DPT policy (greedy)",
+        "Bayes DPT policy (sampled)",
+        "UCB-VI (bonus x0.01)",
+        "soft UCB-VI (tau=0.1, bonus x0.01)",
+    ),
+    psrl=("PSRL", "PSRL (DarkRoom prior)"),
+    bayes_dpt="Bayes DPT policy (greedy)",
+    model={"name": "mdp_generalist", "checkpoint": "tabular-mdp-generalist"},
+)
+
+MDP_GRID_EXPERIMENTS: dict[str, MDPGridExperiment] = {MDP_GENERALIZATION.name: MDP_GENERALIZATION}
+"""MDP grid experiments (opt-in: hundreds of runs in each of ~40 MDPs)."""

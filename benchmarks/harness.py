@@ -47,13 +47,16 @@ import numpy as np
 
 from agents import make_agent
 from benchmarks.evaluations.generalization import bernoulli_cells, describe_range, linear_cells, run_generalization
+from benchmarks.evaluations.mdp_generalization import mdp_cells, run_mdp_generalization
 from benchmarks.experiments import (
     EXPERIMENTS,
     GENERALISTS,
     GRID_EXPERIMENTS,
     LEARNED,
+    MDP_GRID_EXPERIMENTS,
     Experiment,
     GridExperiment,
+    MDPGridExperiment,
 )
 from benchmarks.plots import describe_env, plot, plot_files
 from benchmarks.results_page import PAGE, Section, write_page
@@ -121,14 +124,18 @@ class BenchConfig:
     """Bernoulli K replacing the grid's (comma-separated, e.g. 2,5,10; none: the issue's 2..20 plus 30, 50)."""
     grid_horizons: tuple[int, ...] = ()
     """Bernoulli T replacing the grid's (comma-separated, e.g. 50,200; none: 50, 200, 500 plus 1000)."""
+    mdp_generalist: str = ""
+    """Checkpoint of the MDP generalist in the MDP grid ('': the shipped 'tabular-mdp-generalist')."""
+    mdp_cells: tuple[str, ...] = ("in-range", "fixed", "dark", "beyond")
+    """Cell groups of the MDP grid (comma-separated): in-range, fixed, dark, beyond."""
 
     def _names(self) -> list[str]:
         if self.experiments == ("all",):
-            return [*EXPERIMENTS, *GRID_EXPERIMENTS]
+            return [*EXPERIMENTS, *GRID_EXPERIMENTS, *MDP_GRID_EXPERIMENTS]
         if self.experiments == ("default",):
             return [e.name for e in EXPERIMENTS.values() if e.default]
         names = list(self.experiments)
-        known = {**EXPERIMENTS, **GRID_EXPERIMENTS}
+        known = {**EXPERIMENTS, **GRID_EXPERIMENTS, **MDP_GRID_EXPERIMENTS}
         unknown = [n for n in names if n not in known]
         if unknown or not names:
             raise ValueError(
@@ -143,6 +150,10 @@ class BenchConfig:
     def selected_grids(self) -> list[GridExperiment]:
         """The grid experiments named in ``experiments`` (opt-in: never in 'default')."""
         return [GRID_EXPERIMENTS[n] for n in self._names() if n in GRID_EXPERIMENTS]
+
+    def selected_mdp_grids(self) -> list[MDPGridExperiment]:
+        """The MDP grid experiments named in ``experiments`` (opt-in: never in 'default')."""
+        return [MDP_GRID_EXPERIMENTS[n] for n in self._names() if n in MDP_GRID_EXPERIMENTS]
 
     def validate(self) -> None:
         """Reject option values that cannot work (``ValueError`` naming the flag, the value and what is allowed)."""
@@ -164,6 +175,9 @@ class BenchConfig:
         families = self.grid_families
         if not families or any(f not in ("bernoulli", "linear") for f in families):
             raise ValueError(f"--grid-families takes bernoulli, linear or both, got {','.join(families)!r}")
+        groups = MDP_GRID_EXPERIMENTS["mdp-generalization"].groups
+        if not self.mdp_cells or any(g not in groups for g in self.mdp_cells):
+            raise ValueError(f"--mdp-cells takes any of {', '.join(groups)}, got {','.join(self.mdp_cells)!r}")
         if self.seed < 0:
             raise ValueError(f"--seed must be an integer >= 0 (numpy seeds are non-negative), got {self.seed}")
         out = Path(self.out)
@@ -185,6 +199,8 @@ class BenchConfig:
         for grid in self.selected_grids():
             cells = (*bernoulli_cells(grid, self.grid_arms or None, self.grid_horizons or None), *linear_cells(grid))
             specs += [c.spec for c in cells]
+        for mdp_grid in self.selected_mdp_grids():
+            specs += [c.spec for c in mdp_cells(mdp_grid, self.mdp_cells)]
         if not specs:
             return
         spec = max(specs, key=lambda s: run_memory_bytes(s, self.runs))
@@ -715,7 +731,7 @@ def write_figures(
 
 def write_results_page(out: Path, sections: list[Section], config: dict[str, Any]) -> Path:
     """``out/index.html``: the sections, the grid experiments' folders in ``out`` and the configuration."""
-    grids = [out / name for name in GRID_EXPERIMENTS if (out / name).is_dir()]
+    grids = [out / name for name in (*GRID_EXPERIMENTS, *MDP_GRID_EXPERIMENTS) if (out / name).is_dir()]
     return write_page(out, sections, config, grids)
 
 
@@ -736,6 +752,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for grid in GRID_EXPERIMENTS.values():
             rows = [*grid.bernoulli_references, *grid.linear_references, "generalist"]
             print(f"{grid.name:30s} [opt-in] {grid.title}\n{'':30s} algorithms: {', '.join(dict.fromkeys(rows))}")
+        for mdp_grid in MDP_GRID_EXPERIMENTS.values():
+            rows = [*mdp_grid.references, *mdp_grid.fixed_references, *mdp_grid.room_references, "MDP generalist"]
+            print(
+                f"{mdp_grid.name:30s} [opt-in] {mdp_grid.title}\n{'':30s} algorithms: {', '.join(dict.fromkeys(rows))}"
+            )
         return {}
     out = Path(cfg.out)
     experiments = cfg.selected()
@@ -791,6 +812,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             progress=lambda label, name=grid.name: _log(f"{name}: {label}"),
         )
         print(f"{grid.name}: results in {out / grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")
+    for mdp_grid in cfg.selected_mdp_grids():
+        run_mdp_generalization(
+            mdp_grid,
+            out,
+            cfg.runs,
+            cfg.seed,
+            checkpoint=cfg.mdp_generalist or None,
+            groups=cfg.mdp_cells,
+            progress=lambda label, name=mdp_grid.name: _log(f"{name}: {label}"),
+        )
+        print(f"{mdp_grid.name}: results in {out / mdp_grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")
     if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none
         remove_stale_outputs(out, set())
         return results

@@ -142,6 +142,18 @@ def test_harness_lists_and_parses_the_grid_experiment(capsys):
         parse_args(["--experiments", "generalization", "--grid-families", "tabular"])
 
 
+def test_harness_lists_and_parses_the_mdp_grid_experiment(capsys):
+    main(["--list"])
+    listed = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:2] == ["mdp-generalization", "[opt-in]"] for line in listed)
+    cfg = parse_args(["--experiments", "mdp-generalization", "--mdp-cells", "fixed,dark"])
+    assert cfg.selected() == [] and cfg.selected_grids() == []
+    assert [g.name for g in cfg.selected_mdp_grids()] == ["mdp-generalization"] and cfg.mdp_cells == ("fixed", "dark")
+    assert "mdp-generalization" not in [e.name for e in parse_args([]).selected()]
+    with pytest.raises(SystemExit):
+        parse_args(["--experiments", "mdp-generalization", "--mdp-cells", "fixed,huge"])
+
+
 def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypatch):
     """A grid stopped after its second cell reruns only the cells after it; the tables equal an uninterrupted run."""
     import benchmarks.evaluations.generalization as gen

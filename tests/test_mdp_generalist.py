@@ -297,26 +297,53 @@ def test_the_agent_refuses_sizes_outside_the_playable_range(tmp_path):
             agent.reset(reset_info(spec, env))
 
 
-def test_the_grid_evaluation_pairs_the_rows_and_resumes_from_its_cells(tmp_path, monkeypatch):
+def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_model(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from benchmarks.evaluations import generalization
     from benchmarks.evaluations import mdp_generalization as grid
+    from benchmarks.experiments import MDP_GENERALIZATION
 
-    path, _ = _saved(tmp_path)
+    path, model = _saved(tmp_path)
+    exp = replace(MDP_GENERALIZATION, fixed=(3, 2, 3, 2), rooms=((3, 4, 2),))
     out = tmp_path / "eval"
-    grid.main([str(path), "--cells", "fixed", "--runs", "4", "--out", str(out)])
-    stored = np.load(out / "cells" / "S5-A3-H10-K20.npz")
-    model, psrl = stored[grid.MODEL], stored[grid.PSRL]
-    # the paired difference and the ratio of the summary, from the per-run regrets
-    with open(out / "cells.csv") as fh:
-        line = next(row for row in csv.DictReader(fh) if row["row"] == grid.MODEL)
-    assert float(line["diff_psrl"]) == pytest.approx((model - psrl).mean())
-    assert float(line["ratio_psrl"]) == pytest.approx(model.mean() / psrl.mean())
-    assert psrl.mean() > 0 and "| S5-A3-H10-K20 |" in (out / "summary.md").read_text()
+    results = grid.run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
+    folder = out / exp.name
+    fixed, room = results
+    assert fixed.totals[grid.MODEL].shape == (8,) and room.totals[grid.MODEL].shape == (4,)  # twice the runs
+    assert set(room.totals) == {grid.MODEL, *exp.room_references}
+    assert set(fixed.totals) == {grid.MODEL, *exp.references, *exp.fixed_references}
+    # the model's paired difference and ratio to PSRL, from the per-run regrets
+    with open(folder / "cells.csv") as fh:
+        line = next(r for r in csv.DictReader(fh) if r["row"] == grid.MODEL and r["kind"] == "dark_room")
+    model_room, psrl_room = room.totals[grid.MODEL], room.totals["PSRL (DarkRoom prior)"]
+    assert float(line["diff_psrl"]) == pytest.approx((model_room - psrl_room).mean(), rel=1e-5)
+    assert float(line["ratio_psrl"]) == pytest.approx(model_room.mean() / psrl_room.mean(), rel=1e-5)
+    with open(folder / "checks.csv") as fh:
+        bounds = {(r["cell"], r["check"]): float(r["threshold"]) for r in csv.DictReader(fh)}
+    assert bounds[(fixed.cell.label, "<= 0.80 x PSRL")] == pytest.approx(0.8 * fixed.totals["PSRL"].mean(), rel=1e-5)
+    bdpt = fixed.totals["Bayes DPT policy (greedy)"].mean()
+    assert bounds[(fixed.cell.label, "<= 1.10 x greedy Bayes DPT")] == pytest.approx(1.1 * bdpt, rel=1e-5)
+    assert bounds[(fixed.cell.label, "<= 13.3 (fixed-size DPT model)")] == 13.3
+    assert (folder / "heatmap-psrl.png").stat().st_size > 0 and (folder / "heatmap-bayes-dpt.png").exists()
 
-    def refuse(*args):
-        raise AssertionError("a finished cell was run again")
+    calls: list[str] = []
+    real = generalization._totals
 
-    monkeypatch.setattr(grid, "run_cell", refuse)
-    grid.main([str(path), "--cells", "fixed", "--runs", "4", "--out", str(out)])
+    def counted(spec, agent, runs, seed):
+        calls.append(agent["name"])
+        return real(spec, agent, runs, seed)
+
+    monkeypatch.setattr(generalization, "_totals", counted)
+    again = grid.run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
+    assert calls == [] and np.array_equal(again[0].totals[grid.MODEL], fixed.totals[grid.MODEL])
+    # new weights: only the model's rows run again
+    with torch.no_grad():
+        model.count_in.bias.add_(0.5)
+    record = _record(MDPGeneralistTrainConfig(model=TINY, max_states=6, dark_room_fraction=0.0))
+    other = save_checkpoint(tmp_path / "other", model, record, kind=CheckpointKind.MDP_GENERALIST)
+    grid.run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
+    assert calls == ["mdp_generalist", "mdp_generalist"]
 
 
 def test_the_default_deployment_is_greedy_on_random_mdps_and_sampled_in_dark_rooms():

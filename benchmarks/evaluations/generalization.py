@@ -38,8 +38,9 @@ from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import GridExperiment
 from benchmarks.plots import describe_env
 from icrl_gym.checkpoint import CheckpointError, checkpoint_files, read_record, resolve_checkpoint
+from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs import BanditPrior, BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.envs import BanditPrior, BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 MODEL = "generalist"
@@ -51,14 +52,14 @@ class Cell:
     """One environment of the grid and where it sits in the heatmaps."""
 
     family: str
-    """'bernoulli' or 'linear' (one heatmap figure each)."""
+    """'bernoulli', 'linear' or 'mdp' (one heatmap figure each)."""
     panel: str
-    """Heatmap panel (a prior, or the linear (d, A) grid / variants)."""
+    """Heatmap panel (a prior, the linear (d, A) grid / variants, an MDP sub-grid)."""
     row: str
     column: str
-    spec: BanditSpec
+    spec: BanditSpec | MDPSpec
     in_range: bool
-    """Inside the generalist's trained range (K in 2..20, T <= 500)."""
+    """Inside the generalist's trained range (Bernoulli: K in 2..20, T <= 500)."""
     base_prior: bool
     """The training prior (thresholds are checked only on in-range cells with it)."""
 
@@ -171,6 +172,7 @@ def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[s
     if cell.family == "linear":
         return dict(exp.linear_references)
     spec = cell.spec
+    assert isinstance(spec, BanditSpec), "bandit cells only"
     out = {}
     for label, agent in exp.bernoulli_references.items():
         agent = dict(agent)
@@ -183,8 +185,13 @@ def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[s
     return out
 
 
-def _totals(spec: BanditSpec, agent: dict[str, Any], runs: int, seed: int) -> np.ndarray:
-    """Per-run cumulative regret R_T (runs,): one CRN batch of all runs, so every row meets the same instances."""
+def _totals(spec: BanditSpec | MDPSpec, agent: dict[str, Any], runs: int, seed: int) -> np.ndarray:
+    """Per-run cumulative regret (runs,): one CRN batch of all runs, so every row meets the same instances.
+
+    Bandits: R_T = sum_t (max_a mu_a - mu_{a_t}); MDPs: sum_k (V*_1(mu) - V^{pi_k}_1(mu)) over the K episodes.
+    """
+    if isinstance(spec, MDPSpec):
+        return rollout_mdp(spec, agent, runs, seed=seed, batch_size=runs).episode_regret.sum(axis=1)
     return evaluate_regret(spec, make_agent(agent), runs, seed=seed, batch_size=runs).sum(axis=1)
 
 
@@ -251,17 +258,38 @@ def run_cell(
     store: Path | None = None,
     model_id: str | None = None,
 ) -> CellResult:
-    """Every row of ``cell`` on the same ``runs`` instances.
+    """Every row of a bandit ``cell`` (the experiment's references, then the model) on the same ``runs`` instances.
 
-    A row that refuses the size (the DP's memory limit, a model's range, a reference's memory estimate
-    in a cell beyond the trained range) is kept with its reason instead of numbers.  With ``store``, every
-    finished row is written there at once (atomically), and a stored row with the same environment,
-    agent, runs, seed and model weights (``model_id``) is reused, so an interrupted grid resumes where
-    it stopped and a new model re-runs only its own rows.
+    The Bayes-optimal DP, the model, and every reference of a cell beyond the trained range (e.g. the
+    Gittins table for T=1000: ~5 GiB and ~40 min to build) may refuse a size (:func:`run_rows`).
     """
     refs = _reference_specs(exp, cell, cache_dir)
+    optional = {label for label, agent in refs.items() if agent["name"] == "bernoulli_bayes_optimal"}
+    return run_rows(cell, refs, model, runs, seed, store, model_id, optional)
+
+
+def run_rows(
+    cell: Cell,
+    refs: dict[str, dict[str, Any]],
+    model: dict[str, Any] | None,
+    runs: int,
+    seed: int,
+    store: Path | None = None,
+    model_id: str | None = None,
+    optional: set[str] | frozenset[str] = frozenset(),
+    compared: tuple[str, ...] | None = None,
+) -> CellResult:
+    """The reference rows ``refs``, then ``model`` (if any), on the same ``runs`` instances of ``cell``.
+
+    A row that refuses the size (the model's range, a reference in ``optional`` or any reference of a
+    cell beyond the trained range, e.g. by its memory estimate) is kept with its reason instead of
+    numbers.  The best reference of the cell is the best of ``compared`` (default: every reference).
+    With ``store``, every finished row is written there at once (atomically), and a stored
+    row with the same environment, agent, runs, seed and model weights (``model_id``) is reused, so an
+    interrupted grid resumes where it stopped and a new model re-runs only its own rows.
+    """
     rows = {**refs, **({MODEL: model} if model is not None else {})}
-    result = CellResult(cell, {}, references=tuple(refs))
+    result = CellResult(cell, {}, references=tuple(refs) if compared is None else compared)
     for label, agent in rows.items():
         key = _row_key(cell, label, agent, runs, seed, model_id)
         if store is not None and (stored := _load_row(store, cell, key)) is not None:
@@ -269,13 +297,11 @@ def run_cell(
             if note is not None:
                 result.notes[label] = note
             continue
-        # the model, the DP, and any reference of a cell beyond the trained range (e.g. the Gittins
-        # table for T=1000: ~5 GiB and ~40 min to build) may refuse a size; the rest must run
-        optional = label == MODEL or agent["name"] == "bernoulli_bayes_optimal" or not cell.in_range
+        may_refuse = label == MODEL or label in optional or not cell.in_range
         try:
             result.totals[label] = _totals(cell.spec, agent, runs, seed)
         except ValueError as err:  # the size is beyond what this row can play: marked n/a
-            if not optional or isinstance(err, CheckpointError):  # a missing or damaged model is no size limit
+            if not may_refuse or isinstance(err, CheckpointError):  # a missing or damaged model is no size limit
                 raise
             result.totals[label], result.notes[label] = None, f"n/a: {err}"
         if store is not None:
@@ -337,6 +363,7 @@ def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
 
 def _cell_fields(cell: Cell) -> dict[str, Any]:
     s = cell.spec
+    assert isinstance(s, BanditSpec), "bandit cells only"
     return {
         "family": cell.family,
         "panel": cell.panel,
@@ -439,10 +466,27 @@ def describe_range(trained_range: dict[str, Any] | None) -> str:
     return ", ".join(f"{k} {lo:g}..{hi:g}" for k, (lo, hi) in trained_range.items())
 
 
-def heatmap(path: Path, results: list[CellResult], title: str, trained: str) -> Path:
-    """Ratio generalist / best reference per cell, one panel per prior or sub-grid; out-of-range cells hatched.
+def ratio_to_best(result: CellResult) -> tuple[float, str] | None:
+    """The model's ratio to the cell's best reference and the reference's short name (``None``: no model numbers)."""
+    st = result.stats().get(MODEL, {"status": "n/a"})
+    if st["status"] != "ok":
+        return None
+    return st["ratio_to_best"], result.best_reference().split(" ")[0]
 
-    ``trained`` describes the model's trained range (:func:`describe_range`) in the figure's note.
+
+def heatmap(
+    path: Path,
+    results: list[CellResult],
+    title: str,
+    trained: str,
+    ratio: Callable[[CellResult], tuple[float, str] | None] = ratio_to_best,
+    label: str = "regret(generalist) / regret(best reference)",
+    bracket: str = "the best reference",
+) -> Path:
+    """A ratio of the model to a reference per cell (default: to the best one), one panel per prior or sub-grid.
+
+    ``ratio`` gives a cell's (ratio, text in brackets); out-of-range cells are hatched; ``trained``
+    describes the model's trained range (:func:`describe_range`) in the figure's note.
     """
     import matplotlib
 
@@ -452,8 +496,7 @@ def heatmap(path: Path, results: list[CellResult], title: str, trained: str) -> 
     from matplotlib.patches import Rectangle
 
     panels = list(dict.fromkeys(r.cell.panel for r in results))
-    ratios = [r.stats()[MODEL] for r in results if MODEL in r.totals]
-    values = [s["ratio_to_best"] for s in ratios if s["status"] == "ok"]
+    values = [v[0] for r in results if (v := ratio(r)) is not None]
     top = max([1.1, *values])
     norm = TwoSlopeNorm(vmin=min([0.9, *values]), vcenter=1.0, vmax=top)
     widths = [len({r.cell.column for r in results if r.cell.panel == p}) + 1 for p in panels]
@@ -468,10 +511,10 @@ def heatmap(path: Path, results: list[CellResult], title: str, trained: str) -> 
         grid = np.full((len(rows), len(cols)), np.nan)
         for r in cells:
             i, j = rows.index(r.cell.row), cols.index(r.cell.column)
-            st = r.stats().get(MODEL, {"status": "n/a"})
-            if st["status"] == "ok":
-                grid[i, j] = st["ratio_to_best"]
-                text = f"{st['ratio_to_best']:.2f}\n({r.best_reference().split(' ')[0]})"
+            value = ratio(r)
+            if value is not None:
+                grid[i, j] = value[0]
+                text = f"{value[0]:.2f}\n({value[1]})" if value[1] else f"{value[0]:.2f}"
             else:
                 text = "n/a"
             ax.text(j, i, text, ha="center", va="center", fontsize=8)
@@ -483,8 +526,8 @@ def heatmap(path: Path, results: list[CellResult], title: str, trained: str) -> 
         ax.set_yticks(range(len(rows)), rows)
         ax.set_title(panel, fontsize=9)
     if image is not None:
-        fig.colorbar(image, ax=axes[0].tolist(), label="regret(generalist) / regret(best reference)")
-    note = f"hatched: outside the trained range ({trained}); in brackets: the best reference"
+        fig.colorbar(image, ax=axes[0].tolist(), label=label)
+    note = f"hatched: outside the trained range ({trained}); in brackets: {bracket}"
     fig.suptitle(f"{title}\n{note}", fontsize=9)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

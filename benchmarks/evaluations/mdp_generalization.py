@@ -1,190 +1,386 @@
-"""The MDP generalist (a checkpoint path) against PSRL and the greedy Bayes DPT policy over grids of MDP sizes.
+"""The ``mdp-generalization`` experiment: the MDP generalist against PSRL and the Bayes DPT policy over MDP sizes.
 
-Cell groups (``--cells``, any of):
+Cell groups (``--cells``, any of; :data:`benchmarks.experiments.MDP_GENERALIZATION` holds the sizes):
 
 - ``in-range``: random MDPs of the training prior's default (stationary, Dirichlet(1) transitions,
-  uniform mean rewards, start state 0), S in {3, 5, 10, 20} x A in {2, 4, 6} x H in {5, 10, 20} x
-  K in {5, 20, 50} (every T = K H <= 1000);
-- ``fixed``: today's fixed size (S, A, H, K) = (5, 3, 10, 20);
+  Bernoulli rewards with uniform means, start state 0), S in {3, 5, 10, 20} x A in {2, 4, 6} x
+  H in {5, 10, 20} x K in {5, 20, 50} (every T = K H <= 1000);
+- ``fixed``: the fixed-size MDP transformers' size (S, A, H, K) = (5, 3, 10, 20), with twice the runs;
 - ``dark``: dark rooms 5x5 (H=20, K=10), 8x8 (H=50, K=4), 10x10 (H=100, K=4), 12x12 (H=100, K=4);
-- ``beyond``: S in {30, 50}, A=3, H=50, K=100 (beyond the trained range).
+- ``beyond``: S in {30, 50}, A=3, H=50, K=100 (beyond the trained range).  The Bayes DPT rows are
+  left out there: they solve 32 posterior MDPs at every step (hours per cell at S=50).
 
 In a cell every row plays the same instances with the same noise (common random numbers: one
 :func:`~icrl_gym.data.mdp_rollout.rollout_mdp` batch of all runs under the cell's seed, disjoint
 from training seeds), so per-run regret differences are paired.  Rows: the model (its agent's
 default deployment: greedy on random MDPs, sampled in dark rooms), PSRL (DarkRoom PSRL in dark
-rooms), the greedy Bayes DPT policy on the same posterior, the sampled one in dark rooms, and with
-``--all-references`` the sampled one everywhere, UCB-VI (bonus x0.01), uniform and optimal.  For every
-row: the mean regret sum_k (V*_1(mu) - return_k) and its standard error, and for the model the paired
+rooms), the greedy Bayes DPT policy on the same posterior (also the sampled one at the fixed size and
+in dark rooms), UCB-VI and soft UCB-VI (bonus x0.01), uniform and optimal play.  For every row: the
+mean regret sum_k (V*_1(mu) - V^{pi_k}_1(mu)) and its standard error; for the model the paired
 differences to PSRL and to the greedy Bayes DPT policy (with standard errors) and the ratios of means.
 
-Outputs in ``--out``: ``cells/<cell>.npz`` (per-run regret of every row, written when the cell
-finishes; a cell already there with the same runs and seed is reused, so a stopped grid resumes),
-``cells.csv`` and ``summary.md``.  Run as::
+Outputs in ``<out>/mdp-generalization/``: ``cells.csv``, ``checks.csv`` (the acceptance bounds),
+``summary.md``, ``heatmap-psrl.png`` and ``heatmap-bayes-dpt.png`` (the model's ratios, cells beyond
+the range hatched) and ``config.json``.  Every finished row is written at once under ``cells/`` with
+what made it (environment, agent, runs, seed, the model's weights' sha256), so a stopped grid
+resumes, and a new checkpoint re-runs only the model's rows.  Run as::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.evaluations.mdp_generalization CHECKPOINT --cells fixed dark --runs 200
+    OMP_NUM_THREADS=1 python -m benchmarks.evaluations.mdp_generalization --checkpoint CKPT --cells fixed dark
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import io
-import math
-from collections.abc import Iterator
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from icrl_gym.data.mdp_rollout import rollout_mdp
+from benchmarks.evaluations.generalization import (
+    MODEL,
+    Cell,
+    CellResult,
+    describe_range,
+    heatmap,
+    model_available,
+    run_rows,
+    write_checks_csv,
+)
+from benchmarks.evaluations.pretrained_eval import mean_se
+from benchmarks.experiments import MDP_GENERALIZATION, MDPGridExperiment
+from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import MDPSpec, dark_room_spec
 from icrl_gym.utils.fileio import atomic_write_bytes
 
-SEED_OFFSET = 40_000_000
-"""Evaluation seeds start here (training draws its batches from [seed, step] with small seeds)."""
-GROUPS = ("in-range", "fixed", "dark", "beyond")
-MODEL, PSRL, BAYES = "MDP generalist", "PSRL", "Bayes DPT policy (greedy)"
+FIXED_SIZE_FIGURE = 13.3
+"""Regret of the fixed-size DPT transformer at (5, 3, 10, 20) (its shipped record), the bound at that size."""
+ROOM_FIGURE = (10, 100, 4, 251.9)
+"""Size, H, K and regret of the fixed-size dark-room DPT transformer, the bound in that room."""
 
 
-def cells(groups: tuple[str, ...] | list[str]) -> Iterator[tuple[str, str, MDPSpec]]:
-    """(group, name, spec) of every cell of ``groups`` (module docstring)."""
+def _random(S: int, A: int, H: int, K: int) -> MDPSpec:
+    """The random-MDP prior of size (S, A, H, K) with the other fields at their defaults."""
+    return MDPSpec(num_states=S, num_actions=A, horizon=H, episodes=K)
+
+
+def mdp_cells(exp: MDPGridExperiment, groups: tuple[str, ...] | list[str]) -> list[Cell]:
+    """The cells of ``groups`` (module docstring), family 'mdp'."""
+    out: list[Cell] = []
     for group in groups:
         if group == "in-range":
-            for S in (3, 5, 10, 20):
-                for A in (2, 4, 6):
-                    for H in (5, 10, 20):
-                        for K in (5, 20, 50):
-                            if K * H <= 1000:
-                                yield (
-                                    group,
-                                    f"S{S}-A{A}-H{H}-K{K}",
-                                    MDPSpec(num_states=S, num_actions=A, horizon=H, episodes=K),
-                                )
+            out += [
+                Cell(
+                    "mdp",
+                    f"random MDPs, A={A}",
+                    f"S={S}",
+                    f"H={H}, K={K}",
+                    _random(S, A, H, K),
+                    True,
+                    True,
+                )
+                for A in exp.actions
+                for S in exp.states
+                for H in exp.horizons
+                for K in exp.episodes
+                if K * H <= exp.max_steps
+            ]
         elif group == "fixed":
-            yield group, "S5-A3-H10-K20", MDPSpec()
+            S, A, H, K = exp.fixed
+            out.append(
+                Cell(
+                    "mdp",
+                    "fixed size",
+                    f"S={S}, A={A}",
+                    f"H={H}, K={K}",
+                    _random(S, A, H, K),
+                    True,
+                    True,
+                )
+            )
         elif group == "dark":
-            for size, H, K in ((5, 20, 10), (8, 50, 4), (10, 100, 4), (12, 100, 4)):
-                yield group, f"room{size}-H{H}-K{K}", dark_room_spec(size, H, K)
+            out += [
+                Cell("mdp", "dark rooms", f"{n}x{n}", f"H={H}, K={K}", dark_room_spec(n, H, K), True, True)
+                for n, H, K in exp.rooms
+            ]
         elif group == "beyond":
-            for S in (30, 50):
-                yield group, f"S{S}-A3-H50-K100", MDPSpec(num_states=S, num_actions=3, horizon=50, episodes=100)
+            A, H, K = exp.beyond
+            out += [
+                Cell(
+                    "mdp",
+                    f"beyond the range (A={A})",
+                    f"S={S}",
+                    f"H={H}, K={K}",
+                    _random(S, A, H, K),
+                    False,
+                    True,
+                )
+                for S in exp.beyond_states
+            ]
         else:
-            raise ValueError(f"unknown cell group {group!r}; the groups are {GROUPS}")
-
-
-def rows(spec: MDPSpec, checkpoint: str, all_references: bool) -> dict[str, dict[str, Any]]:
-    """The agents of a cell, as ``make_agent`` specifications."""
-    posterior = "dark_room_psrl" if spec.kind == "dark_room" else "psrl"
-    out: dict[str, dict[str, Any]] = {
-        MODEL: {"name": "mdp_generalist", "checkpoint": checkpoint},
-        PSRL: {"name": posterior},
-        BAYES: {"name": "posterior_optimal_action", "posterior": {"name": posterior}, "greedy": True},
-    }
-    if all_references or spec.kind == "dark_room":
-        out["Bayes DPT policy (sampled)"] = {"name": "posterior_optimal_action", "posterior": {"name": posterior}}
-    if all_references:
-        out["UCB-VI (bonus x0.01)"] = {"name": "ucbvi", "bonus_scale": 0.01}
-        out["Uniform"] = {"name": "mdp_uniform"}
-        out["Optimal"] = {"name": "mdp_optimal"}
+            raise ValueError(f"unknown cell group {group!r}; the groups are {exp.groups}")
     return out
 
 
-def run_cell(spec: MDPSpec, agents: dict[str, dict[str, Any]], runs: int, seed: int) -> dict[str, np.ndarray]:
-    """Per-run regret (runs,) of every row on the same instances and noise."""
-    return {
-        label: rollout_mdp(spec, agent, runs, seed=seed, batch_size=runs).episode_regret.sum(axis=1)
-        for label, agent in agents.items()
+def is_fixed(exp: MDPGridExperiment, cell: Cell) -> bool:
+    """Whether ``cell`` is the fixed-size cell (played with ``fixed_runs_factor`` times the runs)."""
+    return cell.panel == "fixed size"
+
+
+def references(exp: MDPGridExperiment, cell: Cell) -> dict[str, dict[str, Any]]:
+    """The reference rows of a cell (module docstring)."""
+    spec = cell.spec
+    assert isinstance(spec, MDPSpec)
+    if spec.kind == "dark_room":
+        return dict(exp.room_references)
+    if not cell.in_range:
+        return {k: v for k, v in exp.references.items() if k in exp.beyond_references}
+    return {**exp.references, **(exp.fixed_references if is_fixed(exp, cell) else {})}
+
+
+def psrl_row(exp: MDPGridExperiment, cell: Cell) -> str:
+    """PSRL's row name in the cell (DarkRoom PSRL in dark rooms)."""
+    return exp.psrl[1] if getattr(cell.spec, "kind", None) == "dark_room" else exp.psrl[0]
+
+
+def anchored(result: CellResult, anchor: str) -> dict[str, float] | None:
+    """The model's paired difference (mean, s.e.) to row ``anchor`` and the ratio of means (``None``: a row missing)."""
+    model, ref = result.totals.get(MODEL), result.totals.get(anchor)
+    if model is None or ref is None:
+        return None
+    diff = mean_se(model - ref)
+    return {"diff": diff["mean"], "diff_se": diff["se"], "ratio": float(model.mean() / ref.mean())}
+
+
+def checks(exp: MDPGridExperiment, result: CellResult) -> list[dict[str, Any]]:
+    """The acceptance bounds on one cell: <= 0.80x PSRL and <= 1.10x greedy Bayes DPT in range, <= 0.90x PSRL beyond."""
+    cell, model = result.cell, result.totals.get(MODEL)
+    if model is None:
+        return []
+    value = float(model.mean())
+    psrl = result.totals.get(psrl_row(exp, cell))
+    bdpt = result.totals.get(exp.bayes_dpt)
+    bounds: list[tuple[str, float | None]] = []
+    is_room = getattr(cell.spec, "kind", None) == "dark_room"
+    if cell.in_range:
+        bounds.append(("<= 0.80 x PSRL", None if psrl is None else 0.80 * float(psrl.mean())))
+        if not is_room:
+            bounds.append(("<= 1.10 x greedy Bayes DPT", None if bdpt is None else 1.10 * float(bdpt.mean())))
+    else:
+        bounds.append(("<= 0.90 x PSRL", None if psrl is None else 0.90 * float(psrl.mean())))
+    spec = cell.spec
+    assert isinstance(spec, MDPSpec)
+    if is_fixed(exp, cell):
+        bounds.append((f"<= {FIXED_SIZE_FIGURE} (fixed-size DPT model)", FIXED_SIZE_FIGURE))
+    n, H, K, figure = ROOM_FIGURE
+    if is_room and (spec.size, spec.horizon, spec.episodes) == (n, H, K):
+        bounds.append((f"<= {figure} (fixed-size dark-room model)", figure))
+    return [
+        {
+            "cell": cell.label,
+            "check": name,
+            "value": value,
+            "threshold": bound,
+            "pass": None if bound is None else value <= bound,
+        }
+        for name, bound in bounds
+    ]
+
+
+def _fmt(values: np.ndarray | None) -> str:
+    if values is None:
+        return "n/a"
+    st = mean_se(values)
+    return f"{st['mean']:.2f} ± {st['se']:.2f}"
+
+
+def _paired(result: CellResult, anchor: str) -> str:
+    a = anchored(result, anchor)
+    return "n/a | n/a" if a is None else f"{a['diff']:+.2f} ± {a['diff_se']:.2f} | {a['ratio']:.2f}"
+
+
+def write_cells_csv(path: Path, exp: MDPGridExperiment, results: list[CellResult], seed: int, runs: int) -> None:
+    """One line per (cell, row): the cell's size, mean, s.e., and the model's paired differences and ratios."""
+    lines = []
+    for result in results:
+        spec = result.cell.spec
+        assert isinstance(spec, MDPSpec)
+        size = {k: spec.to_dict()[k] for k in ("kind", "num_states", "num_actions", "horizon", "episodes")}
+        for row, values in result.totals.items():
+            line: dict[str, Any] = {"cell": result.cell.label, **size, "in_range": result.cell.in_range, "row": row}
+            line |= {"runs": runs * (exp.fixed_runs_factor if is_fixed(exp, result.cell) else 1), "seed": seed}
+            line |= {"mean": "", "se": ""} if values is None else {k: f"{v:.6g}" for k, v in mean_se(values).items()}
+            line["note"] = result.notes.get(row, "")
+            for key, anchor in (("psrl", psrl_row(exp, result.cell)), ("bayes_dpt", exp.bayes_dpt)):
+                a = anchored(result, anchor) if row == MODEL else None
+                for stat in ("diff", "diff_se", "ratio"):
+                    line[f"{stat}_{key}"] = "" if a is None else f"{a[stat]:.6g}"
+            lines.append(line)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(lines[0]) if lines else ["cell"])
+        writer.writeheader()
+        writer.writerows(lines)
+
+
+def markdown(exp: MDPGridExperiment, results: list[CellResult], check_rows: list[dict[str, Any]], header: str) -> str:
+    """A table of cells (model, PSRL, greedy Bayes DPT, paired differences and ratios), then the bounds."""
+    lines = [
+        header,
+        "",
+        "Cells marked * are outside the trained range.  Paired differences are model minus reference (± s.e.).\n",
+        "| cell | model | PSRL | greedy Bayes DPT | model - PSRL | ratio PSRL | model - Bayes DPT | ratio Bayes DPT |",
+        "|---" * 8 + "|",
+    ]
+    for r in results:
+        psrl = psrl_row(exp, r.cell)
+        mark = "" if r.cell.in_range else " *"
+        lines.append(
+            f"| {r.cell.label}{mark} | {_fmt(r.totals.get(MODEL))} | {_fmt(r.totals.get(psrl))} | "
+            f"{_fmt(r.totals.get(exp.bayes_dpt))} | {_paired(r, psrl)} | {_paired(r, exp.bayes_dpt)} |"
+        )
+    if check_rows:
+        passed = sum(c["pass"] is True for c in check_rows)
+        lines += [
+            "",
+            f"Acceptance bounds: {passed}/{len(check_rows)} pass.\n",
+            "| cell | bound | model | threshold | pass |",
+            "|---|---|---|---|---|",
+        ]
+        for c in check_rows:
+            bound = "n/a" if c["threshold"] is None else f"{c['threshold']:.2f}"
+            verdict = {True: "yes", False: "**no**", None: "n/a"}[c["pass"]]
+            lines.append(f"| {c['cell']} | {c['check']} | {c['value']:.2f} | {bound} | {verdict} |")
+    others = sorted({row for r in results for row in r.totals} - {MODEL, *exp.psrl, exp.bayes_dpt})
+    lines += ["", f"Other rows (in cells.csv): {', '.join(others)}.", ""]
+    return "\n".join(lines)
+
+
+def run_mdp_generalization(
+    exp: MDPGridExperiment,
+    out: Path,
+    runs: int,
+    seed: int = 0,
+    checkpoint: str | None = None,
+    groups: tuple[str, ...] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[CellResult]:
+    """Run the MDP grid into ``out/<exp.name>/`` (module docstring); returns the cells' results.
+
+    ``checkpoint`` defaults to the experiment's shipped model (missing: only the references run, and
+    the summary says so).  Every cell uses the seed ``exp.seed_offset + seed``.
+    """
+    folder = out / exp.name
+    folder.mkdir(parents=True, exist_ok=True)
+    eval_seed = exp.seed_offset + seed
+    name = checkpoint or exp.model["checkpoint"]
+    model: dict[str, Any] | None = None
+    record: dict[str, Any] = {}
+    if model_available(name):
+        model = {**exp.model, "checkpoint": name}
+        stored = read_record(resolve_checkpoint(name))
+        record = {
+            "checkpoint": name,
+            "kind": stored.kind.value,
+            "steps": stored.meta.get("training", {}).get("steps"),
+            "playable_range": stored.meta.get("playable_range"),
+            "weights_sha256": stored.meta.get("weights_sha256"),
+        }
+    cells = mdp_cells(exp, groups or exp.groups)
+    start = time.perf_counter()
+    results = []
+    for cell in cells:
+        cell_runs = runs * (exp.fixed_runs_factor if is_fixed(exp, cell) else 1)
+        refs = references(exp, cell)
+        compared = tuple(label for label in exp.compared if label in refs)
+        results.append(
+            run_rows(
+                cell,
+                refs,
+                model,
+                cell_runs,
+                eval_seed,
+                folder / "cells",
+                record.get("weights_sha256"),
+                compared=compared,
+            )
+        )
+        if progress is not None:
+            progress(f"{cell.label} ({time.perf_counter() - start:.0f}s)")
+    check_rows = [c for r in results for c in checks(exp, r)]
+    config = {
+        "experiment": exp.name,
+        "runs": runs,
+        "seed": eval_seed,
+        "seed_note": f"every cell: crn_batches(seed={eval_seed}, batch_size=runs); training seeds < {exp.seed_offset}",
+        "groups": list(groups or exp.groups),
+        "model": model,
+        "model_record": record,
+        "grid": asdict(exp),
+        "cells": [{"cell": c.label, "in_range": c.in_range, "env": c.spec.to_dict()} for c in cells],
+        "seconds": time.perf_counter() - start,
     }
+    atomic_write_bytes(folder / "config.json", json.dumps(config, indent=2).encode())
+    write_cells_csv(folder / "cells.csv", exp, results, eval_seed, runs)
+    write_checks_csv(folder / "checks.csv", check_rows)
+    missing = "" if model else f"\n\n**The model is missing** (no checkpoint {name!r}); only the references ran."
+    header = (
+        f"# {exp.title}\n\n{runs} runs per row and cell ({runs * exp.fixed_runs_factor} at the fixed size), seed "
+        f"{eval_seed} (common random numbers: every row of a cell plays the same instances).  Model: "
+        f"{name} (step {record.get('steps')}){missing}"
+    )
+    atomic_write_bytes(folder / "summary.md", markdown(exp, results, check_rows, header).encode())
+    for label, anchor_of, slug in (
+        ("PSRL (DarkRoom PSRL in dark rooms)", lambda r: psrl_row(exp, r.cell), "psrl"),
+        ("the greedy Bayes DPT policy", lambda r: exp.bayes_dpt, "bayes-dpt"),
+    ):
+        path = folder / f"heatmap-{slug}.png"
+        if model is None:
+            path.unlink(missing_ok=True)  # stale: no model in this run
+            continue
 
+        def ratio(result: CellResult, anchor_of: Callable[[CellResult], str] = anchor_of) -> tuple[float, str] | None:
+            a = anchored(result, anchor_of(result))
+            return None if a is None else (a["ratio"], "")
 
-def mean_se(x: np.ndarray) -> tuple[float, float]:
-    """Mean and standard error of the mean."""
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x)))
-
-
-def summarise(group: str, name: str, regret: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """One line per row: mean, s.e., and for the model the paired differences and ratios to PSRL and Bayes DPT."""
-    out = []
-    for label, values in regret.items():
-        mean, se = mean_se(values)
-        line: dict[str, Any] = {"group": group, "cell": name, "row": label, "mean": mean, "se": se}
-        if label == MODEL:
-            for ref, key in ((PSRL, "psrl"), (BAYES, "bayes_dpt")):
-                diff_mean, diff_se = mean_se(values - regret[ref])
-                line[f"diff_{key}"], line[f"diff_{key}_se"] = diff_mean, diff_se
-                line[f"ratio_{key}"] = mean / regret[ref].mean() if regret[ref].mean() > 0 else float("nan")
-        out.append(line)
-    return out
+        heatmap(
+            path,
+            results,
+            f"{exp.title}: {name}, {runs} runs, seed {eval_seed}",
+            describe_range(record.get("playable_range")),
+            ratio=ratio,
+            label=f"regret(model) / regret({label})",
+            bracket="nothing",
+        )
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="an MDP generalist checkpoint (path stem or shipped name)")
-    parser.add_argument("--cells", nargs="+", default=["fixed"], choices=GROUPS)
+    exp = MDP_GENERALIZATION
+    parser.add_argument(
+        "--checkpoint", default="", help=f"an MDP generalist checkpoint (default: {exp.model['checkpoint']})"
+    )
+    parser.add_argument("--cells", nargs="+", default=list(exp.groups), choices=exp.groups)
     parser.add_argument("--runs", type=int, default=500, help="instances per cell")
     parser.add_argument("--seed", type=int, default=0, help="added to the evaluation seeds")
-    parser.add_argument("--out", default="runs/mdp-generalization")
-    parser.add_argument("--all-references", action="store_true")
+    parser.add_argument("--out", default="runs")
     args = parser.parse_args(argv)
     if args.runs < 2:
         parser.error(f"--runs must be >= 2 (the standard error needs two), got {args.runs}")
-    out = Path(args.out)
-    (out / "cells").mkdir(parents=True, exist_ok=True)
-    lines: list[dict[str, Any]] = []
-    for index, (group, name, spec) in enumerate(cells(args.cells)):
-        seed = SEED_OFFSET + args.seed + index
-        agents = rows(spec, args.checkpoint, args.all_references)
-        path = out / "cells" / f"{name}.npz"
-        regret: dict[str, np.ndarray] | None = None
-        if path.exists():
-            stored = np.load(path)
-            if int(stored["seed"]) == seed and int(stored["runs"]) == args.runs and set(agents) <= set(stored):
-                regret = {label: stored[label] for label in agents}
-        if regret is None:
-            regret = run_cell(spec, agents, args.runs, seed)
-            buffer = io.BytesIO()
-            arrays: dict[str, Any] = {
-                "seed": np.array(seed),
-                "runs": np.array(args.runs),
-                **regret,
-            }  # Any: savez takes **kwds
-            np.savez(buffer, **arrays)
-            atomic_write_bytes(path, buffer.getvalue())
-        lines.extend(summarise(group, name, regret))
-        model = next(line for line in lines[-len(agents) :] if line["row"] == MODEL)
-        print(
-            f"{name}: model {model['mean']:.2f} +- {model['se']:.2f}, "
-            f"x{model['ratio_psrl']:.2f} PSRL, x{model['ratio_bayes_dpt']:.2f} greedy Bayes DPT",
-            flush=True,
-        )
-    fields = sorted(
-        {key for line in lines for key in line}, key=lambda k: list(lines[0]).index(k) if k in lines[0] else 99
+    run_mdp_generalization(
+        exp,
+        Path(args.out),
+        args.runs,
+        args.seed,
+        args.checkpoint or None,
+        tuple(args.cells),
+        progress=lambda text: print(text, flush=True),
     )
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(lines)
-    atomic_write_bytes(out / "cells.csv", text.getvalue().encode())
-    table = [
-        "| cell | model | PSRL | greedy Bayes DPT | model - PSRL | ratio PSRL | ratio Bayes DPT |",
-        "|---" * 7 + "|",
-    ]
-    by_cell: dict[str, dict[str, dict[str, Any]]] = {}
-    for line in lines:
-        by_cell.setdefault(line["cell"], {})[line["row"]] = line
-    for name, cell in by_cell.items():
-        m, p, b = cell[MODEL], cell[PSRL], cell[BAYES]
-        table.append(
-            f"| {name} | {m['mean']:.2f} ± {m['se']:.2f} | {p['mean']:.2f} ± {p['se']:.2f} | "
-            f"{b['mean']:.2f} ± {b['se']:.2f} | {m['diff_psrl']:+.2f} ± {m['diff_psrl_se']:.2f} | "
-            f"{m['ratio_psrl']:.2f} | {m['ratio_bayes_dpt']:.2f} |"
-        )
-    header = (
-        f"MDP generalist {args.checkpoint}: {args.runs} instances per cell, seeds from {SEED_OFFSET + args.seed}\n\n"
-    )
-    atomic_write_bytes(out / "summary.md", (header + "\n".join(table) + "\n").encode())
 
 
 if __name__ == "__main__":

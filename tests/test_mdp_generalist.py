@@ -340,7 +340,7 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     # new weights: only the model's rows run again
     with torch.no_grad():
         model.count_in.bias.add_(0.5)
-    record = _record(MDPGeneralistTrainConfig(model=TINY, max_states=6, dark_room_fraction=0.0))
+    record = MDPGeneralistTrainConfig(model=TINY, max_states=6, dark_room_fraction=0.0).checkpoint_fields()
     other = save_checkpoint(tmp_path / "other", model, record, kind=CheckpointKind.MDP_GENERALIST)
     grid.run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
     assert calls == ["mdp_generalist", "mdp_generalist"]

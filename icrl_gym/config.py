@@ -3,6 +3,7 @@
 - :class:`DictConfig`: a JSON-ready dict and back, unknown keys an error (never silently dropped);
 - :class:`Allowed` and :func:`check_fields`: what a field accepts (a number in a range, one of a few
   words, or a pattern), and one ``ValueError`` that names every refused field, its value and the rule;
+  :func:`checked` declares a field's rule beside its default (what ``check_fields(config)`` checks);
 - :class:`Choice`: the base of the enumerations of a field that takes one of a few words (the spec kinds).
 """
 
@@ -142,8 +143,34 @@ NONNEGATIVE = Allowed(low=0)
 DEVICE = Allowed(pattern=r"auto|cpu|mps|cuda(:\d+)?", text="'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'")
 
 
-def check_fields(config: Any, allowed: dict[str, Allowed]) -> None:
-    """One ``ValueError`` naming every field of ``config`` that ``allowed`` refuses, its value and what is allowed."""
+def checked(default: T, rule: Allowed) -> T:
+    """A dataclass field with ``default`` whose values ``rule`` allows (checked by ``check_fields(config)``)."""
+    return dataclasses.field(default=default, metadata={"rule": rule})
+
+
+def declared_rules(config: Any) -> dict[str, Allowed]:
+    """The rule of every field of dataclass ``config`` declared with :func:`checked`, in the order of the fields.
+
+    A subclass that declares a field again only to change its default keeps the rule of the class
+    that declared it with one.
+    """
+    rules = {}
+    for f in dataclasses.fields(config):
+        for cls in type(config).__mro__:
+            own = vars(cls).get("__dataclass_fields__", {}).get(f.name)
+            if own is not None and "rule" in own.metadata:
+                rules[f.name] = own.metadata["rule"]
+                break
+    return rules
+
+
+def check_fields(config: Any, allowed: dict[str, Allowed] | None = None) -> None:
+    """One ``ValueError`` naming every field of ``config`` that ``allowed`` refuses, its value and what is allowed.
+
+    ``allowed`` maps a field to its rule; by default the rules ``config``'s fields declare (:func:`declared_rules`).
+    """
+    if allowed is None:
+        allowed = declared_rules(config)
     name = type(config).__name__
     problems = [
         f"{name}.{field} must be {rule}, got {getattr(config, field)!r}"

@@ -314,3 +314,19 @@ def test_shipped_generalist_loads_by_name_and_plays_any_size():
         obs, reward, terminated, _, info = env.step(action)
         agent.update(action, reward)
     assert terminated
+
+
+def test_soft_label_loss_is_the_cross_entropy_to_the_targets_and_its_kl():
+    """The shared loss against torch's soft-target cross-entropy and KL divergence, row by row."""
+    from icrl_gym.training.loop import soft_label_loss
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+    target = torch.tensor([[1, 0, 0, 0], [0.5, 0.5, 0, 0], [0.25] * 4, [0, 0, 0, 1], [0.1, 0.2, 0.3, 0.4]])
+    target = target.to(torch.float64)
+    loss, metrics = soft_label_loss(logits, target)
+    expected = torch.nn.functional.cross_entropy(logits, target)
+    kl = torch.nn.functional.kl_div(torch.log_softmax(logits, -1), target, reduction="batchmean")
+    agree = np.mean([target[i, int(logits[i].argmax())] > 0 for i in range(5)])
+    assert torch.allclose(loss, expected) and metrics["loss"] == pytest.approx(float(expected))
+    assert metrics["kl"] == pytest.approx(float(kl)) and metrics["agree"] == pytest.approx(agree)

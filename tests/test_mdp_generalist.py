@@ -19,7 +19,7 @@ from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.kinds import KINDS
 from icrl_gym.models.mdp_generalist import KNOWN_MOVE_COUNT, CountStats, MDPGeneralist, MDPGeneralistConfig
 from icrl_gym.registry import make_agent
-from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig, _record, rollout_queries, train
+from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig, rollout_queries, train
 
 TINY = {"d_model": 8, "mlp_ratio": 1}
 
@@ -258,7 +258,7 @@ def _saved(tmp_path, playable=None):
     if playable is not None:
         cfg.playable_range = playable
     model = _model(dtype=torch.float32)
-    return save_checkpoint(tmp_path / "mdpg", model, _record(cfg), kind=CheckpointKind.MDP_GENERALIST), model
+    return save_checkpoint(tmp_path / "mdpg", model, cfg.checkpoint_fields(), kind=CheckpointKind.MDP_GENERALIST), model
 
 
 def test_the_kind_row_loads_a_saved_checkpoint_and_the_agent_plays_it(tmp_path):
@@ -340,7 +340,7 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     # new weights: only the model's rows run again
     with torch.no_grad():
         model.count_in.bias.add_(0.5)
-    record = _record(MDPGeneralistTrainConfig(model=TINY, max_states=6, dark_room_fraction=0.0))
+    record = MDPGeneralistTrainConfig(model=TINY, max_states=6, dark_room_fraction=0.0).checkpoint_fields()
     other = save_checkpoint(tmp_path / "other", model, record, kind=CheckpointKind.MDP_GENERALIST)
     grid.run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
     assert calls == ["mdp_generalist", "mdp_generalist"]

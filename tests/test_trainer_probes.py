@@ -121,6 +121,22 @@ def test_linear_generalist_prior_and_model_are_checked(tmp_path, kw, words):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "config, field, value, allowed",
+    [
+        (mdp_generalist.MDPGeneralistTrainConfig, "max_arms", 0, "an integer >= 1"),  # default changed: 6
+        (mdp_generalist.MDPGeneralistTrainConfig, "steps", 0, "an integer >= 1"),  # changed twice (loop, schedule)
+        (linear_generalist.LinearGeneralistTrainConfig, "warmup_steps", -1, "an integer >= 0"),
+        (generalist.GeneralistTrainConfig, "cost_per_batch", 0.0, "a finite number > 0"),
+    ],
+)
+def test_a_field_whose_default_a_subclass_changes_keeps_its_rule(tmp_path, config, field, value, allowed):
+    """A subclass redeclares a field to change its default; the rule declared with it by the base still holds."""
+    with pytest.raises(ValueError) as err:
+        config(out_dir=str(tmp_path / "run"), **{field: value})
+    assert f"{config.__name__}.{field} must be {allowed}, got {value!r}" in str(err.value)
+
+
 def test_bernoulli_generalist_evaluation_fits_the_gittins_table(tmp_path):
     with pytest.raises(ValueError, match=r"eval_horizon=200 must be <= GeneralistTrainConfig.max_horizon=8"):
         _bernoulli(tmp_path, eval_every=1)

@@ -27,7 +27,7 @@ import numpy as np
 import icrl_gym  # noqa: F401  (registers the environments)
 from agents import LinUCB
 from benchmarks.speed.timing import parse_config, timed
-from icrl_gym.config import NONNEGATIVE_INT, POSITIVE_INT, DictConfig, check_fields
+from icrl_gym.config import NONNEGATIVE_INT, POSITIVE_INT, DictConfig, check_fields, checked
 from icrl_gym.data.trajectories import collect_trajectories
 from icrl_gym.envs import linear_bandit_spec
 
@@ -36,15 +36,15 @@ from icrl_gym.envs import linear_bandit_spec
 class CollectionThroughputConfig(DictConfig):
     """What :func:`main` measures."""
 
-    trajectories: int = 100_000
+    trajectories: int = checked(100_000, POSITIVE_INT)
     """Size of the full collection to time."""
-    plain_steps: int = 20
+    plain_steps: int = checked(20, POSITIVE_INT)
     """Steps of the plain path at batch 10,000."""
-    seed: int = 0
+    seed: int = checked(0, NONNEGATIVE_INT)
     """Seed of the instances."""
 
     def __post_init__(self) -> None:
-        check_fields(self, {"trajectories": POSITIVE_INT, "plain_steps": POSITIVE_INT, "seed": NONNEGATIVE_INT})
+        check_fields(self)
 
 
 def batched_rate(batch: int, horizon: int, seed: int) -> float:

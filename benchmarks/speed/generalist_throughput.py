@@ -26,7 +26,7 @@ import numpy as np
 from agents import make_agent
 from benchmarks.evaluations.generalization import model_available
 from benchmarks.speed.timing import TimedConfig, interleaved
-from icrl_gym.config import POSITIVE_INT, Allowed
+from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
 
@@ -35,16 +35,12 @@ from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
 class GeneralistThroughputConfig(TimedConfig):
     """What :func:`main` measures (and the rounds and threads of :class:`TimedConfig`)."""
 
-    instances: int = 1000
+    instances: int = checked(1000, POSITIVE_INT)
     """Runs rolled out in one batch."""
     bernoulli: str = "bernoulli-generalist"
     """Bernoulli generalist checkpoint (a shipped name or a path)."""
     linear: str = "linear-generalist"
     """Linear generalist checkpoint (a shipped name or a path)."""
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """``instances`` >= 1."""
-        return {"instances": POSITIVE_INT}
 
 
 def pairs(bernoulli: str, linear: str) -> list[tuple[str, BanditSpec, dict[str, dict[str, Any]]]]:

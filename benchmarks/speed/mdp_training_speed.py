@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from benchmarks.speed.timing import TimedConfig, interleaved, train_step
-from icrl_gym.config import POSITIVE_INT, Allowed
+from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
 VARIANTS = {
@@ -34,13 +34,9 @@ VARIANTS = {
 class MDPTrainingSpeedConfig(TimedConfig):
     """What :func:`main` times (and the rounds and threads of :class:`TimedConfig`)."""
 
-    batch: int = 32
+    batch: int = checked(32, POSITIVE_INT)
     """Runs per training step."""
     repeats: int = 5
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """``batch`` >= 1."""
-        return {"batch": POSITIVE_INT}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -30,7 +30,7 @@ import torch
 from agents.learned.transformer import TransformerAgent
 from benchmarks.speed.timing import RolloutSize, TimedConfig, interleaved, timed, train_step
 from icrl_gym.checkpoint import save_checkpoint
-from icrl_gym.config import POSITIVE_INT, Allowed
+from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.envs import BanditBatch, linear_bandit_spec
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
@@ -39,15 +39,11 @@ from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 class RolloutThroughputConfig(TimedConfig, RolloutSize):
     """What :func:`main` measures: the rollout's size, the rounds of the training step, the threads and the below."""
 
-    probes: int = 9
+    probes: int = checked(9, POSITIVE_INT)
     """Prefix lengths timed for the recompute path."""
     threads: int = 2
-    train_batch: int = 64
+    train_batch: int = checked(64, POSITIVE_INT)
     """Sequences per training step."""
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """Every count >= 1."""
-        return {name: POSITIVE_INT for name in ("instances", "steps", "probes", "train_batch")}
 
 
 def cached_rollout(agent: TransformerAgent, n: int, steps: int) -> float:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.speed.timing import parse_config, timed
-from icrl_gym.config import NONNEGATIVE_INT, POSITIVE, Allowed, DictConfig, check_fields
+from icrl_gym.config import NONNEGATIVE_INT, POSITIVE, Allowed, DictConfig, check_fields, checked
 
 BUSY_LOOP = """
 import sys, time
@@ -44,19 +44,17 @@ TARGET_RATIO = 1.2
 class ThreadContentionConfig(DictConfig):
     """What :func:`main` compares."""
 
-    runs: int = 50
+    runs: int = checked(50, Allowed(low=2, integer=True))
     """Instances per algorithm of the compared runs (the harness's ``--runs``, at least 2)."""
-    suite_runs: int = 0
+    suite_runs: int = checked(0, NONNEGATIVE_INT)
     """Also time the default suite at this many runs (0: not)."""
     out: str = "/tmp/thread-contention"
     """Folder of the runs' results."""
-    busy_limit: float = 3600.0
+    busy_limit: float = checked(3600.0, POSITIVE)
     """Deadline of the busy loop (seconds)."""
 
     def __post_init__(self) -> None:
-        check_fields(
-            self, {"runs": Allowed(low=2, integer=True), "suite_runs": NONNEGATIVE_INT, "busy_limit": POSITIVE}
-        )
+        check_fields(self)
 
 
 def _load() -> str:

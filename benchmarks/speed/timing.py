@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import torch
 
-from icrl_gym.config import POSITIVE_INT, Allowed, DictConfig, check_fields
+from icrl_gym.config import POSITIVE_INT, DictConfig, check_fields, checked
 from icrl_gym.utils.cli import ConfigParser
 
 K = TypeVar("K")
@@ -43,9 +43,9 @@ def parse_config(config: type[C], argv: list[str] | None) -> C:
 class RolloutSize(DictConfig):
     """The cached rollout a script times: ``instances`` runs of the paper model at once, for ``steps`` steps."""
 
-    instances: int = 1000
+    instances: int = checked(1000, POSITIVE_INT)
     """Instances rolled out at once."""
-    steps: int = 200
+    steps: int = checked(200, POSITIVE_INT)
     """Steps of the rollout (T)."""
 
 
@@ -53,17 +53,13 @@ class RolloutSize(DictConfig):
 class TimedConfig(DictConfig):
     """What a script that times rounds in one process is told: the rounds and torch's CPU threads."""
 
-    repeats: int = 3
+    repeats: int = checked(3, POSITIVE_INT)
     """Timed rounds after one warm-up round."""
-    threads: int = 1
+    threads: int = checked(1, POSITIVE_INT)
     """torch CPU threads."""
 
     def __post_init__(self) -> None:
-        check_fields(self, {"repeats": POSITIVE_INT, "threads": POSITIVE_INT, **self.field_rules()})
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """The script's own fields' rules (the ``ValueError`` names the field, the value and the range)."""
-        return {}
+        check_fields(self)  # every field's declared rule (the ``ValueError`` names the field, the value and the range)
 
     @classmethod
     def from_command_line(cls: type[T], argv: list[str] | None) -> T:

@@ -42,7 +42,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.speed.timing import RolloutSize, interleaved, parse_config, threads, timed, train_step
-from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, check_fields
+from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, check_fields, checked
 from icrl_gym.models import mdp_transformer, transformer
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import relu_decode_kernel
@@ -59,11 +59,11 @@ class TrainingSpeedConfig(RolloutSize):
 
     threads: list[int] = field(default_factory=lambda: [1, 2])
     """torch CPU thread counts, measured one after the other."""
-    repeats: int = 3
+    repeats: int = checked(3, POSITIVE_INT)
     """Timed rounds after one warm-up round."""
-    batch: int = 64
+    batch: int = checked(64, POSITIVE_INT)
     """Sequences per training step."""
-    gemm: int = 1024
+    gemm: int = checked(1024, POSITIVE_INT)
     """Size of the yardstick matmul (square)."""
     paper: bool = True
     """Time the training step of the paper model (L=8, D=32, ReLU, two tokens per step)."""
@@ -75,16 +75,15 @@ class TrainingSpeedConfig(RolloutSize):
     """Measure the cached rollout."""
     reference: str = REFERENCE
     """Git revision of the reference code."""
-    device: str = "auto"
+    device: str = checked("auto", DEVICE)
     """'auto' (CUDA when present), 'cpu' or 'cuda'."""
-    autocast: str = "none"
+    autocast: str = checked("none", Allowed(choices=("none", "bf16")))
     """Mixed precision of the forward pass: 'none' or 'bf16' (GPU)."""
     tf32: bool = False
     """Allow TF32 matmuls (GPU)."""
 
     def __post_init__(self) -> None:
-        rules = {name: POSITIVE_INT for name in ("repeats", "batch", "instances", "steps", "gemm")}
-        check_fields(self, {**rules, "device": DEVICE, "autocast": Allowed(choices=("none", "bf16"))})
+        check_fields(self)
         if not self.threads or not all(POSITIVE_INT.admits(n) for n in self.threads):
             raise ValueError(
                 f"TrainingSpeedConfig.threads must be a non-empty list of integers >= 1, got {self.threads}"

@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.config import Allowed, check_fields
+from icrl_gym.config import Allowed, check_fields, checked
 from icrl_gym.models import generalist
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig, step_features
 from icrl_gym.models.linear_posterior import (
@@ -105,7 +105,7 @@ class LinearGeneralistConfig(ArmTokenConfig):
     noise_estimate: bool = False
     """Play bandits of unknown sigma (given as NaN): sigma is then estimated in context from the moment matrix
     (:func:`estimate_noise`), and every arm reads whether sigma was given or estimated."""
-    features: str = "moments"
+    features: str = checked("moments", Allowed(choices=FEATURES))
     """'moments': the first version, attention over the raw moment matrix (the fields above); 'posterior': the
     second version, closed-form posterior features of a grid of priors (:mod:`icrl_gym.models.linear_posterior`)
     read by a per-arm network with attention across the arms (:class:`PosteriorArmNetwork`; it uses d_model,
@@ -113,7 +113,7 @@ class LinearGeneralistConfig(ArmTokenConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_fields(self, {"features": Allowed(choices=FEATURES)})
+        check_fields(self)
 
     @property
     def token_dim(self) -> int:

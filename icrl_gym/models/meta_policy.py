@@ -43,6 +43,7 @@ from icrl_gym.config import (
     Allowed,
     DictConfig,
     check_fields,
+    checked,
 )
 from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditSpec
 from icrl_gym.estimators.statistics import ArmStatistics, RidgeStatistics
@@ -203,31 +204,31 @@ class MetaRLConfig(DictConfig):
     """Name of the exported model."""
     env: dict[str, Any] = field(default_factory=lambda: BanditSpec().to_dict())
     """The environment prior (a :class:`BanditSpec` as a dict)."""
-    algo: str = "ppo"
+    algo: str = checked("ppo", Allowed(choices=ALGOS))
     """"ppo" (MLP policy) or "recurrent_ppo" (sb3-contrib's LSTM policy, RL^2)."""
-    features: str = "statistics"
+    features: str = checked("statistics", Allowed(choices=FEATURES))
     """"statistics" or "prev_action_reward" (see the module docstring)."""
-    wall_minutes: float = 20.0
+    wall_minutes: float = checked(20.0, POSITIVE)
     """Training stops after this wall-clock time ..."""
-    max_env_steps: int = 50_000_000
+    max_env_steps: int = checked(50_000_000, POSITIVE_INT)
     """... or this many environment steps, whichever comes first."""
-    num_envs: int = 64
+    num_envs: int = checked(64, POSITIVE_INT)
     """Parallel runs per rollout."""
-    n_steps: int = 200
+    n_steps: int = checked(200, POSITIVE_INT)
     """Steps per run per rollout (T: one whole in-context run)."""
-    batch_size: int = 3200
+    batch_size: int = checked(3200, POSITIVE_INT)
     """PPO minibatch size."""
-    n_epochs: int = 4
+    n_epochs: int = checked(4, POSITIVE_INT)
     """PPO epochs per rollout."""
-    learning_rate: float = 3e-4
+    learning_rate: float = checked(3e-4, POSITIVE)
     """Adam learning rate."""
-    gamma: float = 0.99
+    gamma: float = checked(0.99, Allowed(low=0, high=1))
     """Discount.  1 is the regret's own objective, but PPO's regret oscillated between 20 and 60
     with it on the Bernoulli bandit (measured, 2.5 min runs); 0.99 with the entropy bonus
     learned steadily (12 after 2.5 min)."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = checked(0.95, Allowed(low=0, high=1))
     """GAE lambda."""
-    ent_coef: float = 0.01
+    ent_coef: float = checked(0.01, NONNEGATIVE)
     """Entropy bonus (keeps the policy from committing to an arm too early)."""
     normalize_reward: bool = True
     """Divide rewards by a running standard deviation of the return (SB3's VecNormalize, training
@@ -235,37 +236,17 @@ class MetaRLConfig(DictConfig):
     under PPO's gradient-norm clipping."""
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
     """Hidden layers of the policy and value MLPs."""
-    lstm_hidden_size: int = 128
+    lstm_hidden_size: int = checked(128, POSITIVE_INT)
     """LSTM width (recurrent_ppo)."""
-    seed: int = 0
+    seed: int = checked(0, NONNEGATIVE_INT)
     """Seed of the instances and of the policy."""
-    threads: int = 1
+    threads: int = checked(1, POSITIVE_INT)
     """torch CPU threads."""
-    device: str = "auto"
+    device: str = checked("auto", DEVICE)
     """"auto" (CUDA when present), "cpu" or "cuda"."""
 
     def __post_init__(self) -> None:
-        check_fields(
-            self,
-            {
-                "algo": Allowed(choices=ALGOS),
-                "features": Allowed(choices=FEATURES),
-                "wall_minutes": POSITIVE,
-                "max_env_steps": POSITIVE_INT,
-                "num_envs": POSITIVE_INT,
-                "n_steps": POSITIVE_INT,
-                "batch_size": POSITIVE_INT,
-                "n_epochs": POSITIVE_INT,
-                "learning_rate": POSITIVE,
-                "gamma": Allowed(low=0, high=1),
-                "gae_lambda": Allowed(low=0, high=1),
-                "ent_coef": NONNEGATIVE,
-                "lstm_hidden_size": POSITIVE_INT,
-                "seed": NONNEGATIVE_INT,
-                "threads": POSITIVE_INT,
-                "device": DEVICE,
-            },
-        )
+        check_fields(self)
         if not self.net_arch or not all(POSITIVE_INT.admits(width) for width in self.net_arch):
             raise ValueError(f"MetaRLConfig.net_arch must be a non-empty list of integers >= 1, got {self.net_arch!r}")
         _ = self.spec  # the prior checks itself

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, resolve_checkpoint, save_checkpoint
-from icrl_gym.config import NONNEGATIVE, POSITIVE_INT, Allowed
+from icrl_gym.config import NONNEGATIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.models.transformer import BanditTransformer
@@ -80,30 +80,18 @@ class FinetuneConfig(TrainerConfig):
     """Name of the exported model."""
     base: str = "bernoulli-ad-ucb"
     """The pretrained checkpoint to start from (a path or a shipped name)."""
-    iterations: int = 300
+    iterations: int = checked(300, POSITIVE_INT)
     """Policy-gradient steps."""
-    runs_per_iteration: int = 128
-    """Fresh instances B per step."""
+    runs_per_iteration: int = checked(128, Allowed(low=2, integer=True))
+    """Fresh instances B per step (at least two: a run's leave-one-out baseline is the mean over the B - 1 others)."""
     lr: float = 3e-5
-    kl_weight: float = 0.0
+    kl_weight: float = checked(0.0, NONNEGATIVE)
     """beta of the KL penalty to the pretrained policy (0: none)."""
-    val_runs: int = 1000
+    val_runs: int = checked(1000, POSITIVE_INT)
     """Validation instances (fixed seed) for choosing the checkpoint."""
-    eval_every: int = 25
+    eval_every: int = checked(25, POSITIVE_INT)
     """Iterations between validations (and resumable checkpoints)."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and fine-tuning's."""
-        return {
-            **super().field_rules(),
-            "iterations": POSITIVE_INT,
-            # the leave-one-out baseline of a run is the mean over the B - 1 others
-            "runs_per_iteration": Allowed(low=2, integer=True),
-            "kl_weight": NONNEGATIVE,
-            "val_runs": POSITIVE_INT,
-            "eval_every": POSITIVE_INT,
-        }
 
 
 VALIDATION_SEED = 777_000

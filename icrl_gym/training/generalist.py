@@ -22,7 +22,7 @@ Resumable bit for bit: every step's randomness is ``default_rng([seed, step])``,
 history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
 ``resume.json``; the last two checkpoints stay); a restarted run continues from it, also from a
 moved ``out_dir``.  Resuming with other values of the fields that define the training is refused,
-naming them; those of :data:`RESUMABLE_CHANGES` may change.  Run as::
+naming them; those of :attr:`GeneralistTrainConfig.resumable_changes` may change.  Run as::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.generalist icrl_gym/pretrained/configs/bernoulli-generalist.json
 
@@ -36,17 +36,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from icrl_gym.algorithm import BanditAgent
-from icrl_gym.checkpoint import CheckpointKind, read_checkpoint
-from icrl_gym.config import POSITIVE_INT, Allowed
+from icrl_gym.checkpoint import read_checkpoint
+from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
@@ -57,14 +55,16 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
-    LOOP_RESUMABLE_CHANGES,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,
-    check_order,
+    soft_label_loss,
     train_generalist,
 )
 from icrl_gym.training.loop import main as run_main
+
+TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0}
+"""The environment family of the training batches, as the checkpoint records it."""
 
 
 @dataclass
@@ -80,9 +80,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     cost_per_batch: float = 2.0e6
     """Trajectories per batch B = cost_per_batch / (Q K (400 + T)), within [min_batch, max_batch]:
     about constant compute per step (400 ~ the per-arm-token MLP cost in units of one history key)."""
-    eval_arms: int = 5
+    eval_arms: int = checked(5, POSITIVE_INT)
     """K of the in-training evaluation."""
-    eval_horizon: int = 200
+    eval_horizon: int = checked(200, POSITIVE_INT)
     """T of the in-training evaluation."""
     init_checkpoint: str = ""
     """Start a new run from these weights (a checkpoint of this model, e.g. another run's last) instead of
@@ -91,15 +91,26 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     table_cache: str = "runs/cache"
     """Folder where the Gittins table is kept between processes (5 min to build for T = 500)."""
 
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and the evaluation's."""
-        return {**super().field_rules(), "eval_arms": POSITIVE_INT, "eval_horizon": POSITIVE_INT}
+    resumable_changes: ClassVar[tuple[str, ...]] = (
+        *GeneralistLoopConfig.resumable_changes,
+        "eval_arms",
+        "eval_horizon",
+        "init_checkpoint",
+        "table_cache",
+    )
+    """Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
+    (``init_checkpoint`` only starts a new run)."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The environment family (:data:`TRAINED_ENV`) and the trained range of K and T."""
+        trained = {"num_arms": [self.min_arms, self.max_arms], "horizon": [self.min_horizon, self.max_horizon]}
+        return {"env": TRAINED_ENV, "trained_range": trained}
 
     def check(self) -> None:
         """The shared checks; the model's fields build a :class:`GeneralistConfig`."""
         super().check()
         if self.eval_every:  # the evaluation reads the Gittins table, built for max_horizon
-            check_order(self, ("eval_horizon", "max_horizon"))
+            self.check_order(("eval_horizon", "max_horizon"))
         try:
             GeneralistConfig.from_dict(self.model)
         except (TypeError, ValueError) as err:
@@ -223,11 +234,7 @@ def batch_loss(
         batch.horizon,
         batch.num_arms,
     )  # (B, Q, K)
-    target = torch.as_tensor(batch.targets, dtype=torch.float32, device=device)
-    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
-    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
-    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
+    return soft_label_loss(logits, torch.as_tensor(batch.targets, dtype=torch.float32, device=device))
 
 
 class _InMemoryAgentClass(Protocol):
@@ -255,27 +262,6 @@ def evaluate_against_gittins(
     return float(ours.mean()), float(ours.std(ddof=1) / math.sqrt(instances)), float(gittins.mean())
 
 
-RESUMABLE_CHANGES = (
-    *LOOP_RESUMABLE_CHANGES,
-    "eval_arms",
-    "eval_horizon",
-    "init_checkpoint",
-    "table_cache",
-)
-"""Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
-(``init_checkpoint`` only starts a new run)."""
-
-
-TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0}
-"""The environment family of the training batches, as the checkpoint records it."""
-
-
-def _record(cfg: GeneralistTrainConfig) -> dict[str, Any]:
-    """The checkpoint record's fields: the environment family and the trained range of K and T."""
-    trained = {"num_arms": [cfg.min_arms, cfg.max_arms], "horizon": [cfg.min_horizon, cfg.max_horizon]}
-    return {"env": TRAINED_ENV, "trained_range": trained}
-
-
 def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
     """Load ``checkpoint``'s weights into ``model`` (same architecture); returns its training wall seconds."""
     state, meta = read_checkpoint(checkpoint)
@@ -293,11 +279,6 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
     def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
         model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
         table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
-
-        def sample(rng: np.random.Generator, use_model: bool) -> Batch:
-            if use_model:
-                model.eval()
-            return sample_batch(cfg, table, rng, model if use_model else None, device)
 
         def evaluate(step: int, log: Logger) -> dict[str, Any]:
             mean, se, eval_gittins = evaluate_against_gittins(
@@ -320,13 +301,9 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
 
         return GeneralistTrainer(
             model=model,
-            sample=sample,
+            sample=lambda rng, policy: sample_batch(cfg, table, rng, policy, device),
             loss=batch_loss,
-            metrics={"loss": ".4f", "kl": ".4f", "agree": ".3f"},
             evaluate=evaluate,
-            record=lambda: _record(cfg),
-            kind=CheckpointKind.GENERALIST_TRANSFORMER,
-            allowed=RESUMABLE_CHANGES,
             init=init,
         )
 
@@ -339,5 +316,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

@@ -30,10 +30,9 @@ checkpoint ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step
 and the history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
 ``resume.json``); the last two checkpoints and every 1,000th (the learning curve) stay.  A restarted
 run continues from it, also from a moved ``out_dir``; a folder of an older layout is refused, its
-files kept.  Resuming with other values of the fields
-that define the training is refused, naming them; those of :data:`RESUMABLE_CHANGES` may change.
-Capped at ``time_budget_hours`` of training wall time summed over resumes (recorded in every
-checkpoint)::
+files kept.  Resuming with other values of the fields that define the training is refused, naming
+them; those of :attr:`LinearGeneralistTrainConfig.resumable_changes` may change.  Capped at
+``time_budget_hours`` of training wall time summed over resumes (recorded in every checkpoint)::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist icrl_gym/pretrained/configs/linear-generalist.json
 
@@ -46,17 +45,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy.special import ndtri
 
-from icrl_gym.checkpoint import CheckpointKind
-from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
@@ -64,12 +61,10 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import (
-    LOOP_RESUMABLE_CHANGES,
     PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,
-    check_order,
     release_freed_memory,
     train_generalist,
 )
@@ -102,41 +97,41 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     warmup_steps: int = 300
     checkpoint_every: int = 200
     eval_every: int = 500
-    min_dim: int = 2
+    min_dim: int = checked(2, POSITIVE_INT)
     """Smallest feature dimension d of a batch."""
-    max_dim: int = 8
+    max_dim: int = checked(8, POSITIVE_INT)
     """Largest feature dimension d of a batch (the model's d_max)."""
-    min_noise: float = 0.4
+    min_noise: float = checked(0.4, POSITIVE)
     """sigma is log-uniform in [min_noise, max_noise] per trajectory."""
-    max_noise: float = 2.5
+    max_noise: float = checked(2.5, POSITIVE)
     """See min_noise."""
-    gaussian_arms_fraction: float = 0.3
+    gaussian_arms_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a trajectory's arms are N(0, I/d) rows (else Unif[-1, 1]^d)."""
-    per_step_fraction: float = 0.3
+    per_step_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a batch has a fresh action set every step (else one per run)."""
-    expert_z: float = 1.5
+    expert_z: float = checked(1.5, NONNEGATIVE)
     """z of the expert's index <x, mu_t> + z * posterior std (module docstring), with ``expert_schedule`` 'constant'."""
-    expert_schedule: str = "constant"
+    expert_schedule: str = checked("constant", Allowed(choices=EXPERT_SCHEDULES))
     """'constant': z = expert_z at every step; 'bayes_ucb': z_t = max(Phi^{-1}(1 - 1/t), 0) at step t >= 1, the
     quantile of Bayes-UCB (c = 0), which keeps exploring as t grows (no lock-on onto a wrong arm)."""
     cost_per_batch: float = 40_000.0
     """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
-    dagger_max_batch: int = 96
+    dagger_max_batch: int = checked(96, POSITIVE_INT)
     """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
-    prior: str = "uniform"
+    prior: str = checked("uniform", Allowed(choices=PRIORS))
     """'uniform': w* ~ U[0, 1]^d and the expert's prior N(1/2, I/12) (the first version); 'family': the prior
     family of :mod:`icrl_gym.training.linear_family`, the expert told each instance's matched prior."""
-    sphere_arms_fraction: float = 0.0
+    sphere_arms_fraction: float = checked(0.0, PROBABILITY)
     """Probability that a trajectory's arms are uniform on the unit sphere ('family' only)."""
-    one_hot_fraction: float = 0.0
+    one_hot_fraction: float = checked(0.0, PROBABILITY)
     """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
-    unknown_noise_fraction: float = 0.0
+    unknown_noise_fraction: float = checked(0.0, PROBABILITY)
     """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
-    labels: str = "expert"
+    labels: str = checked("expert", Allowed(choices=("expert", "optimal")))
     """'expert': the expert's action (the matched Bayes-UCB); 'optimal': the instance's optimal arm
     argmax_k <x_k, w*> of the query step's action set (DPT's labels: the cross-entropy optimum is the
     posterior probability that each arm is optimal under the training family, played by sampling)."""
-    behaviour_prior: str = "matched"
+    behaviour_prior: str = checked("matched", Allowed(choices=("matched", "resampled")))
     """The prior the behaviour policy of the batches not rolled out by the model is told ('family' only):
     'matched' (the expert itself), or 'resampled' (the matched prior of a fresh family draw of the same d, so
     that the history's actions do not reveal the instance's prior, which the model would learn to copy)."""
@@ -149,31 +144,49 @@ class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     )
     """Evaluation settings (keys: dim, num_actions, horizon, noise_std, arms, action_set)."""
 
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and the linear prior's."""
+    resumable_changes: ClassVar[tuple[str, ...]] = (*GeneralistLoopConfig.resumable_changes, "eval_cells")
+    """Fields a resumed run may change: its length and budget, logging, evaluation, device and threads."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The family, the trained ranges and the expert."""
+        if self.prior == "family":
+            env: dict[str, Any] = {
+                "reward": "gaussian",
+                "arms": "uniform|gaussian|sphere|one_hot",
+                "prior": "family",
+                "action_set": "fixed|per_step",
+            }
+            expert_prior: dict[str, Any] = {"prior": "matched Gaussian prior of each instance"}
+        else:
+            env = {
+                "reward": "gaussian",
+                "arms": "uniform|gaussian",
+                "prior": "uniform",
+                "prior_low": 0.0,
+                "prior_high": 1.0,
+                "action_set": "fixed|per_step",
+            }
+            expert_prior = {"prior_mean": PRIOR_MEAN, "prior_var": PRIOR_VAR}
         return {
-            **super().field_rules(),
-            "min_dim": POSITIVE_INT,
-            "max_dim": POSITIVE_INT,
-            "min_noise": POSITIVE,
-            "max_noise": POSITIVE,
-            "gaussian_arms_fraction": PROBABILITY,
-            "per_step_fraction": PROBABILITY,
-            "expert_z": NONNEGATIVE,
-            "expert_schedule": Allowed(choices=EXPERT_SCHEDULES),
-            "dagger_max_batch": POSITIVE_INT,
-            "prior": Allowed(choices=PRIORS),
-            "sphere_arms_fraction": PROBABILITY,
-            "one_hot_fraction": PROBABILITY,
-            "unknown_noise_fraction": PROBABILITY,
-            "behaviour_prior": Allowed(choices=("matched", "resampled")),
-            "labels": Allowed(choices=("expert", "optimal")),
+            "family": "linear",
+            "env": env,
+            "trained_range": {
+                "dim": [self.min_dim, self.max_dim],
+                "num_actions": [self.min_arms, self.max_arms],
+                "horizon": [self.min_horizon, self.max_horizon],
+                "noise_std": [self.min_noise, self.max_noise],
+            },
+            "expert": {
+                "name": "gaussian_posterior_index",
+                "z": self.expert_z if self.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
+                **expert_prior,
+            },
         }
 
     def check(self) -> None:
         """The ranges are ordered, d fits the model (``d_max``), every evaluation cell is one the trainer plays."""
         super().check()
-        check_order(self, ("min_dim", "max_dim"), ("min_noise", "max_noise"))
+        self.check_order(("min_dim", "max_dim"), ("min_noise", "max_noise"))
         try:
             d_max = LinearGeneralistConfig.from_dict(self.model).d_max
         except (TypeError, ValueError) as err:
@@ -527,51 +540,8 @@ def evaluate(
         return rollout(inst, np.zeros(instances), rng, z, model, device, schedule)[3]
 
 
-RESUMABLE_CHANGES = (
-    *LOOP_RESUMABLE_CHANGES,
-    "eval_cells",
-)
-"""Fields a resumed run may change: its length and budget, logging, evaluation, device and threads."""
-
 CURVE_EVERY = 1_000
 """Steps between the checkpoints that stay for the learning curve."""
-
-
-def _record(cfg: LinearGeneralistTrainConfig) -> dict[str, Any]:
-    """The checkpoint record's fields: the family, the trained ranges and the expert."""
-    if cfg.prior == "family":
-        env: dict[str, Any] = {
-            "reward": "gaussian",
-            "arms": "uniform|gaussian|sphere|one_hot",
-            "prior": "family",
-            "action_set": "fixed|per_step",
-        }
-        expert_prior: dict[str, Any] = {"prior": "matched Gaussian prior of each instance"}
-    else:
-        env = {
-            "reward": "gaussian",
-            "arms": "uniform|gaussian",
-            "prior": "uniform",
-            "prior_low": 0.0,
-            "prior_high": 1.0,
-            "action_set": "fixed|per_step",
-        }
-        expert_prior = {"prior_mean": PRIOR_MEAN, "prior_var": PRIOR_VAR}
-    return {
-        "family": "linear",
-        "env": env,
-        "trained_range": {
-            "dim": [cfg.min_dim, cfg.max_dim],
-            "num_actions": [cfg.min_arms, cfg.max_arms],
-            "horizon": [cfg.min_horizon, cfg.max_horizon],
-            "noise_std": [cfg.min_noise, cfg.max_noise],
-        },
-        "expert": {
-            "name": "gaussian_posterior_index",
-            "z": cfg.expert_z if cfg.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
-            **expert_prior,
-        },
-    }
 
 
 def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGeneralistTransformer:
@@ -579,11 +549,6 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
 
     def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
         model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).to(device)
-
-        def sample(rng: np.random.Generator, use_model: bool) -> Batch:
-            model.eval()
-            with torch.no_grad():
-                return sample_batch(cfg, rng, model if use_model else None, device)
 
         def evaluate_cells(step: int, log: Logger) -> dict[str, Any]:
             entry: dict[str, Any] = {"step": step}
@@ -603,13 +568,10 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
 
         return GeneralistTrainer(
             model=model,
-            sample=sample,
+            sample=lambda rng, policy: sample_batch(cfg, rng, policy, device),
             loss=batch_loss,
-            metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
             evaluate=evaluate_cells,
-            record=lambda: _record(cfg),
-            kind=CheckpointKind.LINEAR_GENERALIST_TRANSFORMER,
-            allowed=RESUMABLE_CHANGES,
+            metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
             keep_every=CURVE_EVERY,
             after_log=release_freed_memory,
         )
@@ -623,5 +585,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

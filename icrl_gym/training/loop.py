@@ -32,9 +32,10 @@ import contextlib
 import ctypes
 import json
 import math
+import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -42,9 +43,9 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.config import (
     DEVICE,
     NONNEGATIVE,
@@ -54,6 +55,7 @@ from icrl_gym.config import (
     Allowed,
     DictConfig,
     check_fields,
+    checked,
     dataclass_from_dict,
 )
 from icrl_gym.data.labels import upgrade_label_fields
@@ -107,52 +109,47 @@ PROBABILITY = Allowed(low=0, high=1)
 FRACTION = Allowed(low=0, high=1)
 
 
-def check_order(config: Any, *pairs: tuple[str, str]) -> None:
-    """A ``ValueError`` naming every pair of fields ``(low, high)`` of ``config`` whose values are not low <= high."""
-    name = type(config).__name__
-    problems = [
-        f"{name}.{low}={getattr(config, low)!r} must be <= {name}.{high}={getattr(config, high)!r}"
-        for low, high in pairs
-        if getattr(config, low) > getattr(config, high)
-    ]
-    if problems:
-        raise ValueError("; ".join(problems))
-
-
 @dataclass
 class TrainerConfig(DictConfig):
     """The fields every trainer has; a subclass adds its own (and its defaults) and its checks.
 
-    Building one checks every field (:meth:`field_rules`, then :meth:`check`), so a refused
-    configuration never reaches a run folder.
+    Building one checks every field (the rules declared with :func:`~icrl_gym.config.checked`, then
+    :meth:`check`), so a refused configuration never reaches a run folder.
     """
 
     out_dir: str = "runs/run"
     """Folder of the resumable training state, the checkpoints and the log."""
-    seed: int = 0
+    seed: int = checked(0, SEED)
     """Seed of the initialisation and of every batch."""
-    lr: float = 1e-3
+    lr: float = checked(1e-3, LEARNING_RATE)
     """Peak learning rate."""
-    grad_clip: float = 1.0
+    grad_clip: float = checked(1.0, POSITIVE)
     """Gradient-norm clipping threshold."""
-    device: str = "auto"
+    device: str = checked("auto", DEVICE)
     """"auto" (CUDA when present), "cpu", "cuda" or "cuda:N"."""
-    threads: int = 1
+    threads: int = checked(1, THREADS)
     """torch CPU threads per process (0: leave torch's default)."""
 
     # older field names the command line still reads (:func:`upgrade_config` reads them in records)
     renamed_fields: ClassVar[Mapping[str, str]] = RENAMED_FIELDS
 
     def __post_init__(self) -> None:
-        check_fields(self, self.field_rules())
+        check_fields(self)
         self.check()
 
-    def field_rules(self) -> dict[str, Allowed]:
-        """The allowed values of every checked field (a subclass extends them)."""
-        return {"seed": SEED, "lr": LEARNING_RATE, "grad_clip": POSITIVE, "device": DEVICE, "threads": THREADS}
-
     def check(self) -> None:
-        """Checks across fields, after :meth:`field_rules` (``ValueError`` naming the fields)."""
+        """Checks across fields, after each field's own rule (``ValueError`` naming the fields)."""
+
+    def check_order(self, *pairs: tuple[str, str]) -> None:
+        """A ``ValueError`` naming every pair of fields ``(low, high)`` whose values are not low <= high."""
+        name = type(self).__name__
+        problems = [
+            f"{name}.{low}={getattr(self, low)!r} must be <= {name}.{high}={getattr(self, high)!r}"
+            for low, high in pairs
+            if getattr(self, low) > getattr(self, high)
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
 
     @classmethod
     def from_dict(cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
@@ -164,24 +161,14 @@ class TrainerConfig(DictConfig):
 class ScheduleConfig(TrainerConfig):
     """A trainer with a fixed number of AdamW steps under a warm-up + cosine learning rate."""
 
-    steps: int = 5000
+    steps: int = checked(5000, POSITIVE_INT)
     """Optimiser steps (the cosine schedule spans them)."""
-    warmup_steps: int = 200
+    warmup_steps: int = checked(200, NONNEGATIVE_INT)
     """Linear warm-up steps."""
-    min_lr_ratio: float = 0.05
+    min_lr_ratio: float = checked(0.05, FRACTION)
     """Learning rate at the end of the cosine schedule, as a fraction of lr."""
-    weight_decay: float = 0.01
+    weight_decay: float = checked(0.01, NONNEGATIVE)
     """AdamW weight decay."""
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """:class:`TrainerConfig`'s and the schedule's."""
-        return {
-            **super().field_rules(),
-            "steps": POSITIVE_INT,
-            "warmup_steps": NONNEGATIVE_INT,
-            "min_lr_ratio": FRACTION,
-            "weight_decay": NONNEGATIVE,
-        }
 
 
 def warmup_cosine(step: int, lr: float, warmup: int, steps: int, min_lr_ratio: float) -> float:
@@ -361,67 +348,61 @@ class GeneralistLoopConfig(ScheduleConfig):
     """The model configuration's fields (defaults where left out)."""
     steps: int = 20_000
     warmup_steps: int = 500
-    time_budget_hours: float = 3.5
+    time_budget_hours: float = checked(3.5, POSITIVE)
     """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
-    min_arms: int = 2
+    min_arms: int = checked(2, POSITIVE_INT)
     """Smallest number of arms of a batch."""
-    max_arms: int = 20
+    max_arms: int = checked(20, POSITIVE_INT)
     """Largest number of arms of a batch."""
-    min_horizon: int = 20
+    min_horizon: int = checked(20, POSITIVE_INT)
     """Smallest horizon T of a batch."""
-    max_horizon: int = 500
+    max_horizon: int = checked(500, POSITIVE_INT)
     """Largest horizon T of a batch."""
-    queries: int = 16
+    queries: int = checked(16, POSITIVE_INT)
     """Query steps Q per trajectory at which the loss is computed."""
-    min_batch: int = 4
+    min_batch: int = checked(4, POSITIVE_INT)
     """Fewest trajectories in a batch."""
-    max_batch: int = 256
+    max_batch: int = checked(256, POSITIVE_INT)
     """Most trajectories in a batch."""
-    max_epsilon: float = 0.5
+    max_epsilon: float = checked(0.5, PROBABILITY)
     """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
-    dagger_start: int = 5_000
+    dagger_start: int = checked(5_000, NONNEGATIVE_INT)
     """Step from which batches may be rolled out by the model."""
-    dagger_fraction: float = 0.15
+    dagger_fraction: float = checked(0.15, PROBABILITY)
     """Probability that a batch (after dagger_start) is rolled out by the model."""
-    cost_per_batch: float = 2.0e6
+    cost_per_batch: float = checked(2.0e6, POSITIVE)
     """The compute budget of a batch; each trainer turns it into B (its docstring)."""
-    label_temperature: float = 0.0
+    label_temperature: float = checked(0.0, NONNEGATIVE)
     """0: hard targets (the expert's maximisers); > 0: softmax(index / label_temperature)."""
-    log_every: int = 50
+    log_every: int = checked(50, POSITIVE_INT)
     """Steps between log lines (averages over them)."""
-    checkpoint_every: int = 250
+    checkpoint_every: int = checked(250, POSITIVE_INT)
     """Steps between saved (resumable) states."""
-    eval_every: int = 1_000
+    eval_every: int = checked(1_000, NONNEGATIVE_INT)
     """Steps between regret evaluations (0: never)."""
-    eval_instances: int = 200
-    """Instances of the in-training regret evaluation."""
+    eval_instances: int = checked(200, Allowed(low=2, integer=True))
+    """Instances of the in-training regret evaluation (at least two: the standard error needs them)."""
 
-    def field_rules(self) -> dict[str, Allowed]:
-        """:class:`ScheduleConfig`'s and the generalist fields'."""
-        return {
-            **super().field_rules(),
-            "time_budget_hours": POSITIVE,
-            "min_arms": POSITIVE_INT,
-            "max_arms": POSITIVE_INT,
-            "min_horizon": POSITIVE_INT,
-            "max_horizon": POSITIVE_INT,
-            "queries": POSITIVE_INT,
-            "min_batch": POSITIVE_INT,
-            "max_batch": POSITIVE_INT,
-            "max_epsilon": PROBABILITY,
-            "dagger_start": NONNEGATIVE_INT,
-            "dagger_fraction": PROBABILITY,
-            "cost_per_batch": POSITIVE,
-            "label_temperature": NONNEGATIVE,
-            "log_every": POSITIVE_INT,
-            "checkpoint_every": POSITIVE_INT,
-            "eval_every": NONNEGATIVE_INT,
-            "eval_instances": Allowed(low=2, integer=True),  # the standard error needs two
-        }
+    resumable_changes: ClassVar[tuple[str, ...]] = (
+        "steps",
+        "time_budget_hours",
+        "log_every",
+        "checkpoint_every",
+        "eval_every",
+        "eval_instances",
+        "device",
+        "threads",
+    )
+    """The fields a resumed run may change: the loop's (its length and budget, logging, evaluation size, device
+    and threads) and those each trainer adds."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The trainer's fields of the checkpoint record: what the run trained on (env, trained_range, ...)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what its checkpoints record")
 
     def check(self) -> None:
         """The ranges are ordered."""
-        check_order(self, ("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
+        self.check_order(("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
 
 
 @dataclass
@@ -463,41 +444,44 @@ class ShardableBatch(Protocol):
 GBatchT = TypeVar("GBatchT", bound=ShardableBatch)
 
 
-LOOP_RESUMABLE_CHANGES = (
-    "steps",
-    "time_budget_hours",
-    "log_every",
-    "checkpoint_every",
-    "eval_every",
-    "eval_instances",
-    "device",
-    "threads",
-)
-"""The loop's fields a resumed run may change: its length and budget, logging, evaluation size, device and
-threads (each trainer adds its own, :attr:`GeneralistTrainer.allowed`)."""
+SOFT_LABEL_METRICS = {"loss": ".4f", "kl": ".4f", "agree": ".3f"}
+"""The metrics of :func:`soft_label_loss` and their formats in the log line."""
+
+
+def soft_label_loss(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """The cross-entropy of ``logits`` (..., A) to the target distributions ``target`` (..., A), and its metrics.
+
+    loss = mean over rows of -sum_a p(a) log softmax(z)(a); ``kl``: loss minus the targets' entropy, the
+    KL divergence of the model's distribution from the target's (0 at a perfect imitation); ``agree``: the
+    fraction of rows whose argmax has positive target mass (an action the target could take).
+    """
+    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
+    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
+    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
 
 
 @dataclass
 class GeneralistTrainer(Generic[ModelT, GBatchT]):
-    """What a generalist trainer passes to :func:`train_generalist`: its model, batch, loss and record."""
+    """What a generalist trainer passes to :func:`train_generalist`: its model, batch, loss and evaluation.
+
+    What its checkpoints record and which fields a resumed run may change are its configuration's
+    (:meth:`GeneralistLoopConfig.checkpoint_fields`, :attr:`GeneralistLoopConfig.resumable_changes`);
+    the checkpoint kind is the model class's row of the kind table.
+    """
 
     model: ModelT
     """The model (built under ``torch.manual_seed(seed)``, on the run's device)."""
-    sample: Callable[[np.random.Generator, bool], GBatchT]
-    """``sample(rng, use_model)``: the global batch of a step (rolled out by the model when ``use_model``)."""
+    sample: Callable[[np.random.Generator, ModelT | None], GBatchT]
+    """``sample(rng, policy)``: the global batch of a step, rolled out by ``policy`` (the model, in eval mode and
+    without gradients) when it is not None, else by the trainer's behaviour policy."""
     loss: Callable[[torch.nn.Module, GBatchT, torch.device], tuple[torch.Tensor, dict[str, float]]]
     """``loss(net, batch, device)``: the mean loss over the batch's rows through ``net`` (the model or its DDP
     wrapper), the rows moved to the run's ``device``."""
-    metrics: Mapping[str, str]
-    """The metrics of the log line (name -> format spec)."""
     evaluate: Callable[[int, Logger], dict[str, Any]]
     """``evaluate(step, log)``: a history entry of the in-training evaluation."""
-    record: Callable[[], dict[str, Any]]
-    """The checkpoint record's fields (env, trained_range, ...)."""
-    kind: CheckpointKind
-    """The checkpoint kind."""
-    allowed: Sequence[str]
-    """Fields a resumed run may change."""
+    metrics: Mapping[str, str] = field(default_factory=lambda: dict(SOFT_LABEL_METRICS))
+    """The metrics of the log line (name -> format spec; default: :func:`soft_label_loss`'s)."""
     keep_every: int = 0
     """Steps between the checkpoints that stay for the learning curve (0: none)."""
     after_log: Callable[[], None] | None = None
@@ -559,7 +543,7 @@ def _train_generalist(
     model = trainer.model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     store = RunState(cfg.out_dir, keep=2, keep_every=trainer.keep_every)
-    loaded, changes = resume(store, cfg, model, opt, trainer.allowed)
+    loaded, changes = resume(store, cfg, model, opt, cfg.resumable_changes)
     progress = (
         Progress() if loaded is None else Progress(loaded.step, loaded.record["wall_time_s"], loaded.record["history"])
     )
@@ -584,7 +568,7 @@ def _train_generalist(
 
     def save() -> None:
         if ctx.is_main:
-            meta = generalist_meta(cfg, progress, trainer.record(), str(next(model.parameters()).device))
+            meta = generalist_meta(cfg, progress, cfg.checkpoint_fields(), str(next(model.parameters()).device))
             record = {"wall_time_s": progress.wall, "history": progress.history}
             save_state(
                 store,
@@ -595,7 +579,6 @@ def _train_generalist(
                 record,
                 meta,
                 model_config=trainer.model.config.to_dict(),
-                kind=trainer.kind,
             )
 
     if loaded is not None:  # the generators as they were after the saved step: the run continues exactly
@@ -609,7 +592,10 @@ def _train_generalist(
     def loss_at(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         rng = np.random.default_rng([cfg.seed, step])
         use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
-        batch = trainer.sample(rng, use_model)
+        if use_model:
+            model.eval()
+        with torch.no_grad():
+            batch = trainer.sample(rng, model if use_model else None)
         model.train()
         rows = shard_rows(ctx, batch.size)
         local = batch.rows(rows) if ctx.enabled else batch
@@ -656,13 +642,15 @@ def _train_generalist(
 
 
 def main(argv: list[str] | None, doc: str | None, config: type[ConfigT], train: Callable[[ConfigT], Any]) -> None:
-    """``[CONFIG.json] [--set key=value ...]`` -> ``train(config)``: trainers' command line (:mod:`icrl_gym.utils.cli`).
+    """``[CONFIG.json] [--set key=value ...]`` -> ``train(config)``: the generalist trainers' command line.
 
-    Values are parsed by the fields' types and checked before any work starts (an argparse error
-    naming the field otherwise); ``--help`` lists the fields with their docstrings.  A bare
-    ``key=value`` after CONFIG.json, the form the shipped models' recorded commands use, is read as
-    ``--set key=value``.
+    Values are parsed by the fields' types (:mod:`icrl_gym.utils.cli`) and checked before any work
+    starts (an argparse error naming the field otherwise); ``--help`` lists the fields with their
+    docstrings.  A bare ``key=value`` after CONFIG.json, the form the shipped models' recorded
+    commands use, is read as ``--set key=value``.  OpenMP gets one thread unless ``OMP_NUM_THREADS``
+    says otherwise (``threads`` sets torch's).
     """
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     args = list(sys.argv[1:] if argv is None else argv)
     parser = ConfigParser(config, _module_name(train), doc or "", config_required=True)
     cfg, _ = parser.parse_config(_bare_overrides_as_set(args))

@@ -41,17 +41,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from icrl_gym.algorithm import MDPAgent, child_rng
-from icrl_gym.checkpoint import CheckpointKind
-from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
@@ -68,12 +65,11 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
-    LOOP_RESUMABLE_CHANGES,
     PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,
-    check_order,
+    soft_label_loss,
     train_generalist,
 )
 from icrl_gym.training.loop import main as run_main
@@ -106,42 +102,42 @@ class MDPGeneralistTrainConfig(GeneralistLoopConfig):
     cost_per_batch: float = 3.0e7
     """B = cost_per_batch / (queries H S A (S + 64)), within [min_batch, max_batch]: about constant
     compute per step (the training forward costs ~ H S A (S + 2 d) per query)."""
-    min_states: int = 2
+    min_states: int = checked(2, Allowed(low=2, integer=True))
     """Smallest S of a random MDP."""
-    max_states: int = 20
+    max_states: int = checked(20, POSITIVE_INT)
     """Largest S of a random MDP."""
-    max_episodes: int = 50
+    max_episodes: int = checked(50, POSITIVE_INT)
     """Largest K of a random MDP."""
-    max_steps: int = 1000
+    max_steps: int = checked(1000, POSITIVE_INT)
     """Largest T = K H of a run (K is drawn in [1, min(max_episodes, max_steps // H)])."""
-    min_concentration: float = 0.1
+    min_concentration: float = checked(0.1, POSITIVE)
     """Smallest Dirichlet concentration c (sparse transitions); c is log-uniform."""
-    max_concentration: float = 5.0
+    max_concentration: float = checked(5.0, POSITIVE)
     """Largest Dirichlet concentration c (dense transitions)."""
-    random_start_fraction: float = 0.3
+    random_start_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a batch's MDPs start from mu ~ Dirichlet(1) instead of state 0."""
-    nonstationary_fraction: float = 0.3
+    nonstationary_fraction: float = checked(0.3, PROBABILITY)
     """Probability that a batch's MDPs have one P_h, R_h per step h."""
-    dark_room_fraction: float = 0.15
+    dark_room_fraction: float = checked(0.15, PROBABILITY)
     """Probability that a batch is dark rooms."""
-    min_room: int = 4
+    min_room: int = checked(4, Allowed(low=2, integer=True))
     """Smallest side of a dark room."""
-    max_room: int = 12
+    max_room: int = checked(12, POSITIVE_INT)
     """Largest side of a dark room."""
-    room_max_horizon: int = 30
+    room_max_horizon: int = checked(30, POSITIVE_INT)
     """Largest H of a dark room batch."""
-    room_max_episodes: int = 10
+    room_max_episodes: int = checked(10, POSITIVE_INT)
     """Largest K of a dark room batch."""
-    posterior_samples: int = 8
+    posterior_samples: int = checked(8, POSITIVE_INT)
     """M, PSRL's posterior draws per label: the Monte-Carlo estimate of P(a* | D) of random MDPs.  The
     loss is linear in the label, so an unbiased estimate leaves the expected gradient (and the
     minimiser) unchanged: a few draws suffice, and the first draw of the posterior dominates a
     batch's sampling time (M B H' S^2 A gamma variates)."""
-    eval_posterior_samples: int = 32
+    eval_posterior_samples: int = checked(32, POSITIVE_INT)
     """M of the greedy Bayes DPT reference of the evaluation (its argmax needs a sharper estimate)."""
     dagger_start: int = 1000
     dagger_fraction: float = 0.1
-    dagger_max_steps: int = 200
+    dagger_max_steps: int = checked(200, POSITIVE_INT)
     """A DAgger batch (rolled out by the model, ~T (H - h) planning levels) keeps K <= dagger_max_steps // H."""
     eval_every: int = 500
     eval_instances: int = 100
@@ -157,33 +153,48 @@ class MDPGeneralistTrainConfig(GeneralistLoopConfig):
     )
     """The sizes the checkpoint's agent agrees to play (beyond the trained range: out-of-distribution use)."""
 
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and the prior's."""
+    resumable_changes: ClassVar[tuple[str, ...]] = (
+        *GeneralistLoopConfig.resumable_changes,
+        "eval_cells",
+        "eval_posterior_samples",
+        "playable_range",
+    )
+    """Fields a resumed run may change: its length and budget, logging, evaluation and the playable range."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The priors, the trained range (per family and overall) and the playable range."""
+        families: dict[str, dict[str, list[float]]] = {
+            "random": {
+                "num_states": [self.min_states, self.max_states],
+                "num_actions": [self.min_arms, self.max_arms],
+                "horizon": [self.min_horizon, self.max_horizon],
+                "episodes": [1, self.max_episodes],
+                "steps": [1, self.max_steps],
+                "concentration": [self.min_concentration, self.max_concentration],
+            }
+        }
+        if self.dark_room_fraction > 0:
+            families["dark_room"] = {
+                "size": [self.min_room, self.max_room],
+                "num_states": [self.min_room**2, self.max_room**2],
+                "num_actions": [5, 5],
+                "horizon": [max(self.min_horizon, 2), self.room_max_horizon],
+                "episodes": [1, self.room_max_episodes],
+            }
+        overall = {
+            name: [min(f[name][0] for f in families.values()), max(f[name][1] for f in families.values())]
+            for name in ("num_states", "num_actions", "horizon", "episodes")
+        }
         return {
-            **super().field_rules(),
-            "min_states": Allowed(low=2, integer=True),
-            "max_states": POSITIVE_INT,
-            "max_episodes": POSITIVE_INT,
-            "max_steps": POSITIVE_INT,
-            "min_concentration": POSITIVE,
-            "max_concentration": POSITIVE,
-            "random_start_fraction": PROBABILITY,
-            "nonstationary_fraction": PROBABILITY,
-            "dark_room_fraction": PROBABILITY,
-            "min_room": Allowed(low=2, integer=True),
-            "max_room": POSITIVE_INT,
-            "room_max_horizon": POSITIVE_INT,
-            "room_max_episodes": POSITIVE_INT,
-            "posterior_samples": POSITIVE_INT,
-            "eval_posterior_samples": POSITIVE_INT,
-            "dagger_max_steps": POSITIVE_INT,
+            "env": {"kind": sorted(families), "reward": "bernoulli"},
+            "trained_range": {**overall, **families},
+            "playable_range": self.playable_range,
         }
 
     def check(self) -> None:
         """The ranges are ordered; the model's fields build an :class:`MDPGeneralistConfig`; T fits H."""
         super().check()
-        check_order(
-            self,
+        self.check_order(
             ("min_states", "max_states"),
             ("min_concentration", "max_concentration"),
             ("min_room", "max_room"),
@@ -404,11 +415,7 @@ def batch_loss(
     """
     stats, states, h, k = batch.model_input(device)
     logits = model(stats, states, h, k, batch.spec.horizon, batch.spec.episodes)
-    target = torch.as_tensor(batch.targets.reshape(-1, batch.targets.shape[-1]), device=device)
-    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
-    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
-    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
+    return soft_label_loss(logits, torch.as_tensor(batch.targets.reshape(-1, batch.targets.shape[-1]), device=device))
 
 
 class _InMemoryAgentClass(Protocol):
@@ -473,57 +480,12 @@ def evaluate_cells(
     return rows
 
 
-RESUMABLE_CHANGES = (
-    *LOOP_RESUMABLE_CHANGES,
-    "eval_cells",
-    "eval_posterior_samples",
-    "playable_range",
-)
-"""Fields a resumed run may change: its length and budget, logging, evaluation and the playable range."""
-
-
-def _record(cfg: MDPGeneralistTrainConfig) -> dict[str, Any]:
-    """The checkpoint record's fields: the priors, the trained range (per family and overall) and the playable range."""
-    families: dict[str, dict[str, list[float]]] = {
-        "random": {
-            "num_states": [cfg.min_states, cfg.max_states],
-            "num_actions": [cfg.min_arms, cfg.max_arms],
-            "horizon": [cfg.min_horizon, cfg.max_horizon],
-            "episodes": [1, cfg.max_episodes],
-            "steps": [1, cfg.max_steps],
-            "concentration": [cfg.min_concentration, cfg.max_concentration],
-        }
-    }
-    if cfg.dark_room_fraction > 0:
-        families["dark_room"] = {
-            "size": [cfg.min_room, cfg.max_room],
-            "num_states": [cfg.min_room**2, cfg.max_room**2],
-            "num_actions": [5, 5],
-            "horizon": [max(cfg.min_horizon, 2), cfg.room_max_horizon],
-            "episodes": [1, cfg.room_max_episodes],
-        }
-    overall = {
-        name: [min(f[name][0] for f in families.values()), max(f[name][1] for f in families.values())]
-        for name in ("num_states", "num_actions", "horizon", "episodes")
-    }
-    return {
-        "env": {"kind": sorted(families), "reward": "bernoulli"},
-        "trained_range": {**overall, **families},
-        "playable_range": cfg.playable_range,
-    }
-
-
 def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
     """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
 
     def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
         model = MDPGeneralist(MDPGeneralistConfig.from_dict(cfg.model)).to(device)
         references: dict[str, dict[str, float]] = {}
-
-        def sample(rng: np.random.Generator, use_model: bool) -> QueryBatch:
-            if use_model:
-                model.eval()
-            return sample_batch(cfg, rng, model if use_model else None, device)
 
         def evaluate(step: int, log: Logger) -> dict[str, Any]:
             rows = evaluate_cells(model, cfg.eval_cells, cfg.eval_instances, 1, cfg.eval_posterior_samples, references)
@@ -538,13 +500,9 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
 
         return GeneralistTrainer(
             model=model,
-            sample=sample,
+            sample=lambda rng, policy: sample_batch(cfg, rng, policy, device),
             loss=batch_loss,
-            metrics={"loss": ".4f", "kl": ".4f", "agree": ".3f"},
             evaluate=evaluate,
-            record=lambda: _record(cfg),
-            kind=CheckpointKind.MDP_GENERALIST,
-            allowed=RESUMABLE_CHANGES,
         )
 
     return cast(MDPGeneralist, train_generalist(cfg, echo, build))
@@ -556,5 +514,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.checkpoint import save_checkpoint
-from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.data.collect import collect as collect_runs
 from icrl_gym.data.labels import Labelling, LabelMode, Target
 from icrl_gym.data.mdp_rollout import MDPRollouts
@@ -93,27 +93,27 @@ class PretrainConfig(ScheduleConfig):
     """The environment prior (a :class:`BanditSpec` as a dict)."""
     context: dict[str, Any] = field(default_factory=lambda: {"name": "linucb"})
     """Context algorithm Alg_0 that generates the trajectories (a ``make_agent`` specification)."""
-    label: str = "ad"
+    label: str = checked("ad", Allowed(choices=tuple(m.value for m in LabelMode if m is not LabelMode.NONE)))
     """Label mode: "ad", "dpt", "approx_dpt" or "expert" (a :class:`icrl_gym.data.labels.LabelMode`)."""
     expert: dict[str, Any] | None = None
     """Expert algorithm Alg_E of label mode "expert": its action on Alg_0's history is the label."""
     posterior: dict[str, Any] | None = None
     """Bayesian posterior (e.g. PSRL) of the Rao-Blackwellised DPT target P(a* = a | D): label "dpt", target "probs"."""
-    target: str = "label"
+    target: str = checked("label", Allowed(choices=Target.values()))
     """"label": MLE on the label (Eq. (3)); "probs": the soft label (a :class:`icrl_gym.data.labels.Target`)."""
-    value_loss_weight: float = 0.0
+    value_loss_weight: float = checked(0.0, NONNEGATIVE)
     """Weight of the auxiliary regression of the expert's per-arm index values (0: off)."""
     model: dict[str, Any] = field(default_factory=lambda: TransformerConfig().to_dict())
     """The :class:`TransformerConfig` as a dict."""
-    trajectories_per_chunk: int = 20_000
+    trajectories_per_chunk: int = checked(20_000, POSITIVE_INT)
     """Trajectories collected at once; a fresh chunk replaces the old one after passes_per_chunk passes."""
-    passes_per_chunk: float = 1.0
+    passes_per_chunk: float = checked(1.0, POSITIVE)
     """Passes over a chunk before the next one is collected."""
-    batch_size: int = 64
+    batch_size: int = checked(64, POSITIVE_INT)
     """Trajectories per optimizer step."""
-    val_trajectories: int = 1000
+    val_trajectories: int = checked(1000, POSITIVE_INT)
     """Held-out trajectories for the validation loss."""
-    eval_every: int = 250
+    eval_every: int = checked(250, POSITIVE_INT)
     """Steps between validation losses (and checkpoints)."""
     out_dir: str = "runs/linear-bandit-ad-linucb"
 
@@ -123,20 +123,6 @@ class PretrainConfig(ScheduleConfig):
         )
         self.expert, self.posterior = labels["expert"], labels["posterior"]
         super().__post_init__()
-
-    def field_rules(self) -> dict[str, Allowed]:
-        """The shared fields' and pretraining's."""
-        return {
-            **super().field_rules(),
-            "label": Allowed(choices=tuple(m.value for m in LabelMode if m is not LabelMode.NONE)),
-            "target": Allowed(choices=Target.values()),
-            "value_loss_weight": NONNEGATIVE,
-            "trajectories_per_chunk": POSITIVE_INT,
-            "passes_per_chunk": POSITIVE,
-            "batch_size": POSITIVE_INT,
-            "val_trajectories": POSITIVE_INT,
-            "eval_every": POSITIVE_INT,
-        }
 
     def check(self) -> None:
         """A batch fits a chunk, the agents are registered, the environment and the labelling check themselves."""

@@ -445,18 +445,24 @@ def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header
         lines.append("")
         fam_checks = [c for c in check_rows if any(c["cell"] == r.cell.label for r in fam)]
         if fam_checks:
-            passed = sum(c["pass"] is True for c in fam_checks)
-            lines += [
-                f"Acceptance thresholds (in-range cells, training prior): {passed}/{len(fam_checks)} pass.\n",
-                "| cell | threshold | generalist | bound | pass |",
-                "|---|---|---|---|---|",
-            ]
-            for c in fam_checks:
-                bound = "n/a" if c["threshold"] is None else f"{c['threshold']:.2f}"
-                verdict = {True: "yes", False: "**no**", None: "n/a"}[c["pass"]]
-                lines.append(f"| {c['cell']} | {c['check']} | {c['value']:.2f} | {bound} | {verdict} |")
+            lines += checks_table(fam_checks, "Acceptance thresholds (in-range cells, training prior)", "generalist")
             lines.append("")
     return "\n".join(lines)
+
+
+def checks_table(check_rows: list[dict[str, Any]], title: str, model: str) -> list[str]:
+    """Markdown lines: '<title>: passed/total pass.' and one table line per (cell, threshold) of :func:`checks`."""
+    passed = sum(c["pass"] is True for c in check_rows)
+    lines = [
+        f"{title}: {passed}/{len(check_rows)} pass.\n",
+        f"| cell | threshold | {model} | bound | pass |",
+        "|---|---|---|---|---|",
+    ]
+    for c in check_rows:
+        bound = "n/a" if c["threshold"] is None else f"{c['threshold']:.2f}"
+        verdict = {True: "yes", False: "**no**", None: "n/a"}[c["pass"]]
+        lines.append(f"| {c['cell']} | {c['check']} | {c['value']:.2f} | {bound} | {verdict} |")
+    return lines
 
 
 def describe_range(trained_range: dict[str, Any] | None) -> str:
@@ -546,6 +552,29 @@ def _model_record(checkpoint: str) -> dict[str, Any]:
     }
 
 
+def play_cells(
+    cells: list[Cell], play: Callable[[Cell], CellResult], progress: Callable[[str], None] | None
+) -> list[CellResult]:
+    """``play(cell)`` for every cell in order; each finished cell's label and the seconds so far go to ``progress``."""
+    start = time.perf_counter()
+    results = []
+    for cell in cells:
+        results.append(play(cell))
+        if progress is not None:
+            progress(f"{cell.label} ({time.perf_counter() - start:.0f}s)")
+    return results
+
+
+def run_identity(name: str, runs: int, eval_seed: int, seed_offset: int) -> dict[str, Any]:
+    """The ``config.json`` fields that say which instances a grid played (every cell: one CRN batch of all runs)."""
+    return {
+        "experiment": name,
+        "runs": runs,
+        "seed": eval_seed,
+        "seed_note": f"every cell: crn_batches(seed={eval_seed}, batch_size=runs); training seeds < {seed_offset}",
+    }
+
+
 def run_generalization(
     exp: GridExperiment,
     out: Path,
@@ -588,18 +617,15 @@ def run_generalization(
         linear_cells(exp) if "linear" in families else []
     )
     start = time.perf_counter()
-    results = []
-    for cell in cells:
+
+    def play(cell: Cell) -> CellResult:
         model_id = weights[cell.family] if models[cell.family] else None
-        results.append(run_cell(exp, cell, models[cell.family], runs, eval_seed, cache_dir, folder / "cells", model_id))
-        if progress is not None:
-            progress(f"{cell.label} ({time.perf_counter() - start:.0f}s)")
+        return run_cell(exp, cell, models[cell.family], runs, eval_seed, cache_dir, folder / "cells", model_id)
+
+    results = play_cells(cells, play, progress)
     check_rows = [c for r in results for c in checks(exp, r)]
     config = {
-        "experiment": exp.name,
-        "runs": runs,
-        "seed": eval_seed,
-        "seed_note": f"every cell: crn_batches(seed={eval_seed}, batch_size=runs); training seeds < {exp.seed_offset}",
+        **run_identity(exp.name, runs, eval_seed, exp.seed_offset),
         "families": list(families),
         "models": {f: models[f] for f in families},
         "model_records": records,

@@ -45,9 +45,12 @@ from benchmarks.evaluations.generalization import (
     MODEL,
     Cell,
     CellResult,
+    checks_table,
     describe_range,
     heatmap,
     model_available,
+    play_cells,
+    run_identity,
     run_rows,
     write_checks_csv,
 )
@@ -63,9 +66,11 @@ ROOM_FIGURE = (10, 100, 4, 251.9)
 """Size, H, K and regret of the fixed-size dark-room DPT transformer, the bound in that room."""
 
 
-def _random(S: int, A: int, H: int, K: int) -> MDPSpec:
-    """The random-MDP prior of size (S, A, H, K) with the other fields at their defaults."""
-    return MDPSpec(num_states=S, num_actions=A, horizon=H, episodes=K)
+def _random_cell(panel: str, row: str, size: tuple[int, int, int, int], in_range: bool = True) -> Cell:
+    """The cell of the random-MDP prior of size (S, A, H, K), the other prior fields at their defaults."""
+    S, A, H, K = size
+    spec = MDPSpec(num_states=S, num_actions=A, horizon=H, episodes=K)
+    return Cell("mdp", panel, row, f"H={H}, K={K}", spec, in_range, True)
 
 
 def mdp_cells(exp: MDPGridExperiment, groups: tuple[str, ...] | list[str]) -> list[Cell]:
@@ -74,15 +79,7 @@ def mdp_cells(exp: MDPGridExperiment, groups: tuple[str, ...] | list[str]) -> li
     for group in groups:
         if group == "in-range":
             out += [
-                Cell(
-                    "mdp",
-                    f"random MDPs, A={A}",
-                    f"S={S}",
-                    f"H={H}, K={K}",
-                    _random(S, A, H, K),
-                    True,
-                    True,
-                )
+                _random_cell(f"random MDPs, A={A}", f"S={S}", (S, A, H, K))
                 for A in exp.actions
                 for S in exp.states
                 for H in exp.horizons
@@ -90,18 +87,8 @@ def mdp_cells(exp: MDPGridExperiment, groups: tuple[str, ...] | list[str]) -> li
                 if K * H <= exp.max_steps
             ]
         elif group == "fixed":
-            S, A, H, K = exp.fixed
-            out.append(
-                Cell(
-                    "mdp",
-                    "fixed size",
-                    f"S={S}, A={A}",
-                    f"H={H}, K={K}",
-                    _random(S, A, H, K),
-                    True,
-                    True,
-                )
-            )
+            S, A = exp.fixed[:2]
+            out.append(_random_cell("fixed size", f"S={S}, A={A}", exp.fixed))
         elif group == "dark":
             out += [
                 Cell("mdp", "dark rooms", f"{n}x{n}", f"H={H}, K={K}", dark_room_spec(n, H, K), True, True)
@@ -110,15 +97,7 @@ def mdp_cells(exp: MDPGridExperiment, groups: tuple[str, ...] | list[str]) -> li
         elif group == "beyond":
             A, H, K = exp.beyond
             out += [
-                Cell(
-                    "mdp",
-                    f"beyond the range (A={A})",
-                    f"S={S}",
-                    f"H={H}, K={K}",
-                    _random(S, A, H, K),
-                    False,
-                    True,
-                )
+                _random_cell(f"beyond the range (A={A})", f"S={S}", (S, A, H, K), in_range=False)
                 for S in exp.beyond_states
             ]
         else:
@@ -243,17 +222,7 @@ def markdown(exp: MDPGridExperiment, results: list[CellResult], check_rows: list
             f"{_fmt(r.totals.get(exp.bayes_dpt))} | {_paired(r, psrl)} | {_paired(r, exp.bayes_dpt)} |"
         )
     if check_rows:
-        passed = sum(c["pass"] is True for c in check_rows)
-        lines += [
-            "",
-            f"Acceptance bounds: {passed}/{len(check_rows)} pass.\n",
-            "| cell | bound | model | threshold | pass |",
-            "|---|---|---|---|---|",
-        ]
-        for c in check_rows:
-            bound = "n/a" if c["threshold"] is None else f"{c['threshold']:.2f}"
-            verdict = {True: "yes", False: "**no**", None: "n/a"}[c["pass"]]
-            lines.append(f"| {c['cell']} | {c['check']} | {c['value']:.2f} | {bound} | {verdict} |")
+        lines += ["", *checks_table(check_rows, "Acceptance bounds", "model")]
     others = sorted({row for r in results for row in r.totals} - {MODEL, *exp.psrl, exp.bayes_dpt})
     lines += ["", f"Other rows (in cells.csv): {', '.join(others)}.", ""]
     return "\n".join(lines)
@@ -291,31 +260,18 @@ def run_mdp_generalization(
         }
     cells = mdp_cells(exp, groups or exp.groups)
     start = time.perf_counter()
-    results = []
-    for cell in cells:
-        cell_runs = runs * (exp.fixed_runs_factor if is_fixed(exp, cell) else 1)
+
+    def play(cell: Cell) -> CellResult:
         refs = references(exp, cell)
         compared = tuple(label for label in exp.compared if label in refs)
-        results.append(
-            run_rows(
-                cell,
-                refs,
-                model,
-                cell_runs,
-                eval_seed,
-                folder / "cells",
-                record.get("weights_sha256"),
-                compared=compared,
-            )
-        )
-        if progress is not None:
-            progress(f"{cell.label} ({time.perf_counter() - start:.0f}s)")
+        cell_runs = runs * (exp.fixed_runs_factor if is_fixed(exp, cell) else 1)
+        store, model_id = folder / "cells", record.get("weights_sha256")
+        return run_rows(cell, refs, model, cell_runs, eval_seed, store, model_id, compared=compared)
+
+    results = play_cells(cells, play, progress)
     check_rows = [c for r in results for c in checks(exp, r)]
     config = {
-        "experiment": exp.name,
-        "runs": runs,
-        "seed": eval_seed,
-        "seed_note": f"every cell: crn_batches(seed={eval_seed}, batch_size=runs); training seeds < {exp.seed_offset}",
+        **run_identity(exp.name, runs, eval_seed, exp.seed_offset),
         "groups": list(groups or exp.groups),
         "model": model,
         "model_record": record,

@@ -60,7 +60,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icrl_gym.config import POSITIVE_INT, Allowed, DictConfig, check_fields
+from icrl_gym.config import POSITIVE_INT, Allowed, DictConfig, check_fields, checked
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 NUM_COUNT_FEATURES = 8
@@ -77,18 +77,15 @@ NUM_START_FEATURES = 2
 class MDPGeneralistConfig(DictConfig):
     """Architecture of :class:`MDPGeneralist` (nothing here depends on S, A, H or K)."""
 
-    d_model: int = 32
+    d_model: int = checked(32, POSITIVE_INT)
     """Width d of the (s, a) and state embeddings."""
-    mlp_ratio: int = 2
+    mlp_ratio: int = checked(2, POSITIVE_INT)
     """Hidden width of the per-(s, a) MLP as a multiple of d."""
-    prior_count: float = 1.0
+    prior_count: float = checked(1.0, Allowed(low=0, strict=True))
     """Initial alpha of the scalar channel's P_hat (learned from there)."""
 
     def __post_init__(self) -> None:
-        check_fields(
-            self,
-            {"d_model": POSITIVE_INT, "mlp_ratio": POSITIVE_INT, "prior_count": Allowed(low=0, strict=True)},
-        )
+        check_fields(self)
 
 
 @dataclass

@@ -236,11 +236,14 @@ def run_mdp_generalization(
     checkpoint: str | None = None,
     groups: tuple[str, ...] | None = None,
     progress: Callable[[str], None] | None = None,
+    model_only: bool = False,
 ) -> list[CellResult]:
     """Run the MDP grid into ``out/<exp.name>/`` (module docstring); returns the cells' results.
 
     ``checkpoint`` defaults to the experiment's shipped model (missing: only the references run, and
-    the summary says so).  Every cell uses the seed ``exp.seed_offset + seed``.
+    the summary says so).  Every cell uses the seed ``exp.seed_offset + seed``.  ``model_only`` plays
+    only the model's rows (a second process beside one computing the references into the same store;
+    a run without it then writes the tables from the stored rows).
     """
     folder = out / exp.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -262,7 +265,7 @@ def run_mdp_generalization(
     start = time.perf_counter()
 
     def play(cell: Cell) -> CellResult:
-        refs = references(exp, cell)
+        refs = {} if model_only else references(exp, cell)
         compared = tuple(label for label in exp.compared if label in refs)
         cell_runs = runs * (exp.fixed_runs_factor if is_fixed(exp, cell) else 1)
         store, model_id = folder / "cells", record.get("weights_sha256")
@@ -325,6 +328,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=500, help="instances per cell")
     parser.add_argument("--seed", type=int, default=0, help="added to the evaluation seeds")
     parser.add_argument("--out", default="runs")
+    parser.add_argument(
+        "--model-only", action="store_true", help="play only the model's rows (see run_mdp_generalization)"
+    )
     args = parser.parse_args(argv)
     if args.runs < 2:
         parser.error(f"--runs must be >= 2 (the standard error needs two), got {args.runs}")
@@ -336,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         args.checkpoint or None,
         tuple(args.cells),
         progress=lambda text: print(text, flush=True),
+        model_only=args.model_only,
     )
 
 

@@ -36,7 +36,7 @@ BERNOULLI_BASELINES = {"UCB": {"name": "ucb"}, "TS": {"name": "bernoulli_ts"}, "
 LINEAR_BASELINES = {"LinUCB": {"name": "linucb"}, "TS": PAPER_TS, "Emp": {"name": "emp"}}
 """The paper's comparison algorithms on linear bandits: LinUCB, its TS (:data:`PAPER_TS`), the empirical mean."""
 
-GENERALISTS = ("generalist", "linear_generalist")
+GENERALISTS = ("generalist", "linear_generalist", "mdp_generalist")
 """Agent names of the generalist transformers (one model for every size of their family)."""
 
 LEARNED = ("transformer", "mdp_transformer", "meta_rl", *GENERALISTS)
@@ -80,6 +80,15 @@ def generalist(name: str = "bernoulli-generalist") -> dict[str, Any]:
 def linear_generalist(name: str = "linear-generalist") -> dict[str, Any]:
     """Specification of the shipped linear generalist (greedy: it imitates a deterministic index policy)."""
     return {"name": "linear_generalist", "checkpoint": name, "greedy": True}
+
+
+def mdp_generalist(name: str = "tabular-mdp-generalist") -> dict[str, Any]:
+    """The shipped MDP generalist, deployed as its agent's default (greedy on random MDPs, sampled in dark rooms)."""
+    return {"name": "mdp_generalist", "checkpoint": name}
+
+
+MDP_GENERALIST_ROW = "MDP generalist (any size)"
+"""Row label of the MDP generalist in the tabular-MDP experiments."""
 
 
 def bayes_dpt(posterior: str, greedy: bool) -> dict[str, Any]:
@@ -309,6 +318,7 @@ MDP_EXPERIMENTS = (
             "TF (AD soft UCB-VI)": mdp_transformer("tabular-mdp-ad-soft-ucbvi"),
             "TF (DPT, PSRL/uniform context)": mdp_transformer("tabular-mdp-dpt-psrl-uniform"),
             "TF (DPT, greedy)": mdp_transformer("tabular-mdp-dpt-psrl-uniform", greedy=True),
+            MDP_GENERALIST_ROW: mdp_generalist(),
             "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt("psrl", greedy=False),
             "Bayes DPT policy (greedy)": bayes_dpt("psrl", greedy=True),
             **TABULAR_REFERENCES,
@@ -320,6 +330,7 @@ MDP_EXPERIMENTS = (
         title="Tabular MDP with P_h, R_h per step (S=5, A=3, H=10, K=20): 150 unknowns for 200 steps",
         spec=MDPSpec(stationary=False),
         algorithms={
+            MDP_GENERALIST_ROW: mdp_generalist(),
             **TABULAR_REFERENCES,
         },
         default=False,
@@ -331,6 +342,7 @@ MDP_EXPERIMENTS = (
         algorithms={
             "TF (DPT, PSRL/uniform context)": mdp_transformer("dark-room-dpt-psrl-uniform"),
             "TF (DPT, greedy)": mdp_transformer("dark-room-dpt-psrl-uniform", greedy=True),
+            MDP_GENERALIST_ROW: mdp_generalist(),
             "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt("dark_room_psrl", greedy=False),
             "Bayes DPT policy (greedy)": bayes_dpt("dark_room_psrl", greedy=True),
             "PSRL (DarkRoom prior)": {"name": "dark_room_psrl"},
@@ -522,7 +534,7 @@ MDP_GENERALIZATION = MDPGridExperiment(
     ),
     psrl=("PSRL", "PSRL (DarkRoom prior)"),
     bayes_dpt="Bayes DPT policy (greedy)",
-    model={"name": "mdp_generalist", "checkpoint": "tabular-mdp-generalist"},
+    model=mdp_generalist(),
 )
 
 MDP_GRID_EXPERIMENTS: dict[str, MDPGridExperiment] = {MDP_GENERALIZATION.name: MDP_GENERALIZATION}

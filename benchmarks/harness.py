@@ -626,7 +626,8 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
     learned = {s["checkpoint"]: s["name"] for e in experiments for s in e.algorithms.values() if s["name"] in LEARNED}
     kept = sorted(name for name, agent in learned.items() if agent in GENERALISTS)
     if kept:  # hours each, resumable runs of their own trainers (README: Generalist agents)
-        _log(f"--retrain keeps the shipped {', '.join(kept)}: retrain them with icrl_gym.training.(linear_)generalist")
+        trainers = "icrl_gym.training.generalist, linear_generalist or mdp_generalist"
+        _log(f"--retrain keeps the shipped {', '.join(kept)}: retrain them with {trainers}")
     names = sorted(name for name in learned if name not in kept)
     paths = {}
     for name in names:

@@ -31,7 +31,11 @@ in dark rooms) plays ``eval_instances`` fresh instances of each of ``eval_cells`
 greedy Bayes DPT policy (and in dark rooms the sampled one) on the same instances and noise (common
 random numbers, seed 1), logged to ``train.log``.  Run as::
 
-    OMP_NUM_THREADS=1 python -m icrl_gym.training.mdp_generalist icrl_gym/pretrained/configs/mdp-generalist-pilot.json
+    OMP_NUM_THREADS=1 python -m icrl_gym.training.mdp_generalist icrl_gym/pretrained/configs/tabular-mdp-generalist.json
+
+The shipped ``tabular-mdp-generalist`` ran this config (15,000 planned steps) to its committed state at
+step 7,900, then resumed with ``steps=9000`` (the cosine schedule's last 1,100 steps, from lr 4.3e-5
+down to 2.5e-5) to the end: 2.78 h of one CPU thread (docs/mdp-generalist.md).
 
 (resume: the same command; ``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.mdp_generalist``
 shares every batch's runs between the ranks, as for the other generalists).

@@ -68,3 +68,14 @@ def test_interleaved_times_every_task_each_round_after_a_warm_up():
     calls = []
     times = timing.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=2)
     assert calls == ["a", "b"] * 3 and {k: len(v) for k, v in times.items()} == {"a": 2, "b": 2}
+
+
+def test_generalist_throughput_times_every_pair_mdp_included(capsys):
+    from benchmarks.speed import generalist_throughput
+
+    rows = generalist_throughput.main(["--set", "instances=2", "repeats=1"])
+    mdp = [r for r in rows if r["setting"].startswith("tabular MDP")]
+    assert [r["checkpoint"] for r in mdp] == ["tabular-mdp-generalist", "tabular-mdp-dpt-psrl-uniform"]
+    # a run of the MDP pair has K H = 200 steps: the rate is runs x steps / seconds
+    assert all(r["env_steps_per_s"] == pytest.approx(2 * 200 / r["seconds"]) for r in mdp)
+    assert "| tabular MDP S=5, A=3, H=10, K=20 | generalist |" in capsys.readouterr().out

@@ -5,12 +5,14 @@ every model's key/value cache (:func:`icrl_gym.data.trajectories.evaluate_regret
 the vector environment, so the figure is what a user's rollout gets):
 
 - Bernoulli K=5, T=200: ``bernoulli-generalist`` next to ``bernoulli-ad-ucb`` (the paper's setting);
-- linear d=5, A=10, T=200, sigma=1.5: ``linear-generalist`` next to ``linear-bandit-ad-linucb``.
+- linear d=5, A=10, T=200, sigma=1.5: ``linear-generalist`` next to ``linear-bandit-ad-linucb``;
+- tabular MDP (S, A, H, K) = (5, 3, 10, 20): ``tabular-mdp-generalist`` (greedy) next to the fixed-size
+  ``tabular-mdp-dpt-psrl-uniform`` (:func:`icrl_gym.data.mdp_rollout.rollout_mdp`; a run has K H steps).
 
 The models of a pair take turns over ``repeats`` timed rounds after one warm-up round
 (:func:`benchmarks.speed.timing.interleaved`), so the machine's load falls on both alike; medians are
-printed as env-steps/s (instances x T / seconds) and the ratio generalist / paper model.  A model
-that is not shipped (or not given as ``bernoulli``/``linear``) is reported as missing.
+printed as env-steps/s (instances x steps per run / seconds) and the ratio generalist / paper model.  A model
+that is not shipped (or not given as ``bernoulli``/``linear``/``mdp``) is reported as missing.
 
     OMP_NUM_THREADS=1 python -m benchmarks.speed.generalist_throughput [CONFIG.json] [--set instances=1000 threads=1]
 """
@@ -27,8 +29,9 @@ from agents import make_agent
 from benchmarks.evaluations.generalization import model_available
 from benchmarks.speed.timing import TimedConfig, interleaved
 from icrl_gym.config import POSITIVE_INT, checked
+from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
 
 
 @dataclass
@@ -41,10 +44,12 @@ class GeneralistThroughputConfig(TimedConfig):
     """Bernoulli generalist checkpoint (a shipped name or a path)."""
     linear: str = "linear-generalist"
     """Linear generalist checkpoint (a shipped name or a path)."""
+    mdp: str = "tabular-mdp-generalist"
+    """MDP generalist checkpoint (a shipped name or a path)."""
 
 
-def pairs(bernoulli: str, linear: str) -> list[tuple[str, BanditSpec, dict[str, dict[str, Any]]]]:
-    """(setting, environment, {row: agent spec}) of the two comparisons."""
+def pairs(bernoulli: str, linear: str, mdp: str) -> list[tuple[str, BanditSpec | MDPSpec, dict[str, dict[str, Any]]]]:
+    """(setting, environment, {row: agent spec}) of the three comparisons."""
     return [
         (
             "Bernoulli K=5, T=200",
@@ -65,18 +70,35 @@ def pairs(bernoulli: str, linear: str) -> list[tuple[str, BanditSpec, dict[str, 
                 },
             },
         ),
+        (
+            "tabular MDP S=5, A=3, H=10, K=20",
+            MDPSpec(),
+            {
+                "generalist": {"name": "mdp_generalist", "checkpoint": mdp, "greedy": True},
+                "paper model (tabular-mdp-dpt-psrl-uniform)": {
+                    "name": "mdp_transformer",
+                    "checkpoint": "tabular-mdp-dpt-psrl-uniform",
+                },
+            },
+        ),
     ]
 
 
-def measure(instances: int, repeats: int, bernoulli: str, linear: str) -> list[dict[str, Any]]:
-    """Median env-steps/s of every available row of both pairs."""
+def rollout(spec: BanditSpec | MDPSpec, agent: dict[str, Any], instances: int) -> None:
+    """One batch of ``instances`` runs of ``agent`` (the environment stepped too, as a user's rollout is)."""
+    if isinstance(spec, MDPSpec):
+        rollout_mdp(spec, agent, instances, seed=0, batch_size=instances)
+    else:
+        evaluate_regret(spec, make_agent(agent), instances, seed=0, batch_size=instances)
+
+
+def measure(instances: int, repeats: int, bernoulli: str, linear: str, mdp: str) -> list[dict[str, Any]]:
+    """Median env-steps/s of every available row of the three pairs."""
     rows = []
-    for setting, spec, agents in pairs(bernoulli, linear):
+    for setting, spec, agents in pairs(bernoulli, linear, mdp):
         present = {label: a for label, a in agents.items() if model_available(a["checkpoint"])}
-        tasks = {
-            label: (lambda a=a, s=spec: evaluate_regret(s, make_agent(a), instances, seed=0, batch_size=instances))
-            for label, a in present.items()
-        }
+        tasks = {label: (lambda a=a, s=spec: rollout(s, a, instances)) for label, a in present.items()}
+        steps = spec.total_steps if isinstance(spec, MDPSpec) else spec.horizon
         times = interleaved(tasks, repeats)
         for label, agent in agents.items():
             if label not in present:
@@ -89,7 +111,7 @@ def measure(instances: int, repeats: int, bernoulli: str, linear: str) -> list[d
                     "model": label,
                     "checkpoint": agent["checkpoint"],
                     "seconds": seconds,
-                    "env_steps_per_s": instances * spec.horizon / seconds,
+                    "env_steps_per_s": instances * steps / seconds,
                 }
             )
     return rows
@@ -98,7 +120,7 @@ def measure(instances: int, repeats: int, bernoulli: str, linear: str) -> list[d
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Command line: measure, print the Markdown table and the rows as JSON."""
     args = GeneralistThroughputConfig.from_command_line(argv)
-    rows = measure(args.instances, args.repeats, args.bernoulli, args.linear)
+    rows = measure(args.instances, args.repeats, args.bernoulli, args.linear, args.mdp)
     print(f"{args.instances} instances, {args.threads} thread(s), medians of {args.repeats} interleaved rounds\n")
     print("| setting | model | env-steps/s | ratio to the paper model |\n|---|---|---|---|")
     for setting in dict.fromkeys(r["setting"] for r in rows):

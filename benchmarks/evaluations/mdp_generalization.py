@@ -237,13 +237,15 @@ def run_mdp_generalization(
     groups: tuple[str, ...] | None = None,
     progress: Callable[[str], None] | None = None,
     model_only: bool = False,
+    reverse: bool = False,
 ) -> list[CellResult]:
     """Run the MDP grid into ``out/<exp.name>/`` (module docstring); returns the cells' results.
 
     ``checkpoint`` defaults to the experiment's shipped model (missing: only the references run, and
     the summary says so).  Every cell uses the seed ``exp.seed_offset + seed``.  ``model_only`` plays
     only the model's rows (a second process beside one computing the references into the same store;
-    a run without it then writes the tables from the stored rows).
+    a run without it then writes the tables from the stored rows); ``reverse`` plays the cells last
+    first (a second process filling the same store from the other end).
     """
     folder = out / exp.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -261,7 +263,7 @@ def run_mdp_generalization(
             "playable_range": stored.meta.get("playable_range"),
             "weights_sha256": stored.meta.get("weights_sha256"),
         }
-    cells = mdp_cells(exp, groups or exp.groups)
+    cells = mdp_cells(exp, groups or exp.groups)[:: -1 if reverse else 1]
     start = time.perf_counter()
 
     def play(cell: Cell) -> CellResult:
@@ -343,6 +345,7 @@ def main(argv: list[str] | None = None) -> None:
         tuple(args.cells),
         progress=lambda text: print(text, flush=True),
         model_only=args.model_only,
+        reverse=args.reverse,
     )
 
 

@@ -326,11 +326,13 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     assert bounds[(fixed.cell.label, "<= 1.10 x greedy Bayes DPT")] == pytest.approx(1.1 * bdpt, rel=1e-5)
     assert bounds[(fixed.cell.label, "<= 13.3 (fixed-size DPT model)")] == 13.3
     assert (folder / "heatmap-psrl.png").stat().st_size > 0 and (folder / "heatmap-bayes-dpt.png").exists()
-    # a model-only process (beside one playing the references) meets the same instances and noise
-    (only,) = grid.run_mdp_generalization(
-        exp, tmp_path / "only", 4, checkpoint=str(path), groups=("dark",), model_only=True
+    # a model-only process (beside one playing the references), here from the other end of the grid,
+    # meets the same instances and noise
+    only = grid.run_mdp_generalization(
+        exp, tmp_path / "only", 4, checkpoint=str(path), groups=("fixed", "dark"), model_only=True, reverse=True
     )
-    assert set(only.totals) == {grid.MODEL} and np.array_equal(only.totals[grid.MODEL], model_room)
+    assert [r.cell for r in only] == [room.cell, fixed.cell] and set(only[0].totals) == {grid.MODEL}
+    assert np.array_equal(only[0].totals[grid.MODEL], model_room)
 
     calls: list[str] = []
     real = generalization._totals

@@ -330,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=500, help="instances per cell")
     parser.add_argument("--seed", type=int, default=0, help="added to the evaluation seeds")
     parser.add_argument("--out", default="runs")
+    parser.add_argument("--reverse", action="store_true", help="play the cells last first (see run_mdp_generalization)")
     parser.add_argument(
         "--model-only", action="store_true", help="play only the model's rows (see run_mdp_generalization)"
     )

@@ -351,6 +351,12 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     other = save_checkpoint(tmp_path / "other", model, record, kind=CheckpointKind.MDP_GENERALIST)
     grid.run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
     assert calls == ["mdp_generalist", "mdp_generalist"]
+    # the command line reaches every option: a second checkpoint, model only, re-plays only its row
+    cli = ["--cells", "fixed", "--runs", "2", "--out", str(tmp_path / "cli")]
+    grid.main(["--checkpoint", str(path), *cli])
+    before = len(calls)
+    grid.main(["--checkpoint", str(other), *cli, "--model-only", "--reverse"])
+    assert calls[before:] == ["mdp_generalist"]
 
 
 def test_the_default_deployment_is_greedy_on_random_mdps_and_sampled_in_dark_rooms():

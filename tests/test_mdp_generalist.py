@@ -357,6 +357,12 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     before = len(calls)
     grid.main(["--checkpoint", str(other), *cli, "--model-only", "--reverse"])
     assert calls[before:] == ["mdp_generalist"]
+    # stored rows only: nothing is played, and what is not stored is n/a
+    (fresh,) = grid.run_mdp_generalization(
+        exp, tmp_path / "fresh", 4, checkpoint=str(path), groups=("dark",), stored_only=True
+    )
+    assert len(calls) == before + 1 and all(v is None for v in fresh.totals.values())
+    assert "| dark rooms; 3x3; H=4, K=2 | n/a |" in (tmp_path / "fresh" / exp.name / "summary.md").read_text()
 
 
 def test_the_default_deployment_is_greedy_on_random_mdps_and_sampled_in_dark_rooms():

@@ -278,12 +278,14 @@ def run_rows(
     model_id: str | None = None,
     optional: set[str] | frozenset[str] = frozenset(),
     compared: tuple[str, ...] | None = None,
+    stored_only: bool = False,
 ) -> CellResult:
     """The reference rows ``refs``, then ``model`` (if any), on the same ``runs`` instances of ``cell``.
 
     A row that refuses the size (the model's range, a reference in ``optional`` or any reference of a
     cell beyond the trained range, e.g. by its memory estimate) is kept with its reason instead of
     numbers.  The best reference of the cell is the best of ``compared`` (default: every reference).
+    With ``stored_only``, a row not in ``store`` is not played but kept as missing ("n/a: not run yet").
     With ``store``, every finished row is written there at once (atomically), and a stored
     row with the same environment, agent, runs, seed and model weights (``model_id``) is reused, so an
     interrupted grid resumes where it stopped and a new model re-runs only its own rows.
@@ -296,6 +298,9 @@ def run_rows(
             result.totals[label], note = stored
             if note is not None:
                 result.notes[label] = note
+            continue
+        if stored_only:
+            result.totals[label], result.notes[label] = None, "n/a: not run yet"
             continue
         may_refuse = label == MODEL or label in optional or not cell.in_range
         try:

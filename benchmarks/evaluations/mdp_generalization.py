@@ -238,6 +238,7 @@ def run_mdp_generalization(
     progress: Callable[[str], None] | None = None,
     model_only: bool = False,
     reverse: bool = False,
+    stored_only: bool = False,
 ) -> list[CellResult]:
     """Run the MDP grid into ``out/<exp.name>/`` (module docstring); returns the cells' results.
 
@@ -245,7 +246,8 @@ def run_mdp_generalization(
     the summary says so).  Every cell uses the seed ``exp.seed_offset + seed``.  ``model_only`` plays
     only the model's rows (a second process beside one computing the references into the same store;
     a run without it then writes the tables from the stored rows); ``reverse`` plays the cells last
-    first (a second process filling the same store from the other end).
+    first (a second process filling the same store from the other end); ``stored_only`` plays nothing
+    and writes the tables from the rows already stored (the others n/a).
     """
     folder = out / exp.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -271,7 +273,9 @@ def run_mdp_generalization(
         compared = tuple(label for label in exp.compared if label in refs)
         cell_runs = runs * (exp.fixed_runs_factor if is_fixed(exp, cell) else 1)
         store, model_id = folder / "cells", record.get("weights_sha256")
-        return run_rows(cell, refs, model, cell_runs, eval_seed, store, model_id, compared=compared)
+        return run_rows(
+            cell, refs, model, cell_runs, eval_seed, store, model_id, compared=compared, stored_only=stored_only
+        )
 
     results = play_cells(cells, play, progress)
     check_rows = [c for r in results for c in checks(exp, r)]
@@ -331,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="added to the evaluation seeds")
     parser.add_argument("--out", default="runs")
     parser.add_argument("--reverse", action="store_true", help="play the cells last first (see run_mdp_generalization)")
+    parser.add_argument("--stored-only", action="store_true", help="play nothing: tables from the stored rows")
     parser.add_argument(
         "--model-only", action="store_true", help="play only the model's rows (see run_mdp_generalization)"
     )
@@ -347,6 +352,7 @@ def main(argv: list[str] | None = None) -> None:
         progress=lambda text: print(text, flush=True),
         model_only=args.model_only,
         reverse=args.reverse,
+        stored_only=args.stored_only,
     )
 
 

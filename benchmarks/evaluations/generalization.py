@@ -493,11 +493,13 @@ def heatmap(
     ratio: Callable[[CellResult], tuple[float, str] | None] = ratio_to_best,
     label: str = "regret(generalist) / regret(best reference)",
     bracket: str = "the best reference",
+    per_row: int = 0,
 ) -> Path:
     """A ratio of the model to a reference per cell (default: to the best one), one panel per prior or sub-grid.
 
-    ``ratio`` gives a cell's (ratio, text in brackets); out-of-range cells are hatched; ``trained``
-    describes the model's trained range (:func:`describe_range`) in the figure's note.
+    ``ratio`` gives a cell's (ratio, text in brackets; ``bracket`` says what that text is, '' for
+    none); out-of-range cells are hatched; ``trained`` describes the model's trained range
+    (:func:`describe_range`) in the figure's note.  ``per_row`` panels per row (0: all in one row).
     """
     import matplotlib
 
@@ -511,11 +513,16 @@ def heatmap(
     top = max([1.1, *values])
     norm = TwoSlopeNorm(vmin=min([0.9, *values]), vcenter=1.0, vmax=top)
     widths = [len({r.cell.column for r in results if r.cell.panel == p}) + 1 for p in panels]
+    ncols = per_row or len(panels)
+    nrows = -(-len(panels) // ncols)
+    width = sum(widths) if nrows == 1 else max(widths) * ncols
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(sum(widths) * 1.4 + 2.0, 4.6), squeeze=False, layout="constrained"
+        nrows, ncols, figsize=(width * 1.4 + 2.0, 4.6 * nrows), squeeze=False, layout="constrained"
     )
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
     image = None
-    for ax, panel in zip(axes[0], panels, strict=True):
+    for ax, panel in zip(axes.flat, panels, strict=False):
         cells = [r for r in results if r.cell.panel == panel]
         rows = list(dict.fromkeys(r.cell.row for r in cells))
         cols = list(dict.fromkeys(r.cell.column for r in cells))
@@ -537,8 +544,8 @@ def heatmap(
         ax.set_yticks(range(len(rows)), rows)
         ax.set_title(panel, fontsize=9)
     if image is not None:
-        fig.colorbar(image, ax=axes[0].tolist(), label=label)
-    note = f"hatched: outside the trained range ({trained}); in brackets: {bracket}"
+        fig.colorbar(image, ax=axes.ravel().tolist(), label=label)
+    note = f"hatched: outside the trained range ({trained})" + (f"; in brackets: {bracket}" if bracket else "")
     fig.suptitle(f"{title}\n{note}", fontsize=9)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -262,6 +262,7 @@ def run_mdp_generalization(
             "checkpoint": name,
             "kind": stored.kind.value,
             "steps": stored.meta.get("training", {}).get("steps"),
+            "trained_range": {k: v for k, v in stored.meta.get("trained_range", {}).items() if not isinstance(v, dict)},
             "playable_range": stored.meta.get("playable_range"),
             "weights_sha256": stored.meta.get("weights_sha256"),
         }
@@ -315,10 +316,11 @@ def run_mdp_generalization(
             path,
             results,
             f"{exp.title}: {name}, {runs} runs, seed {eval_seed}",
-            describe_range(record.get("playable_range")),
+            describe_range(record.get("trained_range")),
             ratio=ratio,
             label=f"regret(model) / regret({label})",
-            bracket="nothing",
+            bracket="",
+            per_row=2,
         )
     return results
 

@@ -127,7 +127,7 @@ class BenchConfig:
     mdp_generalist: str = ""
     """Checkpoint of the MDP generalist in the MDP grid ('': the shipped 'tabular-mdp-generalist')."""
     mdp_cells: tuple[str, ...] = ("in-range", "fixed", "dark", "beyond")
-    """Cell groups of the MDP grid (comma-separated): in-range, fixed, dark, beyond."""
+    """Cell groups of the MDP grid, comma-separated (the groups: benchmarks/evaluations/mdp_generalization.py)."""
 
     def _names(self) -> list[str]:
         if self.experiments == ("all",):

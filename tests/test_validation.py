@@ -548,3 +548,12 @@ def test_as_float_array_builds_its_message_only_for_bad_input():
     assert as_float_array("reward", plain) is plain  # float64 in, no copy (as np.asarray)
     with raises(TypeError, "reward must be an array of numbers, got str '1.0'"):
         as_float_array("reward", "1.0")
+
+
+def test_a_huge_integer_concentration_is_stored_as_a_float_and_draws_dirichlet_rows():
+    # 10**30 passes the range check; as a Python int numpy would build an object array and fail
+    env = TabularMDPEnv(num_states=4, num_actions=2, horizon=3, episodes=1, concentration=10**30)
+    assert type(env.mdp_spec.concentration) is float
+    _, info = env.reset(seed=0)
+    P = np.asarray(info["P"])
+    assert np.allclose(P.sum(-1), 1.0) and np.allclose(P, 0.25, atol=1e-6)  # c -> inf: uniform rows

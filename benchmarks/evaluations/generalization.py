@@ -474,7 +474,8 @@ def describe_range(trained_range: dict[str, Any] | None) -> str:
     """A checkpoint record's ``trained_range`` as text, e.g. ``num_arms 2..20, horizon 20..500``."""
     if not trained_range:
         return "the checkpoint records none"
-    return ", ".join(f"{k} {lo:g}..{hi:g}" for k, (lo, hi) in trained_range.items())
+    # a record may also hold per-family ranges (nested dicts: the MDP generalist's); the overall ones are described
+    return ", ".join(f"{k} {v[0]:g}..{v[1]:g}" for k, v in trained_range.items() if not isinstance(v, dict))
 
 
 def ratio_to_best(result: CellResult) -> tuple[float, str] | None:

@@ -105,6 +105,8 @@ class MDPSpec(DictConfig):
                 problems.append(problem)
         if (problem := number_problem("concentration", self.concentration, 0.0, True, MAX_SCALE)) is not None:
             problems.append(problem)
+        else:  # a float, so numpy never sees an integer too large for int64 (10**30 would become an object array)
+            object.__setattr__(self, "concentration", float(self.concentration))
         for name in ("random_start", "stationary"):
             if not isinstance(getattr(self, name), bool):
                 problems.append(f"{name} must be True or False, got {getattr(self, name)!r}")

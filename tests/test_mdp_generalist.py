@@ -335,13 +335,13 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     assert np.array_equal(only[0].totals[grid.MODEL], model_room)
 
     calls: list[str] = []
-    real = generalization._totals
+    real = generalization.total_regret
 
     def counted(spec, agent, runs, seed):
         calls.append(agent["name"])
         return real(spec, agent, runs, seed)
 
-    monkeypatch.setattr(generalization, "_totals", counted)
+    monkeypatch.setattr(generalization, "total_regret", counted)
     again = grid.run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
     assert calls == [] and np.array_equal(again[0].totals[grid.MODEL], fixed.totals[grid.MODEL])
     # new weights: only the model's rows run again

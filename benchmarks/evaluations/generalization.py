@@ -185,7 +185,7 @@ def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[s
     return out
 
 
-def _totals(spec: BanditSpec | MDPSpec, agent: dict[str, Any], runs: int, seed: int) -> np.ndarray:
+def total_regret(spec: BanditSpec | MDPSpec, agent: dict[str, Any], runs: int, seed: int) -> np.ndarray:
     """Per-run cumulative regret (runs,): one CRN batch of all runs, so every row meets the same instances.
 
     Bandits: R_T = sum_t (max_a mu_a - mu_{a_t}); MDPs: sum_k (V*_1(mu) - V^{pi_k}_1(mu)) over the K episodes.
@@ -304,7 +304,7 @@ def run_rows(
             continue
         may_refuse = label == MODEL or label in optional or not cell.in_range
         try:
-            result.totals[label] = _totals(cell.spec, agent, runs, seed)
+            result.totals[label] = total_regret(cell.spec, agent, runs, seed)
         except ValueError as err:  # the size is beyond what this row can play: marked n/a
             if not may_refuse or isinstance(err, CheckpointError):  # a missing or damaged model is no size limit
                 raise
@@ -553,7 +553,8 @@ def heatmap(
     return path
 
 
-def _model_record(checkpoint: str) -> dict[str, Any]:
+def model_record(checkpoint: str) -> dict[str, Any]:
+    """What the grid's ``config.json`` records of a model: its checkpoint, kind, training steps, trained range, seed."""
     record = read_record(resolve_checkpoint(checkpoint))
     training = record.meta.get("training", {})
     return {
@@ -621,7 +622,7 @@ def run_generalization(
         name = ckpt or spec["checkpoint"]
         if model_available(name):
             models[family] = {**spec, "checkpoint": name}
-            records[family] = _model_record(name)
+            records[family] = model_record(name)
             weights[family] = read_record(resolve_checkpoint(name)).meta.get("weights_sha256")
         else:
             models[family] = None

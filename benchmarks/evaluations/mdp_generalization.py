@@ -49,6 +49,7 @@ from benchmarks.evaluations.generalization import (
     describe_range,
     heatmap,
     model_available,
+    model_record,
     play_cells,
     run_identity,
     run_rows,
@@ -57,7 +58,7 @@ from benchmarks.evaluations.generalization import (
 from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import MDP_GENERALIZATION, MDPGridExperiment
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
-from icrl_gym.envs import MDPSpec, dark_room_spec
+from icrl_gym.envs import MDPKind, MDPSpec, dark_room_spec
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 FIXED_SIZE_FIGURE = 13.3
@@ -88,7 +89,7 @@ def mdp_cells(exp: MDPGridExperiment, groups: tuple[str, ...] | list[str]) -> li
             ]
         elif group == "fixed":
             S, A = exp.fixed[:2]
-            out.append(_random_cell("fixed size", f"S={S}, A={A}", exp.fixed))
+            out.append(_random_cell(FIXED_PANEL, f"S={S}, A={A}", exp.fixed))
         elif group == "dark":
             out += [
                 Cell("mdp", "dark rooms", f"{n}x{n}", f"H={H}, K={K}", dark_room_spec(n, H, K), True, True)
@@ -105,25 +106,32 @@ def mdp_cells(exp: MDPGridExperiment, groups: tuple[str, ...] | list[str]) -> li
     return out
 
 
-def is_fixed(exp: MDPGridExperiment, cell: Cell) -> bool:
-    """Whether ``cell`` is the fixed-size cell (played with ``fixed_runs_factor`` times the runs)."""
-    return cell.panel == "fixed size"
+FIXED_PANEL = "fixed size"
+"""Panel of the fixed-size cell (played with ``fixed_runs_factor`` times the runs)."""
+
+
+def cell_runs(exp: MDPGridExperiment, cell: Cell, runs: int) -> int:
+    """Runs of ``cell``: ``runs``, times ``fixed_runs_factor`` at the fixed size."""
+    return runs * (exp.fixed_runs_factor if cell.panel == FIXED_PANEL else 1)
+
+
+def is_room(cell: Cell) -> bool:
+    """Whether ``cell`` is a dark room."""
+    return isinstance(cell.spec, MDPSpec) and cell.spec.kind is MDPKind.DARK_ROOM
 
 
 def references(exp: MDPGridExperiment, cell: Cell) -> dict[str, dict[str, Any]]:
     """The reference rows of a cell (module docstring)."""
-    spec = cell.spec
-    assert isinstance(spec, MDPSpec)
-    if spec.kind == "dark_room":
+    if is_room(cell):
         return dict(exp.room_references)
     if not cell.in_range:
         return {k: v for k, v in exp.references.items() if k in exp.beyond_references}
-    return {**exp.references, **(exp.fixed_references if is_fixed(exp, cell) else {})}
+    return {**exp.references, **(exp.fixed_references if cell.panel == FIXED_PANEL else {})}
 
 
 def psrl_row(exp: MDPGridExperiment, cell: Cell) -> str:
     """PSRL's row name in the cell (DarkRoom PSRL in dark rooms)."""
-    return exp.psrl[1] if getattr(cell.spec, "kind", None) == "dark_room" else exp.psrl[0]
+    return exp.psrl[1] if is_room(cell) else exp.psrl[0]
 
 
 def anchored(result: CellResult, anchor: str) -> dict[str, float] | None:
@@ -144,19 +152,19 @@ def checks(exp: MDPGridExperiment, result: CellResult) -> list[dict[str, Any]]:
     psrl = result.totals.get(psrl_row(exp, cell))
     bdpt = result.totals.get(exp.bayes_dpt)
     bounds: list[tuple[str, float | None]] = []
-    is_room = getattr(cell.spec, "kind", None) == "dark_room"
+    room = is_room(cell)
     if cell.in_range:
         bounds.append(("<= 0.80 x PSRL", None if psrl is None else 0.80 * float(psrl.mean())))
-        if not is_room:
+        if not room:
             bounds.append(("<= 1.10 x greedy Bayes DPT", None if bdpt is None else 1.10 * float(bdpt.mean())))
     else:
         bounds.append(("<= 0.90 x PSRL", None if psrl is None else 0.90 * float(psrl.mean())))
     spec = cell.spec
     assert isinstance(spec, MDPSpec)
-    if is_fixed(exp, cell):
+    if cell.panel == FIXED_PANEL:
         bounds.append((f"<= {FIXED_SIZE_FIGURE} (fixed-size DPT model)", FIXED_SIZE_FIGURE))
     n, H, K, figure = ROOM_FIGURE
-    if is_room and (spec.size, spec.horizon, spec.episodes) == (n, H, K):
+    if room and (spec.size, spec.horizon, spec.episodes) == (n, H, K):
         bounds.append((f"<= {figure} (fixed-size dark-room model)", figure))
     return [
         {
@@ -191,7 +199,7 @@ def write_cells_csv(path: Path, exp: MDPGridExperiment, results: list[CellResult
         size = {k: spec.to_dict()[k] for k in ("kind", "num_states", "num_actions", "horizon", "episodes")}
         for row, values in result.totals.items():
             line: dict[str, Any] = {"cell": result.cell.label, **size, "in_range": result.cell.in_range, "row": row}
-            line |= {"runs": runs * (exp.fixed_runs_factor if is_fixed(exp, result.cell) else 1), "seed": seed}
+            line |= {"runs": cell_runs(exp, result.cell, runs), "seed": seed}
             line |= {"mean": "", "se": ""} if values is None else {k: f"{v:.6g}" for k, v in mean_se(values).items()}
             line["note"] = result.notes.get(row, "")
             for key, anchor in (("psrl", psrl_row(exp, result.cell)), ("bayes_dpt", exp.bayes_dpt)):
@@ -257,25 +265,25 @@ def run_mdp_generalization(
     record: dict[str, Any] = {}
     if model_available(name):
         model = {**exp.model, "checkpoint": name}
-        stored = read_record(resolve_checkpoint(name))
-        record = {
-            "checkpoint": name,
-            "kind": stored.kind.value,
-            "steps": stored.meta.get("training", {}).get("steps"),
-            "trained_range": {k: v for k, v in stored.meta.get("trained_range", {}).items() if not isinstance(v, dict)},
-            "playable_range": stored.meta.get("playable_range"),
-            "weights_sha256": stored.meta.get("weights_sha256"),
-        }
+        meta = read_record(resolve_checkpoint(name)).meta
+        record = {**model_record(name), **{k: meta.get(k) for k in ("playable_range", "weights_sha256")}}
     cells = mdp_cells(exp, groups or exp.groups)[:: -1 if reverse else 1]
     start = time.perf_counter()
 
     def play(cell: Cell) -> CellResult:
         refs = {} if model_only else references(exp, cell)
         compared = tuple(label for label in exp.compared if label in refs)
-        cell_runs = runs * (exp.fixed_runs_factor if is_fixed(exp, cell) else 1)
         store, model_id = folder / "cells", record.get("weights_sha256")
         return run_rows(
-            cell, refs, model, cell_runs, eval_seed, store, model_id, compared=compared, stored_only=stored_only
+            cell,
+            refs,
+            model,
+            cell_runs(exp, cell, runs),
+            eval_seed,
+            store,
+            model_id,
+            compared=compared,
+            stored_only=stored_only,
         )
 
     results = play_cells(cells, play, progress)

@@ -1,7 +1,7 @@
 """Rollout throughput of the generalist transformers next to the shipped paper-setting models.
 
 Each pair plays the same environment, one batch of ``instances`` runs of T steps, greedy, with
-every model's key/value cache (:func:`icrl_gym.data.trajectories.evaluate_regret`, which also steps
+every model's key/value cache (:func:`benchmarks.evaluations.generalization.total_regret`, which also steps
 the vector environment, so the figure is what a user's rollout gets):
 
 - Bernoulli K=5, T=200: ``bernoulli-generalist`` next to ``bernoulli-ad-ucb`` (the paper's setting);
@@ -25,12 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from agents import make_agent
-from benchmarks.evaluations.generalization import model_available
+from benchmarks.evaluations.generalization import model_available, total_regret
 from benchmarks.speed.timing import TimedConfig, interleaved
 from icrl_gym.config import POSITIVE_INT, checked
-from icrl_gym.data.mdp_rollout import rollout_mdp
-from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
 
 
@@ -84,20 +81,12 @@ def pairs(bernoulli: str, linear: str, mdp: str) -> list[tuple[str, BanditSpec |
     ]
 
 
-def rollout(spec: BanditSpec | MDPSpec, agent: dict[str, Any], instances: int) -> None:
-    """One batch of ``instances`` runs of ``agent`` (the environment stepped too, as a user's rollout is)."""
-    if isinstance(spec, MDPSpec):
-        rollout_mdp(spec, agent, instances, seed=0, batch_size=instances)
-    else:
-        evaluate_regret(spec, make_agent(agent), instances, seed=0, batch_size=instances)
-
-
 def measure(instances: int, repeats: int, bernoulli: str, linear: str, mdp: str) -> list[dict[str, Any]]:
     """Median env-steps/s of every available row of the three pairs."""
     rows = []
     for setting, spec, agents in pairs(bernoulli, linear, mdp):
         present = {label: a for label, a in agents.items() if model_available(a["checkpoint"])}
-        tasks = {label: (lambda a=a, s=spec: rollout(s, a, instances)) for label, a in present.items()}
+        tasks = {label: (lambda a=a, s=spec: total_regret(s, a, instances, seed=0)) for label, a in present.items()}
         steps = spec.total_steps if isinstance(spec, MDPSpec) else spec.horizon
         times = interleaved(tasks, repeats)
         for label, agent in agents.items():

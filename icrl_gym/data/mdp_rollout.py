@@ -10,22 +10,22 @@ Bayes regret K V* - sum of rewards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from icrl_gym.algorithm import BanditAgent, MDPAgent
-from icrl_gym.data.batch_recorder import BatchRecorder
+from icrl_gym.data.batch_recorder import BatchRecorder, RecordedRuns
 from icrl_gym.data.crn import CRNBatch, crn_batches
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
-from icrl_gym.data.pipeline import Labels, Step, run_collection
+from icrl_gym.data.pipeline import Step, run_collection
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 
 
-@dataclass
-class MDPRollouts:
+@dataclass(kw_only=True)
+class MDPRollouts(RecordedRuns):
     """States, actions, rewards (N, T), the optimal values (N,) and the spec of N runs.
 
     With labels (pretraining data): ``labels`` (N, T) -- the action taken ("ad") or the optimal
@@ -35,18 +35,11 @@ class MDPRollouts:
     """
 
     states: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
+    """(N, T) states s_t."""
     v_star: np.ndarray
+    """(N,) optimal values V*_1(mu) of the instances."""
     spec: MDPSpec
-    labels: np.ndarray | None = None
-    label_probs: np.ndarray | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_trajectories(self) -> int:
-        """Number of runs N."""
-        return self.states.shape[0]
+    """The prior the instances were drawn from."""
 
     @property
     def episode_returns(self) -> np.ndarray:
@@ -59,9 +52,10 @@ class MDPRollouts:
         return self.v_star[:, None] - self.episode_returns
 
 
-class MDPRecorder(BatchRecorder[MDPBatch]):
+class MDPRecorder(BatchRecorder[MDPBatch, MDPRollouts]):
     """The MDP side of :func:`~icrl_gym.data.pipeline.run_collection`: instances, :class:`MDPRollouts`."""
 
+    spec: MDPSpec
     default_batch_size = 1000
 
     def __init__(self, spec: MDPSpec, num_runs: int) -> None:
@@ -108,12 +102,6 @@ class MDPRecorder(BatchRecorder[MDPBatch]):
     def hindsight_labels(self, rows: slice, lam: float) -> np.ndarray:
         """Approximate DPT is a linear-bandit label mode (refused by :meth:`Labelling.check_environment`)."""
         raise ValueError("approximate-DPT labels need a linear bandit")
-
-    def result(self, labels: Labels, meta: dict[str, Any]) -> MDPRollouts:
-        """The rollouts with their labels and ``meta``."""
-        self.data.labels, self.data.label_probs = labels.labels, labels.probs
-        self.data.meta = {"env": self.spec.to_dict(), **meta}
-        return self.data
 
 
 def rollout_mdp(

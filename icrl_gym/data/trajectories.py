@@ -71,14 +71,14 @@ import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from icrl_gym.algorithm import BanditAgent, MDPAgent
-from icrl_gym.data.batch_recorder import BatchRecorder
+from icrl_gym.data.batch_recorder import BatchRecorder, RecordedRuns
 from icrl_gym.data.crn import CRNBatch
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
 from icrl_gym.data.pipeline import Labels, Step, run_collection
@@ -135,25 +135,15 @@ class DatasetError(ValueError):
     """A trajectory file that is missing, corrupt, truncated or made for another environment."""
 
 
-@dataclass
-class TrajectoryData:
+@dataclass(kw_only=True)
+class TrajectoryData(RecordedRuns):
     """N trajectories of length T (arrays documented in the module docstring) and their metadata."""
 
     action_sets: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
     expected_rewards: np.ndarray
     best_rewards: np.ndarray
     w_star: np.ndarray
-    labels: np.ndarray | None = None
-    label_probs: np.ndarray | None = None
     label_values: np.ndarray | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_trajectories(self) -> int:
-        """Number of runs N."""
-        return self.actions.shape[0]
 
     @property
     def horizon(self) -> int:
@@ -512,9 +502,10 @@ def _ridge_argmax_labels(step_sets: np.ndarray, actions: np.ndarray, rewards: np
     return np.einsum("ntad,nd->nta", step_sets, w_hat).argmax(axis=-1)
 
 
-class BanditRecorder(BatchRecorder[BanditBatch]):
+class BanditRecorder(BatchRecorder[BanditBatch, TrajectoryData]):
     """The bandit side of :func:`~icrl_gym.data.pipeline.run_collection`: instances, :class:`TrajectoryData`."""
 
+    spec: BanditSpec
     default_batch_size = 10_000
 
     def __init__(self, spec: BanditSpec, num_runs: int) -> None:
@@ -572,10 +563,9 @@ class BanditRecorder(BatchRecorder[BanditBatch]):
         return _ridge_argmax_labels(data.step_action_sets(rows), data.actions[rows], data.rewards[rows], lam)
 
     def result(self, labels: Labels, meta: dict[str, Any]) -> TrajectoryData:
-        """The trajectories with their labels and ``meta``."""
-        self.data.labels, self.data.label_probs, self.data.label_values = labels.labels, labels.probs, labels.values
-        self.data.meta = {"env": self.spec.to_dict(), **meta}
-        return self.data
+        """The trajectories with their labels (the index values too) and ``meta``."""
+        self.data.label_values = labels.values
+        return super().result(labels, meta)
 
 
 def collect_trajectories(

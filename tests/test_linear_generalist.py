@@ -110,8 +110,8 @@ def test_expert_is_the_gaussian_posterior_index():
 
 def test_evaluation_uses_common_random_numbers():
     cell = {"dim": 3, "num_actions": 4, "horizon": 30, "noise_std": 1.0}
-    a = evaluate(None, cell, 5, seed=7, z=1.5, device=torch.device("cpu"))
-    np.testing.assert_array_equal(a, evaluate(None, cell, 5, seed=7, z=1.5, device=torch.device("cpu")))
+    a = evaluate(None, cell, 5, seed=7, z=1.5)
+    np.testing.assert_array_equal(a, evaluate(None, cell, 5, seed=7, z=1.5))
     inst = draw_instances(
         np.random.default_rng(0), 4, 3, 10, np.array([2, 3, 4, 8]), np.ones(4), np.ones(4, bool), True
     )
@@ -194,7 +194,7 @@ def test_agent_plays_through_the_harness(tmp_path):
         small.mean(),
         evaluate_regret(spec, LinearGeneralistAgent.from_model(model), 3, seed=1, batch_size=3).sum(1).mean(),
     )
-    assert np.isfinite(evaluate(model, cell, 3, seed=0, z=1.5, device=torch.device("cpu"))).all()
+    assert np.isfinite(evaluate(model, cell, 3, seed=0, z=1.5)).all()
 
 
 @pytest.mark.slow

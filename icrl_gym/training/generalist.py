@@ -162,7 +162,6 @@ def rollout(
     epsilon: np.ndarray,
     rng: np.random.Generator,
     model: GeneralistTransformer | None = None,
-    device: torch.device | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Trajectories of eps-Gittins (``model`` None) or eps-greedy model play on arms ``means`` (B, K).
 
@@ -179,8 +178,7 @@ def rollout(
     index = np.zeros((b, horizon, k), dtype=np.float32)
     cache: GeneralistCache | None = None
     if model is not None:
-        if device is None:  # the model's own device
-            device = next(model.parameters()).device
+        device = next(model.parameters()).device  # the model plays where its weights are
         cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=horizon), device)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     for t in range(horizon):
@@ -206,7 +204,6 @@ def sample_batch(
     table: GittinsTable,
     rng: np.random.Generator,
     model: GeneralistTransformer | None = None,
-    device: torch.device | None = None,
 ) -> Batch:
     """Draw (K, T), B instances and their trajectories (the expert's, or the model's when given)."""
     k = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
@@ -214,7 +211,7 @@ def sample_batch(
     b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * k * (400 + horizon))), cfg.min_batch, cfg.max_batch))
     means = rng.random((b, k))
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
-    actions, rewards, index = rollout(table, means, horizon, epsilon, rng, model, device)
+    actions, rewards, index = rollout(table, means, horizon, epsilon, rng, model)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     targets = gittins_targets(index[np.arange(b)[:, None], query_steps].astype(np.float64), cfg.label_temperature)
     return Batch(actions, rewards, query_steps, targets, k, horizon)
@@ -301,7 +298,7 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
 
         return GeneralistTrainer(
             model=model,
-            sample=lambda rng, policy: sample_batch(cfg, table, rng, policy, device),
+            sample=lambda rng, policy: sample_batch(cfg, table, rng, policy),
             loss=batch_loss,
             evaluate=evaluate,
             init=init,

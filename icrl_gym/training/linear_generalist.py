@@ -316,7 +316,6 @@ def rollout(
     rng: np.random.Generator,
     z: float,
     model: LinearGeneralistTransformer | None = None,
-    device: torch.device | None = None,
     schedule: str = "constant",
     behaviour: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -341,7 +340,7 @@ def rollout(
     cache = None
     prev: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
     if model is not None:
-        device = next(model.parameters()).device if device is None else device
+        device = next(model.parameters()).device  # the model plays where its weights are
         d_max = model.config.d_max
         cache = model.new_cache(b, EnvInfo(num_actions=num_arms, horizon=horizon, dim=d_max, noise_std=1.0), device)
         cache.noise_std = torch.as_tensor(inst.model_noise(), dtype=torch.float32, device=device)  # per run
@@ -436,7 +435,6 @@ def sample_batch(
     cfg: LinearGeneralistTrainConfig,
     rng: np.random.Generator,
     model: LinearGeneralistTransformer | None = None,
-    device: torch.device | None = None,
 ) -> Batch:
     """Draw (A, T), B instances and their trajectories (the eps-expert's or the model's when given)."""
     num_arms = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
@@ -457,9 +455,7 @@ def sample_batch(
     if model is None and cfg.behaviour_prior == "resampled":  # another instance's prior: actions leak nothing
         other = sample_prior(rng, "family", inst.dim, inst.sets.shape[-1])
         behaviour = (other.mean, other.var)
-    actions, rewards, index, _ = rollout(
-        inst, epsilon, rng, cfg.expert_z, model, device, cfg.expert_schedule, behaviour
-    )
+    actions, rewards, index, _ = rollout(inst, epsilon, rng, cfg.expert_z, model, cfg.expert_schedule, behaviour)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     q_index = index[np.arange(b)[:, None], query_steps].astype(np.float64)
     if cfg.labels == "optimal":
@@ -507,7 +503,6 @@ def evaluate(
     instances: int,
     seed: int,
     z: float,
-    device: torch.device,
     d_max: int | None = None,
     schedule: str = "constant",
 ) -> np.ndarray:
@@ -537,7 +532,7 @@ def evaluate(
         gaussian = np.full(instances, cell.get("arms", "uniform") == "gaussian")
         inst = draw_instances(rng, instances, a, horizon, dim, sigma, gaussian, per_step, d_max)
     with torch.no_grad():
-        return rollout(inst, np.zeros(instances), rng, z, model, device, schedule)[3]
+        return rollout(inst, np.zeros(instances), rng, z, model, schedule)[3]
 
 
 CURVE_EVERY = 1_000
@@ -554,7 +549,7 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
             entry: dict[str, Any] = {"step": step}
             for i, cell in enumerate(cfg.eval_cells):
                 d_max = model.config.d_max  # the expert meets the same (padded) instances: common random numbers
-                args = (cell, cfg.eval_instances, 1 + i, cfg.expert_z, device, d_max, cfg.expert_schedule)
+                args = (cell, cfg.eval_instances, 1 + i, cfg.expert_z, d_max, cfg.expert_schedule)
                 ours, ref = evaluate(model, *args), evaluate(None, *args)
                 se = float(np.std(ours - ref, ddof=1) / math.sqrt(len(ours)))
                 own_se = float(ours.std(ddof=1) / math.sqrt(len(ours)))
@@ -568,7 +563,7 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
 
         return GeneralistTrainer(
             model=model,
-            sample=lambda rng, policy: sample_batch(cfg, rng, policy, device),
+            sample=lambda rng, policy: sample_batch(cfg, rng, policy),
             loss=batch_loss,
             evaluate=evaluate_cells,
             metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},

@@ -322,7 +322,6 @@ def rollout_queries(
     posterior_samples: int,
     rng: np.random.Generator,
     model: MDPGeneralist | None = None,
-    device: torch.device | None = None,
 ) -> QueryBatch:
     """Roll out ``batch_size`` instances of ``spec`` and label them at ``queries`` shared steps (module docstring).
 
@@ -361,7 +360,7 @@ def rollout_queries(
     epsilon = rng.uniform(0.0, max_epsilon, B)
     cache: MDPGeneralistCache | None = None
     if model is not None:
-        device = next(model.parameters()).device if device is None else device
+        device = next(model.parameters()).device  # the model plays where its weights are
         env_info = EnvInfo(num_actions=A, horizon=H, num_states=S, episodes=spec.episodes)
         cache = model.new_cache(B, env_info, device)
         cache.configure(spec.is_stationary, known)
@@ -396,7 +395,6 @@ def sample_batch(
     cfg: MDPGeneralistTrainConfig,
     rng: np.random.Generator,
     model: MDPGeneralist | None = None,
-    device: torch.device | None = None,
 ) -> QueryBatch:
     """A training batch: a prior (:func:`sample_prior`), B (:func:`batch_size_for`), its labelled rollouts.
 
@@ -406,7 +404,7 @@ def sample_batch(
     if model is not None and spec.total_steps > cfg.dagger_max_steps:
         spec = dataclasses.replace(spec, episodes=max(1, cfg.dagger_max_steps // spec.horizon))
     return rollout_queries(
-        spec, batch_size_for(cfg, spec), cfg.queries, cfg.max_epsilon, cfg.posterior_samples, rng, model, device
+        spec, batch_size_for(cfg, spec), cfg.queries, cfg.max_epsilon, cfg.posterior_samples, rng, model
     )
 
 
@@ -504,7 +502,7 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
 
         return GeneralistTrainer(
             model=model,
-            sample=lambda rng, policy: sample_batch(cfg, rng, policy, device),
+            sample=lambda rng, policy: sample_batch(cfg, rng, policy),
             loss=batch_loss,
             evaluate=evaluate,
         )

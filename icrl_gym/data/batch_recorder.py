@@ -61,7 +61,7 @@ class BatchRecorder(Generic[BatchT, RunsT]):
         return self._batch
 
     def result(self, labels: Labels, meta: dict[str, Any]) -> RunsT:
-        """The data set with its labels and ``meta``, after the prior (``env``)."""
+        """The data set with its labels and its record: ``env`` (the prior as a dict), then ``meta``."""
         self.data.labels, self.data.label_probs = labels.labels, labels.probs
         self.data.meta = {"env": self.spec.to_dict(), **meta}
         return self.data

@@ -102,11 +102,15 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
-def logits_action(logits: np.ndarray, greedy: bool, rng: np.random.Generator) -> np.ndarray:
-    """The action of a learned policy from its logits (B, A): the argmax, or a draw from their softmax."""
-    if greedy:
+def logits_action(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    """The action of a learned policy from its logits (B, A): a draw from softmax(logits / temperature).
+
+    Temperature 1 draws from the policy itself, a lower one sharpens it towards the argmax, and
+    temperature 0 is the argmax.
+    """
+    if temperature == 0.0:
         return logits.argmax(axis=1)
-    return sample_categorical(softmax_rows(logits), rng)
+    return sample_categorical(softmax_rows(logits if temperature == 1.0 else logits / temperature), rng)
 
 
 def one_hot(index: np.ndarray, num_classes: int) -> np.ndarray:

@@ -11,7 +11,11 @@ from typing import Any
 
 import torch
 
-from icrl_gym.envs import bernoulli_bandit_spec
+from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record
+from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.envs.bandit_env import BanditVectorEnv
+from icrl_gym.envs.mdp_env import TabularMDPVectorEnv
+from icrl_gym.kinds import KINDS
 from icrl_gym.training.finetune import FinetuneConfig
 from icrl_gym.training.generalist import GeneralistTrainConfig
 from icrl_gym.training.pretrain import PretrainConfig
@@ -76,3 +80,17 @@ def play_steps(agent: Any, env: Any, steps: int, obs: Any) -> tuple[list[Any], A
         agent.update(a, r)
         actions.append(a)
     return actions, obs
+
+
+def shipped_model_env(name: str, num_envs: int = 2) -> BanditVectorEnv | TabularMDPVectorEnv:
+    """A vector environment the shipped model ``name`` can play (its training prior, or a size in its range)."""
+    record = read_record(PRETRAINED_DIR / name)
+    if record.kind is CheckpointKind.GENERALIST_TRANSFORMER:
+        return BanditVectorEnv(num_envs, bernoulli_bandit_spec(num_arms=7, horizon=30))
+    if record.kind is CheckpointKind.LINEAR_GENERALIST_TRANSFORMER:
+        return BanditVectorEnv(num_envs, linear_bandit_spec(dim=4, num_actions=6, horizon=30, noise_std=0.5))
+    if record.kind is CheckpointKind.MDP_GENERALIST:
+        return TabularMDPVectorEnv(num_envs, spec=MDPSpec(num_states=7, num_actions=4, horizon=6, episodes=3))
+    if KINDS[record.kind].family.value == "tabular MDP":
+        return TabularMDPVectorEnv(num_envs, spec=MDPSpec.from_dict(record.env))
+    return BanditVectorEnv(num_envs, BanditSpec.from_dict(record.env))

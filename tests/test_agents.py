@@ -303,7 +303,7 @@ def test_gittins_table_matches_exact_recursion():
 
 
 def test_learned_agents_policy_helpers_match_torch_softmax_and_argmax():
-    """softmax_rows equals torch.softmax; logits_action is the argmax when greedy, else follows the softmax."""
+    """softmax_rows equals torch.softmax; logits_action: the argmax at temperature 0, else softmax(z / temperature)."""
     import torch
 
     from icrl_gym.algorithm import logits_action, softmax_rows
@@ -311,7 +311,10 @@ def test_learned_agents_policy_helpers_match_torch_softmax_and_argmax():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(500, 7)) * 5 + np.array([0, 0, 0, 0, 0, 0, 800.0])[None] * (rng.random((500, 1)) < 0.1)
     np.testing.assert_allclose(softmax_rows(logits), torch.softmax(torch.as_tensor(logits), dim=1).numpy(), rtol=1e-12)
-    np.testing.assert_array_equal(logits_action(logits, True, rng), logits.argmax(axis=1))
+    np.testing.assert_array_equal(logits_action(logits, 0.0, rng), logits.argmax(axis=1))
     z = np.tile(np.log([0.5, 0.3, 0.2]), (20_000, 1))
-    counts = np.bincount(logits_action(z, False, np.random.default_rng(1)), minlength=3) / 20_000
+    counts = np.bincount(logits_action(z, 1.0, np.random.default_rng(1)), minlength=3) / 20_000
     np.testing.assert_allclose(counts, [0.5, 0.3, 0.2], atol=0.015)  # 4.5 s.e. of the largest share
+    # temperature 0.5 squares the probabilities before normalising: (25, 9, 4) / 38
+    counts = np.bincount(logits_action(z, 0.5, np.random.default_rng(2)), minlength=3) / 20_000
+    np.testing.assert_allclose(counts, np.array([25, 9, 4]) / 38, atol=0.016)

@@ -9,32 +9,18 @@ from agents.learned.rollout import PolicyRollout
 from agents.learned.transformer import TransformerAgent
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, load_checkpoint, pretrained_names, read_record
-from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.envs.bandit_env import BanditVectorEnv
-from icrl_gym.envs.mdp_env import TabularMDPVectorEnv
 from icrl_gym.kinds import KINDS
 from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyOutput
 from icrl_gym.registry import agent_class
-
-
-def _env_of(name: str, num_envs: int = 2):
-    """A vector environment the shipped model ``name`` can play (its training prior, or a size in its range)."""
-    record = read_record(PRETRAINED_DIR / name)
-    if record.kind is CheckpointKind.GENERALIST_TRANSFORMER:
-        return BanditVectorEnv(num_envs, bernoulli_bandit_spec(num_arms=7, horizon=30))
-    if record.kind is CheckpointKind.LINEAR_GENERALIST_TRANSFORMER:
-        return BanditVectorEnv(num_envs, linear_bandit_spec(dim=4, num_actions=6, horizon=30, noise_std=0.5))
-    if record.kind is CheckpointKind.MDP_GENERALIST:
-        return TabularMDPVectorEnv(num_envs, spec=MDPSpec(num_states=7, num_actions=4, horizon=6, episodes=3))
-    if KINDS[record.kind].family.value == "tabular MDP":
-        return TabularMDPVectorEnv(num_envs, spec=MDPSpec.from_dict(record.env))
-    return BanditVectorEnv(num_envs, BanditSpec.from_dict(record.env))
+from tests.helpers import shipped_model_env
 
 
 @pytest.mark.parametrize("name", pretrained_names())
 def test_the_one_entry_point_plays_an_episode_of_every_shipped_model(name):
     agent = agents.pretrained(name, seed=0)
-    env = _env_of(name)
+    env = shipped_model_env(name)
     obs, info = env.reset(seed=1)
     agent.reset(info)
     steps, done = 0, False

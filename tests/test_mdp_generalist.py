@@ -4,6 +4,7 @@ trainer's resume, the kind row and the adapter's refusals, each against an indep
 from __future__ import annotations
 
 import csv
+import json
 import math
 
 import numpy as np
@@ -365,7 +366,45 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     assert "| dark rooms; 3x3; H=4, K=2 | n/a |" in (tmp_path / "fresh" / exp.name / "summary.md").read_text()
 
 
-def test_the_default_deployment_is_greedy_on_random_mdps_and_sampled_in_dark_rooms():
+def test_shards_and_a_references_only_process_fill_one_store_that_a_stored_only_run_reads(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from benchmarks.evaluations import mdp_generalization as grid
+    from benchmarks.experiments import MDP_GENERALIZATION
+
+    path, _ = _saved(tmp_path)
+    exp = replace(MDP_GENERALIZATION, fixed=(3, 2, 3, 2), rooms=((3, 4, 2),))
+    groups = ("fixed", "dark")
+    whole = grid.run_mdp_generalization(exp, tmp_path / "whole", 4, checkpoint=str(path), groups=groups)
+    shared = tmp_path / "shared"
+    first = grid.run_mdp_generalization(
+        exp, shared, 4, checkpoint=str(path), groups=groups, shard=(0, 2), references_only=True
+    )
+    assert [r.cell for r in first] == [whole[0].cell] and grid.MODEL not in first[0].totals
+    second = grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(1, 2))
+    assert [r.cell for r in second] == [whole[1].cell] and grid.MODEL in second[0].totals
+    grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, model_only=True, device="cpu")
+    final = grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, stored_only=True)
+    for alone, pieced in zip(whole, final, strict=True):
+        assert set(pieced.totals) == set(alone.totals)
+        for label, totals in alone.totals.items():
+            assert np.array_equal(pieced.totals[label], totals), label
+    row = json.loads(next((shared / exp.name / "cells").glob("*/generalist.json")).read_text())
+    assert row["device"] == "cpu" and "device" not in row["key"]["agent"]
+    with pytest.raises(ValueError, match="shard must be"):
+        grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(2, 2))
+    with pytest.raises(ValueError, match="exclude each other"):
+        grid.run_mdp_generalization(exp, shared, 4, groups=groups, model_only=True, references_only=True)
+    # the command line passes the shard, the rows and the device through, and refuses a malformed shard
+    seen: dict = {}
+    monkeypatch.setattr(grid, "run_mdp_generalization", lambda *args, **kwargs: seen.update(kwargs))
+    grid.main(["--shard", "3/8", "--references-only", "--device", "auto", "--out", str(tmp_path / "cli")])
+    assert seen["shard"] == (3, 8) and seen["references_only"] and seen["device"] == "auto"
+    with pytest.raises(SystemExit):
+        grid.main(["--shard", "three"])
+
+
+def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_samples_in_dark_rooms():
     model = _model(dtype=torch.float32)
     room, random = dark_room_spec(3, horizon=4, episodes=2), MDPSpec(num_states=3, num_actions=2, horizon=3)
     for greedy, expected in ((None, {"random": True, "dark_room": False}), (True, None), (False, None)):
@@ -373,4 +412,19 @@ def test_the_default_deployment_is_greedy_on_random_mdps_and_sampled_in_dark_roo
         for spec in (random, room):
             agent.reset(reset_info(spec, MDPBatch(spec, 2, np.random.default_rng(0))))
             want = greedy if expected is None else expected[spec.kind]
-            assert agent.greedy is want and agent.deterministic is want, (greedy, spec.kind)
+            scheduled = greedy is None and spec.kind == "random"
+            assert agent.greedy is want and agent.deterministic is (want and not scheduled), (greedy, spec.kind)
+            assert agent.scheduled is scheduled and agent.config()["greedy"] is greedy
+    # the schedule: temperature 0.3 while the steps left (this one included) are >= 12 S A, then the argmax
+    spec = MDPSpec(num_states=2, num_actions=2, horizon=3, episodes=20)  # T = 60, 12 S A = 48
+    env = MDPBatch(spec, 4, np.random.default_rng(1))
+    agent = MDPGeneralistAgent.from_model(model, seed=0)
+    agent.reset(reset_info(spec, env))
+    temperatures = []
+    for _ in range(spec.total_steps):
+        s, h = env.state.copy(), env.h
+        a = agent.act_batch(s, h)
+        temperatures.append(agent._temperature())
+        out = env.step(a)
+        agent.update_batch(s, h, a, out["reward"], out["next_state"])
+    assert temperatures == [0.3] * 13 + [0.0] * 47  # steps left 60..48, then 47..1

@@ -166,7 +166,15 @@ class PolicyRollout(CheckpointAgent[ObsT]):
         return softmax_rows(self._step_logits(observation))
 
     def _rollout_act(self, observation: ObsT) -> np.ndarray:
-        return logits_action(self._step_logits(observation), self.greedy, self.rng)
+        logits = self._step_logits(observation)  # counts the step: the temperature may depend on it
+        return logits_action(logits, self._temperature(), self.rng)
+
+    def _temperature(self) -> float:
+        """The temperature of the current step's draw: 0 (the argmax) when greedy, else 1 (the policy itself).
+
+        An adapter may schedule it (e.g. over the steps left, :attr:`_decided` of ``env_info.steps``).
+        """
+        return 0.0 if self.greedy else 1.0
 
     def _rollout_update(self, observation: ObsT, actions: np.ndarray, rewards: np.ndarray) -> None:
         if self._logits is None:  # the step's tokens must be in the cache before its outcome

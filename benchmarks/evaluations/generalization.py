@@ -41,6 +41,7 @@ from icrl_gym.checkpoint import CheckpointError, checkpoint_files, read_record, 
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditPrior, BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.registry import agent_class
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 MODEL = "generalist"
@@ -205,9 +206,10 @@ def _row_key(
 ) -> dict[str, Any]:
     """What a stored row result must match to be reused: the environment, the row's agent, runs, seed, weights.
 
-    The Gittins table folder is left out (a moved results folder still resumes); the model row is
-    identified by its weights' sha256, not its checkpoint's path or name (a shipped copy of an
-    evaluated checkpoint reuses its rows).  Rows are stored one by one, so a new model
+    The Gittins table folder is left out (a moved results folder still resumes), and so is the device a
+    model plays on (CPU and CUDA play the same policy; the row file records which one played it); the
+    model row is identified by its weights' sha256, not its checkpoint's path or name (a shipped copy
+    of an evaluated checkpoint reuses its rows).  Rows are stored one by one, so a new model
     re-runs only its own rows and the references of every cell are computed once.
     """
     return {
@@ -216,9 +218,20 @@ def _row_key(
         "runs": runs,
         "seed": seed,
         "row": label,
-        "agent": {k: v for k, v in agent.items() if k not in ("cache_dir", "checkpoint")}
-        | ({"weights": model_id} if label == MODEL else {}),
+        "agent": {k: v for k, v in agent.items() if k not in ("cache_dir", "checkpoint", "device")}
+        | ({"weights": model_id} if label == MODEL else {})
+        | _deployment(agent),
     }
+
+
+def _deployment(agent: dict[str, Any]) -> dict[str, str]:
+    """The default deployment an agent class states in words (``deployment``), if it states one.
+
+    A learned agent's default way to act (greedy, sampled, a temperature schedule) is part of what a
+    row played: a new default must re-play the row, though the agent's specification is unchanged.
+    """
+    deployment = getattr(agent_class(agent["name"]), "deployment", None)
+    return {} if deployment is None else {"deployment": deployment}
 
 
 def _row_path(store: Path, cell: Cell, label: str) -> Path:
@@ -240,11 +253,13 @@ def _load_row(store: Path, cell: Cell, key: dict[str, Any]) -> tuple[np.ndarray 
     return totals, note
 
 
-def _save_row(store: Path, cell: Cell, key: dict[str, Any], totals: np.ndarray | None, note: str | None) -> None:
-    """Write a finished row atomically: its key, per-run totals (JSON floats round-trip exactly) and note."""
+def _save_row(
+    store: Path, cell: Cell, key: dict[str, Any], totals: np.ndarray | None, note: str | None, device: str
+) -> None:
+    """Write a finished row atomically: its key, per-run totals (JSON floats round-trip exactly), note and device."""
     path = _row_path(store, cell, key["row"])
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"key": key, "totals": None if totals is None else totals.tolist(), "note": note}
+    record = {"key": key, "totals": None if totals is None else totals.tolist(), "note": note, "device": device}
     atomic_write_bytes(path, json.dumps(record).encode())
 
 
@@ -310,7 +325,7 @@ def run_rows(
                 raise
             result.totals[label], result.notes[label] = None, f"n/a: {err}"
         if store is not None:
-            _save_row(store, cell, key, result.totals[label], result.notes.get(label))
+            _save_row(store, cell, key, result.totals[label], result.notes.get(label), agent.get("device", "cpu"))
     return result
 
 

@@ -59,6 +59,7 @@ from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import MDP_GENERALIZATION, MDPGridExperiment
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import MDPKind, MDPSpec, dark_room_spec
+from icrl_gym.utils.device import resolve_device
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 FIXED_SIZE_FIGURE = 13.3
@@ -247,6 +248,9 @@ def run_mdp_generalization(
     model_only: bool = False,
     reverse: bool = False,
     stored_only: bool = False,
+    references_only: bool = False,
+    shard: tuple[int, int] = (0, 1),
+    device: str = "cpu",
 ) -> list[CellResult]:
     """Run the MDP grid into ``out/<exp.name>/`` (module docstring); returns the cells' results.
 
@@ -255,19 +259,28 @@ def run_mdp_generalization(
     only the model's rows (a second process beside one computing the references into the same store;
     a run without it then writes the tables from the stored rows); ``reverse`` plays the cells last
     first (a second process filling the same store from the other end); ``stored_only`` plays nothing
-    and writes the tables from the rows already stored (the others n/a).
+    and writes the tables from the rows already stored (the others n/a); ``references_only`` plays
+    only the references.  ``shard=(i, n)`` plays every n-th cell from the i-th (n processes, on one
+    machine or several, fill one store between them; the tables then come from a ``stored_only``
+    run).  ``device`` is where the model plays (``"auto"``: CUDA when present); a row's key leaves
+    the device out, and its file records it.
     """
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
+    if model_only and references_only:
+        raise ValueError("model_only and references_only exclude each other: nothing would be played")
     folder = out / exp.name
     folder.mkdir(parents=True, exist_ok=True)
     eval_seed = exp.seed_offset + seed
     name = checkpoint or exp.model["checkpoint"]
     model: dict[str, Any] | None = None
     record: dict[str, Any] = {}
-    if model_available(name):
-        model = {**exp.model, "checkpoint": name}
+    if model_available(name) and not references_only:
+        model = {**exp.model, "checkpoint": name, "device": str(resolve_device(device))}
         meta = read_record(resolve_checkpoint(name)).meta
         record = {**model_record(name), **{k: meta.get(k) for k in ("playable_range", "weights_sha256")}}
-    cells = mdp_cells(exp, groups or exp.groups)[:: -1 if reverse else 1]
+    cells = mdp_cells(exp, groups or exp.groups)[:: -1 if reverse else 1][index::count]
     start = time.perf_counter()
 
     def play(cell: Cell) -> CellResult:
@@ -292,6 +305,8 @@ def run_mdp_generalization(
         **run_identity(exp.name, runs, eval_seed, exp.seed_offset),
         "groups": list(groups or exp.groups),
         "model": model,
+        "rows": "model" if model_only else "references" if references_only else "all",
+        "shard": list(shard),
         "model_record": record,
         "grid": asdict(exp),
         "cells": [{"cell": c.label, "in_range": c.in_range, "env": c.spec.to_dict()} for c in cells],
@@ -349,7 +364,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--model-only", action="store_true", help="play only the model's rows (see run_mdp_generalization)"
     )
+    parser.add_argument(
+        "--references-only", action="store_true", help="play only the references (see run_mdp_generalization)"
+    )
+    parser.add_argument(
+        "--shard", default="0/1", help="I/N: play every N-th cell from the I-th (see run_mdp_generalization)"
+    )
+    parser.add_argument("--device", default="cpu", help="where the model plays: cpu, cuda, auto (CUDA when present)")
     args = parser.parse_args(argv)
+    try:
+        index, count = (int(part) for part in args.shard.split("/"))
+    except ValueError:
+        parser.error(f"--shard must be I/N with integers, got {args.shard!r}")
     if args.runs < 2:
         parser.error(f"--runs must be >= 2 (the standard error needs two), got {args.runs}")
     run_mdp_generalization(
@@ -363,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
         model_only=args.model_only,
         reverse=args.reverse,
         stored_only=args.stored_only,
+        references_only=args.references_only,
+        shard=(index, count),
+        device=args.device,
     )
 
 

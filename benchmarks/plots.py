@@ -105,11 +105,15 @@ def describe_env(spec: BanditSpec | MDPSpec) -> str:
         prior = f"N(0, {spec.prior_var:g} I)"
     else:
         prior = f"U[{spec.prior_low:g}, {spec.prior_high:g}]"
+    w_star = {
+        BanditPrior.SPHERE: "w* uniform on the unit sphere",
+        BanditPrior.ONE_COORDINATE: f"w* = s e_i, i uniform, s ~ N(0, {spec.prior_var:g})",
+    }.get(spec.prior, f"w* coordinates ~ {prior}")
     if spec.reward is BanditReward.BERNOULLI:
         return f"ICRL-BernoulliBandit-v0 (A={spec.num_actions}, means ~ {prior}, T={spec.horizon})"
     return (
         f"ICRL-LinearBandit-v0 (d={spec.dim}, A={spec.num_actions}, noise sigma={spec.noise_std:g}, "
-        f"w* coordinates ~ {prior}, T={spec.horizon})"
+        f"{w_star}, T={spec.horizon})"
     )
 
 

@@ -16,6 +16,8 @@ VARIANTS = [(env_id, {}) for env_id in ENV_IDS] + [
     ("ICRL-LinearBandit-v0", {"arms": "gaussian", "action_set": "per_step"}),
     ("ICRL-LinearBandit-v0", {"prior": "beta", "prior_a": 2.0, "prior_b": 3.0}),
     ("ICRL-BernoulliBandit-v0", {"prior": "beta", "prior_a": 0.5, "prior_b": 2.0}),
+    ("ICRL-LinearBandit-v0", {"prior": "sphere"}),
+    ("ICRL-LinearBandit-v0", {"prior": "one_coordinate", "prior_var": 2.0}),
 ]
 """Every registered id with its defaults, plus the non-default priors and arm distributions."""
 VARIANT_IDS = [env_id + "".join(f"-{k}={v}" for k, v in kw.items()) for env_id, kw in VARIANTS]
@@ -205,6 +207,40 @@ def test_beta_prior_and_gaussian_arms_have_their_moments():
     cov = np.einsum("bai,baj->ij", arms, arms) / (arms.shape[0] * arms.shape[1])
     np.testing.assert_allclose(cov, np.eye(4) / 4, atol=0.01)
     assert linear_bandit_spec(prior_low=-1.0, prior_high=3.0).prior_moments() == pytest.approx((1.0, 16 / 12))
+
+
+def test_sphere_prior_draws_unit_vectors_uniformly():
+    from icrl_gym.envs import BanditBatch, linear_bandit_spec
+
+    spec = linear_bandit_spec(dim=3, prior="sphere")
+    w = BanditBatch(spec, 20_000, np.random.default_rng(0)).w_star
+    np.testing.assert_allclose(np.linalg.norm(w, axis=1), 1.0, rtol=0, atol=1e-12)
+    # Archimedes: on the sphere S^2 every coordinate is Unif[-1, 1]; its quantiles are linear
+    levels = np.linspace(0.05, 0.95, 19)
+    for j in range(3):
+        np.testing.assert_allclose(np.quantile(w[:, j], levels), 2 * levels - 1, atol=0.03)
+    np.testing.assert_allclose(w.T @ w / len(w), np.eye(3) / 3, atol=0.01)  # E w w^T = I / d
+    assert spec.prior_moments() == (0.0, 1 / 3)
+    with pytest.raises(ValueError, match="Bernoulli rewards need arm means in"):
+        BanditSpec(arms="one_hot", reward="bernoulli", prior="sphere")
+
+
+def test_one_coordinate_prior_draws_one_gaussian_coordinate():
+    from icrl_gym.envs import BanditBatch, linear_bandit_spec
+
+    spec = linear_bandit_spec(dim=4, prior="one_coordinate", prior_var=2.0)
+    w = BanditBatch(spec, 20_000, np.random.default_rng(1)).w_star
+    nonzero = w != 0
+    assert (nonzero.sum(axis=1) == 1).all()
+    counts = nonzero.sum(axis=0)  # the coordinate is uniform over the 4: counts ~ Binomial(n, 1/4)
+    assert np.abs(counts - 5_000).max() < 4 * np.sqrt(20_000 * 0.25 * 0.75)
+    s = w.sum(axis=1)
+    assert abs(s.mean()) < 4 * np.sqrt(2.0 / s.size) and s.var() == pytest.approx(2.0, rel=0.04)
+    assert np.mean(np.abs(s) < np.sqrt(2.0)) == pytest.approx(0.6827, abs=0.015)  # Gaussian: P(|s| < sd)
+    assert spec.prior_moments() == (0.0, 0.5)
+    assert w.var(axis=0) == pytest.approx(np.full(4, 0.5), rel=0.06)
+    with pytest.raises(ValueError, match="Bernoulli rewards need arm means in"):
+        BanditSpec(arms="one_hot", reward="bernoulli", prior="one_coordinate")
 
 
 @pytest.mark.parametrize("env_id, kwargs", VARIANTS, ids=VARIANT_IDS)

@@ -66,6 +66,10 @@ class BanditPrior(Choice):
     """w* ~ N(0, prior_var I_d)."""
     BETA = "beta"
     """Coordinates of w* iid Beta(prior_a, prior_b)."""
+    SPHERE = "sphere"
+    """w* uniform on the unit sphere S^{d-1}."""
+    ONE_COORDINATE = "one_coordinate"
+    """w* = s e_i: one coordinate i ~ Unif{1..d} is s ~ N(0, prior_var), the others 0."""
     HIERARCHICAL = "hierarchical"
     """A member of the prior family of :mod:`icrl_gym.envs.prior_family`, hyperparameters drawn per instance."""
     BOX = "box"
@@ -132,6 +136,7 @@ class BanditSpec(DictConfig):
     prior: BanditPrior = BanditPrior.UNIFORM
     """'uniform': w* ~ Unif([prior_low, prior_high]^d); 'gaussian': w* ~ N(0, prior_var I_d);
     'beta': coordinates of w* iid Beta(prior_a, prior_b) (the conjugate prior of Bernoulli arms);
+    'sphere': w* uniform on the unit sphere; 'one_coordinate': w* = s e_i, i uniform, s ~ N(0, prior_var);
     'hierarchical', 'box', 'sparse', 'direction' or 'family' (one of those four per instance): a prior whose
     hyperparameters are drawn per instance (:mod:`icrl_gym.envs.prior_family`); 'beta_family': Bernoulli
     arm means iid Beta(a, b) with a, b drawn per instance.  The drawn hyperparameters are reported in
@@ -141,7 +146,8 @@ class BanditSpec(DictConfig):
     prior_high: float = 1.0
     """Upper end of the uniform prior on each coordinate of w*."""
     prior_var: float = 1.0
-    """Variance lambda of the Gaussian prior N(0, lambda I_d) (Appendix F.1)."""
+    """Variance lambda of the Gaussian prior N(0, lambda I_d) (Appendix F.1), and of the non-zero coordinate
+    of the 'one_coordinate' prior."""
     action_set: ActionSet = ActionSet.FIXED
     """'fixed': one action set for the whole run; 'per_step': a fresh set every step."""
     prior_a: float = 1.0
@@ -205,7 +211,7 @@ class BanditSpec(DictConfig):
         if self.reward is BanditReward.BERNOULLI:
             if self.arms is not BanditArms.ONE_HOT:
                 problems.append("Bernoulli rewards need one-hot arms so that <a, w*> is a probability")
-            if self.prior is BanditPrior.GAUSSIAN or (
+            if self.prior in (BanditPrior.GAUSSIAN, BanditPrior.SPHERE, BanditPrior.ONE_COORDINATE) or (
                 self.prior is BanditPrior.UNIFORM and (self.prior_low < 0 or self.prior_high > 1)
             ):
                 problems.append(
@@ -234,10 +240,15 @@ class BanditSpec(DictConfig):
         """Mean and variance of every coordinate of w* under the prior (the moment-matched Gaussian).
 
         Unif([l, h]): ((l + h) / 2, (h - l)^2 / 12); N(0, lambda): (0, lambda);
-        Beta(a, b): (a / (a + b), a b / ((a + b)^2 (a + b + 1))).
+        Beta(a, b): (a / (a + b), a b / ((a + b)^2 (a + b + 1))); the unit sphere: (0, 1 / d) (the d squared
+        coordinates sum to 1 and are exchangeable); one coordinate s e_i: (0, lambda / d) (E w_j^2 = P(i = j) E s^2).
         """
         if self.prior is BanditPrior.GAUSSIAN:
             return 0.0, self.prior_var
+        if self.prior is BanditPrior.SPHERE:
+            return 0.0, 1.0 / self.dim
+        if self.prior is BanditPrior.ONE_COORDINATE:
+            return 0.0, self.prior_var / self.dim
         if self.prior is BanditPrior.BETA:
             a, b = self.prior_a, self.prior_b
             return a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1.0))
@@ -259,6 +270,12 @@ def sample_w_star(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndar
         return rng.normal(0.0, np.sqrt(spec.prior_var), size=(n, spec.dim))
     if spec.prior is BanditPrior.BETA:
         return rng.beta(spec.prior_a, spec.prior_b, size=(n, spec.dim))
+    if spec.prior is BanditPrior.SPHERE:
+        return sample_sphere(rng, (n, spec.dim), spec.dim)
+    if spec.prior is BanditPrior.ONE_COORDINATE:
+        w = np.zeros((n, spec.dim))
+        w[np.arange(n), rng.integers(0, spec.dim, n)] = rng.normal(0.0, np.sqrt(spec.prior_var), n)
+        return w
     return rng.uniform(spec.prior_low, spec.prior_high, size=(n, spec.dim))
 
 

@@ -70,7 +70,8 @@ class LinearBanditEnv(SpecFieldsEnv):
     - ``dim`` (5), ``num_actions`` (10), ``horizon`` (200), ``noise_std`` (1.5, finite, >= 0).
     - ``prior`` ('uniform'): 'uniform', w* ~ Unif([prior_low, prior_high]^d) (defaults 0, 1);
       'gaussian', w* ~ N(0, prior_var I_d) (Appendix F.1); or 'beta', coordinates
-      iid Beta(prior_a, prior_b).
+      iid Beta(prior_a, prior_b); 'sphere', w* uniform on the unit sphere; 'one_coordinate', w* = s e_i
+      with i uniform and s ~ N(0, prior_var).
       A prior family ('hierarchical', 'box', 'sparse', 'direction', or 'family': one of them per instance)
       draws its hyperparameters per instance (:mod:`icrl_gym.envs.prior_family`).
     - ``arms`` ('uniform'): rows of the action sets iid Unif([-1, 1]^d), 'gaussian', iid N(0, I_d / d),

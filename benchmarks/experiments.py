@@ -395,12 +395,36 @@ class GridExperiment:
     linear_references: dict[str, dict[str, Any]]
     linear_model: dict[str, Any]
     """The linear generalist row: an agent registered under this name with a shipped checkpoint of this name."""
+    mab_arms: tuple[int, ...]
+    """K of the Gaussian multi-armed bandits (opt-in family 'gaussian-mab'): one-hot arms, A = d = K."""
+    mab_horizons: tuple[int, ...]
+    mab_noise: float
+    mab_priors: dict[str, dict[str, Any]]
+    """Priors of the arm means, one heatmap panel each (``linear_bandit_spec`` keywords)."""
+    mab_references: dict[str, dict[str, Any]]
+    mab_compared: tuple[str, ...]
+    """The references a Gaussian multi-armed cell's best reference is chosen from (those told the prior)."""
+    held_out_size: tuple[int, int, int, float]
+    """(d, A, T, sigma) of the held-out priors (opt-in family 'held-out'): the paper's linear size."""
+    held_out_priors: dict[str, dict[str, Any]]
+    """Priors of w* never used in training (``linear_bandit_spec`` keywords), one cell each."""
+    held_out_references: dict[str, dict[str, Any]]
+    held_out_compared: tuple[str, ...]
+    """The references a held-out cell's best reference is chosen from (LinUCB and the matched Bayes-UCB)."""
     trained_arms: tuple[int, int] = (2, 20)
     trained_horizon: int = 500
     seed_offset: int = 30_000_000
     """Evaluation seeds start here, disjoint from every training seed."""
     default: bool = False
 
+
+MATCHED_AND_LINUCB = {
+    "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
+    "TS (matched)": {"name": "linear_ts"},
+    "LinUCB (alpha=1)": {"name": "linucb", "alpha": 1.0},
+    "LinUCB (alpha=2)": {"name": "linucb", "alpha": 2.0},
+}
+"""Bayes-UCB and TS told the instance's (moment-matched) prior and sigma, and the prior-free LinUCB (lambda=1)."""
 
 GENERALIZATION = GridExperiment(
     name="generalization",
@@ -440,6 +464,23 @@ GENERALIZATION = GridExperiment(
         "LinUCB": {"name": "linucb"},
     },
     linear_model={"name": "linear_generalist", "checkpoint": "linear-generalist", "greedy": True},
+    mab_arms=(2, 5, 20, 50),
+    mab_horizons=(200, 1000),
+    mab_noise=0.5,
+    mab_priors={
+        "means ~ U[0, 1]": {"prior": BanditPrior.UNIFORM},
+        "means ~ N(0, 1)": {"prior": BanditPrior.GAUSSIAN, "prior_var": 1.0},
+    },
+    mab_references={**MATCHED_AND_LINUCB, "UCB": {"name": "ucb"}},
+    mab_compared=("Bayes-UCB (matched)", "TS (matched)"),
+    held_out_size=(5, 10, 200, 1.5),
+    held_out_priors={
+        "w* ~ N(0, I)": {"prior": BanditPrior.GAUSSIAN, "prior_var": 1.0},
+        "w* uniform on the unit sphere": {"prior": BanditPrior.SPHERE},
+        "w* = s e_i, s ~ N(0, 1)": {"prior": BanditPrior.ONE_COORDINATE, "prior_var": 1.0},
+    },
+    held_out_references=MATCHED_AND_LINUCB,
+    held_out_compared=("Bayes-UCB (matched)", "LinUCB (alpha=1)", "LinUCB (alpha=2)"),
 )
 
 GRID_EXPERIMENTS: dict[str, GridExperiment] = {GENERALIZATION.name: GENERALIZATION}

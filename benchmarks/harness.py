@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
-from benchmarks.evaluations.generalization import bernoulli_cells, describe_range, linear_cells, run_generalization
+from benchmarks.evaluations.generalization import FAMILIES, describe_range, grid_cells, run_generalization
 from benchmarks.evaluations.mdp_generalization import mdp_cells, run_mdp_generalization
 from benchmarks.experiments import (
     EXPERIMENTS,
@@ -119,7 +119,8 @@ class BenchConfig:
     linear_generalist: str = ""
     """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist')."""
     grid_families: tuple[str, ...] = ("bernoulli", "linear")
-    """Families of the grid experiments to run: bernoulli, linear or both (comma-separated)."""
+    """Families of the grid experiments to run, comma-separated: bernoulli, linear, and the opt-in gaussian-mab
+    (one-hot arms, Gaussian rewards: K x T per prior of the means) and held-out (priors of w* never trained on)."""
     grid_arms: tuple[int, ...] = ()
     """Bernoulli K replacing the grid's (comma-separated, e.g. 2,5,10; none: the issue's 2..20 plus 30, 50)."""
     grid_horizons: tuple[int, ...] = ()
@@ -173,8 +174,8 @@ class BenchConfig:
             if any(v < 1 for v in sizes):
                 raise ValueError(f"{flag} takes positive integers, got {','.join(map(str, sizes))}")
         families = self.grid_families
-        if not families or any(f not in ("bernoulli", "linear") for f in families):
-            raise ValueError(f"--grid-families takes bernoulli, linear or both, got {','.join(families)!r}")
+        if not families or any(f not in FAMILIES for f in families):
+            raise ValueError(f"--grid-families takes any of {', '.join(FAMILIES)}, got {','.join(families)!r}")
         groups = MDP_GRID_EXPERIMENTS["mdp-generalization"].groups
         if not self.mdp_cells or any(g not in groups for g in self.mdp_cells):
             raise ValueError(f"--mdp-cells takes any of {', '.join(groups)}, got {','.join(self.mdp_cells)!r}")
@@ -197,7 +198,7 @@ class BenchConfig:
         """Refuse ``--runs`` whose estimated memory (:func:`run_memory_bytes`) exceeds the limit, before any run."""
         specs = [e.spec for e in self.selected()]
         for grid in self.selected_grids():
-            cells = (*bernoulli_cells(grid, self.grid_arms or None, self.grid_horizons or None), *linear_cells(grid))
+            cells = grid_cells(grid, self.grid_families, self.grid_arms or None, self.grid_horizons or None)
             specs += [c.spec for c in cells]
         for mdp_grid in self.selected_mdp_grids():
             specs += [c.spec for c in mdp_cells(mdp_grid, self.mdp_cells)]
@@ -751,7 +752,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             suite = "default" if exp.default else "opt-in"
             print(f"{exp.name:30s} [{suite}] {exp.title}\n{'':30s} algorithms: {', '.join(exp.algorithms)}")
         for grid in GRID_EXPERIMENTS.values():
-            rows = [*grid.bernoulli_references, *grid.linear_references, "generalist"]
+            rows = [*grid.bernoulli_references, *grid.linear_references, *grid.mab_references, "generalist"]
             print(f"{grid.name:30s} [opt-in] {grid.title}\n{'':30s} algorithms: {', '.join(dict.fromkeys(rows))}")
         for mdp_grid in MDP_GRID_EXPERIMENTS.values():
             rows = [*mdp_grid.references, *mdp_grid.fixed_references, *mdp_grid.room_references, "MDP generalist"]

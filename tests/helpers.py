@@ -94,3 +94,21 @@ def shipped_model_env(name: str, num_envs: int = 2) -> BanditVectorEnv | Tabular
     if KINDS[record.kind].family.value == "tabular MDP":
         return TabularMDPVectorEnv(num_envs, spec=MDPSpec.from_dict(record.env))
     return BanditVectorEnv(num_envs, BanditSpec.from_dict(record.env))
+
+
+def slow_quantile(values: Any, level: float) -> float:
+    """The ``level`` quantile by a plain loop: sort, h = (n - 1) level, interpolate between x[floor h] and the next."""
+    xs = sorted(float(v) for v in values)
+    h = (len(xs) - 1) * level
+    lo = int(h)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+def slow_failure_fraction(totals: Any, reference: Any, factor: float = 3.0, floor: float = 20.0) -> float:
+    """Count, run by run, the runs whose regret exceeds both factor x the reference's on that run and floor."""
+    failed = 0
+    for r, ref in zip(totals, reference, strict=True):
+        if r > factor * ref and r > floor:
+            failed += 1
+    return failed / len(totals)

@@ -9,11 +9,19 @@ import pytest
 import torch
 
 import icrl_gym.estimators.gittins
-from benchmarks.evaluations.generalization import MODEL, run_generalization
+from benchmarks.evaluations.generalization import (
+    MODEL,
+    failure_fraction,
+    regret_quantile,
+    run_generalization,
+    tail_stats,
+)
 from benchmarks.experiments import GENERALIZATION
 from benchmarks.harness import main, parse_args
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
+from icrl_gym.envs import BanditArms, BanditPrior
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from tests.helpers import slow_failure_fraction, slow_quantile
 
 TINY = dataclasses.replace(
     GENERALIZATION,
@@ -247,3 +255,91 @@ def test_missing_model_file_is_an_error_not_a_size_limit(checkpoint, tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
     assert not list(store.glob(f"*/{gen._slug(gen.MODEL)}.json"))
+
+
+def test_tail_statistics_equal_a_plain_loop():
+    """p99 and the failure fraction against a sorted-list quantile and a run-by-run count, on made-up regrets."""
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 7, 101, 2000):
+        ref = rng.exponential(10.0, n)
+        row = ref * rng.choice([0.5, 1.0, 4.0], n) + rng.normal(0, 5, n)  # some runs far above 3x the reference
+        for level in (0.0, 0.5, 0.9, 0.99, 1.0):
+            assert regret_quantile(row, level) == pytest.approx(slow_quantile(row, level), rel=1e-12, abs=1e-12)
+        assert failure_fraction(row, ref) == slow_failure_fraction(row, ref)
+        assert failure_fraction(row, ref, 2.0, 5.0) == slow_failure_fraction(row, ref, 2.0, 5.0)
+        st = tail_stats(row, ref)
+        assert st["p99_ratio_to_best"] == pytest.approx(slow_quantile(row, 0.99) / slow_quantile(ref, 0.99))
+    # both conditions are strict: exactly 3x the reference or exactly 20 is no failure
+    ref = np.array([10.0, 10.0, 5.0, 5.0, 0.0])
+    row = np.array([30.0, 30.5, 20.0, 20.5, 21.0])
+    assert failure_fraction(row, ref) == slow_failure_fraction(row, ref) == 3 / 5
+    assert failure_fraction(ref, ref) == 0.0 and tail_stats(row, None) == {"p99": slow_quantile(row, 0.99)}
+    with pytest.raises(ValueError, match="paired runs need equal shapes"):
+        failure_fraction(row, ref[:3])
+
+
+def _check_tails_columns(rows, results):
+    """Every ok row of cells.csv: its p99, p99 ratio and failure fraction recomputed from the per-run totals."""
+    by_label = {r.cell.label: r for r in results}
+    for line in rows:
+        if line["status"] != "ok":
+            continue
+        res = by_label[f"{line['panel']}; {line['row']}; {line['column']}"]
+        totals, best = res.totals[line["algorithm"]], res.totals[line["best_reference"]]
+        assert float(line["p99"]) == pytest.approx(slow_quantile(totals, 0.99), rel=1e-5)
+        assert float(line["p99_ratio_to_best"]) == pytest.approx(
+            slow_quantile(totals, 0.99) / slow_quantile(best, 0.99), rel=1e-5
+        )
+        assert float(line["failure_fraction"]) == pytest.approx(slow_failure_fraction(totals, best), rel=1e-5)
+
+
+def test_every_row_reports_its_tails(run):
+    folder, results = run
+    _check_tails_columns(_rows(folder / "cells.csv"), results)
+    assert "Tails: the 99% quantile (p99) of per-run regret" in (folder / "summary.md").read_text()
+
+
+def test_opt_in_families_play_their_cells_references_checks_and_tails(tmp_path):
+    """The Gaussian multi-armed bandit and the held-out priors, with the shipped linear generalist, at tiny sizes."""
+    exp = dataclasses.replace(
+        TINY,
+        mab_arms=(3,),
+        mab_horizons=(60,),
+        mab_priors={"means ~ N(0, 1)": {"prior": BanditPrior.GAUSSIAN, "prior_var": 1.0}},
+        held_out_size=(3, 4, 10, 1.5),
+    )
+    absent = str(tmp_path / "absent")
+    families = ("gaussian-mab", "held-out")
+    results = run_generalization(exp, tmp_path, runs=40, seed=1, checkpoint=absent, families=families)
+    folder = tmp_path / exp.name
+    mab, *held = results
+    assert [r.cell.family for r in results] == ["gaussian-mab", "held-out", "held-out", "held-out"]
+    assert mab.cell.spec.arms is BanditArms.ONE_HOT and mab.cell.spec.action_set_shape == (3, 3)
+    assert [r.cell.spec.prior for r in held] == [BanditPrior.GAUSSIAN, BanditPrior.SPHERE, BanditPrior.ONE_COORDINATE]
+    assert set(mab.totals) == {*exp.mab_references, MODEL} and set(held[0].totals) == {*exp.held_out_references, MODEL}
+    assert mab.best_reference() in exp.mab_compared and all(r.best_reference() in exp.held_out_compared for r in held)
+    rows = _rows(folder / "cells.csv")
+    _check_tails_columns(rows, results)
+    assert any(float(r["failure_fraction"]) > 0 for r in rows if r["status"] == "ok")  # the count is exercised
+    checks = {(c["cell"], c["check"]): c for c in _rows(folder / "checks.csv")}
+    for res, bound in (
+        (mab, "<= 1.10 x best of Bayes-UCB/TS"),
+        *((r, "<= 1.15 x best of Bayes-UCB/LinUCB") for r in held),
+    ):
+        best = res.totals[res.best_reference()]
+        factor = float(bound.split()[1])
+        assert float(checks[(res.cell.label, bound)]["threshold"]) == pytest.approx(factor * best.mean(), rel=1e-9)
+        tail = checks[(res.cell.label, "p99 <= 1.5 x best reference's p99")]
+        assert float(tail["threshold"]) == pytest.approx(1.5 * slow_quantile(best, 0.99), rel=1e-9)
+        assert float(tail["value"]) == pytest.approx(slow_quantile(res.totals[MODEL], 0.99), rel=1e-9)
+    text = (folder / "summary.md").read_text()
+    assert "## Gaussian multi-armed bandits" in text and "## Held-out priors of w*" in text
+    assert {p.name for p in folder.glob("heatmap-*.png")} == {"heatmap-gaussian-mab.png", "heatmap-held-out.png"}
+    config = json.loads((folder / "config.json").read_text())
+    assert config["families"] == list(families) and config["models"]["held-out"]["checkpoint"] == "linear-generalist"
+
+
+def test_harness_takes_the_opt_in_families():
+    cfg = parse_args(["--experiments", "generalization", "--grid-families", "gaussian-mab,held-out"])
+    assert cfg.grid_families == ("gaussian-mab", "held-out")
+    assert parse_args(["--experiments", "generalization"]).grid_families == ("bernoulli", "linear")

@@ -21,6 +21,7 @@ from icrl_gym.kinds import KINDS
 from icrl_gym.models.mdp_generalist import KNOWN_MOVE_COUNT, CountStats, MDPGeneralist, MDPGeneralistConfig
 from icrl_gym.registry import make_agent
 from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig, rollout_queries, train
+from tests.helpers import slow_failure_fraction, slow_quantile
 
 TINY = {"d_model": 8, "mlp_ratio": 1}
 
@@ -320,6 +321,16 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     model_room, psrl_room = room.totals[grid.MODEL], room.totals["PSRL (DarkRoom prior)"]
     assert float(line["diff_psrl"]) == pytest.approx((model_room - psrl_room).mean(), rel=1e-5)
     assert float(line["ratio_psrl"]) == pytest.approx(model_room.mean() / psrl_room.mean(), rel=1e-5)
+    # tails against the best compared reference (lowest mean), recomputed by plain loops
+    compared = [label for label in exp.compared if room.totals.get(label) is not None]
+    best = min(compared, key=lambda label: room.totals[label].mean())
+    assert line["best_reference"] == best
+    assert float(line["p99"]) == pytest.approx(slow_quantile(model_room, 0.99), rel=1e-5)
+    assert float(line["p99_ratio_to_best"]) == pytest.approx(
+        slow_quantile(model_room, 0.99) / slow_quantile(room.totals[best], 0.99), rel=1e-5
+    )
+    assert float(line["failure_fraction"]) == slow_failure_fraction(model_room, room.totals[best])
+    assert "model p99 / best's p99" in (folder / "summary.md").read_text()
     with open(folder / "checks.csv") as fh:
         bounds = {(r["cell"], r["check"]): float(r["threshold"]) for r in csv.DictReader(fh)}
     assert bounds[(fixed.cell.label, "<= 0.80 x PSRL")] == pytest.approx(0.8 * fixed.totals["PSRL"].mean(), rel=1e-5)
@@ -334,6 +345,10 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     )
     assert [r.cell for r in only] == [room.cell, fixed.cell] and set(only[0].totals) == {grid.MODEL}
     assert np.array_equal(only[0].totals[grid.MODEL], model_room)
+    with open(tmp_path / "only" / exp.name / "cells.csv") as fh:  # no reference played: the p99 alone
+        (alone,) = (r for r in csv.DictReader(fh) if r["kind"] == "dark_room")
+    assert float(alone["p99"]) == pytest.approx(slow_quantile(model_room, 0.99), rel=1e-5)
+    assert alone["failure_fraction"] == alone["best_reference"] == ""
 
     calls: list[str] = []
     real = generalization.total_regret

@@ -2,13 +2,23 @@
 
 Bernoulli cells are (K, T) with arm means ~ U[0, 1] (plus K and T beyond the trained range, and
 Beta priors at T=200); linear cells are (d, A) at T=200, sigma=1.5, and single changes at d=5, A=10.
+Two opt-in families (``families``; the harness's ``--grid-families``) are played by the linear
+generalist: ``gaussian-mab``, Gaussian multi-armed bandits (one-hot arms, A = d = K) with arm means
+~ U[0, 1] or N(0, 1), K x T, sigma=0.5, against Bayes-UCB and TS told the prior (the best of these two
+is the cell's best reference), LinUCB (alpha 1 and 2) and UCB; ``held-out``, priors of w* never
+used in training (N(0, I), uniform on the unit sphere, one non-zero coordinate s e_i) at d=5, A=10,
+T=200, sigma=1.5, against the matched Bayes-UCB and LinUCB (alpha 1 and 2; the best of these three is
+the best reference) and the matched TS.
 In every cell each row plays the same instances with the same noise (common random numbers,
 :func:`icrl_gym.data.crn.crn_batches` through :func:`~icrl_gym.data.trajectories.evaluate_regret`
 with one batch of all runs), so per-run regret differences are paired.  For every row: the mean and
 standard error of the cumulative regret R_T over the runs, the paired difference R_T(row) -
 R_T(best reference) with its standard error, and the ratio of the means; the best reference is the
-reference with the lowest mean in the cell.  The issue's acceptance thresholds are checked for the
-generalist on the cells of its trained range with the training prior.
+reference with the lowest mean in the cell (of the compared ones).  Tails, per row: the 99th
+percentile of per-run regret (p99, :func:`regret_quantile`), its ratio to the best reference's p99,
+and the fraction of runs whose regret exceeds both 3x the best reference's on the same instance and
+20 (:func:`failure_fraction`).  The acceptance thresholds (:func:`checks`) are checked for the
+generalist.
 
 Outputs in ``<out>/generalization/``: ``cells.csv`` (one line per cell and row), ``checks.csv``,
 ``summary.md``, ``heatmap-<family>.png`` (ratio generalist / best reference, out-of-range cells
@@ -47,13 +57,63 @@ from icrl_gym.utils.fileio import atomic_write_bytes
 MODEL = "generalist"
 """Row name of the learned agent in every cell."""
 
+FAMILIES = ("bernoulli", "linear", "gaussian-mab", "held-out")
+"""The grid's cell families; ``gaussian-mab`` and ``held-out`` are opt-in (not in the default run)."""
+MODEL_OF = {"bernoulli": "bernoulli", "linear": "linear", "gaussian-mab": "linear", "held-out": "linear"}
+"""Which generalist plays the cells of a family."""
+FAMILY_TITLES = {
+    "bernoulli": "Bernoulli bandits",
+    "linear": "Linear bandits",
+    "gaussian-mab": "Gaussian multi-armed bandits (one-hot arms, Gaussian rewards)",
+    "held-out": "Held-out priors of w*",
+}
+
+TAIL_LEVEL = 0.99
+"""The quantile of per-run regret reported as a row's tail (its p99)."""
+FAILURE_FACTOR = 3.0
+FAILURE_FLOOR = 20.0
+"""A run fails when its regret exceeds both FAILURE_FACTOR x the best reference's on the same instance and this."""
+
+
+def regret_quantile(totals: np.ndarray, level: float = TAIL_LEVEL) -> float:
+    """The ``level`` quantile of per-run regret R_1..R_n, interpolated linearly between order statistics.
+
+    With x_(0) <= ... <= x_(n-1) the sorted regrets and h = (n - 1) level: x_(floor h) + (h - floor h)
+    (x_(floor h + 1) - x_(floor h)) (numpy's default quantile, Hyndman and Fan's definition 7).
+    """
+    return float(np.quantile(totals, level))
+
+
+def failure_fraction(
+    totals: np.ndarray, reference: np.ndarray, factor: float = FAILURE_FACTOR, floor: float = FAILURE_FLOOR
+) -> float:
+    """Fraction of runs i whose regret R_i exceeds both ``factor`` x R_i(reference) and ``floor``.
+
+    Paired: run i of both rows played the same instance with the same noise (common random numbers),
+    so a run counts when the row went wrong where the reference did not (a row locked on a wrong arm).
+    """
+    totals, reference = np.asarray(totals), np.asarray(reference)
+    if totals.shape != reference.shape:
+        raise ValueError(f"paired runs need equal shapes, got {totals.shape} and {reference.shape}")
+    return float(np.mean((totals > factor * reference) & (totals > floor)))
+
+
+def tail_stats(totals: np.ndarray, reference: np.ndarray | None) -> dict[str, float]:
+    """A row's ``p99``; against a ``reference`` row of the same runs, ``p99_ratio_to_best``, ``failure_fraction``."""
+    p99 = regret_quantile(totals)
+    if reference is None:
+        return {"p99": p99}
+    ref99 = regret_quantile(reference)
+    ratio = p99 / ref99 if ref99 > 0 else float("nan")
+    return {"p99": p99, "p99_ratio_to_best": ratio, "failure_fraction": failure_fraction(totals, reference)}
+
 
 @dataclass(frozen=True)
 class Cell:
     """One environment of the grid and where it sits in the heatmaps."""
 
     family: str
-    """'bernoulli', 'linear' or 'mdp' (one heatmap figure each)."""
+    """One of :data:`FAMILIES` or 'mdp' (one heatmap figure each)."""
     panel: str
     """Heatmap panel (a prior, the linear (d, A) grid / variants, an MDP sub-grid)."""
     row: str
@@ -79,16 +139,25 @@ class CellResult:
     notes: dict[str, str] = field(default_factory=dict)
     references: tuple[str, ...] = ()
 
+    def played_references(self) -> list[str]:
+        """The compared references that have numbers."""
+        return [r for r in self.references if self.totals.get(r) is not None]
+
     def best_reference(self) -> str:
         """The reference with the lowest mean regret."""
-        done = [r for r in self.references if self.totals.get(r) is not None]
-        return min(done, key=lambda r: float(np.mean(self.totals[r])))  # type: ignore[arg-type]
+        return min(self.played_references(), key=lambda r: float(np.mean(self.totals[r])))  # type: ignore[arg-type]
+
+    def tails(self) -> dict[str, dict[str, float]]:
+        """Per row with numbers, :func:`tail_stats` against the best reference (only the p99 when none played)."""
+        ref = self.totals[self.best_reference()] if self.played_references() else None
+        return {name: tail_stats(r, ref) for name, r in self.totals.items() if r is not None}
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Mean +- s.e., paired difference to the best reference +- s.e., ratio to it, per row."""
+        """Mean +- s.e., paired difference to the best reference +- s.e., ratio to it, and the tails, per row."""
         best = self.best_reference()
         ref = self.totals[best]
         assert ref is not None
+        tails = self.tails()
         out = {}
         for name, r in self.totals.items():
             if r is None:
@@ -101,6 +170,7 @@ class CellResult:
                 "diff_to_best": diff["mean"],
                 "diff_se": diff["se"],
                 "ratio_to_best": total["mean"] / float(ref.mean()),
+                **tails[name],
                 "best_reference": best,
                 "status": "ok",
             }
@@ -168,10 +238,70 @@ def linear_cells(exp: GridExperiment) -> list[Cell]:
     return cells
 
 
+def mab_cells(exp: GridExperiment) -> list[Cell]:
+    """The Gaussian multi-armed bandits: one-hot arms (A = d = K), one panel per prior of the means, K x T."""
+    sigma = exp.mab_noise
+    return [
+        Cell(
+            "gaussian-mab",
+            f"Gaussian MAB, {name}, sigma={sigma:g}",
+            f"K={k}",
+            f"T={t}",
+            linear_bandit_spec(
+                **{"dim": k, "num_actions": k, "horizon": t, "noise_std": sigma, **prior}, arms="one_hot"
+            ),
+            True,
+            True,
+        )
+        for name, prior in exp.mab_priors.items()
+        for k in exp.mab_arms
+        for t in exp.mab_horizons
+    ]
+
+
+def held_out_cells(exp: GridExperiment) -> list[Cell]:
+    """The held-out priors of w* (never a training prior) at the paper's linear size."""
+    d, a, t, sigma = exp.held_out_size
+    size = f"d={d}, A={a}, T={t}, sigma={sigma:g}"
+    return [
+        Cell("held-out", "held-out priors", size, name, linear_bandit_spec(d, a, t, sigma, **prior), True, False)
+        for name, prior in exp.held_out_priors.items()
+    ]
+
+
+def grid_cells(
+    exp: GridExperiment,
+    families: tuple[str, ...],
+    arms: tuple[int, ...] | None = None,
+    horizons: tuple[int, ...] | None = None,
+) -> list[Cell]:
+    """The cells of ``families`` (:data:`FAMILIES`), in that order (``arms``, ``horizons``: the Bernoulli K, T)."""
+    build: dict[str, Callable[[], list[Cell]]] = {
+        "bernoulli": lambda: bernoulli_cells(exp, arms, horizons),
+        "linear": lambda: linear_cells(exp),
+        "gaussian-mab": lambda: mab_cells(exp),
+        "held-out": lambda: held_out_cells(exp),
+    }
+    unknown = [f for f in families if f not in build]
+    if unknown:
+        raise ValueError(f"unknown cell families {unknown}; the families are {', '.join(FAMILIES)}")
+    return [cell for family in families for cell in build[family]()]
+
+
+def _compared(exp: GridExperiment, cell: Cell) -> tuple[str, ...] | None:
+    """The references that compete for a cell's best reference (``None``: all of them)."""
+    return {"gaussian-mab": exp.mab_compared, "held-out": exp.held_out_compared}.get(cell.family)
+
+
 def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[str, dict[str, Any]]:
     """The reference rows of a cell, completed with what they need from it (Gittins: T, prior, cache)."""
-    if cell.family == "linear":
-        return dict(exp.linear_references)
+    linear = {
+        "linear": exp.linear_references,
+        "gaussian-mab": exp.mab_references,
+        "held-out": exp.held_out_references,
+    }
+    if cell.family in linear:
+        return dict(linear[cell.family])
     spec = cell.spec
     assert isinstance(spec, BanditSpec), "bandit cells only"
     out = {}
@@ -280,7 +410,7 @@ def run_cell(
     """
     refs = _reference_specs(exp, cell, cache_dir)
     optional = {label for label, agent in refs.items() if agent["name"] == "bernoulli_bayes_optimal"}
-    return run_rows(cell, refs, model, runs, seed, store, model_id, optional)
+    return run_rows(cell, refs, model, runs, seed, store, model_id, optional, _compared(exp, cell))
 
 
 def run_rows(
@@ -330,10 +460,17 @@ def run_rows(
 
 
 def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
-    """The issue's acceptance thresholds for the generalist on one cell (in range, training prior only)."""
+    """The acceptance thresholds for the generalist on one cell.
+
+    Bernoulli cells: in range with the training prior only.  Linear-reward cells (linear, Gaussian
+    multi-armed, held-out priors): <= 1.10 x the best reference in range with the training prior (the
+    Gaussian multi-armed bandits: their best reference told the prior), <= 1.15 x the best reference
+    on held-out priors (LinUCB and the matched Bayes-UCB), and in every cell p99 <= 1.5 x the best
+    reference's p99 (:func:`regret_quantile`).
+    """
     cell, totals = result.cell, result.totals
     gen = totals.get(MODEL)
-    if gen is None or not (cell.in_range and cell.base_prior):
+    if gen is None or cell.family == "bernoulli" and not (cell.in_range and cell.base_prior):
         return []
     g = float(gen.mean())
 
@@ -368,8 +505,14 @@ def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
         if (spec.num_actions, spec.horizon) == (5, 200):
             out.append(("<= 6.3", g, 6.3))
     else:
-        best = float(np.mean(totals[result.best_reference()]))  # type: ignore[arg-type]
-        out.append(("<= 1.10 x best of Bayes-UCB/TS/LinUCB", g, 1.10 * best))
+        ref = totals[result.best_reference()]
+        assert ref is not None
+        compared = "/".join(dict.fromkeys(label.split(" (")[0] for label in result.references))
+        if cell.family == "held-out":
+            out.append((f"<= 1.15 x best of {compared}", g, 1.15 * float(ref.mean())))
+        elif cell.in_range and cell.base_prior:
+            out.append((f"<= 1.10 x best of {compared}", g, 1.10 * float(ref.mean())))
+        out.append(("p99 <= 1.5 x best reference's p99", regret_quantile(gen), 1.5 * regret_quantile(ref)))
         standard = linear_bandit_spec(5, 10, 200, 1.5)
         if spec == standard:
             out.append(("<= 14.5", g, 14.5))
@@ -401,8 +544,22 @@ def _cell_fields(cell: Cell) -> dict[str, Any]:
 
 
 def write_cells_csv(path: Path, results: list[CellResult], runs: int, seed: int) -> None:
-    """One line per (cell, row): mean, s.e., paired difference to the best reference and its s.e., ratio."""
-    keys = ["mean", "se", "diff_to_best", "diff_se", "ratio_to_best", "best_reference", "status"]
+    """One line per (cell, row): mean, s.e., paired difference to the best reference and its s.e., ratio, tails.
+
+    The tails (:meth:`CellResult.tails`): ``p99``, ``p99_ratio_to_best`` and ``failure_fraction``.
+    """
+    keys = [
+        "mean",
+        "se",
+        "diff_to_best",
+        "diff_se",
+        "ratio_to_best",
+        "p99",
+        "p99_ratio_to_best",
+        "failure_fraction",
+        "best_reference",
+        "status",
+    ]
     with open(path, "w", newline="") as fh:
         writer = None
         for res in results:
@@ -445,7 +602,7 @@ def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header
     for family in dict.fromkeys(r.cell.family for r in results):
         fam = [r for r in results if r.cell.family == family]
         names = list(dict.fromkeys(n for r in fam for n in r.totals))
-        lines += [f"## {family.capitalize()} bandits\n", "Cells marked * are outside the trained range.\n"]
+        lines += [f"## {FAMILY_TITLES.get(family, family)}\n", "Cells marked * are outside the trained range.\n"]
         extra = " ratio to best | paired diff to best |" if MODEL in names else ""
         lines.append("| cell | " + " | ".join(names) + " | best reference |" + extra)
         lines.append("|---|" + "---|" * (len(names) + 1 + 2 * bool(extra)))
@@ -462,12 +619,46 @@ def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header
                     else " n/a | n/a |"
                 )
             lines.append(f"| {r.cell.label}{mark} | " + " | ".join(cells) + f" | {r.best_reference()} |" + tail)
-        lines.append("")
+        lines += ["", *tails_table(fam, names), ""]
         fam_checks = [c for c in check_rows if any(c["cell"] == r.cell.label for r in fam)]
         if fam_checks:
-            lines += checks_table(fam_checks, "Acceptance thresholds (in-range cells, training prior)", "generalist")
+            scope = "in-range cells, training prior" if family == "bernoulli" else CHECK_SCOPE
+            lines += checks_table(fam_checks, f"Acceptance thresholds ({scope})", "generalist")
             lines.append("")
     return "\n".join(lines)
+
+
+CHECK_SCOPE = "mean bound: in-range cells with the training prior, and held-out priors; p99 bound: every cell"
+"""Where the thresholds of the linear-reward families apply (:func:`checks`)."""
+
+
+def tails_table(results: list[CellResult], names: list[str]) -> list[str]:
+    """Markdown lines: per cell the p99 of the rows ``names``, the best reference, and the model's tails.
+
+    The model's tails (:meth:`CellResult.tails`): its p99 over the best reference's, its failure fraction.
+    """
+    model = MODEL in names
+    extra = " model p99 / best's p99 | model failures |" if model else ""
+    lines = [
+        f"Tails: the {TAIL_LEVEL:.0%} quantile (p99) of per-run regret; failures: the fraction of runs whose regret "
+        f"exceeds both {FAILURE_FACTOR:g}x the best reference's on the same instance and {FAILURE_FLOOR:g}.\n",
+        "| cell | " + " | ".join(f"{n} p99" for n in names) + " | best reference |" + extra,
+        "|---|" + "---|" * (len(names) + 1 + 2 * model),
+    ]
+    for r in results:
+        tails = r.tails()
+        p99 = [f"{tails[n]['p99']:.1f}" if n in tails else ("n/a" if n in r.totals else "") for n in names]
+        best = r.best_reference() if r.played_references() else "n/a"
+        tail = ""
+        if model:
+            g = tails.get(MODEL, {})
+            tail = (
+                f" {g['p99_ratio_to_best']:.2f} | {g['failure_fraction']:.3f} |"
+                if "failure_fraction" in g
+                else " n/a | n/a |"
+            )
+        lines.append(f"| {r.cell.label} | " + " | ".join(p99) + f" | {best} |" + tail)
+    return lines
 
 
 def checks_table(check_rows: list[dict[str, Any]], title: str, model: str) -> list[str]:
@@ -618,9 +809,10 @@ def run_generalization(
 ) -> list[CellResult]:
     """Run the grid experiment into ``out/<exp.name>/`` (module docstring); returns the cells' results.
 
-    ``checkpoint``/``linear_checkpoint`` default to the experiment's shipped model names; ``arms`` and
-    ``horizons`` replace the Bernoulli K and T lists (cells beyond the trained range stay marked).
-    Every cell uses the seed ``exp.seed_offset + seed``.
+    ``families``: any of :data:`FAMILIES` (the Gaussian multi-armed bandits and the held-out priors are
+    played by the linear generalist).  ``checkpoint``/``linear_checkpoint`` default to the experiment's
+    shipped model names; ``arms`` and ``horizons`` replace the Bernoulli K and T lists (cells beyond
+    the trained range stay marked).  Every cell uses the seed ``exp.seed_offset + seed``.
     """
     folder = out / exp.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -630,35 +822,34 @@ def run_generalization(
     missing: dict[str, str] = {}
     records: dict[str, Any] = {}
     weights: dict[str, str | None] = {}
-    for family, spec, ckpt in (
+    cells = grid_cells(exp, families, arms, horizons)
+    for kind, spec, ckpt in (
         ("bernoulli", exp.bernoulli_model, checkpoint),
         ("linear", exp.linear_model, linear_checkpoint),
     ):
         name = ckpt or spec["checkpoint"]
         if model_available(name):
-            models[family] = {**spec, "checkpoint": name}
-            records[family] = model_record(name)
-            weights[family] = read_record(resolve_checkpoint(name)).meta.get("weights_sha256")
+            models[kind] = {**spec, "checkpoint": name}
+            records[kind] = model_record(name)
+            weights[kind] = read_record(resolve_checkpoint(name)).meta.get("weights_sha256")
         else:
-            models[family] = None
-            missing[family] = f"no checkpoint {name!r}"
-    cells = (bernoulli_cells(exp, arms, horizons) if "bernoulli" in families else []) + (
-        linear_cells(exp) if "linear" in families else []
-    )
+            models[kind] = None
+            missing[kind] = f"no checkpoint {name!r}"
     start = time.perf_counter()
 
     def play(cell: Cell) -> CellResult:
-        model_id = weights[cell.family] if models[cell.family] else None
-        return run_cell(exp, cell, models[cell.family], runs, eval_seed, cache_dir, folder / "cells", model_id)
+        kind = MODEL_OF[cell.family]
+        model_id = weights[kind] if models[kind] else None
+        return run_cell(exp, cell, models[kind], runs, eval_seed, cache_dir, folder / "cells", model_id)
 
     results = play_cells(cells, play, progress)
     check_rows = [c for r in results for c in checks(exp, r)]
     config = {
         **run_identity(exp.name, runs, eval_seed, exp.seed_offset),
         "families": list(families),
-        "models": {f: models[f] for f in families},
+        "models": {f: models[MODEL_OF[f]] for f in families},
         "model_records": records,
-        "missing": {f: m for f, m in missing.items() if f in families},
+        "missing": {f: missing[MODEL_OF[f]] for f in families if MODEL_OF[f] in missing},
         "grid": asdict(exp),
         "cells": [{**_cell_fields(c), "env": c.spec.to_dict()} for c in cells],
         "seconds": time.perf_counter() - start,
@@ -666,25 +857,22 @@ def run_generalization(
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     write_cells_csv(folder / "cells.csv", results, runs, eval_seed)
     write_checks_csv(folder / "checks.csv", check_rows)
-    steps = {f: rec.get("steps") for f, rec in records.items()}
+    kinds = dict.fromkeys(MODEL_OF[f] for f in families)
     header = (
         f"# {exp.title}\n\n{runs} runs per row and cell, seed {eval_seed} (common random numbers: every row of a "
         f"cell plays the same instances).  Models: "
-        + ", ".join(f"{f}: {models[f]['checkpoint']} (step {steps[f]})" for f in families if models[f])  # type: ignore[index]
+        + ", ".join(f"{k}: {models[k]['checkpoint']} (step {records[k].get('steps')})" for k in kinds if models[k])  # type: ignore[index]
     )
-    (folder / "summary.md").write_text(
-        markdown(results, check_rows, header, {f: m for f, m in missing.items() if f in families})
-    )
-    for family in ("bernoulli", "linear"):
+    (folder / "summary.md").write_text(markdown(results, check_rows, header, config["missing"]))
+    for family in FAMILIES:
         if family not in families:
             (folder / f"heatmap-{family}.png").unlink(missing_ok=True)  # stale: not in this run
     for family in families:
         fam = [r for r in results if r.cell.family == family]
-        if fam and models[family] is not None:
+        model = models[MODEL_OF[family]]
+        if fam and model is not None:
             envs = describe_env(fam[0].cell.spec).split(" (")[0]
-            title = (
-                f"{exp.title}: {envs}, {models[family]['checkpoint']}, "  # type: ignore[index]
-                f"{runs} runs, seed {eval_seed}, greedy"
-            )
-            heatmap(folder / f"heatmap-{family}.png", fam, title, describe_range(records[family]["trained_range"]))
+            title = f"{exp.title}: {envs}, {model['checkpoint']}, {runs} runs, seed {eval_seed}, greedy"
+            trained = describe_range(records[MODEL_OF[family]]["trained_range"])
+            heatmap(folder / f"heatmap-{family}.png", fam, title, trained)
     return results

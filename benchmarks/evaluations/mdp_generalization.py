@@ -18,6 +18,9 @@ rooms), the greedy Bayes DPT policy on the same posterior (also the sampled one 
 in dark rooms), UCB-VI and soft UCB-VI (bonus x0.01), uniform and optimal play.  For every row: the
 mean regret sum_k (V*_1(mu) - V^{pi_k}_1(mu)) and its standard error; for the model the paired
 differences to PSRL and to the greedy Bayes DPT policy (with standard errors) and the ratios of means.
+Tails, per row: the 99th percentile of per-run regret, its ratio to the best reference's (the best of
+the compared rows: PSRL, the Bayes DPT policies, the UCB-VI rows) and the fraction of runs whose
+regret exceeds both 3x the best reference's on the same instance and 20.
 
 Outputs in ``<out>/mdp-generalization/``: ``cells.csv``, ``checks.csv`` (the acceptance bounds),
 ``summary.md``, ``heatmap-psrl.png`` and ``heatmap-bayes-dpt.png`` (the model's ratios, cells beyond
@@ -53,6 +56,7 @@ from benchmarks.evaluations.generalization import (
     play_cells,
     run_identity,
     run_rows,
+    tails_table,
     write_checks_csv,
 )
 from benchmarks.evaluations.pretrained_eval import mean_se
@@ -192,12 +196,18 @@ def _paired(result: CellResult, anchor: str) -> str:
 
 
 def write_cells_csv(path: Path, exp: MDPGridExperiment, results: list[CellResult], seed: int, runs: int) -> None:
-    """One line per (cell, row): the cell's size, mean, s.e., and the model's paired differences and ratios."""
+    """One line per (cell, row): the cell's size, mean, s.e., the model's paired differences and ratios, tails.
+
+    The tails (:meth:`~benchmarks.evaluations.generalization.CellResult.tails`): the p99 of every row, and
+    against the cell's best reference its p99 ratio and failure fraction.
+    """
     lines = []
     for result in results:
         spec = result.cell.spec
         assert isinstance(spec, MDPSpec)
         size = {k: spec.to_dict()[k] for k in ("kind", "num_states", "num_actions", "horizon", "episodes")}
+        tails = result.tails()
+        best = result.best_reference() if result.played_references() else ""
         for row, values in result.totals.items():
             line: dict[str, Any] = {"cell": result.cell.label, **size, "in_range": result.cell.in_range, "row": row}
             line |= {"runs": cell_runs(exp, result.cell, runs), "seed": seed}
@@ -207,6 +217,9 @@ def write_cells_csv(path: Path, exp: MDPGridExperiment, results: list[CellResult
                 a = anchored(result, anchor) if row == MODEL else None
                 for stat in ("diff", "diff_se", "ratio"):
                     line[f"{stat}_{key}"] = "" if a is None else f"{a[stat]:.6g}"
+            tail = tails.get(row, {})
+            line |= {k: f"{tail[k]:.6g}" if k in tail else "" for k in ("p99", "p99_ratio_to_best", "failure_fraction")}
+            line["best_reference"] = best
             lines.append(line)
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(lines[0]) if lines else ["cell"])
@@ -230,6 +243,7 @@ def markdown(exp: MDPGridExperiment, results: list[CellResult], check_rows: list
             f"| {r.cell.label}{mark} | {_fmt(r.totals.get(MODEL))} | {_fmt(r.totals.get(psrl))} | "
             f"{_fmt(r.totals.get(exp.bayes_dpt))} | {_paired(r, psrl)} | {_paired(r, exp.bayes_dpt)} |"
         )
+    lines += ["", *tails_table(results, [MODEL, *exp.psrl, exp.bayes_dpt])]
     if check_rows:
         lines += ["", *checks_table(check_rows, "Acceptance bounds", "model")]
     others = sorted({row for r in results for row in r.totals} - {MODEL, *exp.psrl, exp.bayes_dpt})

@@ -475,9 +475,9 @@ GENERALIZATION = GridExperiment(
     mab_compared=("Bayes-UCB (matched)", "TS (matched)"),
     held_out_size=(5, 10, 200, 1.5),
     held_out_priors={
-        "w* ~ N(0, I)": {"prior": BanditPrior.GAUSSIAN, "prior_var": 1.0},
-        "w* uniform on the unit sphere": {"prior": BanditPrior.SPHERE},
-        "w* = s e_i, s ~ N(0, 1)": {"prior": BanditPrior.ONE_COORDINATE, "prior_var": 1.0},
+        "N(0, I)": {"prior": BanditPrior.GAUSSIAN, "prior_var": 1.0},
+        "unit sphere": {"prior": BanditPrior.SPHERE},
+        "s e_i, s ~ N(0, 1)": {"prior": BanditPrior.ONE_COORDINATE, "prior_var": 1.0},
     },
     held_out_references=MATCHED_AND_LINUCB,
     held_out_compared=("Bayes-UCB (matched)", "LinUCB (alpha=1)", "LinUCB (alpha=2)"),

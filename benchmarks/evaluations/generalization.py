@@ -264,7 +264,7 @@ def held_out_cells(exp: GridExperiment) -> list[Cell]:
     d, a, t, sigma = exp.held_out_size
     size = f"d={d}, A={a}, T={t}, sigma={sigma:g}"
     return [
-        Cell("held-out", "held-out priors", size, name, linear_bandit_spec(d, a, t, sigma, **prior), True, False)
+        Cell("held-out", "held-out priors of w*", size, name, linear_bandit_spec(d, a, t, sigma, **prior), True, False)
         for name, prior in exp.held_out_priors.items()
     ]
 

@@ -18,12 +18,14 @@ its value and both ranges.  A model held in memory without a record plays any si
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.learned.mdp_transformer import MDPTransformerAgent
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.envs.dark_room import dark_room_successors
 from icrl_gym.envs.mdp_core import MDPKind
+from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.models.mdp_generalist import MDPGeneralistCache
 from icrl_gym.models.policy import EnvInfo, InContextPolicy
 
@@ -63,9 +65,9 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     the most candidate goals, while sampling a ~ P(a* | D) explores (measured with the exact goal
     posterior, 100 rooms, seed 1: 5x5, H=20, K=10: greedy 145.35, sampled 37.83, DarkRoom PSRL 92.25;
     10x10, H=100, K=4: greedy 355.30, sampled 218.80, DarkRoom PSRL 336.14)."""
-    explore_temperature: ClassVar[float] = 0.3
+    explore_temperature: float = 0.3
     """On random MDPs by default: the temperature of the draws while there is time to explore."""
-    explore_visits: ClassVar[float] = 12.0
+    explore_visits: float = 12.0
     """On random MDPs by default: draws at :attr:`explore_temperature` while the steps left (this one
     included) are at least ``explore_visits`` S A, then the argmax.
 
@@ -82,10 +84,31 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     )
     """The default deployment in words (part of a stored evaluation row's key: a new default re-plays it)."""
 
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        greedy: bool | None = None,
+        device: str = "cpu",
+        seed: int | None = None,
+        explore_temperature: float | None = None,
+        explore_visits: float | None = None,
+        **defaults: Any,
+    ) -> None:
+        """``explore_temperature``, ``explore_visits``: the schedule's (random MDPs, ``greedy`` not given)."""
+        super().__init__(checkpoint, greedy, device, seed, **defaults)
+        given = {"explore_temperature": explore_temperature, "explore_visits": explore_visits}
+        self.exploration_given: dict[str, float] = {
+            name: check_number(name, value, 0.0, False, MAX_SCALE) for name, value in given.items() if value is not None
+        }
+        """The schedule's parameters given to the constructor (part of :meth:`config`)."""
+        self.explore_temperature = self.exploration_given.get("explore_temperature", self.explore_temperature)
+        self.explore_visits = self.exploration_given.get("explore_visits", self.explore_visits)
+
     def _setup(
         self, model: InContextPolicy, meta: dict[str, Any], checkpoint: str, greedy: bool | None, defaults: dict
     ) -> None:
         super()._setup(model, meta, checkpoint, greedy, defaults)
+        self.exploration_given = {}
         self.greedy_given = greedy
         """The constructor's ``greedy`` (None: per environment kind, :attr:`greedy_by_kind`)."""
 
@@ -106,8 +129,8 @@ class MDPGeneralistAgent(MDPTransformerAgent):
             self._cache.configure(self.env_stationary, moves)
 
     def config(self) -> dict[str, Any]:
-        """The checkpoint and ``greedy`` as given (None: the default :attr:`deployment`, chosen at reset)."""
-        return {**super().config(), "greedy": self.greedy_given}
+        """The checkpoint, ``greedy`` as given (None: the default deployment, at reset), the schedule's given values."""
+        return {**super().config(), "greedy": self.greedy_given, **self.exploration_given}
 
     def _temperature(self) -> float:
         """:attr:`explore_temperature` while the steps left are at least :attr:`explore_visits` S A (scheduled runs)."""

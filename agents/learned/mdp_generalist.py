@@ -18,7 +18,6 @@ its value and both ranges.  A model held in memory without a record plays any si
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.learned.mdp_transformer import MDPTransformerAgent
@@ -57,6 +56,8 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     name = "mdp_generalist"
     kind = CheckpointKind.MDP_GENERALIST
     greedy_default = True
+    default_fields = ("explore_temperature", "explore_visits")
+    """The schedule's parameters, which the constructor may set (random MDPs, ``greedy`` not given)."""
     greedy_by_kind: ClassVar[dict[MDPKind, bool]] = {MDPKind.RANDOM: True, MDPKind.DARK_ROOM: False}
     """Whether the default ends a run with the argmax, per kind (:class:`~icrl_gym.envs.mdp_core.MDPKind`).
 
@@ -84,31 +85,13 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     )
     """The default deployment in words (part of a stored evaluation row's key: a new default re-plays it)."""
 
-    def __init__(
-        self,
-        checkpoint: str | Path,
-        greedy: bool | None = None,
-        device: str = "cpu",
-        seed: int | None = None,
-        explore_temperature: float | None = None,
-        explore_visits: float | None = None,
-        **defaults: Any,
-    ) -> None:
-        """``explore_temperature``, ``explore_visits``: the schedule's (random MDPs, ``greedy`` not given)."""
-        super().__init__(checkpoint, greedy, device, seed, **defaults)
-        given = {"explore_temperature": explore_temperature, "explore_visits": explore_visits}
-        self.exploration_given: dict[str, float] = {
-            name: check_number(name, value, 0.0, False, MAX_SCALE) for name, value in given.items() if value is not None
-        }
-        """The schedule's parameters given to the constructor (part of :meth:`config`)."""
-        self.explore_temperature = self.exploration_given.get("explore_temperature", self.explore_temperature)
-        self.explore_visits = self.exploration_given.get("explore_visits", self.explore_visits)
-
     def _setup(
         self, model: InContextPolicy, meta: dict[str, Any], checkpoint: str, greedy: bool | None, defaults: dict
     ) -> None:
         super()._setup(model, meta, checkpoint, greedy, defaults)
-        self.exploration_given = {}
+        for name in self.default_fields:  # the schedule's parameters, when given
+            if name in self.defaults:
+                setattr(self, name, check_number(name, self.defaults[name], 0.0, False, MAX_SCALE))
         self.greedy_given = greedy
         """The constructor's ``greedy`` (None: per environment kind, :attr:`greedy_by_kind`)."""
 
@@ -130,7 +113,7 @@ class MDPGeneralistAgent(MDPTransformerAgent):
 
     def config(self) -> dict[str, Any]:
         """The checkpoint, ``greedy`` as given (None: the default deployment, at reset), the schedule's given values."""
-        return {**super().config(), "greedy": self.greedy_given, **self.exploration_given}
+        return {**super().config(), "greedy": self.greedy_given}
 
     def _temperature(self) -> float:
         """:attr:`explore_temperature` while the steps left are at least :attr:`explore_visits` S A (scheduled runs)."""

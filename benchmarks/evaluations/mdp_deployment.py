@@ -42,21 +42,10 @@ DEPLOYMENTS: dict[str, dict[str, Any]] = {
 """The agent's keywords of each deployment (``explore_visits`` 0: the whole run draws at the temperature)."""
 
 CELLS = (
-    (3, 2, 5, 50),
-    (3, 2, 10, 50),
-    (3, 2, 20, 50),
-    (5, 2, 20, 50),
-    (5, 3, 10, 20),
-    (10, 2, 10, 20),
-    (20, 2, 5, 5),
-    (10, 4, 5, 5),
-    (20, 4, 5, 5),
-    (5, 4, 10, 50),
-    (20, 2, 20, 50),
-    (3, 4, 20, 20),
-    (10, 2, 5, 50),
-)
-"""(S, A, H, K) of the cells the default schedule was chosen on."""
+    "3,2,5,50 3,2,10,50 3,2,20,50 5,2,20,50 5,3,10,20 10,2,10,20 20,2,5,5 10,4,5,5 20,4,5,5 "
+    "5,4,10,50 20,2,20,50 3,4,20,20 10,2,5,50"
+).split()
+"""S,A,H,K of the cells the default schedule was chosen on (the command line's form)."""
 
 SEED = 50_000_000
 
@@ -82,7 +71,7 @@ def play_deployments(
 def main(argv: list[str] | None = None) -> None:
     """Command line (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cells", nargs="+", default=[",".join(map(str, c)) for c in CELLS], help="S,A,H,K each")
+    parser.add_argument("--cells", nargs="+", default=CELLS, help="S,A,H,K each")
     parser.add_argument("--runs", type=int, default=200, help="instances per cell")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--checkpoint", default=None, help="an MDP generalist checkpoint (default: the shipped one)")

@@ -443,3 +443,40 @@ def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_sample
         out = env.step(a)
         agent.update_batch(s, h, a, out["reward"], out["next_state"])
     assert temperatures == [0.3] * 13 + [0.0] * 47  # steps left 60..48, then 47..1
+
+
+def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_on_the_same_instances(tmp_path):
+    from benchmarks.evaluations import mdp_deployment
+    from benchmarks.evaluations.generalization import total_regret
+
+    path, _ = _saved(tmp_path)
+    agent = MDPGeneralistAgent(path, explore_temperature=0.5, explore_visits=0)
+    assert (agent.explore_temperature, agent.explore_visits) == (0.5, 0.0)
+    assert agent.config() == {
+        "name": "mdp_generalist",
+        "checkpoint": str(path),
+        "greedy": None,
+        "explore_temperature": 0.5,
+        "explore_visits": 0.0,
+    }
+    with pytest.raises(ValueError, match="explore_visits must be a finite number >= 0"):
+        MDPGeneralistAgent(path, explore_visits=-1)
+    # the sweep: every deployment equals a direct rollout of the agent with its keywords, on the same instances
+    spec, runs, seed = MDPSpec(num_states=3, num_actions=2, horizon=3, episodes=4), 6, 11
+    rows = mdp_deployment.play_deployments(((3, 2, 3, 4),), runs, seed, str(path))
+    assert [r["row"] for r in rows] == ["PSRL", *mdp_deployment.DEPLOYMENTS]
+    psrl = total_regret(spec, {"name": "psrl"}, runs, seed).mean()
+    for row in rows[1:]:
+        keywords = mdp_deployment.DEPLOYMENTS[row["row"]]
+        direct = total_regret(spec, {"name": "mdp_generalist", "checkpoint": str(path), **keywords}, runs, seed)
+        assert row["mean"] == pytest.approx(direct.mean()) and row["ratio_psrl"] == pytest.approx(direct.mean() / psrl)
+    by_name = {r["row"]: r["mean"] for r in rows}
+    # temperature 0 for the whole run is the argmax, and the default schedule at T = 12 < 12 S A is too
+    assert by_name["schedule (default)"] == pytest.approx(by_name["argmax"])
+    mdp_deployment.main(["--cells", "3,2,3,4", "--runs", "3", "--checkpoint", str(path), "--out", str(tmp_path / "d")])
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert (
+        config["seed"] == mdp_deployment.SEED and (tmp_path / "d" / "deployment.csv").read_text().count("\n") == 8
+    )  # header, PSRL, 6 deployments
+    with pytest.raises(SystemExit):
+        mdp_deployment.main(["--cells", "3,2,3"])

@@ -24,6 +24,7 @@ from agents.learned.mdp_transformer import MDPTransformerAgent
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.envs.dark_room import dark_room_successors
 from icrl_gym.envs.mdp_core import MDPKind
+from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.models.mdp_generalist import MDPGeneralistCache
 from icrl_gym.models.policy import EnvInfo, InContextPolicy
 
@@ -55,6 +56,8 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     name = "mdp_generalist"
     kind = CheckpointKind.MDP_GENERALIST
     greedy_default = True
+    default_fields = ("explore_temperature", "explore_visits")
+    """The schedule's parameters, which the constructor may set (random MDPs, ``greedy`` not given)."""
     greedy_by_kind: ClassVar[dict[MDPKind, bool]] = {MDPKind.RANDOM: True, MDPKind.DARK_ROOM: False}
     """Whether the default ends a run with the argmax, per kind (:class:`~icrl_gym.envs.mdp_core.MDPKind`).
 
@@ -63,9 +66,9 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     the most candidate goals, while sampling a ~ P(a* | D) explores (measured with the exact goal
     posterior, 100 rooms, seed 1: 5x5, H=20, K=10: greedy 145.35, sampled 37.83, DarkRoom PSRL 92.25;
     10x10, H=100, K=4: greedy 355.30, sampled 218.80, DarkRoom PSRL 336.14)."""
-    explore_temperature: ClassVar[float] = 0.3
+    explore_temperature: float = 0.3
     """On random MDPs by default: the temperature of the draws while there is time to explore."""
-    explore_visits: ClassVar[float] = 12.0
+    explore_visits: float = 12.0
     """On random MDPs by default: draws at :attr:`explore_temperature` while the steps left (this one
     included) are at least ``explore_visits`` S A, then the argmax.
 
@@ -86,6 +89,9 @@ class MDPGeneralistAgent(MDPTransformerAgent):
         self, model: InContextPolicy, meta: dict[str, Any], checkpoint: str, greedy: bool | None, defaults: dict
     ) -> None:
         super()._setup(model, meta, checkpoint, greedy, defaults)
+        for name in self.default_fields:  # the schedule's parameters, when given
+            if name in self.defaults:
+                setattr(self, name, check_number(name, self.defaults[name], 0.0, False, MAX_SCALE))
         self.greedy_given = greedy
         """The constructor's ``greedy`` (None: per environment kind, :attr:`greedy_by_kind`)."""
 
@@ -106,7 +112,7 @@ class MDPGeneralistAgent(MDPTransformerAgent):
             self._cache.configure(self.env_stationary, moves)
 
     def config(self) -> dict[str, Any]:
-        """The checkpoint and ``greedy`` as given (None: the default :attr:`deployment`, chosen at reset)."""
+        """The checkpoint, ``greedy`` as given (None: the default deployment, at reset), the schedule's given values."""
         return {**super().config(), "greedy": self.greedy_given}
 
     def _temperature(self) -> float:

@@ -34,8 +34,9 @@ RolloutT = TypeVar("RolloutT", bound="PolicyRollout[Any]")
 class PolicyRollout(CheckpointAgent[ObsT]):
     """Batched online rollout of an in-context model through its cache (see the module docstring).
 
-    ``defaults``: fallbacks for what the environment may not state, among :attr:`default_fields`
-    (e.g. ``horizon=`` for a bandit played without an environment); the environment's values win.
+    ``defaults``: the adapter's own keywords, among :attr:`default_fields`: fallbacks for what the
+    environment may not state (e.g. ``horizon=`` for a bandit played without an environment; the
+    environment's values win), or settings of how it acts (the MDP generalist's exploring schedule).
     """
 
     kind: ClassVar[CheckpointKind]
@@ -43,7 +44,7 @@ class PolicyRollout(CheckpointAgent[ObsT]):
     greedy_default: ClassVar[bool] = False
     """Whether the agent takes the argmax unless told otherwise (models that imitate an argmax expert)."""
     default_fields: ClassVar[tuple[str, ...]] = ()
-    """Constructor fallbacks this agent accepts (also ``reset`` keywords)."""
+    """The adapter's own constructor keywords (environment fallbacks, also ``reset`` keywords; deployment settings)."""
 
     def __init__(
         self,

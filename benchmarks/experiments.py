@@ -411,6 +411,22 @@ class GridExperiment:
     held_out_references: dict[str, dict[str, Any]]
     held_out_compared: tuple[str, ...]
     """The references a held-out cell's best reference is chosen from (LinUCB and the matched Bayes-UCB)."""
+    family_dims: tuple[int, ...]
+    """d of the in-family cells (opt-in family 'in-family'): w* from the prior family, hyperparameters per instance."""
+    family_actions: tuple[int, ...]
+    family_horizons: tuple[int, ...]
+    family_noise: float
+    """sigma of the d x A x T cells (fixed per cell, told to every row)."""
+    family_noise_variants: tuple[float, ...]
+    """Other sigma, each at every T of ``family_horizons``, at d, A = ``family_variant_size``."""
+    family_variant_size: tuple[int, int]
+    family_prior: dict[str, Any]
+    """The prior of w* (``linear_bandit_spec`` keywords): the whole family, one member per instance."""
+    family_references: dict[str, dict[str, Any]]
+    family_compared: tuple[str, ...]
+    """The references an in-family cell's best reference is chosen from (those told the instance's prior)."""
+    family_range: dict[str, tuple[float, float]]
+    """The range the in-family cells count as in range for (``BanditSpec`` field: lowest, highest)."""
     trained_arms: tuple[int, int] = (2, 20)
     trained_horizon: int = 500
     seed_offset: int = 30_000_000
@@ -481,6 +497,17 @@ GENERALIZATION = GridExperiment(
     },
     held_out_references=MATCHED_AND_LINUCB,
     held_out_compared=("Bayes-UCB (matched)", "LinUCB (alpha=1)", "LinUCB (alpha=2)"),
+    family_dims=(2, 5, 8, 16),
+    family_actions=(2, 10, 50),
+    family_horizons=(50, 200, 1000),
+    family_noise=0.5,
+    family_noise_variants=(0.1, 2.0),
+    family_variant_size=(5, 10),
+    family_prior={"prior": BanditPrior.FAMILY},
+    family_references=MATCHED_AND_LINUCB,
+    family_compared=("Bayes-UCB (matched)", "TS (matched)"),
+    # the second version's target range (the shipped first version plays d <= 8: its rows beyond are n/a)
+    family_range={"dim": (2, 16), "num_actions": (2, 50), "horizon": (1, 1000), "noise_std": (0.05, 3.0)},
 )
 
 GRID_EXPERIMENTS: dict[str, GridExperiment] = {GENERALIZATION.name: GENERALIZATION}

@@ -119,9 +119,10 @@ class BenchConfig:
     linear_generalist: str = ""
     """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist')."""
     grid_families: tuple[str, ...] = ("bernoulli", "linear")
-    """Families of the grid experiments to run, separated by commas: bernoulli and linear by default; two more
+    """Families of the grid experiments to run, separated by commas: bernoulli and linear by default; three more
     (their names: FAMILIES in benchmarks/evaluations/generalization.py) are Gaussian bandits with one arm per
-    basis vector, K x T, and priors of w* never trained on."""
+    basis vector, K x T, priors of w* never trained on, and linear bandits whose w* comes from the training
+    prior family, d x A x T and sigma x T."""
     grid_arms: tuple[int, ...] = ()
     """Bernoulli K replacing the grid's (comma-separated, e.g. 2,5,10; none: the issue's 2..20 plus 30, 50)."""
     grid_horizons: tuple[int, ...] = ()

@@ -8,7 +8,10 @@ generalist: ``gaussian-mab``, Gaussian multi-armed bandits (one-hot arms, A = d 
 is the cell's best reference), LinUCB (alpha 1 and 2) and UCB; ``held-out``, priors of w* never
 used in training (N(0, I), uniform on the unit sphere, one non-zero coordinate s e_i) at d=5, A=10,
 T=200, sigma=1.5, against the matched Bayes-UCB and LinUCB (alpha 1 and 2; the best of these three is
-the best reference) and the matched TS.
+the best reference) and the matched TS; ``in-family``, w* from the training prior family
+(:mod:`icrl_gym.envs.prior_family`: a member and its hyperparameters drawn per instance), d x A x T at
+sigma=0.5 and sigma variants x T at d=5, A=10, against Bayes-UCB and TS told each instance's matched
+Gaussian prior (the best of these two is the best reference) and LinUCB (alpha 1 and 2).
 In every cell each row plays the same instances with the same noise (common random numbers,
 :func:`icrl_gym.data.crn.crn_batches` through :func:`~icrl_gym.data.trajectories.evaluate_regret`
 with one batch of all runs), so per-run regret differences are paired.  For every row: the mean and
@@ -57,15 +60,22 @@ from icrl_gym.utils.fileio import atomic_write_bytes
 MODEL = "generalist"
 """Row name of the learned agent in every cell."""
 
-FAMILIES = ("bernoulli", "linear", "gaussian-mab", "held-out")
-"""The grid's cell families; ``gaussian-mab`` and ``held-out`` are opt-in (not in the default run)."""
-MODEL_OF = {"bernoulli": "bernoulli", "linear": "linear", "gaussian-mab": "linear", "held-out": "linear"}
+FAMILIES = ("bernoulli", "linear", "gaussian-mab", "held-out", "in-family")
+"""The grid's cell families; ``gaussian-mab``, ``held-out`` and ``in-family`` are opt-in (not in the default run)."""
+MODEL_OF = {
+    "bernoulli": "bernoulli",
+    "linear": "linear",
+    "gaussian-mab": "linear",
+    "held-out": "linear",
+    "in-family": "linear",
+}
 """Which generalist plays the cells of a family."""
 FAMILY_TITLES = {
     "bernoulli": "Bernoulli bandits",
     "linear": "Linear bandits",
     "gaussian-mab": "Gaussian multi-armed bandits (one-hot arms, Gaussian rewards)",
     "held-out": "Held-out priors of w*",
+    "in-family": "Linear bandits with w* from the prior family (a prior drawn per instance)",
 }
 
 TAIL_LEVEL = 0.99
@@ -269,6 +279,33 @@ def held_out_cells(exp: GridExperiment) -> list[Cell]:
     ]
 
 
+def family_cells(exp: GridExperiment) -> list[Cell]:
+    """The in-family cells: d x A, one panel per T, at sigma=``family_noise``; then sigma x T at one (d, A).
+
+    w* comes from ``exp.family_prior`` (each instance draws its prior's member and hyperparameters);
+    sigma is fixed per cell.  A cell is in range when its d, A, T and sigma lie in ``exp.family_range``.
+    """
+
+    def cell(panel: str, row: str, column: str, d: int, a: int, t: int, sigma: float) -> Cell:
+        spec = linear_bandit_spec(d, a, t, sigma, **exp.family_prior)
+        in_range = all(lo <= getattr(spec, name) <= hi for name, (lo, hi) in exp.family_range.items())
+        return Cell("in-family", panel, row, column, spec, in_range, True)
+
+    sigma = exp.family_noise
+    cells = [
+        cell(f"prior family, T={t}, sigma={sigma:g}", f"d={d}", f"A={a}", d, a, t, sigma)
+        for t in exp.family_horizons
+        for d in exp.family_dims
+        for a in exp.family_actions
+    ]
+    d, a = exp.family_variant_size
+    return cells + [
+        cell(f"prior family, d={d}, A={a}", f"sigma={s:g}", f"T={t}", d, a, t, s)
+        for s in exp.family_noise_variants
+        for t in exp.family_horizons
+    ]
+
+
 def grid_cells(
     exp: GridExperiment,
     families: tuple[str, ...],
@@ -281,6 +318,7 @@ def grid_cells(
         "linear": lambda: linear_cells(exp),
         "gaussian-mab": lambda: mab_cells(exp),
         "held-out": lambda: held_out_cells(exp),
+        "in-family": lambda: family_cells(exp),
     }
     unknown = [f for f in families if f not in build]
     if unknown:
@@ -290,7 +328,11 @@ def grid_cells(
 
 def _compared(exp: GridExperiment, cell: Cell) -> tuple[str, ...] | None:
     """The references that compete for a cell's best reference (``None``: all of them)."""
-    return {"gaussian-mab": exp.mab_compared, "held-out": exp.held_out_compared}.get(cell.family)
+    return {
+        "gaussian-mab": exp.mab_compared,
+        "held-out": exp.held_out_compared,
+        "in-family": exp.family_compared,
+    }.get(cell.family)
 
 
 def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[str, dict[str, Any]]:
@@ -299,6 +341,7 @@ def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[s
         "linear": exp.linear_references,
         "gaussian-mab": exp.mab_references,
         "held-out": exp.held_out_references,
+        "in-family": exp.family_references,
     }
     if cell.family in linear:
         return dict(linear[cell.family])
@@ -463,8 +506,9 @@ def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
     """The acceptance thresholds for the generalist on one cell.
 
     Bernoulli cells: in range with the training prior only.  Linear-reward cells (linear, Gaussian
-    multi-armed, held-out priors): <= 1.10 x the best reference in range with the training prior (the
-    Gaussian multi-armed bandits: their best reference told the prior), <= 1.15 x the best reference
+    multi-armed, held-out priors, in-family priors): <= 1.10 x the best reference in range with the
+    training prior (the Gaussian multi-armed and in-family cells: their best reference told the
+    instance's prior), <= 1.15 x the best reference
     on held-out priors (LinUCB and the matched Bayes-UCB), and in every cell p99 <= 1.5 x the best
     reference's p99 (:func:`regret_quantile`).
     """
@@ -809,8 +853,8 @@ def run_generalization(
 ) -> list[CellResult]:
     """Run the grid experiment into ``out/<exp.name>/`` (module docstring); returns the cells' results.
 
-    ``families``: any of :data:`FAMILIES` (the Gaussian multi-armed bandits and the held-out priors are
-    played by the linear generalist).  ``checkpoint``/``linear_checkpoint`` default to the experiment's
+    ``families``: any of :data:`FAMILIES` (the Gaussian multi-armed bandits, the held-out and the
+    in-family priors are played by the linear generalist).  ``checkpoint``/``linear_checkpoint`` default to the experiment's
     shipped model names; ``arms`` and ``horizons`` replace the Bernoulli K and T lists (cells beyond
     the trained range stay marked).  Every cell uses the seed ``exp.seed_offset + seed``.
     """

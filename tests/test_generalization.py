@@ -12,6 +12,7 @@ import icrl_gym.estimators.gittins
 from benchmarks.evaluations.generalization import (
     MODEL,
     failure_fraction,
+    grid_cells,
     regret_quantile,
     run_generalization,
     tail_stats,
@@ -19,7 +20,7 @@ from benchmarks.evaluations.generalization import (
 from benchmarks.experiments import GENERALIZATION
 from benchmarks.harness import main, parse_args
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
-from icrl_gym.envs import BanditArms, BanditPrior
+from icrl_gym.envs import ActionSet, BanditArms, BanditPrior, BanditReward
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from tests.helpers import slow_failure_fraction, slow_quantile
 
@@ -343,3 +344,72 @@ def test_harness_takes_the_opt_in_families():
     cfg = parse_args(["--experiments", "generalization", "--grid-families", "gaussian-mab,held-out"])
     assert cfg.grid_families == ("gaussian-mab", "held-out")
     assert parse_args(["--experiments", "generalization"]).grid_families == ("bernoulli", "linear")
+
+
+def test_in_family_cells_are_the_acceptance_list():
+    """d x A x T at sigma=0.5, and sigma in {0.1, 2} x T at d=5, A=10, all with w* from the prior family."""
+    cells = grid_cells(GENERALIZATION, ("in-family",))
+    expected = [(d, a, t, 0.5) for d in (2, 5, 8, 16) for a in (2, 10, 50) for t in (50, 200, 1000)]
+    expected += [(5, 10, t, s) for s in (0.1, 2.0) for t in (50, 200, 1000)]
+    sizes = [(c.spec.dim, c.spec.num_actions, c.spec.horizon, c.spec.noise_std) for c in cells]
+    assert len(sizes) == len(set(sizes)) == 42 and set(sizes) == set(expected)
+    assert len({c.label for c in cells}) == 42
+    for c in cells:
+        s = c.spec
+        assert (c.family, s.prior, s.arms, s.action_set, s.reward) == (
+            "in-family",
+            BanditPrior.FAMILY,
+            BanditArms.UNIFORM,
+            ActionSet.FIXED,
+            BanditReward.GAUSSIAN,
+        )
+        assert s.noise_high is None and s.noise_known  # sigma fixed per cell and told
+        assert c.in_range and c.base_prior  # the second version's target range: every cell, so every check
+    assert GENERALIZATION.family_compared == ("Bayes-UCB (matched)", "TS (matched)")
+    narrow = dataclasses.replace(GENERALIZATION, family_range={"dim": (2, 8)})
+    assert {c.spec.dim for c in grid_cells(narrow, ("in-family",)) if not c.in_range} == {16}
+
+
+def test_in_family_best_reference_is_told_the_prior_and_ratio_from_totals(tmp_path):
+    """A tiny in-family grid with the shipped linear generalist; an oracle row that is no compared reference."""
+    exp = dataclasses.replace(
+        TINY,
+        family_dims=(2, 9),
+        family_actions=(3,),
+        family_horizons=(10,),
+        family_noise_variants=(2.0,),
+        family_variant_size=(2, 3),
+        family_references={**GENERALIZATION.family_references, "oracle": {"name": "optimal"}},
+    )
+    absent = str(tmp_path / "absent")
+    results = run_generalization(exp, tmp_path, runs=40, seed=1, checkpoint=absent, families=("in-family",))
+    folder = tmp_path / exp.name
+    assert [r.cell.spec.prior for r in results] == [BanditPrior.FAMILY] * 3
+    assert results[0].totals[MODEL] is not None  # d=2: every version plays it
+    lines = {(r["panel"], r["row"], r["column"], r["algorithm"]): r for r in _rows(folder / "cells.csv")}
+    checks = {(c["cell"], c["check"]): c for c in _rows(folder / "checks.csv")}
+    for res in results:
+        means = {k: float(v.mean()) for k, v in res.totals.items() if v is not None}
+        best = min(exp.family_compared, key=means.__getitem__)
+        assert res.best_reference() == best and means["oracle"] < means[best]  # the oracle is never the best
+        gen = res.totals[MODEL]
+        if gen is None:  # the first version refuses d > 8: kept as n/a with its reason, and no check
+            assert res.cell.spec.dim > 8 and "plays d <=" in res.notes[MODEL]
+            assert not any(c == res.cell.label for c, _ in checks)
+            continue
+        line = lines[(res.cell.panel, res.cell.row, res.cell.column, MODEL)]
+        assert line["best_reference"] == best
+        assert float(line["ratio_to_best"]) == pytest.approx(gen.mean() / res.totals[best].mean(), rel=1e-5)
+        bound = checks[(res.cell.label, "<= 1.10 x best of Bayes-UCB/TS")]
+        assert float(bound["threshold"]) == pytest.approx(1.10 * res.totals[best].mean(), rel=1e-9)
+        tail = checks[(res.cell.label, "p99 <= 1.5 x best reference's p99")]
+        assert float(tail["threshold"]) == pytest.approx(1.5 * slow_quantile(res.totals[best], 0.99), rel=1e-9)
+    _check_tails_columns(list(lines.values()), results)
+    assert "## Linear bandits with w* from the prior family" in (folder / "summary.md").read_text()
+    assert (folder / "heatmap-in-family.png").is_file()
+
+
+def test_harness_takes_the_in_family_grid():
+    assert parse_args(["--experiments", "generalization", "--grid-families", "in-family"]).grid_families == (
+        "in-family",
+    )

@@ -854,9 +854,9 @@ def run_generalization(
     """Run the grid experiment into ``out/<exp.name>/`` (module docstring); returns the cells' results.
 
     ``families``: any of :data:`FAMILIES` (the Gaussian multi-armed bandits, the held-out and the
-    in-family priors are played by the linear generalist).  ``checkpoint``/``linear_checkpoint`` default to the experiment's
-    shipped model names; ``arms`` and ``horizons`` replace the Bernoulli K and T lists (cells beyond
-    the trained range stay marked).  Every cell uses the seed ``exp.seed_offset + seed``.
+    in-family priors are played by the linear generalist).  ``checkpoint``/``linear_checkpoint``
+    default to the experiment's shipped model names; ``arms`` and ``horizons`` replace the Bernoulli
+    K and T lists (cells beyond the trained range stay marked).  Every cell uses the seed ``exp.seed_offset + seed``.
     """
     folder = out / exp.name
     folder.mkdir(parents=True, exist_ok=True)

@@ -75,10 +75,11 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     The argmax alone stops exploring too early in small MDPs with long runs (it is 0.84x PSRL's
     regret at (S, A, H, K) = (3, 2, 20, 50)), and draws at temperature 1 explore too much everywhere.
     Chosen on 200 instances per cell at seed 5e7 (neither a training nor an evaluation seed), in 13
-    cells of the in-range grid, against the argmax, temperatures 0.2 and 0.3 (and 0.5 and 1 in nine of
-    them), and temperature 0.3 for whole runs with T >= 12 S A: this schedule was the best or within
-    0.1x PSRL of it in every cell, e.g. 0.59x PSRL at (3, 2, 20, 50) and 0.61x at (5, 2, 20, 50),
-    where the argmax has 0.84x and 0.88x, and it equals the argmax in short runs such as (20, 4, 5, 5)."""
+    cells of the in-range grid, against the argmax and draws at temperature 0.2, 0.3, 0.5 and 1 for
+    whole runs (``python -m benchmarks.evaluations.mdp_deployment``): this schedule was the best or
+    within 0.07x PSRL of it in every cell, e.g. 0.59x PSRL at (3, 2, 20, 50) and 0.61x at
+    (5, 2, 20, 50), where the argmax has 0.84x and 0.88x, and it equals the argmax in short runs such
+    as (20, 4, 5, 5)."""
     deployment: ClassVar[str] = (
         f"random MDPs: softmax(logits / {explore_temperature}) while the steps left >= {explore_visits:g} S A, "
         "then the argmax; dark rooms: softmax(logits)"

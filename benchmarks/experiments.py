@@ -83,7 +83,7 @@ def linear_generalist(name: str = "linear-generalist") -> dict[str, Any]:
 
 
 def mdp_generalist(name: str = "tabular-mdp-generalist") -> dict[str, Any]:
-    """The shipped MDP generalist, deployed as its agent's default (greedy on random MDPs, sampled in dark rooms)."""
+    """The shipped MDP generalist, as its agent's default deploys it (exploring, then greedy; sampled in rooms)."""
     return {"name": "mdp_generalist", "checkpoint": name}
 
 

@@ -13,7 +13,7 @@ Cell groups (``--cells``, any of; :data:`benchmarks.experiments.MDP_GENERALIZATI
 In a cell every row plays the same instances with the same noise (common random numbers: one
 :func:`~icrl_gym.data.mdp_rollout.rollout_mdp` batch of all runs under the cell's seed, disjoint
 from training seeds), so per-run regret differences are paired.  Rows: the model (its agent's
-default deployment: greedy on random MDPs, sampled in dark rooms), PSRL (DarkRoom PSRL in dark
+default deployment: tempered draws then the argmax on random MDPs, sampled in rooms), PSRL (DarkRoom PSRL in dark
 rooms), the greedy Bayes DPT policy on the same posterior (also the sampled one at the fixed size and
 in dark rooms), UCB-VI and soft UCB-VI (bonus x0.01), uniform and optimal play.  For every row: the
 mean regret sum_k (V*_1(mu) - V^{pi_k}_1(mu)) and its standard error; for the model the paired

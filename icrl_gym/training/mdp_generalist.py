@@ -26,7 +26,7 @@ the same statistics its online cache keeps).  The experts are looked up by name 
 The shared loop (:func:`icrl_gym.training.loop.train_generalist`) makes the run resumable (a
 committed state every ``checkpoint_every`` steps, bit-exact continuation), bounded by
 ``time_budget_hours`` of training wall time summed over resumes, and logs every ``log_every`` steps;
-every ``eval_every`` steps the model (deployed as its agent's default: greedy on random MDPs, sampled
+every ``eval_every`` steps the model (deployed as its agent's default: an exploring schedule on random MDPs, sampled
 in dark rooms) plays ``eval_instances`` fresh instances of each of ``eval_cells`` against PSRL and the
 greedy Bayes DPT policy (and in dark rooms the sampled one) on the same instances and noise (common
 random numbers, seed 1), logged to ``train.log``.  Run as::

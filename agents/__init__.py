@@ -29,7 +29,7 @@ from agents.bandit.ucb import UCB
 from agents.bandit.uniform import Uniform
 from agents.mdp.greedy_q import MDPOptimal
 from agents.mdp.posterior_dpt import PosteriorOptimalAction
-from agents.mdp.psrl import PSRL, DarkRoomPSRL
+from agents.mdp.psrl import PSRL, DarkRoomPSRL, PosteriorMeanPlanner
 from agents.mdp.ucbvi import UCBVI
 from agents.mdp.uniform import MDPUniform
 from agents.mixture import MDPMixture, Mixture
@@ -77,6 +77,7 @@ __all__ = [
     "Mixture",
     "Optimal",
     "PSRL",
+    "PosteriorMeanPlanner",
     "PosteriorMeanGreedy",
     "PosteriorOptimalAction",
     "SoftLinUCB",

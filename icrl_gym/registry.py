@@ -50,6 +50,7 @@ _ENTRY_POINTS: dict[str, str] = {
     "ucbvi": "agents.mdp.ucbvi:UCBVI",
     "psrl": "agents.mdp.psrl:PSRL",
     "dark_room_psrl": "agents.mdp.psrl:DarkRoomPSRL",
+    "posterior_mean_planner": "agents.mdp.psrl:PosteriorMeanPlanner",
     "posterior_optimal_action": "agents.mdp.posterior_dpt:PosteriorOptimalAction",
     # either kind: the mixture builds an MDP mixture when every component is an MDP algorithm
     MIXTURE: "agents.mixture:Mixture",

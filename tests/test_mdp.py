@@ -299,3 +299,38 @@ def test_per_step_regret_sums_to_the_runs_regret(env_id, kwargs):
         assert np.all(np.asarray(gaps) >= -1e-12)
         if name == "mdp_optimal":
             np.testing.assert_allclose(np.asarray(gaps), 0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("stationary", [False, True])
+def test_posterior_mean_planner_plans_each_episode_on_the_closed_form_posterior_mean(stationary):
+    """Each episode's Q: backward induction on (c + N) / (S c + n) and (1 + wins) / (2 + n), counted by a loop."""
+    from icrl_gym.envs.mdp_env import reset_info
+
+    spec = MDPSpec(num_states=3, num_actions=2, horizon=3, episodes=3, concentration=0.5, stationary=stationary)
+    batch = MDPBatch(spec, 2, np.random.default_rng(7))
+    agent = make_agent("posterior_mean_planner", seed=0)
+    agent.reset(reset_info(spec, batch))
+    S, A, H = spec.num_states, spec.num_actions, spec.horizon
+    hs = 1 if stationary else H
+    n_sas, n_sa, wins = np.zeros((2, hs, S, A, S)), np.zeros((2, hs, S, A)), np.zeros((2, hs, S, A))
+    for _episode in range(spec.episodes):
+        P = (0.5 + n_sas) / (S * 0.5 + n_sas.sum(axis=-1, keepdims=True))
+        R = (1.0 + wins) / (2.0 + n_sa)
+        q, _ = backward_induction(P, R, H)
+        for _h in range(H):
+            states, h = batch.state.copy(), batch.h
+            actions = agent.act_batch(states, h)
+            np.testing.assert_allclose(agent.q, q, atol=1e-12)  # planned at the episode's first step
+            step = batch.step(actions)
+            agent.update_batch(states, h, actions, step["reward"], step["next_state"])
+            for b in range(2):
+                i, s_next = (0 if stationary else h), step["next_state"][b]
+                n_sa[b, i, states[b], actions[b]] += 1
+                wins[b, i, states[b], actions[b]] += step["reward"][b]
+                if s_next >= 0:  # no transition after the episode's last step
+                    n_sas[b, i, states[b], actions[b], s_next] += 1
+    # and it plays: 50 runs of a (5, 3, 10, 20) MDP, far below uniform play on the same instances
+    spec = MDPSpec(num_states=5, num_actions=3, horizon=10, episodes=20)
+    planner = rollout_mdp(spec, {"name": "posterior_mean_planner"}, 50, seed=3).episode_regret.sum(axis=1)
+    uniform = rollout_mdp(spec, {"name": "mdp_uniform"}, 50, seed=3).episode_regret.sum(axis=1)
+    assert planner.mean() < 0.5 * uniform.mean()

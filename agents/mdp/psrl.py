@@ -114,6 +114,27 @@ class PSRL(GreedyQAgent):
         }
 
 
+class PosteriorMeanPlanner(PSRL):
+    """Certainty equivalence on PSRL's posterior: every episode plans on the posterior-mean MDP.
+
+    E[P(. | s, a) | D] = (c + N(s, a, .)) / (S c + N(s, a)) under the Dirichlet(c) prior, and
+    E[R(s, a) | D] = (1 + successes) / (2 + N(s, a)) under Beta(1, 1); backward induction on that one
+    MDP, ties broken at random.  With per-step (non-stationary) dynamics the factors of a trajectory's
+    probability are independent under the posterior, so this plan maximises the posterior-expected
+    return of the episode among plans fixed at its start; it explores only where the prior mean
+    (E[R] = 1/2 for an unvisited pair) makes an action look good.  A reference for short runs, where
+    there is little to gain from exploring.
+    """
+
+    name = "posterior_mean_planner"
+
+    def sample_mdp(self) -> tuple[np.ndarray, np.ndarray]:
+        """The posterior mean per run: P (B, H_P, S, A, S) and mean rewards R (B, H_P, S, A)."""
+        c = self.counts
+        alpha = self.used_concentration + c.n_sas
+        return alpha / alpha.sum(axis=-1, keepdims=True), (1.0 + c.reward_sum) / (2.0 + c.n_sa)
+
+
 class DarkRoomPSRL(GreedyQAgent):
     """Posterior sampling under the DarkRoom prior: known deterministic moves, goal uniform over the cells.
 

@@ -130,6 +130,8 @@ class PosteriorMeanPlanner(PSRL):
 
     def sample_mdp(self) -> tuple[np.ndarray, np.ndarray]:
         """The posterior mean per run: P (B, H_P, S, A, S) and mean rewards R (B, H_P, S, A)."""
+        if self.used_concentration is None:
+            raise RuntimeError(f"{self.name}: call reset() before planning")
         c = self.counts
         alpha = self.used_concentration + c.n_sas
         return alpha / alpha.sum(axis=-1, keepdims=True), (1.0 + c.reward_sum) / (2.0 + c.n_sa)

@@ -440,3 +440,28 @@ def test_folders_of_the_older_layouts_are_refused_not_overwritten(tmp_path):
         with pytest.raises(TrainingStateError, match="no training-state manifest resume.json"):
             start()
         assert sorted(p.relative_to(run) for p in run.rglob("*") if p.name != "train.log") == before
+
+
+def test_atomic_csv_reads_back_and_a_failed_write_keeps_the_old_table(tmp_path, monkeypatch):
+    import csv
+
+    import icrl_gym.utils.fileio as fileio
+
+    path = tmp_path / "t.csv"
+    rows = [{"cell": "a, b", "mean": "1.5"}, {"cell": 'say "x"', "mean": ""}]
+    fileio.atomic_write_csv(path, rows, ["cell", "mean"])
+    with open(path, newline="") as fh:
+        assert list(csv.DictReader(fh)) == rows
+    before = path.read_bytes()
+
+    def broken(fh):
+        fh.write(b"half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fileio, "atomic_write_bytes", lambda p, data: fileio.atomic_write(p, broken))
+    with pytest.raises(OSError, match="disk full"):
+        fileio.atomic_write_csv(path, rows[:1], ["cell", "mean"])
+    assert path.read_bytes() == before
+    monkeypatch.undo()
+    fileio.atomic_write_csv(path, [], [])
+    assert path.read_bytes() == b""

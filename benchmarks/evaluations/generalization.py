@@ -35,7 +35,6 @@ family not in the run is removed).
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import time
@@ -55,7 +54,7 @@ from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditPrior, BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.registry import agent_class
-from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 MODEL = "generalist"
 """Row name of the learned agent in every cell."""
@@ -604,29 +603,23 @@ def write_cells_csv(path: Path, results: list[CellResult], runs: int, seed: int)
         "best_reference",
         "status",
     ]
-    with open(path, "w", newline="") as fh:
-        writer = None
-        for res in results:
-            for name, st in res.stats().items():
-                line = {
-                    **_cell_fields(res.cell),
-                    "algorithm": name,
-                    "runs": runs,
-                    "seed": seed,
-                    **{k: (f"{st[k]:.6g}" if isinstance(st.get(k), float) else st.get(k, "")) for k in keys},
-                }
-                if writer is None:
-                    writer = csv.DictWriter(fh, fieldnames=list(line))
-                    writer.writeheader()
-                writer.writerow(line)
+    lines = [
+        {
+            **_cell_fields(res.cell),
+            "algorithm": name,
+            "runs": runs,
+            "seed": seed,
+            **{k: (f"{st[k]:.6g}" if isinstance(st.get(k), float) else st.get(k, "")) for k in keys},
+        }
+        for res in results
+        for name, st in res.stats().items()
+    ]
+    atomic_write_csv(path, lines, list(lines[0]) if lines else [])
 
 
 def write_checks_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     """One line per (cell, threshold)."""
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["cell", "check", "value", "threshold", "pass"])
-        writer.writeheader()
-        writer.writerows(rows)
+    atomic_write_csv(path, rows, ["cell", "check", "value", "threshold", "pass"])
 
 
 def _fmt(st: dict[str, Any]) -> str:

@@ -18,8 +18,6 @@ on other instances.  The default cells are the 13 the schedule was chosen on::
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import time
 from pathlib import Path
@@ -29,7 +27,7 @@ from benchmarks.evaluations.generalization import total_regret
 from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import mdp_generalist
 from icrl_gym.envs import MDPSpec
-from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 DEPLOYMENTS: dict[str, dict[str, Any]] = {
     "argmax": {"greedy": True},
@@ -87,11 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = play_deployments(cells, args.runs, args.seed, args.checkpoint)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_bytes(out / "deployment.csv", text.getvalue().encode())
+    atomic_write_csv(out / "deployment.csv", rows, list(rows[0]))
     config = {
         "cells": [list(c) for c in cells],
         "runs": args.runs,

@@ -34,7 +34,6 @@ resumes, and a new checkpoint re-runs only the model's rows.  Run as::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import time
 from collections.abc import Callable
@@ -64,7 +63,7 @@ from benchmarks.experiments import MDP_GENERALIZATION, MDPGridExperiment
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import MDPKind, MDPSpec, dark_room_spec
 from icrl_gym.utils.device import resolve_device
-from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 FIXED_SIZE_FIGURE = 13.3
 """Regret of the fixed-size DPT transformer at (5, 3, 10, 20) (its shipped record), the bound at that size."""
@@ -221,10 +220,7 @@ def write_cells_csv(path: Path, exp: MDPGridExperiment, results: list[CellResult
             line |= {k: f"{tail[k]:.6g}" if k in tail else "" for k in ("p99", "p99_ratio_to_best", "failure_fraction")}
             line["best_reference"] = best
             lines.append(line)
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(lines[0]) if lines else ["cell"])
-        writer.writeheader()
-        writer.writerows(lines)
+    atomic_write_csv(path, lines, list(lines[0]) if lines else ["cell"])
 
 
 def markdown(exp: MDPGridExperiment, results: list[CellResult], check_rows: list[dict[str, Any]], header: str) -> str:

@@ -5,13 +5,15 @@ Configuration classes and their field rules live in :mod:`icrl_gym.config`.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -68,6 +70,16 @@ def describe_size(path: str | os.PathLike) -> str:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Atomically replace ``path`` by ``data``."""
     atomic_write(path, lambda fh: fh.write(data))
+
+
+def atomic_write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str]) -> None:
+    """Atomically replace ``path`` by a CSV table: header ``fieldnames``, one line per row (no columns: empty)."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(fieldnames))
+    if fieldnames:
+        writer.writeheader()
+        writer.writerows(rows)
+    atomic_write_bytes(path, text.getvalue().encode())
 
 
 def canonical_json(value: Any) -> bytes:

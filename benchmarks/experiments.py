@@ -427,6 +427,18 @@ class GridExperiment:
     """The references an in-family cell's best reference is chosen from (those told the instance's prior)."""
     family_range: dict[str, tuple[float, float]]
     """The range the in-family cells count as in range for (``BanditSpec`` field: lowest, highest)."""
+    beta_params: tuple[float, ...]
+    """a and b of the Beta(a, b) priors of the opt-in family 'bernoulli-beta' (every pair: len^2 priors)."""
+    beta_arms: tuple[int, ...]
+    """K of the 'bernoulli-beta' cells (each Beta prior and each skewed prior at every K)."""
+    beta_horizon: int
+    skewed_priors: dict[str, dict[str, Any]]
+    """The skewed priors of 'bernoulli-beta' (``bernoulli_bandit_spec`` keywords), one heatmap row each."""
+    beta_references: dict[str, dict[str, Any]]
+    """Reference rows of 'bernoulli-beta'; the Beta-Bernoulli agents among them are told the cell's Beta prior
+    (Beta(1, 1) on the skewed cells), Gittins also T; the DP rows only at K in ``dp_arms`` with a Beta prior."""
+    beta_compared: tuple[str, ...]
+    """The references a 'bernoulli-beta' cell's best reference is chosen from: the matched-prior Gittins."""
     trained_arms: tuple[int, int] = (2, 20)
     trained_horizon: int = 500
     seed_offset: int = 30_000_000
@@ -508,6 +520,21 @@ GENERALIZATION = GridExperiment(
     family_compared=("Bayes-UCB (matched)", "TS (matched)"),
     # the second version's target range (the shipped first version plays d <= 8: its rows beyond are n/a)
     family_range={"dim": (2, 16), "num_actions": (2, 50), "horizon": (1, 1000), "noise_std": (0.05, 3.0)},
+    beta_params=(0.5, 1.0, 2.0, 5.0),
+    beta_arms=(2, 5, 10, 20),
+    beta_horizon=200,
+    skewed_priors={
+        "high half first": {"prior": BanditPrior.SKEWED},
+        "low half first": {"prior": BanditPrior.SKEWED_REVERSED},
+    },
+    beta_references={
+        "Gittins (matched prior)": {"name": "gittins"},
+        "TS (matched prior)": {"name": "bernoulli_ts"},
+        "Bayes-UCB (matched prior)": {"name": "bayes_ucb"},
+        "UCB": {"name": "ucb"},
+        "Bayes-optimal DP (matched prior)": {"name": "bernoulli_bayes_optimal"},
+    },
+    beta_compared=("Gittins (matched prior)",),
 )
 
 GRID_EXPERIMENTS: dict[str, GridExperiment] = {GENERALIZATION.name: GENERALIZATION}

@@ -99,12 +99,17 @@ def describe_env(spec: BanditSpec | MDPSpec) -> str:
         size = f"{spec.size}x{spec.size}" if dark else f"S={spec.num_states}, A={spec.num_actions}"
         name = "ICRL-DarkRoom-v0" if dark else "ICRL-TabularMDP-v0"
         return f"{name} ({size}, H={spec.horizon}, K={spec.episodes} episodes: T={spec.total_steps} steps)"
+    low, high, mid = spec.prior_low, spec.prior_high, (spec.prior_low + spec.prior_high) / 2
     if spec.prior is BanditPrior.BETA:
         prior = f"Beta({spec.prior_a:g}, {spec.prior_b:g})"
+    elif spec.prior.skewed:
+        halves = (f"U[{mid:g}, {high:g}]", f"U[{low:g}, {mid:g}]")
+        first, rest = halves if spec.prior is BanditPrior.SKEWED else halves[::-1]
+        prior = f"{first} (first {spec.dim // 2}), {rest} (the others)"
     elif spec.prior is BanditPrior.GAUSSIAN:
         prior = f"N(0, {spec.prior_var:g} I)"
     else:
-        prior = f"U[{spec.prior_low:g}, {spec.prior_high:g}]"
+        prior = f"U[{low:g}, {high:g}]"
     w_star = {
         BanditPrior.SPHERE: "w* uniform on the unit sphere",
         BanditPrior.ONE_COORDINATE: f"w* = s e_i, i uniform, s ~ N(0, {spec.prior_var:g})",

@@ -147,6 +147,11 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
                 )
             a, b = (1.0 if a is None else a), (1.0 if b is None else b)
         if a is None or b is None:
+            if spec is not None:  # e.g. 'skewed', or a Beta prior per instance: no one Beta prior to read
+                raise ValueError(
+                    f"the DP needs one Beta prior for every run; prior={spec.prior!r} gives none: pass prior_a "
+                    "and prior_b to use a Beta prior anyway"
+                )
             raise ValueError("reset with the environment's reset info (info['model']) or pass prior_a and prior_b")
         return resolve_horizon(self.reset_info, self.horizon, "the Bayes-optimal policy"), float(a), float(b)
 

@@ -103,7 +103,8 @@ def beta_prior(
 ) -> tuple[float | np.ndarray, float | np.ndarray]:
     """The Beta(a, b) prior on each arm mean: explicit values, else the environment's, else Beta(1, 1).
 
-    A 'beta' environment gives its (prior_a, prior_b); its uniform prior gives Beta(1, 1) (= Unif([0, 1]));
+    A 'beta' environment gives its (prior_a, prior_b); any other fixed prior gives Beta(1, 1) (= Unif([0, 1]);
+    not the 'skewed' priors, which are no Beta prior, nor a narrower uniform one);
     an environment drawing each instance's prior ('beta_family') gives per-run (B, 1) columns
     (``info["model"]["instance"]``), which broadcast over the arms.
     """

@@ -12,6 +12,14 @@ the best reference) and the matched TS; ``in-family``, w* from the training prio
 (:mod:`icrl_gym.envs.prior_family`: a member and its hyperparameters drawn per instance), d x A x T at
 sigma=0.5 and sigma variants x T at d=5, A=10, against Bayes-UCB and TS told each instance's matched
 Gaussian prior (the best of these two is the best reference) and LinUCB (alpha 1 and 2).
+One more opt-in family is played by the Bernoulli generalist: ``bernoulli-beta``, arm means ~ Beta(a, b)
+for every a, b in ``exp.beta_params`` and the two skewed priors (the first floor(K/2) arms' means ~
+U[0.5, 1], the others ~ U[0, 0.5], and the reverse), each at K in ``exp.beta_arms``, T=200, against
+the finite-horizon Gittins index, Thompson sampling and Bayes-UCB told the cell's Beta prior, UCB, and
+at K=2 the exact Bayes-optimal DP told the prior.  A skewed prior is no Beta prior (each arm's mean is
+uniform on its own half), so on the skewed cells the Beta-Bernoulli references are told Beta(1, 1) =
+U[0, 1] and the DP, Bayes-optimal only for that prior, is left out.  The cell's best reference is the
+matched-prior Gittins, the reference of the acceptance threshold (<= 1.05 x its mean in every cell).
 In every cell each row plays the same instances with the same noise (common random numbers,
 :func:`icrl_gym.data.crn.crn_batches` through :func:`~icrl_gym.data.trajectories.evaluate_regret`
 with one batch of all runs), so per-run regret differences are paired.  For every row: the mean and
@@ -59,10 +67,11 @@ from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 MODEL = "generalist"
 """Row name of the learned agent in every cell."""
 
-FAMILIES = ("bernoulli", "linear", "gaussian-mab", "held-out", "in-family")
-"""The grid's cell families; ``gaussian-mab``, ``held-out`` and ``in-family`` are opt-in (not in the default run)."""
+FAMILIES = ("bernoulli", "linear", "gaussian-mab", "held-out", "in-family", "bernoulli-beta")
+"""The grid's cell families; all but ``bernoulli`` and ``linear`` are opt-in (not in the default run)."""
 MODEL_OF = {
     "bernoulli": "bernoulli",
+    "bernoulli-beta": "bernoulli",
     "linear": "linear",
     "gaussian-mab": "linear",
     "held-out": "linear",
@@ -75,7 +84,12 @@ FAMILY_TITLES = {
     "gaussian-mab": "Gaussian multi-armed bandits (one-hot arms, Gaussian rewards)",
     "held-out": "Held-out priors of w*",
     "in-family": "Linear bandits with w* from the prior family (a prior drawn per instance)",
+    "bernoulli-beta": "Bernoulli bandits with Beta and skewed priors (references told the prior)",
 }
+HEATMAP_PER_ROW = {"bernoulli-beta": 3}
+"""Heatmap panels per row of a family (others: all in one row)."""
+BETA_PRIOR_AGENTS = ("gittins", "bernoulli_ts", "bayes_ucb", "bernoulli_bayes_optimal")
+"""The Beta-Bernoulli references: in the ``bernoulli-beta`` cells each is told the cell's prior (:func:`told_beta_prior`)."""
 
 TAIL_LEVEL = 0.99
 """The quantile of per-run regret reported as a row's tail (its p99)."""
@@ -225,6 +239,33 @@ def bernoulli_cells(
     return cells
 
 
+def beta_cells(exp: GridExperiment) -> list[Cell]:
+    """The ``bernoulli-beta`` cells at T = ``exp.beta_horizon``: Beta(a, b) for a, b in ``exp.beta_params``, then skewed.
+
+    One heatmap panel per K of ``exp.beta_arms`` (rows a, columns b), then one panel of the skewed
+    priors ``exp.skewed_priors`` (rows the prior, columns K).  In range where K and T are; no cell has
+    the training prior (its threshold, :func:`checks`, applies in every cell).
+    """
+    lo, hi = exp.trained_arms
+    t = exp.beta_horizon
+
+    def cell(panel: str, row: str, column: str, k: int, **prior: Any) -> Cell:
+        spec = bernoulli_bandit_spec(k, t, **prior)
+        return Cell("bernoulli-beta", panel, row, column, spec, lo <= k <= hi and t <= exp.trained_horizon, False)
+
+    cells = [
+        cell(f"means ~ Beta(a, b), K={k}, T={t}", f"a={a:g}", f"b={b:g}", k, prior="beta", prior_a=a, prior_b=b)
+        for k in exp.beta_arms
+        for a in exp.beta_params
+        for b in exp.beta_params
+    ]
+    return cells + [
+        cell(f"skewed means, T={t}", name, f"K={k}", k, **prior)
+        for name, prior in exp.skewed_priors.items()
+        for k in exp.beta_arms
+    ]
+
+
 def linear_cells(exp: GridExperiment) -> list[Cell]:
     """The linear cells: d x A at T=200, sigma=1.5, then the variants at d=5, A=10."""
     t, sigma = exp.linear_horizon, exp.linear_noise
@@ -318,6 +359,7 @@ def grid_cells(
         "gaussian-mab": lambda: mab_cells(exp),
         "held-out": lambda: held_out_cells(exp),
         "in-family": lambda: family_cells(exp),
+        "bernoulli-beta": lambda: beta_cells(exp),
     }
     unknown = [f for f in families if f not in build]
     if unknown:
@@ -331,6 +373,7 @@ def _compared(exp: GridExperiment, cell: Cell) -> tuple[str, ...] | None:
         "gaussian-mab": exp.mab_compared,
         "held-out": exp.held_out_compared,
         "in-family": exp.family_compared,
+        "bernoulli-beta": exp.beta_compared,
     }.get(cell.family)
 
 
@@ -346,16 +389,28 @@ def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[s
         return dict(linear[cell.family])
     spec = cell.spec
     assert isinstance(spec, BanditSpec), "bandit cells only"
+    beta = cell.family == "bernoulli-beta"
+    a, b = told_beta_prior(spec)
     out = {}
-    for label, agent in exp.bernoulli_references.items():
+    for label, agent in (exp.beta_references if beta else exp.bernoulli_references).items():
         agent = dict(agent)
-        if agent["name"] == "bernoulli_bayes_optimal" and spec.num_actions not in exp.dp_arms:
-            continue
+        if agent["name"] == "bernoulli_bayes_optimal" and (spec.num_actions not in exp.dp_arms or spec.prior.skewed):
+            continue  # too large a table, or (skewed) Bayes-optimal for another prior than the cell's
         if agent["name"] == "gittins":
-            a, b = (spec.prior_a, spec.prior_b) if spec.prior is BanditPrior.BETA else (1.0, 1.0)
             agent.update(horizon=spec.horizon, prior_a=a, prior_b=b, cache_dir=str(cache_dir))
+        elif beta and agent["name"] in BETA_PRIOR_AGENTS:
+            agent.update(prior_a=a, prior_b=b)
         out[label] = agent
     return out
+
+
+def told_beta_prior(spec: BanditSpec) -> tuple[float, float]:
+    """The Beta(a, b) prior a reference is told in a Bernoulli cell: the cell's for a 'beta' prior, else Beta(1, 1).
+
+    Beta(1, 1) is U[0, 1]: the uniform prior itself, and for a skewed prior (no Beta prior: each arm's
+    mean is uniform on its own half of [0, 1]) the prior of the arm means averaged over the arms.
+    """
+    return (spec.prior_a, spec.prior_b) if spec.prior is BanditPrior.BETA else (1.0, 1.0)
 
 
 def total_regret(spec: BanditSpec | MDPSpec, agent: dict[str, Any], runs: int, seed: int) -> np.ndarray:
@@ -501,10 +556,17 @@ def run_rows(
     return result
 
 
+BETA_FACTOR = 1.05
+BETA_CHECK = f"<= {BETA_FACTOR:.2f} x matched-prior Gittins"
+"""The threshold of every ``bernoulli-beta`` cell (Gittins told the cell's Beta prior; Beta(1, 1) on skewed cells)."""
+
+
 def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
     """The acceptance thresholds for the generalist on one cell.
 
-    Bernoulli cells: in range with the training prior only.  Linear-reward cells (linear, Gaussian
+    Bernoulli cells: in range with the training prior only.  ``bernoulli-beta`` cells, every one:
+    <= 1.05 x the mean of Gittins told the cell's prior (:data:`BETA_CHECK`; Beta(1, 1) on the skewed
+    cells, :func:`told_beta_prior`).  Linear-reward cells (linear, Gaussian
     multi-armed, held-out priors, in-family priors): <= 1.10 x the best reference in range with the
     training prior (the Gaussian multi-armed and in-family cells: their best reference told the
     instance's prior), <= 1.15 x the best reference
@@ -516,6 +578,10 @@ def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
     if gen is None or cell.family == "bernoulli" and not (cell.in_range and cell.base_prior):
         return []
     g = float(gen.mean())
+    if cell.family == "bernoulli-beta":
+        gittins = [totals.get(k) for k, agent in exp.beta_references.items() if agent["name"] == "gittins"]
+        bound = None if not gittins or gittins[0] is None else BETA_FACTOR * float(gittins[0].mean())
+        return _check_rows(cell, [(BETA_CHECK, g, bound)])
 
     def mean(label: str) -> float | None:
         r = totals.get(label)
@@ -559,6 +625,11 @@ def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
         standard = linear_bandit_spec(5, 10, 200, 1.5)
         if spec == standard:
             out.append(("<= 14.5", g, 14.5))
+    return _check_rows(cell, out)
+
+
+def _check_rows(cell: Cell, out: list[tuple[str, float | None, float | None]]) -> list[dict[str, Any]]:
+    """One checks.csv line per (name, value, bound): a name '< ...' is strict, '<= ...' not; no bound: pass None."""
     rows = []
     for name, value, bound in out:
         strict = name.startswith("<") and not name.startswith("<=")
@@ -659,7 +730,7 @@ def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header
         lines += ["", *tails_table(fam, names), ""]
         fam_checks = [c for c in check_rows if any(c["cell"] == r.cell.label for r in fam)]
         if fam_checks:
-            scope = "in-range cells, training prior" if family == "bernoulli" else CHECK_SCOPE
+            scope = CHECK_SCOPES.get(family, CHECK_SCOPE)
             lines += checks_table(fam_checks, f"Acceptance thresholds ({scope})", "generalist")
             lines.append("")
     return "\n".join(lines)
@@ -667,6 +738,11 @@ def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header
 
 CHECK_SCOPE = "mean bound: in-range cells with the training prior, and held-out priors; p99 bound: every cell"
 """Where the thresholds of the linear-reward families apply (:func:`checks`)."""
+CHECK_SCOPES = {
+    "bernoulli": "in-range cells, training prior",
+    "bernoulli-beta": "every cell; Gittins told the cell's Beta prior, Beta(1, 1) = U[0, 1] on the skewed cells",
+}
+"""Where the thresholds of the Bernoulli families apply (:func:`checks`)."""
 
 
 def tails_table(results: list[CellResult], names: list[str]) -> list[str]:
@@ -911,5 +987,5 @@ def run_generalization(
             envs = describe_env(fam[0].cell.spec).split(" (")[0]
             title = f"{exp.title}: {envs}, {model['checkpoint']}, {runs} runs, seed {eval_seed}, greedy"
             trained = describe_range(records[MODEL_OF[family]]["trained_range"])
-            heatmap(folder / f"heatmap-{family}.png", fam, title, trained)
+            heatmap(folder / f"heatmap-{family}.png", fam, title, trained, per_row=HEATMAP_PER_ROW.get(family, 0))
     return results

@@ -82,6 +82,17 @@ class BanditPrior(Choice):
     """One of the four members above per instance."""
     BETA_FAMILY = "beta_family"
     """Bernoulli arm means iid Beta(a, b), a and b drawn per instance."""
+    SKEWED = "skewed"
+    """Split halves of [prior_low, prior_high] at its midpoint m: the first floor(d / 2) coordinates of w* ~
+    Unif([m, prior_high]), the others ~ Unif([prior_low, m]) (Bernoulli arms: a few good arms first)."""
+    SKEWED_REVERSED = "skewed_reversed"
+    """The reverse of 'skewed': the first floor(d / 2) coordinates ~ Unif([prior_low, m]), the others ~
+    Unif([m, prior_high])."""
+
+    @property
+    def skewed(self) -> bool:
+        """Whether the prior splits the coordinates of w* between the two halves of [prior_low, prior_high]."""
+        return self in (BanditPrior.SKEWED, BanditPrior.SKEWED_REVERSED)
 
     @property
     def of_family(self) -> bool:
@@ -140,7 +151,11 @@ class BanditSpec(DictConfig):
     'hierarchical', 'box', 'sparse', 'direction' or 'family' (one of those four per instance): a prior whose
     hyperparameters are drawn per instance (:mod:`icrl_gym.envs.prior_family`); 'beta_family': Bernoulli
     arm means iid Beta(a, b) with a, b drawn per instance.  The drawn hyperparameters are reported in
-    the reset ``info["model"]["instance"]``."""
+    the reset ``info["model"]["instance"]``.  'skewed': with m = (prior_low + prior_high) / 2, the first
+    floor(d / 2) coordinates ~ Unif([m, prior_high]) and the others ~ Unif([prior_low, m]);
+    'skewed_reversed': the first floor(d / 2) ~ Unif([prior_low, m]), the others ~ Unif([m, prior_high])
+    (both for Bernoulli rewards only: the Gaussian references' matched prior is one mean and variance
+    for every coordinate, which a split prior does not have)."""
     prior_low: float = 0.0
     """Lower end of the uniform prior on each coordinate of w*."""
     prior_high: float = 1.0
@@ -208,15 +223,21 @@ class BanditSpec(DictConfig):
                 f"prior={self.prior!r} is for {'Bernoulli' if beta_family else 'Gaussian'} rewards, "
                 f"got reward={self.reward!r}"
             )
+        if self.prior.skewed and self.reward is not BanditReward.BERNOULLI:
+            problems.append(
+                f"prior={self.prior!r} is for Bernoulli rewards (it has no common mean and variance per "
+                f"coordinate for a Gaussian reference to match), got reward={self.reward!r}"
+            )
         if self.reward is BanditReward.BERNOULLI:
             if self.arms is not BanditArms.ONE_HOT:
                 problems.append("Bernoulli rewards need one-hot arms so that <a, w*> is a probability")
+            bounded = self.prior is BanditPrior.UNIFORM or self.prior.skewed
             if self.prior in (BanditPrior.GAUSSIAN, BanditPrior.SPHERE, BanditPrior.ONE_COORDINATE) or (
-                self.prior is BanditPrior.UNIFORM and (self.prior_low < 0 or self.prior_high > 1)
+                bounded and (self.prior_low < 0 or self.prior_high > 1)
             ):
                 problems.append(
-                    f"Bernoulli rewards need arm means in [0, 1]: prior must be 'beta' or 'uniform' inside [0, 1], "
-                    f"got prior={self.prior!r} on [{self.prior_low}, {self.prior_high}]"
+                    "Bernoulli rewards need arm means in [0, 1]: prior must be 'beta', or 'uniform' or 'skewed' "
+                    f"inside [0, 1], got prior={self.prior!r} on [{self.prior_low}, {self.prior_high}]"
                 )
         if problems:
             raise ValueError("invalid bandit specification: " + "; ".join(problems))
@@ -242,7 +263,10 @@ class BanditSpec(DictConfig):
         Unif([l, h]): ((l + h) / 2, (h - l)^2 / 12); N(0, lambda): (0, lambda);
         Beta(a, b): (a / (a + b), a b / ((a + b)^2 (a + b + 1))); the unit sphere: (0, 1 / d) (the d squared
         coordinates sum to 1 and are exchangeable); one coordinate s e_i: (0, lambda / d) (E w_j^2 = P(i = j) E s^2).
+        A skewed prior has none (its halves differ): a ``ValueError``.
         """
+        if self.prior.skewed:
+            raise ValueError(f"prior={self.prior!r} has no common mean and variance per coordinate of w*")
         if self.prior is BanditPrior.GAUSSIAN:
             return 0.0, self.prior_var
         if self.prior is BanditPrior.SPHERE:
@@ -264,8 +288,24 @@ class BanditSpec(DictConfig):
         return batch_size * (a * d * (8 + 8 + 4) + 8 * d + 4 * 8 * a)
 
 
+def skewed_high(spec: BanditSpec) -> np.ndarray:
+    """(d,) which coordinates of w* a skewed prior draws from the upper half [m, prior_high] of its range.
+
+    'skewed': the first floor(d / 2); 'skewed_reversed': the others (the last ceil(d / 2)).
+    """
+    first = np.arange(spec.dim) < spec.dim // 2
+    return first if spec.prior is BanditPrior.SKEWED else ~first
+
+
 def sample_w_star(spec: BanditSpec, rng: np.random.Generator, n: int) -> np.ndarray:
-    """Draw n parameters w* from the prior, shape (n, d)."""
+    """Draw n parameters w* from the prior, shape (n, d).
+
+    A skewed prior draws u ~ Unif([0, 1]) per coordinate, as the uniform prior does, and maps it to
+    prior_low + (prior_high - prior_low) (u + h) / 2, h = 1 on the upper-half coordinates (:func:`skewed_high`).
+    """
+    if spec.prior.skewed:
+        u = rng.random(size=(n, spec.dim))
+        return spec.prior_low + (spec.prior_high - spec.prior_low) * (u + skewed_high(spec)) / 2
     if spec.prior is BanditPrior.GAUSSIAN:
         return rng.normal(0.0, np.sqrt(spec.prior_var), size=(n, spec.dim))
     if spec.prior is BanditPrior.BETA:

@@ -51,7 +51,9 @@ class BernoulliBanditEnv(SpecFieldsEnv):
 
     ## Description
     K arms with means w* ~ Unif([prior_low, prior_high]^K) (default Unif([0,1]^K), K=5,
-    T=200 as in Section 5) or, with ``prior="beta"``, w*_k iid Beta(prior_a, prior_b).
+    T=200 as in Section 5) or, with ``prior="beta"``, w*_k iid Beta(prior_a, prior_b), or, with
+    ``prior="skewed"``, the first floor(K/2) means ~ Unif([m, prior_high]) and the others ~
+    Unif([prior_low, m]), m the midpoint (``"skewed_reversed"``: the first floor(K/2) low, the others high).
     The action vectors are one-hot e_1..e_K, so this is the linear bandit with <e_k, w*> = w*_k
     and r_t ~ Bern(w*_{a_t}).
 
@@ -72,7 +74,8 @@ class BernoulliBanditEnv(SpecFieldsEnv):
     - ``num_arms`` (5): K.  ``horizon`` (200): T.
     - ``prior`` ('uniform'): 'uniform', means iid Unif([prior_low, prior_high]) with
       0 <= prior_low < prior_high <= 1 (defaults 0, 1); or 'beta', means iid Beta(prior_a, prior_b),
-      prior_a, prior_b > 0 (defaults 1, 1).
+      prior_a, prior_b > 0 (defaults 1, 1); or 'skewed' / 'skewed_reversed', the halves of
+      [prior_low, prior_high] split between the first floor(K/2) arms and the others.
     - ``max_memory_gib`` (None): raises the memory limit (default 4 GiB, or ``$ICRL_GYM_MAX_MEMORY_GIB``).
 
     ``reset(options={"w_star": p})`` replays a given instance.  The reset ``info["model"]`` is the

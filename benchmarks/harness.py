@@ -119,10 +119,11 @@ class BenchConfig:
     linear_generalist: str = ""
     """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist')."""
     grid_families: tuple[str, ...] = ("bernoulli", "linear")
-    """Families of the grid experiments to run, separated by commas: bernoulli and linear by default; three more
+    """Families of the grid experiments to run, separated by commas: bernoulli and linear by default; four more
     (their names: FAMILIES in benchmarks/evaluations/generalization.py) are Gaussian bandits with one arm per
-    basis vector, K x T, priors of w* never trained on, and linear bandits whose w* comes from the training
-    prior family, d x A x T and sigma x T."""
+    basis vector, K x T, priors of w* never trained on, linear bandits whose w* comes from the training
+    prior family, d x A x T and sigma x T, and Bernoulli bandits with Beta(a, b) and skewed priors of the
+    arm means, prior x K (bernoulli-beta, against references told the prior)."""
     grid_arms: tuple[int, ...] = ()
     """Bernoulli K replacing the grid's (comma-separated, e.g. 2,5,10; none: the issue's 2..20 plus 30, 50)."""
     grid_horizons: tuple[int, ...] = ()

@@ -16,6 +16,8 @@ VARIANTS = [(env_id, {}) for env_id in ENV_IDS] + [
     ("ICRL-LinearBandit-v0", {"arms": "gaussian", "action_set": "per_step"}),
     ("ICRL-LinearBandit-v0", {"prior": "beta", "prior_a": 2.0, "prior_b": 3.0}),
     ("ICRL-BernoulliBandit-v0", {"prior": "beta", "prior_a": 0.5, "prior_b": 2.0}),
+    ("ICRL-BernoulliBandit-v0", {"prior": "skewed"}),
+    ("ICRL-BernoulliBandit-v0", {"prior": "skewed_reversed"}),
     ("ICRL-LinearBandit-v0", {"prior": "sphere"}),
     ("ICRL-LinearBandit-v0", {"prior": "one_coordinate", "prior_var": 2.0}),
 ]
@@ -207,6 +209,33 @@ def test_beta_prior_and_gaussian_arms_have_their_moments():
     cov = np.einsum("bai,baj->ij", arms, arms) / (arms.shape[0] * arms.shape[1])
     np.testing.assert_allclose(cov, np.eye(4) / 4, atol=0.01)
     assert linear_bandit_spec(prior_low=-1.0, prior_high=3.0).prior_moments() == pytest.approx((1.0, 16 / 12))
+
+
+@pytest.mark.parametrize("prior, first_high", [("skewed", True), ("skewed_reversed", False)])
+def test_skewed_priors_draw_each_half_of_the_arms_uniformly_from_its_half(prior, first_high):
+    """K=5: the first floor(5/2) = 2 arms' means in one half of [0, 1], the other 3 in the other half."""
+    from icrl_gym.envs import BanditBatch, bernoulli_bandit_spec
+
+    spec = bernoulli_bandit_spec(5, prior=prior)
+    w = BanditBatch(spec, 20_000, np.random.default_rng(0)).w_star
+    high = np.array([first_high] * 2 + [not first_high] * 3)
+    assert (w[:, high] >= 0.5).all() and (w[:, ~high] <= 0.5).all()
+    levels = np.linspace(0.05, 0.95, 19)
+    for k in range(5):  # uniform on its half [0.5 h, 0.5 (1 + h)]: the quantiles are linear
+        np.testing.assert_allclose(np.quantile(w[:, k], levels), 0.5 * (high[k] + levels), atol=0.01)
+    np.testing.assert_allclose(np.corrcoef(w.T), np.eye(5), atol=0.03)  # independent arms
+    # another range: its halves; the environment draws from its own generator (a seed fixes the means)
+    env = BernoulliBanditEnv(num_arms=3, prior=prior, prior_low=0.2, prior_high=0.6)
+    means = np.array([env.reset(seed=s)[1]["w_star"] for s in range(400)])
+    upper = means[:, 0] >= 0.4 if first_high else means[:, 1:].min(axis=1) >= 0.4
+    assert upper.all() and means.min() >= 0.2 and means.max() <= 0.6
+    np.testing.assert_array_equal(env.reset(seed=7)[1]["w_star"], means[7])
+    with pytest.raises(ValueError, match="is for Bernoulli rewards"):
+        BanditSpec(prior=prior)
+    with pytest.raises(ValueError, match="Bernoulli rewards need arm means in"):
+        bernoulli_bandit_spec(prior=prior, prior_high=2.0)
+    with pytest.raises(ValueError, match="no common mean and variance"):
+        spec.prior_moments()
 
 
 def test_sphere_prior_draws_unit_vectors_uniformly():

@@ -9,18 +9,23 @@ import pytest
 import torch
 
 import icrl_gym.estimators.gittins
+from agents import make_agent
 from benchmarks.evaluations.generalization import (
     MODEL,
+    CellResult,
+    _reference_specs,
+    checks,
     failure_fraction,
     grid_cells,
     regret_quantile,
     run_generalization,
     tail_stats,
+    total_regret,
 )
 from benchmarks.experiments import GENERALIZATION
 from benchmarks.harness import main, parse_args
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
-from icrl_gym.envs import ActionSet, BanditArms, BanditPrior, BanditReward
+from icrl_gym.envs import ActionSet, BanditArms, BanditPrior, BanditReward, BernoulliBanditVectorEnv
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from tests.helpers import slow_failure_fraction, slow_quantile
 
@@ -413,3 +418,96 @@ def test_harness_takes_the_in_family_grid():
     assert parse_args(["--experiments", "generalization", "--grid-families", "in-family"]).grid_families == (
         "in-family",
     )
+
+
+def test_bernoulli_beta_cells_are_the_acceptance_list_and_tell_the_references_their_prior(tmp_path):
+    """16 Beta(a, b) priors x K, then two skewed priors x K, T=200; every Beta-Bernoulli reference told the prior."""
+    cells = grid_cells(GENERALIZATION, ("bernoulli-beta",))
+    params, ks = (0.5, 1.0, 2.0, 5.0), (2, 5, 10, 20)
+    beta = [c for c in cells if c.spec.prior is BanditPrior.BETA]
+    skewed = [c for c in cells if c.spec.prior.skewed]
+    assert len(cells) == len({c.label for c in cells}) == 72 and len(beta) == 64 and len(skewed) == 8
+    assert {(c.spec.prior_a, c.spec.prior_b, c.spec.num_actions) for c in beta} == {
+        (a, b, k) for a in params for b in params for k in ks
+    }
+    assert sorted((c.spec.prior.value, c.spec.num_actions) for c in skewed) == sorted(
+        (p, k) for p in ("skewed", "skewed_reversed") for k in ks
+    )
+    for c in cells:
+        s = c.spec
+        assert (c.family, s.horizon, s.reward, s.arms, c.in_range) == (
+            "bernoulli-beta",
+            200,
+            BanditReward.BERNOULLI,
+            BanditArms.ONE_HOT,
+            True,
+        )
+        refs = _reference_specs(GENERALIZATION, c, tmp_path)
+        told = (s.prior_a, s.prior_b) if s.prior is BanditPrior.BETA else (1.0, 1.0)  # skewed: U[0, 1]
+        by_name = {agent["name"]: agent for agent in refs.values()}
+        for name in ("gittins", "bernoulli_ts", "bayes_ucb", "bernoulli_bayes_optimal"):
+            if name in by_name:
+                assert (by_name[name]["prior_a"], by_name[name]["prior_b"]) == told, (c.label, name)
+        assert by_name["gittins"]["horizon"] == 200 and "prior_a" not in by_name["ucb"]
+        assert {"gittins", "bernoulli_ts", "bayes_ucb", "ucb"} <= set(by_name)
+        # the exact DP where it is cheap (K=2) and Bayes-optimal for the cell's prior (not the skewed ones)
+        assert ("bernoulli_bayes_optimal" in by_name) == (s.num_actions == 2 and s.prior is BanditPrior.BETA)
+    assert GENERALIZATION.beta_compared == ("Gittins (matched prior)",)
+    assert parse_args(["--experiments", "generalization", "--grid-families", "bernoulli-beta"]).grid_families == (
+        "bernoulli-beta",
+    )
+
+
+def test_references_play_the_prior_they_are_told(tmp_path):
+    """The rows of a Beta(5, 5) cell and of a Beta(1, 1) cell, played on the same Beta(5, 5) instances, differ."""
+    exp = dataclasses.replace(GENERALIZATION, beta_params=(1.0, 5.0), beta_arms=(2,), beta_horizon=30)
+    beta = [c for c in grid_cells(exp, ("bernoulli-beta",)) if c.spec.prior is BanditPrior.BETA]
+    cells = {(c.spec.prior_a, c.spec.prior_b): c for c in beta}
+    cell = cells[(5.0, 5.0)]
+    told5 = _reference_specs(exp, cell, tmp_path)
+    told1 = _reference_specs(exp, cells[(1.0, 1.0)], tmp_path)
+    for label in ("Gittins (matched prior)", "Bayes-UCB (matched prior)", "Bayes-optimal DP (matched prior)"):
+        r5, r1 = (total_regret(cell.spec, refs[label], 200, seed=3) for refs in (told5, told1))
+        assert (r5 != r1).any(), label  # the same instances and noise: only the prior differs
+    agent = make_agent(told5["TS (matched prior)"])
+    agent.reset(horizon=30, num_arms=2)
+    assert (agent.a, agent.b) == (5.0, 5.0)
+    # a skewed prior is no Beta prior: the DP says so unless it is told one (the grid leaves it out there)
+    info = BernoulliBanditVectorEnv(2, num_arms=2, horizon=4, prior="skewed").reset(seed=0)[1]
+    with pytest.raises(ValueError, match="needs one Beta prior for every run; prior='skewed'"):
+        make_agent({"name": "bernoulli_bayes_optimal"}).reset(info)
+    make_agent({"name": "bernoulli_bayes_optimal", "prior_a": 1.0, "prior_b": 1.0}).reset(info)
+
+
+def test_bernoulli_beta_check_is_105_percent_of_the_matched_gittins_mean():
+    cell = grid_cells(GENERALIZATION, ("bernoulli-beta",))[0]
+    gittins, other = [1.0, 2.0, 4.0, 3.0], [0.5, 0.5, 0.5, 0.5]
+    bound = 1.05 * (1.0 + 2.0 + 4.0 + 3.0) / 4  # 2.625
+    for model, passed in (([2.6, 2.6, 2.6, 2.7], True), ([2.7, 2.7, 2.7, 2.7], False), ([2.625] * 4, True)):
+        totals = {"Gittins (matched prior)": np.array(gittins), "UCB": np.array(other), MODEL: np.array(model)}
+        result = CellResult(cell, totals, references=GENERALIZATION.beta_compared)
+        (row,) = checks(GENERALIZATION, result)
+        assert row["check"] == "<= 1.05 x matched-prior Gittins" and row["cell"] == cell.label
+        assert row["threshold"] == pytest.approx(bound, rel=1e-12) and row["pass"] is passed
+        assert result.best_reference() == "Gittins (matched prior)"  # UCB's lower mean does not compete
+    result = CellResult(cell, {"Gittins (matched prior)": None, MODEL: np.array(model)})
+    assert [(r["threshold"], r["pass"]) for r in checks(GENERALIZATION, result)] == [(None, None)]
+
+
+def test_bernoulli_beta_family_plays_its_rows_and_reports_the_check(checkpoint, tmp_path):
+    exp = dataclasses.replace(TINY, beta_params=(0.5, 5.0), beta_arms=(2,), beta_horizon=6)
+    results = run_generalization(exp, tmp_path, runs=30, seed=1, checkpoint=checkpoint, families=("bernoulli-beta",))
+    folder = tmp_path / exp.name
+    assert len(results) == 6 and all(r.totals[MODEL] is not None for r in results)
+    checks_rows = {c["cell"]: c for c in _rows(folder / "checks.csv")}
+    for res in results:
+        gittins = res.totals["Gittins (matched prior)"]
+        assert res.best_reference() == "Gittins (matched prior)"
+        assert ("Bayes-optimal DP (matched prior)" in res.totals) == (res.cell.spec.prior is BanditPrior.BETA)
+        row = checks_rows[res.cell.label]
+        assert row["check"] == "<= 1.05 x matched-prior Gittins"
+        assert float(row["threshold"]) == pytest.approx(1.05 * sum(gittins) / len(gittins), rel=1e-9)
+    _check_tails_columns(_rows(folder / "cells.csv"), results)
+    text = (folder / "summary.md").read_text()
+    assert "## Bernoulli bandits with Beta and skewed priors" in text and "Beta(1, 1) = U[0, 1] on the skewed" in text
+    assert (folder / "heatmap-bernoulli-beta.png").is_file()

@@ -89,7 +89,7 @@ FAMILY_TITLES = {
 HEATMAP_PER_ROW = {"bernoulli-beta": 3}
 """Heatmap panels per row of a family (others: all in one row)."""
 BETA_PRIOR_AGENTS = ("gittins", "bernoulli_ts", "bayes_ucb", "bernoulli_bayes_optimal")
-"""The Beta-Bernoulli references: in the ``bernoulli-beta`` cells each is told the cell's prior (:func:`told_beta_prior`)."""
+"""The Beta-Bernoulli references: each is told a ``bernoulli-beta`` cell's prior (:func:`told_beta_prior`)."""
 
 TAIL_LEVEL = 0.99
 """The quantile of per-run regret reported as a row's tail (its p99)."""
@@ -240,7 +240,7 @@ def bernoulli_cells(
 
 
 def beta_cells(exp: GridExperiment) -> list[Cell]:
-    """The ``bernoulli-beta`` cells at T = ``exp.beta_horizon``: Beta(a, b) for a, b in ``exp.beta_params``, then skewed.
+    """The ``bernoulli-beta`` cells at T = ``exp.beta_horizon``: Beta(a, b), a, b in ``exp.beta_params``, then skewed.
 
     One heatmap panel per K of ``exp.beta_arms`` (rows a, columns b), then one panel of the skewed
     priors ``exp.skewed_priors`` (rows the prior, columns K).  In range where K and T are; no cell has

@@ -432,20 +432,16 @@ def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_sample
             assert agent.scheduled is scheduled and agent.config()["greedy"] is greedy
     # the schedule: temperature 0.3 while the steps left (this one included) are >= 12 S A, then the argmax
     spec = MDPSpec(num_states=2, num_actions=2, horizon=3, episodes=20)  # T = 60, 12 S A = 48
-    env = MDPBatch(spec, 4, np.random.default_rng(1))
-    agent = MDPGeneralistAgent.from_model(model, seed=0)
-    agent.reset(reset_info(spec, env))
-    temperatures = []
-    for _ in range(spec.total_steps):
-        s, h = env.state.copy(), env.h
-        a = agent.act_batch(s, h)
-        temperatures.append(agent._temperature())
-        out = env.step(a)
-        agent.update_batch(s, h, a, out["reward"], out["next_state"])
+    temperatures = _schedule(MDPGeneralistAgent.from_model(model, seed=0), spec)
     assert temperatures == [0.3] * 13 + [0.0] * 47  # steps left 60..48, then 47..1 (50 S A = 200 > T: no wide phase)
     # with the wide phase inside the run: 0.7 while the steps left are >= 14 S A = 56, 0.3 while >= 48
     agent = MDPGeneralistAgent.from_model(model, seed=0, wide_visits=14)
     assert (agent.wide_temperature, agent.wide_visits, agent.explore_visits) == (0.7, 14.0, 12.0)
+    assert _schedule(agent, spec) == [0.7] * 5 + [0.3] * 8 + [0.0] * 47
+
+
+def _schedule(agent: MDPGeneralistAgent, spec: MDPSpec) -> list[float]:
+    """The agent's temperature at every step of a run of 4 instances of ``spec``."""
     env = MDPBatch(spec, 4, np.random.default_rng(1))
     agent.reset(reset_info(spec, env))
     temperatures = []
@@ -455,7 +451,7 @@ def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_sample
         temperatures.append(agent._temperature())
         out = env.step(a)
         agent.update_batch(s, h, a, out["reward"], out["next_state"])
-    assert temperatures == [0.7] * 5 + [0.3] * 8 + [0.0] * 47
+    return temperatures
 
 
 def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_on_the_same_instances(tmp_path):

@@ -279,21 +279,21 @@ COUNT_FIELDS = ("n_sas", "n_sa", "reward_sum", "starts")
 def mdp_rollout(
     model: MDPGeneralist,
     spec: MDPSpec,
-    num_instances: int,
-    rollouts: int,
+    runs: tuple[int, int],
     temperature: float,
     rng: np.random.Generator,
     device: torch.device,
     instance: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Sample ``rollouts`` runs of each of ``num_instances`` instances of ``spec`` from softmax(logits / tau).
+    """Sample M runs of each of N instances of ``spec`` (``runs`` = (N, M)) from softmax(logits / tau).
 
     The model plays through its cache (no gradient) as its agent would (:func:`play_cache`); the
     runs of an instance are consecutive rows.  ``instance`` may fix P, R, mu (leading axis 1 or
-    ``num_instances``) instead of drawing them from the prior.  Returns, per run and step (B, T, ...),
+    N) instead of drawing them from the prior.  Returns, per run and step (B, T, ...),
     the counts the step's logits were computed from (:data:`COUNT_FIELDS`), ``states``, ``actions``
     and ``gap`` = V*_h(s_h) - Q*_h(s_h, a_h).
     """
+    num_instances, rollouts = runs
     if instance is None:
         drawn = spec.kind.dynamics.draw(spec, rng, num_instances)
         instance = {"P": drawn.P, "R": drawn.R, "mu": drawn.mu}
@@ -305,21 +305,21 @@ def mdp_rollout(
     B, T = num_instances * rollouts, spec.total_steps
     env = MDPBatch(spec, B, rng, instance=repeated)
     cache = play_cache(model, spec, B, device)
-    runs = {name: np.zeros((B, T, *getattr(cache.stats, name).shape[1:]), np.float32) for name in COUNT_FIELDS}
-    runs.update(states=np.zeros((B, T), np.int64), actions=np.zeros((B, T), np.int64), gap=np.zeros((B, T)))
+    out = {name: np.zeros((B, T, *getattr(cache.stats, name).shape[1:]), np.float32) for name in COUNT_FIELDS}
+    out.update(states=np.zeros((B, T), np.int64), actions=np.zeros((B, T), np.int64), gap=np.zeros((B, T)))
     prev_action: torch.Tensor | None = None
     prev_reward: torch.Tensor | None = None
     for t in range(T):
         states = env.state.copy()
         logits = model.step(cache, torch.as_tensor(states, device=device), prev_action, prev_reward).logits
         for name in COUNT_FIELDS:  # after the step: the counts its logits were computed from
-            runs[name][:, t] = getattr(cache.stats, name).cpu().numpy()
+            out[name][:, t] = getattr(cache.stats, name).cpu().numpy()
         actions = logits_action(logits.double().cpu().numpy(), temperature, rng)
-        out = env.step(actions)
-        runs["states"][:, t], runs["actions"][:, t], runs["gap"][:, t] = states, actions, out["gap"]
+        step = env.step(actions)
+        out["states"][:, t], out["actions"][:, t], out["gap"][:, t] = states, actions, step["gap"]
         prev_action = torch.as_tensor(actions, device=device)
-        prev_reward = torch.as_tensor(out["reward"], dtype=torch.float32, device=device)
-    return runs
+        prev_reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
+    return out
 
 
 def mdp_logits(
@@ -387,8 +387,8 @@ class MDPTask:
     def rollout(self, model: torch.nn.Module, rng: np.random.Generator, device: torch.device) -> dict[str, np.ndarray]:
         """:func:`mdp_rollout` of ``runs_per_iteration`` instances, ``rollouts_per_instance`` runs each."""
         cfg, generalist = self.cfg, cast(MDPGeneralist, model)
-        N, M = cfg.runs_per_iteration, cfg.rollouts_per_instance
-        return mdp_rollout(generalist, self.spec, N, M, cfg.temperature, rng, device)
+        runs = (cfg.runs_per_iteration, cfg.rollouts_per_instance)
+        return mdp_rollout(generalist, self.spec, runs, cfg.temperature, rng, device)
 
     def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
         """The gaps' regret-to-go; the baseline over an instance's runs (M >= 2) or over the batch (M = 1)."""

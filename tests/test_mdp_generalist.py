@@ -432,8 +432,17 @@ def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_sample
             assert agent.scheduled is scheduled and agent.config()["greedy"] is greedy
     # the schedule: temperature 0.3 while the steps left (this one included) are >= 12 S A, then the argmax
     spec = MDPSpec(num_states=2, num_actions=2, horizon=3, episodes=20)  # T = 60, 12 S A = 48
+    temperatures = _schedule(MDPGeneralistAgent.from_model(model, seed=0), spec)
+    assert temperatures == [0.3] * 13 + [0.0] * 47  # steps left 60..48, then 47..1 (50 S A = 200 > T: no wide phase)
+    # with the wide phase inside the run: 0.7 while the steps left are >= 14 S A = 56, 0.3 while >= 48
+    agent = MDPGeneralistAgent.from_model(model, seed=0, wide_visits=14)
+    assert (agent.wide_temperature, agent.wide_visits, agent.explore_visits) == (0.7, 14.0, 12.0)
+    assert _schedule(agent, spec) == [0.7] * 5 + [0.3] * 8 + [0.0] * 47
+
+
+def _schedule(agent: MDPGeneralistAgent, spec: MDPSpec) -> list[float]:
+    """The agent's temperature at every step of a run of 4 instances of ``spec``."""
     env = MDPBatch(spec, 4, np.random.default_rng(1))
-    agent = MDPGeneralistAgent.from_model(model, seed=0)
     agent.reset(reset_info(spec, env))
     temperatures = []
     for _ in range(spec.total_steps):
@@ -442,7 +451,7 @@ def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_sample
         temperatures.append(agent._temperature())
         out = env.step(a)
         agent.update_batch(s, h, a, out["reward"], out["next_state"])
-    assert temperatures == [0.3] * 13 + [0.0] * 47  # steps left 60..48, then 47..1
+    return temperatures
 
 
 def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_on_the_same_instances(tmp_path):
@@ -459,6 +468,8 @@ def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_o
         "explore_temperature": 0.5,
         "explore_visits": 0.0,
     }
+    with pytest.raises(ValueError, match="wide_temperature must be a finite number >= 0"):
+        MDPGeneralistAgent(path, wide_temperature=-0.1)
     with pytest.raises(ValueError, match="explore_visits must be a finite number >= 0"):
         MDPGeneralistAgent(path, explore_visits=-1)
     # the sweep: every deployment equals a direct rollout of the agent with its keywords, on the same instances
@@ -473,10 +484,11 @@ def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_o
     by_name = {r["row"]: r["mean"] for r in rows}
     # temperature 0 for the whole run is the argmax, and the default schedule at T = 12 < 12 S A is too
     assert by_name["schedule (default)"] == pytest.approx(by_name["argmax"])
+    assert by_name["0.3 then argmax"] == pytest.approx(by_name["argmax"])
     mdp_deployment.main(["--cells", "3,2,3,4", "--runs", "3", "--checkpoint", str(path), "--out", str(tmp_path / "d")])
     config = json.loads((tmp_path / "d" / "config.json").read_text())
     assert (
-        config["seed"] == mdp_deployment.SEED and (tmp_path / "d" / "deployment.csv").read_text().count("\n") == 8
-    )  # header, PSRL, 6 deployments
+        config["seed"] == mdp_deployment.SEED and (tmp_path / "d" / "deployment.csv").read_text().count("\n") == 10
+    )  # header, PSRL, 8 deployments
     with pytest.raises(SystemExit):
         mdp_deployment.main(["--cells", "3,2,3"])

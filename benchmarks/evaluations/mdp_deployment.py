@@ -2,8 +2,9 @@
 
 The model imitates P(a* = a | D).  Its agent can take the argmax (the greedy Bayes DPT policy), draw
 from softmax(logits / tau) for a whole run, or follow its default schedule on random MDPs: draws at
-temperature ``explore_temperature`` while the steps left are at least ``explore_visits`` S A, then the
-argmax (:class:`~agents.learned.mdp_generalist.MDPGeneralistAgent`).  This script plays each of them,
+temperature ``wide_temperature`` while the steps left are at least ``wide_visits`` S A, at
+``explore_temperature`` while at least ``explore_visits`` S A, then the argmax
+(:class:`~agents.learned.mdp_generalist.MDPGeneralistAgent`).  This script plays each of them,
 next to PSRL, on random MDPs of the training prior's defaults, every row of a cell on the same
 instances with the same noise (common random numbers), and writes ``deployment.csv`` (mean regret,
 standard error, ratio to PSRL) and ``config.json`` to ``--out``.
@@ -31,13 +32,16 @@ from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 DEPLOYMENTS: dict[str, dict[str, Any]] = {
     "argmax": {"greedy": True},
-    "T 0.2": {"explore_temperature": 0.2, "explore_visits": 0.0},
-    "T 0.3": {"explore_temperature": 0.3, "explore_visits": 0.0},
-    "T 0.5": {"explore_temperature": 0.5, "explore_visits": 0.0},
+    "T 0.2": {"wide_temperature": 0.2, "wide_visits": 0.0},
+    "T 0.3": {"wide_temperature": 0.3, "wide_visits": 0.0},
+    "T 0.5": {"wide_temperature": 0.5, "wide_visits": 0.0},
+    "T 0.7": {"wide_temperature": 0.7, "wide_visits": 0.0},
     "T 1": {"greedy": False},
+    "0.3 then argmax": {"wide_temperature": 0.3},
     "schedule (default)": {},
 }
-"""The agent's keywords of each deployment (``explore_visits`` 0: the whole run draws at the temperature)."""
+"""The agent's keywords of each deployment (``wide_visits`` 0: the whole run draws at ``wide_temperature``;
+"0.3 then argmax" is the default without its long-run phase)."""
 
 CELLS = (
     "3,2,5,50 3,2,10,50 3,2,20,50 5,2,20,50 5,3,10,20 10,2,10,20 20,2,5,5 10,4,5,5 20,4,5,5 "

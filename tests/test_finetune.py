@@ -10,6 +10,7 @@ from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training.finetune import FinetuneConfig, advantages, finetune, policy_gradient_loss
 from icrl_gym.training.pretrain import export, pretrain
+from icrl_gym.training.state import RunState
 from tests.helpers import TINY_DECODER, tiny_finetune_config, tiny_pretrain_config
 
 
@@ -100,6 +101,22 @@ def test_finetuning_keeps_the_best_validated_model_and_resumes(tmp_path, tiny_mo
     with pytest.raises(ValueError, match="another configuration"):
         finetune(FinetuneConfig(**{**cfg.to_dict(), "lr": 1e-3}), echo=False)
     save_checkpoint(tmp_path / "exported", model, meta)
+
+
+def test_a_run_saved_before_a_field_was_added_resumes_with_the_fields_default(tmp_path, tiny_model, monkeypatch):
+    validated = dict(runs_per_iteration=8, val_runs=20, iterations=2, eval_every=1)
+    cfg = tiny_finetune_config(tiny_model, tmp_path / "old", name="tiny-ft", **validated)
+    added = ("env", "rollouts_per_instance", "temperature")  # fields of the MDP path, absent from older runs
+    to_dict = FinetuneConfig.to_dict
+    with monkeypatch.context() as m:  # the run as the trainer saved it before those fields existed
+        m.setattr(FinetuneConfig, "to_dict", lambda self: {k: v for k, v in to_dict(self).items() if k not in added})
+        before, _ = finetune(cfg, echo=False)
+    assert not set(added) & set(RunState(tmp_path / "old").load().config)
+    again, _ = finetune(cfg, echo=False)  # the same command resumes the finished run: nothing changes
+    for (k, v), w in zip(before.state_dict().items(), again.state_dict().values(), strict=True):
+        torch.testing.assert_close(v, w, msg=k)
+    with pytest.raises(ValueError, match="another configuration"):  # its other fields are still checked
+        finetune(FinetuneConfig(**{**cfg.to_dict(), "lr": 1e-3}), echo=False)
 
 
 # --- the MDP generalist ---------------------------------------------------------------------------

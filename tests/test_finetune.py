@@ -1,5 +1,7 @@
 """Online policy-gradient fine-tuning of a pretrained bandit transformer."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training.finetune import FinetuneConfig, advantages, finetune, policy_gradient_loss
 from icrl_gym.training.pretrain import export, pretrain
+from icrl_gym.training.state import RunState
 from tests.helpers import TINY_DECODER, tiny_finetune_config, tiny_pretrain_config
 
 
@@ -98,3 +101,183 @@ def test_finetuning_keeps_the_best_validated_model_and_resumes(tmp_path, tiny_mo
     with pytest.raises(ValueError, match="another configuration"):
         finetune(FinetuneConfig(**{**cfg.to_dict(), "lr": 1e-3}), echo=False)
     save_checkpoint(tmp_path / "exported", model, meta)
+
+
+def test_a_run_saved_before_a_field_was_added_resumes_with_the_fields_default(tmp_path, tiny_model, monkeypatch):
+    validated = dict(runs_per_iteration=8, val_runs=20, iterations=2, eval_every=1)
+    cfg = tiny_finetune_config(tiny_model, tmp_path / "old", name="tiny-ft", **validated)
+    added = ("env", "rollouts_per_instance", "temperature")  # fields of the MDP path, absent from older runs
+    to_dict = FinetuneConfig.to_dict
+    with monkeypatch.context() as m:  # the run as the trainer saved it before those fields existed
+        m.setattr(FinetuneConfig, "to_dict", lambda self: {k: v for k, v in to_dict(self).items() if k not in added})
+        before, _ = finetune(cfg, echo=False)
+    assert not set(added) & set(RunState(tmp_path / "old").load().config)
+    again, _ = finetune(cfg, echo=False)  # the same command resumes the finished run: nothing changes
+    for (k, v), w in zip(before.state_dict().items(), again.state_dict().values(), strict=True):
+        torch.testing.assert_close(v, w, msg=k)
+    with pytest.raises(ValueError, match="another configuration"):  # its other fields are still checked
+        finetune(FinetuneConfig(**{**cfg.to_dict(), "lr": 1e-3}), echo=False)
+
+
+# --- the MDP generalist ---------------------------------------------------------------------------
+
+MDP_TINY = {"d_model": 8, "mlp_ratio": 1}
+
+
+def _mdp_model(seed: int = 0):
+    """A tiny MDP generalist with weights far from their initial ones (every path reaches the logits)."""
+    from icrl_gym.models.mdp_generalist import MDPGeneralist, MDPGeneralistConfig
+
+    torch.manual_seed(seed)
+    model = MDPGeneralist(MDPGeneralistConfig(**MDP_TINY)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_mdp_model(tmp_path_factory):
+    from icrl_gym.kinds import CheckpointKind
+    from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig
+
+    tmp = tmp_path_factory.mktemp("mdp-base")
+    cfg = MDPGeneralistTrainConfig(out_dir=str(tmp / "run"), model=MDP_TINY, max_states=6, dark_room_fraction=0.0)
+    return save_checkpoint(tmp / "mdpg", _mdp_model(), cfg.checkpoint_fields(), kind=CheckpointKind.MDP_GENERALIST)
+
+
+def test_the_leave_one_out_baseline_of_an_instance_is_the_mean_of_its_other_runs():
+    from icrl_gym.training.finetune import leave_one_out_advantages
+
+    gaps = np.random.default_rng(0).random((6, 4))  # 3 instances x M = 2 runs, T = 4
+    advantage, stats = leave_one_out_advantages(gaps, 2)
+    for b in range(6):
+        other = b + 1 if b % 2 == 0 else b - 1
+        for t in range(4):
+            assert advantage[b, t] == pytest.approx(gaps[b, t:].sum() - gaps[other, t:].sum())
+    assert stats["regret"] == pytest.approx(gaps.sum() / 6)
+
+
+def test_mdp_policy_gradient_is_unbiased_against_exact_enumeration():
+    """E[grad loss] = grad E[regret] / T on a 2-state, 2-action MDP (H = 3, K = 1) at tau = 2.
+
+    E[regret] = V*_1(s_1) - E[sum_h R(s_h, a_h)], with the expectation summed over every history
+    (a_1, r_1, s_2, a_2, r_2, s_3, a_3) and the policy computed from counts written out by hand: no
+    gap, no baseline, no rollout code.  (The first step is uniform whatever the weights: with no
+    counts the actions are interchangeable, so the test needs H = 3 for a regret-to-go to matter.)
+    """
+    from icrl_gym.envs.mdp_core import MDPSpec
+    from icrl_gym.models.mdp_generalist import CountStats
+    from icrl_gym.training.finetune import MDPTask, mdp_rollout
+
+    model, tau, H = _mdp_model(), 2.0, 3
+    spec = MDPSpec(num_states=2, num_actions=2, horizon=H, episodes=1)
+    # action 0 leads to state 0 (where the actions are almost the same), action 1 to state 1 (far apart):
+    # the step-2 action sets the size of the step-3 mistake, which only the regret-to-go credits it with
+    R = np.array([[0.5, 0.45], [1.0, 0.0]])  # R(s, a)
+    P = np.array([[[0.9, 0.1], [0.1, 0.9]], [[0.9, 0.1], [0.1, 0.9]]])  # P(s' | s, a)
+    v = np.zeros(2)  # V*_{h+1}, backward from V*_{H+1} = 0
+    for _ in range(H):
+        v = (R + P @ v).max(axis=1)
+
+    def expected_return(h, s, n_sas, n_sa, reward_sum):
+        """E[sum_{l >= h} R(s_l, a_l) | the history so far] (the counts), under softmax(logits / tau)."""
+        counts = (torch.tensor(x, dtype=torch.float32)[None, None] for x in (n_sas, n_sa, reward_sum))
+        stats = CountStats(*counts, starts=torch.tensor([[1.0, 0.0]]))  # the episode started in state 0
+        pi = torch.softmax(model(stats, torch.tensor([s]), torch.tensor([h]), torch.tensor([0]), H, 1)[0] / tau, -1)
+        total = torch.zeros(())
+        for a in range(2):
+            future = torch.zeros(())
+            for r, s_next in itertools.product(range(2), range(2)) if h < H - 1 else ():
+                more = [x.copy() for x in (n_sas, n_sa, reward_sum)]
+                more[0][s, a, s_next] += 1
+                more[1][s, a] += 1
+                more[2][s, a] += r
+                p = (R[s, a] if r else 1 - R[s, a]) * P[s, a, s_next]
+                future = future + p * expected_return(h + 1, s_next, *more)
+            total = total + pi[a] * (R[s, a] + future)
+        return total
+
+    exact = v[0] - expected_return(0, 0, np.zeros((2, 2, 2)), np.zeros((2, 2)), np.zeros((2, 2)))
+    params = list(model.parameters())
+    exact_grad = torch.autograd.grad(exact / spec.total_steps, params, allow_unused=True)
+
+    cfg = FinetuneConfig(env=spec.to_dict(), rollouts_per_instance=4, temperature=tau, device="cpu")
+    task = MDPTask(spec, cfg)
+    instance = {"P": P[None, None], "R": R[None, None], "mu": np.array([[1.0, 0.0]])}
+    runs = mdp_rollout(model, spec, (10_000, 4), tau, np.random.default_rng(0), torch.device("cpu"), instance)
+    assert runs["actions"].shape == (40_000, H) and runs["n_sas"].shape == (40_000, H, 1, 2, 2, 2)
+    advantage, stats = task.advantages(runs)
+    assert stats["regret"] == pytest.approx(float(exact.detach()), abs=0.015)  # the mean gap sum: the regret
+    loss, _ = policy_gradient_loss(model, None, runs, advantage, 0.0, torch.device("cpu"), task.logits)
+    estimate = torch.autograd.grad(loss, params, allow_unused=True)
+
+    def flat(grads):
+        return torch.cat(
+            [(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params, strict=True)]
+        )
+
+    e, g = flat(exact_grad), flat(estimate)
+    cosine = float(e @ g / (e.norm() * g.norm()))
+    assert cosine > 0.97 and float(g.norm() / e.norm()) == pytest.approx(1.0, abs=0.1)
+
+
+class _Crash(BaseException):
+    """Stands for the process dying (nothing in the trainer catches it)."""
+
+
+def test_mdp_finetuning_resumes_exactly_after_a_crash(tmp_path, tiny_mdp_model, monkeypatch):
+    from icrl_gym.checkpoint import load_checkpoint
+    from icrl_gym.envs.mdp_core import MDPSpec
+    from icrl_gym.models.mdp_generalist import MDPGeneralist
+    from icrl_gym.training.finetune import MDPTask
+    from icrl_gym.training.state import RunState
+
+    env = MDPSpec(num_states=3, num_actions=2, horizon=2, episodes=2).to_dict()
+    fields = dict(env=env, runs_per_iteration=3, rollouts_per_instance=2, temperature=1.5, iterations=4, lr=3e-2)
+
+    def config(folder):
+        return tiny_finetune_config(tiny_mdp_model, tmp_path / folder, name="tiny-mdp-ft", **fields)
+
+    model, meta = finetune(config("whole"), echo=False)
+    assert [h["iteration"] for h in meta["finetune"]["history"]] == [0, 2, 4]
+    assert isinstance(model, MDPGeneralist) and meta["kind"] == "mdp_generalist"
+    assert meta["finetune"]["config"]["env"] == env and meta["trained_range"]  # the base's record, and the run's
+    whole = RunState(tmp_path / "whole").load()
+    base, _ = load_checkpoint(tiny_mdp_model)
+    assert any(not torch.equal(w, whole.weights[n]) for n, w in base.state_dict().items())  # it did train
+
+    real, calls = MDPTask.rollout, []
+
+    def dying(self, *args):
+        calls.append(1)
+        if len(calls) == 4:  # iteration 3: after the state at iteration 2 was committed
+            raise _Crash
+        return real(self, *args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MDPTask, "rollout", dying)
+        with pytest.raises(_Crash):
+            finetune(config("crashed"), echo=False)
+    assert RunState(tmp_path / "crashed").load().step == 2
+    finetune(config("crashed"), echo=False)  # the same command resumes
+    resumed = RunState(tmp_path / "crashed").load()
+    assert resumed.step == whole.step == 4 and resumed.weights.keys() == whole.weights.keys()
+    for name, weight in whole.weights.items():
+        assert torch.equal(weight, resumed.weights[name]), name
+    moments = [[v for s in state.optimizer["state"].values() for v in s.values()] for state in (whole, resumed)]
+    assert len(moments[0]) == len(moments[1]) > 0
+    for x, y in zip(*moments, strict=True):
+        assert torch.equal(torch.as_tensor(x), torch.as_tensor(y))
+
+
+def test_fields_the_base_does_not_take_are_refused(tmp_path, tiny_model, tiny_mdp_model):
+    with pytest.raises(ValueError, match=r"FinetuneConfig.env=\{'num_states': 0\} is not an MDP prior"):
+        tiny_finetune_config(tiny_mdp_model, tmp_path / "bad-env", env={"num_states": 0})
+    assert not (tmp_path / "bad-env").exists()
+    with pytest.raises(ValueError, match="FinetuneConfig.env must give the MDP prior"):
+        finetune(tiny_finetune_config(tiny_mdp_model, tmp_path / "no-env"), echo=False)
+    with pytest.raises(ValueError, match="FinetuneConfig rollouts_per_instance=2, temperature=0.5 is not allowed"):
+        finetune(
+            tiny_finetune_config(tiny_model, tmp_path / "bandit", rollouts_per_instance=2, temperature=0.5), echo=False
+        )

@@ -476,11 +476,15 @@ def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_o
     spec, runs, seed = MDPSpec(num_states=3, num_actions=2, horizon=3, episodes=4), 6, 11
     rows = mdp_deployment.play_deployments(((3, 2, 3, 4),), runs, seed, str(path))
     assert [r["row"] for r in rows] == ["PSRL", *mdp_deployment.DEPLOYMENTS]
-    psrl = total_regret(spec, {"name": "psrl"}, runs, seed).mean()
+    psrl = total_regret(spec, {"name": "psrl"}, runs, seed)
     for row in rows[1:]:
         keywords = mdp_deployment.DEPLOYMENTS[row["row"]]
         direct = total_regret(spec, {"name": "mdp_generalist", "checkpoint": str(path), **keywords}, runs, seed)
-        assert row["mean"] == pytest.approx(direct.mean()) and row["ratio_psrl"] == pytest.approx(direct.mean() / psrl)
+        assert row["mean"] == pytest.approx(direct.mean()) and row["ratio_psrl"] == pytest.approx(
+            direct.mean() / psrl.mean()
+        )
+        assert row["p99"] == pytest.approx(np.quantile(direct, 0.99))
+        assert row["failures"] == pytest.approx(np.mean((direct > 3 * psrl) & (direct > 20)))
     by_name = {r["row"]: r["mean"] for r in rows}
     # temperature 0 for the whole run is the argmax, and the default schedule at T = 12 < 12 S A is too
     assert by_name["schedule (default)"] == pytest.approx(by_name["argmax"])

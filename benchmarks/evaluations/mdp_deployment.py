@@ -7,7 +7,9 @@ temperature ``wide_temperature`` while the steps left are at least ``wide_visits
 (:class:`~agents.learned.mdp_generalist.MDPGeneralistAgent`).  This script plays each of them,
 next to PSRL, on random MDPs of the training prior's defaults, every row of a cell on the same
 instances with the same noise (common random numbers), and writes ``deployment.csv`` (mean regret,
-standard error, ratio to PSRL) and ``config.json`` to ``--out``.
+standard error, ratio to PSRL; the tails: the 99th percentile of per-run regret, its ratio to
+PSRL's, and the fraction of runs with more than 3x PSRL's regret on the same instance and more than
+20) and ``config.json`` to ``--out``.
 
 The default seed, 5e7, is neither a training seed (small integers) nor the ``mdp-generalization``
 grid's evaluation seed (4e7): the schedule's parameters were chosen on it, and the grid checks them
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evaluations.generalization import total_regret
+from benchmarks.evaluations.generalization import failure_fraction, regret_quantile, total_regret
 from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import mdp_generalist
 from icrl_gym.envs import MDPSpec
@@ -55,18 +57,28 @@ SEED = 50_000_000
 def play_deployments(
     cells: tuple[tuple[int, int, int, int], ...], runs: int, seed: int, checkpoint: str | None = None
 ) -> list[dict[str, Any]]:
-    """One row per (cell, deployment), PSRL first: mean regret, standard error and the ratio to PSRL's mean."""
+    """One row per (cell, deployment), PSRL first: mean regret, standard error, the ratio to PSRL's mean, the tails."""
     model = mdp_generalist() if checkpoint is None else {**mdp_generalist(), "checkpoint": checkpoint}
     rows = []
     for S, A, H, K in cells:
         spec = MDPSpec(num_states=S, num_actions=A, horizon=H, episodes=K)
-        psrl = mean_se(total_regret(spec, {"name": "psrl"}, runs, seed))
+        psrl = total_regret(spec, {"name": "psrl"}, runs, seed)
         plays = {"PSRL": psrl} | {
-            name: mean_se(total_regret(spec, {**model, **keywords}, runs, seed))
-            for name, keywords in DEPLOYMENTS.items()
+            name: total_regret(spec, {**model, **keywords}, runs, seed) for name, keywords in DEPLOYMENTS.items()
         }
         cell = f"({S}, {A}, {H}, {K})"
-        rows += [{"cell": cell, "row": name, **x, "ratio_psrl": x["mean"] / psrl["mean"]} for name, x in plays.items()]
+        rows += [
+            {
+                "cell": cell,
+                "row": name,
+                **mean_se(totals),
+                "ratio_psrl": float(totals.mean() / psrl.mean()),
+                "p99": regret_quantile(totals),
+                "p99_ratio_psrl": regret_quantile(totals) / regret_quantile(psrl),
+                "failures": failure_fraction(totals, psrl),
+            }
+            for name, totals in plays.items()
+        ]
     return rows
 
 
@@ -101,7 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     atomic_write_bytes(out / "config.json", json.dumps(config, indent=2).encode())
     for row in rows:
         mean, se, ratio = row["mean"], row["se"], row["ratio_psrl"]
-        print(f"{row['cell']:>16} {row['row']:>20} {mean:8.2f} ± {se:5.2f}  {ratio:.2f}x PSRL")
+        tails = f"p99 {row['p99']:7.2f} ({row['p99_ratio_psrl']:.2f}x), failures {row['failures']:.3f}"
+        print(f"{row['cell']:>16} {row['row']:>20} {mean:8.2f} ± {se:5.2f}  {ratio:.2f}x PSRL  {tails}")
 
 
 if __name__ == "__main__":

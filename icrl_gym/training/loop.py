@@ -234,12 +234,16 @@ def resume(
     The run's configuration (read by :func:`upgrade_config`) may differ from ``cfg`` only in
     ``out_dir`` (the folder may move) and the fields ``allowed``, whose changes are returned as
     ``"field: old -> new"`` lines; any other difference is a :class:`TrainingStateError` naming it.
-    Nothing is written.
+    A field the saved configuration lacks was added to the trainer after the run was saved, and a
+    field is only ever added with a default that keeps the earlier behaviour: the run counts as
+    having used that default.  Nothing is written.
     """
     loaded = store.load()
     if loaded is None:
         return None, []
-    changes = check_config(store.run_dir, upgrade_config(loaded.config), cfg.to_dict(), ("out_dir",), allowed)
+    saved = upgrade_config(loaded.config)
+    added = {name: value for name, value in type(cfg)().to_dict().items() if name not in saved}
+    changes = check_config(store.run_dir, added | saved, cfg.to_dict(), ("out_dir",), allowed)
     loaded.restore(model, optimizer)
     return loaded, changes
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, cast
 
@@ -259,16 +260,43 @@ class QueryBatch:
 
     def model_input(self, device: torch.device) -> tuple[CountStats, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The B Q problems flattened (run-major): counts, states, h, k as the model's forward takes them."""
-        b, q = self.states.shape
+        counts = (self.n_sas, self.n_sa, self.reward_sum, self.starts)
+        return flat_model_input(counts, self.states, self.h, self.k, device)
 
-        def flat(x: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(x.reshape(b * q, *x.shape[2:]), dtype=torch.float32, device=device)
 
-        stats = CountStats(flat(self.n_sas), flat(self.n_sa), flat(self.reward_sum), flat(self.starts))
-        states = torch.as_tensor(self.states.reshape(-1), dtype=torch.long, device=device)
-        h = torch.as_tensor(np.tile(self.h, b), dtype=torch.long, device=device)
-        k = torch.as_tensor(np.tile(self.k, b), dtype=torch.long, device=device)
-        return stats, states, h, k
+def flat_model_input(
+    counts: Sequence[np.ndarray],
+    states: np.ndarray,
+    h: np.ndarray,
+    k: np.ndarray,
+    device: torch.device,
+) -> tuple[CountStats, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """B runs' counts at Q steps each, flattened (run-major) to the B Q problems of the model's forward.
+
+    ``counts``: (N_h(s, a, s'), N_h(s, a), R_h(s, a), N_start(s)), each (B, Q, ...); ``states`` (B, Q);
+    ``h``, ``k`` (Q,): the step and episode of each of the Q steps (shared by the runs).
+    """
+    b, q = states.shape
+
+    def flat(x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(x.reshape(b * q, *x.shape[2:]), dtype=torch.float32, device=device)
+
+    stats = CountStats(*(flat(x) for x in counts))
+    flat_states = torch.as_tensor(states.reshape(-1), dtype=torch.long, device=device)
+    flat_h = torch.as_tensor(np.tile(h, b), dtype=torch.long, device=device)
+    flat_k = torch.as_tensor(np.tile(k, b), dtype=torch.long, device=device)
+    return stats, flat_states, flat_h, flat_k
+
+
+def play_cache(model: MDPGeneralist, spec: MDPSpec, batch_size: int, device: torch.device) -> MDPGeneralistCache:
+    """An empty cache of ``batch_size`` runs of ``spec`` as the agent sets it up at reset.
+
+    Counts pooled over h when the prior is stationary; in a dark room, the room's moves as counts.
+    """
+    S, A, H = spec.num_states, spec.num_actions, spec.horizon
+    cache = model.new_cache(batch_size, EnvInfo(num_actions=A, horizon=H, num_states=S, episodes=spec.episodes), device)
+    cache.configure(spec.is_stationary, dark_room_successors(spec.size) if spec.kind == "dark_room" else None)
+    return cache
 
 
 def log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
@@ -339,9 +367,8 @@ def rollout_queries(
     expert.reset(reset_info(spec, env), rng=child_rng(rng))
     labeller = cast(_Labeller, expert)
     counts = TransitionCounts(B, H, S, A, pooled=spec.is_stationary)
-    known = dark_room_successors(spec.size) if spec.kind == "dark_room" else None
-    if known is not None:  # the prior knows the moves: the model's input starts from them (as its cache does)
-        counts.n_sas += known_move_counts(known)
+    if spec.kind == "dark_room":  # the prior knows the moves: the model's input starts from them (as its cache does)
+        counts.n_sas += known_move_counts(dark_room_successors(spec.size))
     starts = np.zeros((B, S))
     query_steps = np.sort(rng.choice(T, size=min(queries, T), replace=False))
     Q = len(query_steps)
@@ -361,9 +388,7 @@ def rollout_queries(
     cache: MDPGeneralistCache | None = None
     if model is not None:
         device = next(model.parameters()).device  # the model plays where its weights are
-        env_info = EnvInfo(num_actions=A, horizon=H, num_states=S, episodes=spec.episodes)
-        cache = model.new_cache(B, env_info, device)
-        cache.configure(spec.is_stationary, known)
+        cache = play_cache(model, spec, B, device)
     prev: tuple[torch.Tensor, torch.Tensor] | None = None
     rows, q = np.arange(B), 0
     for t in range(T):
@@ -428,6 +453,11 @@ class _InMemoryAgentClass(Protocol):
         ...
 
 
+def generalist_agent(model: MDPGeneralist) -> MDPAgent:
+    """The registered ``"mdp_generalist"`` agent around ``model`` in its default deployment (built by name)."""
+    return cast(_InMemoryAgentClass, agent_class("mdp_generalist")).from_model(model)
+
+
 def reference_agents(spec: MDPSpec, posterior_samples: int) -> dict[str, dict[str, Any]]:
     """The references of an evaluation: posterior sampling and the Bayes DPT policy on its posterior.
 
@@ -460,7 +490,7 @@ def evaluate_cells(
     references: dict[str, dict[str, float]],
 ) -> list[dict[str, Any]]:
     """The model's mean regret (and s.e.) per cell, with the references' (computed once into ``references``)."""
-    learned = cast(_InMemoryAgentClass, agent_class("mdp_generalist")).from_model(model)
+    learned = generalist_agent(model)
     rows = []
     for cell in cells:
         spec = eval_spec(cell)

@@ -423,20 +423,6 @@ def make_task(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneTask:
     return BanditTask(BanditSpec.from_dict(meta["env"]), cfg)
 
 
-def _save_state(
-    store: RunState,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    cfg: FinetuneConfig,
-    state: dict[str, Any],
-    base_meta: dict[str, Any],
-) -> None:
-    """Commit the state at ``state["iteration"]`` (keeping the best weights), then copy the best to ``out_dir/best``."""
-    meta = {**base_meta, "finetune": state}
-    keep = {"best": state["best"]["iteration"]}
-    save_state(store, state["iteration"], model, optimizer, cfg, state, meta, publish={"best": "best"}, also_keep=keep)
-
-
 def finetune(cfg: FinetuneConfig, command: str | None = None, echo: bool = True) -> tuple[torch.nn.Module, dict]:
     """Run (or resume) the fine-tuning; returns the best model on validation and its record."""
     return run_in_folder(cfg, lambda ctx, device: _finetune(cfg, command, echo, ctx, device))
@@ -461,6 +447,15 @@ def _finetune(
         "config": cfg.to_dict(),  # exported records carry it (the harness reads it)
     }
     store = RunState(out, keep=1)
+
+    def commit() -> None:
+        """Commit the state at ``state["iteration"]`` (keeping the best weights); copy the best to out_dir/best."""
+        keep = {"best": state["best"]["iteration"]}
+        meta = {**base_meta, "finetune": state}
+        save_state(
+            store, state["iteration"], model, optimizer, cfg, state, meta, publish={"best": "best"}, also_keep=keep
+        )
+
     loaded, _ = resume(store, cfg, model, optimizer)
     log: Logger = RunLog(out / "train.log", echo) if ctx.is_main else no_log
     if loaded is not None:
@@ -474,7 +469,7 @@ def _finetune(
         start = task.validation_regret(model, device)
         state["history"].append({"iteration": 0, "val_regret": start, "wall_seconds": 0.0})
         state["best"] = {"iteration": 0, "val_regret": start}
-        _save_state(store, model, optimizer, cfg, state, base_meta)
+        commit()
         log(f"pretrained model: validation regret {start:.3f}")
     if ctx.enabled:
         log(f"DDP: {ctx.world_size} processes share the runs of every iteration")
@@ -511,7 +506,7 @@ def _finetune(
             curves.record(it, stats["loss"], val, cfg.lr, state["wall_seconds"])
             if val < state["best"]["val_regret"]:
                 state["best"] = {"iteration": it, "val_regret": val}
-            _save_state(store, model, optimizer, cfg, state, base_meta)
+            commit()
             log(f"iteration {it}: validation regret {val:.3f} (best {state['best']['val_regret']:.3f})")
 
     train_steps(

@@ -90,8 +90,9 @@ class MDPGeneralistAgent(MDPTransformerAgent):
     Locking onto a wrong action costs most in long runs of small MDPs, and the draws at 0.3 still lock
     on in a few runs there: at (S, A, H, K) = (3, 2, 20, 50) (500 instances, seed 5e7) 5.4% of the
     runs had more than 3x PSRL's regret on the same instance (and more than 20), and the 99th
-    percentile of per-run regret was 2.0x PSRL's.  Drawing at 0.7 while m >= 50 brought these to 2.0%
-    and 1.31x, and the mean from 0.73x to 0.67x PSRL's (python -m benchmarks.evaluations.mdp_deployment)."""
+    percentile of per-run regret was 2.0x PSRL's.  Drawing at 0.7 while the steps left are at least
+    50 S A brought these to 2.0% and 1.31x, and the mean from 0.73x to 0.67x PSRL's
+    (``python -m benchmarks.evaluations.mdp_deployment --cells 3,2,20,50 --runs 500``)."""
     wide_visits: float = 50.0
     """On random MDPs by default: draws at :attr:`wide_temperature` while the steps left are at least
     ``wide_visits`` S A."""

@@ -134,7 +134,7 @@ def _policy(module, cfg, weights):
         from icrl_gym.training.generalist import sample_batch
 
         model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model))
-        batch = sample_batch(cfg, cached_gittins_table(cfg.max_horizon, cfg.table_cache), rng)
+        batch = sample_batch(cfg, lambda a, b: cached_gittins_table(cfg.max_horizon, cfg.table_cache, a, b), rng)
         args = (torch.as_tensor(batch.actions), torch.as_tensor(batch.rewards, dtype=torch.float32))
         inputs = (*args, torch.as_tensor(batch.query_steps), batch.horizon, batch.num_arms)
     elif module == "linear_generalist":

@@ -330,3 +330,61 @@ def test_soft_label_loss_is_the_cross_entropy_to_the_targets_and_its_kl():
     agree = np.mean([target[i, int(logits[i].argmax())] > 0 for i in range(5)])
     assert torch.allclose(loss, expected) and metrics["loss"] == pytest.approx(float(expected))
     assert metrics["kl"] == pytest.approx(float(kl)) and metrics["agree"] == pytest.approx(agree)
+
+
+def test_the_default_prior_draws_uniform_means_as_the_shipped_training_did(tmp_path):
+    from icrl_gym.training.generalist import sample_prior
+
+    cfg = tiny_generalist_config(tmp_path / "run", tmp_path / "cache")
+    means, prior = sample_prior(cfg, np.random.default_rng(5), 7, 3)
+    assert prior == (1.0, 1.0) and np.array_equal(means, np.random.default_rng(5).random((7, 3)))
+
+
+def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins_told_their_prior(tmp_path):
+    from icrl_gym.training.generalist import sample_batch, sample_prior
+
+    priors = [[5.0, 0.5], [0.5, 5.0]]
+    cfg = tiny_generalist_config(tmp_path / "run", tmp_path / "cache", beta_priors=priors, skewed_fraction=0.4)
+    assert cfg.checkpoint_fields()["trained_range"]["beta_priors"] == priors
+    rng, seen = np.random.default_rng(0), {"skewed": 0, (5.0, 0.5): [], (0.5, 5.0): []}
+    for _ in range(400):
+        means, prior = sample_prior(cfg, rng, 50, 4)
+        if prior == (1.0, 1.0):  # skewed: one half of the arms in [0.5, 1], the other in [0, 0.5]
+            high = means[0] >= 0.5
+            assert high.sum() == 2 and (high[:2].all() or high[2:].all())
+            assert np.array_equal(means >= 0.5, np.broadcast_to(high, means.shape))
+            seen["skewed"] += 1
+        else:
+            seen[prior].append(means)
+    assert 0.3 < seen["skewed"] / 400 < 0.5  # skewed_fraction 0.4
+    for (a, b), draws in ((p, seen[p]) for p in ((5.0, 0.5), (0.5, 5.0))):
+        x = np.concatenate(draws).ravel()  # Beta(a, b): mean a / (a + b)
+        assert abs(x.mean() - a / (a + b)) < 0.01
+    # the labels: at every query step the Gittins action of the prior the batch was drawn from,
+    # recounted here from the trajectory and looked up in a table built for that prior
+    rng, priors_seen = np.random.default_rng(3), set()
+    for _ in range(8):
+        batch = sample_batch(cfg, lambda a, b: gittins_table(cfg.max_horizon, a, b), rng)
+        priors_seen.add(batch.prior)
+        table = build_gittins_table(cfg.max_horizon, *batch.prior, 256)
+        for i in range(batch.size):
+            for q, t in enumerate(batch.query_steps[i]):
+                acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
+                s = np.array([rews[acts == k].sum() for k in range(batch.num_arms)], dtype=np.int64)
+                f = np.array([(acts == k).sum() for k in range(batch.num_arms)], dtype=np.int64) - s
+                index = table.lookup(s[None], f[None], batch.horizon - t)[0]
+                np.testing.assert_allclose(batch.targets[i, q], (index == index.max()) / (index == index.max()).sum())
+    assert priors_seen == {(5.0, 0.5), (0.5, 5.0), (1.0, 1.0)}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"beta_priors": [[1.0]]}, "holds \\(a, b\\) pairs"),
+        ({"beta_priors": [[0.0, 1.0]]}, "beta_priors a"),
+        ({"skewed_fraction": 0.5}, "needs beta_priors"),
+    ],
+)
+def test_a_bad_widened_prior_is_refused(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_generalist_config(tmp_path / "run", tmp_path / "cache", **overrides)

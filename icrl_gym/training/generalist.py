@@ -1,8 +1,15 @@
 """Supervised pretraining of the generalist Bernoulli-bandit transformer on Gittins labels.
 
 Every step draws a fresh batch in numpy: one (K, T) from the training range (K uniform in
-[min_arms, max_arms], T log-uniform in [min_horizon, max_horizon]), arm means iid U[0, 1], and B
-trajectories of a behaviour policy:
+[min_arms, max_arms], T log-uniform in [min_horizon, max_horizon]), the batch's prior of the arm
+means, B instances of it and B trajectories of a behaviour policy.  The prior is U[0, 1] when
+``beta_priors`` is empty (the shipped model's training); otherwise, with probability
+``skewed_fraction`` a skewed prior (the first floor(K/2) arms' means ~ U[0.5, 1] and the rest
+~ U[0, 0.5], or the reverse, each half the time) whose labels are the U[0, 1] expert's, else
+Beta(a, b) with (a, b) drawn uniformly from ``beta_priors``, labelled by the Gittins index told
+that prior (its pseudo-counts): the expert knows the batch's prior, the model only sees the
+trajectory, so it learns the posterior mixture over the family (:func:`sample_prior`).  The
+behaviour policy is:
 
 * the expert with exploration: the finite-horizon Gittins policy (ties broken at random), replaced
   at every step with probability eps by a uniform arm, eps ~ U[0, max_epsilon] per trajectory, for
@@ -36,7 +43,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
@@ -48,6 +56,7 @@ from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
+from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
 from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
@@ -55,6 +64,7 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
+    PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,
@@ -89,7 +99,12 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     a random initialisation: a fine-tuning phase.  That run's training wall time counts towards
     ``time_budget_hours`` and is recorded, so the budget covers both phases ('': from scratch)."""
     table_cache: str = "runs/cache"
-    """Folder where the Gittins table is kept between processes (5 min to build for T = 500)."""
+    """Folder where the Gittins tables are kept between processes (5 min to build one for T = 500)."""
+    beta_priors: list[list[float]] = field(default_factory=list)
+    """(a, b) pairs: a batch's arm means are iid Beta(a, b) for one pair drawn uniformly, labelled by the
+    Gittins index told Beta(a, b) (one table per pair).  Empty: every batch's means are U[0, 1]."""
+    skewed_fraction: float = checked(0.0, PROBABILITY)
+    """With ``beta_priors``: the probability that a batch is skewed (module docstring)."""
 
     resumable_changes: ClassVar[tuple[str, ...]] = (
         *GeneralistLoopConfig.resumable_changes,
@@ -102,13 +117,26 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     (``init_checkpoint`` only starts a new run)."""
 
     def checkpoint_fields(self) -> dict[str, Any]:
-        """The environment family (:data:`TRAINED_ENV`) and the trained range of K and T."""
-        trained = {"num_arms": [self.min_arms, self.max_arms], "horizon": [self.min_horizon, self.max_horizon]}
+        """The environment family (:data:`TRAINED_ENV`) and the trained range of K, T (and the priors, if widened)."""
+        trained: dict[str, Any] = {
+            "num_arms": [self.min_arms, self.max_arms],
+            "horizon": [self.min_horizon, self.max_horizon],
+        }
+        if self.beta_priors:
+            trained["beta_priors"] = [list(pair) for pair in self.beta_priors]
+            trained["skewed_fraction"] = self.skewed_fraction
         return {"env": TRAINED_ENV, "trained_range": trained}
 
     def check(self) -> None:
         """The shared checks; the model's fields build a :class:`GeneralistConfig`."""
         super().check()
+        for pair in self.beta_priors:
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise ValueError(f"GeneralistTrainConfig.beta_priors holds (a, b) pairs, got {pair!r}")
+            for name, value in zip(("a", "b"), pair, strict=True):
+                check_number(f"beta_priors {name}", value, 0.0, True, MAX_SCALE)
+        if self.skewed_fraction > 0 and not self.beta_priors:
+            raise ValueError("GeneralistTrainConfig.skewed_fraction > 0 needs beta_priors (a widened training prior)")
         if self.eval_every:  # the evaluation reads the Gittins table, built for max_horizon
             self.check_order(("eval_horizon", "max_horizon"))
         try:
@@ -133,6 +161,8 @@ class Batch:
     """K."""
     horizon: int
     """T."""
+    prior: tuple[float, float] = (1.0, 1.0)
+    """(a, b) of the Beta prior whose Gittins index labelled the batch (:func:`sample_prior`)."""
 
     @property
     def size(self) -> int:
@@ -199,22 +229,41 @@ def rollout(
     return actions, rewards, index
 
 
+def sample_prior(
+    cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int
+) -> tuple[np.ndarray, tuple[float, float]]:
+    """The arm means (B, K) of a batch and the (a, b) of the Gittins prior that labels it (module docstring)."""
+    if not cfg.beta_priors:
+        return rng.random((b, k)), (1.0, 1.0)
+    if rng.random() < cfg.skewed_fraction:
+        high = np.arange(k) < k // 2
+        if rng.random() < 0.5:
+            high = ~high
+        return (rng.random((b, k)) + high) / 2, (1.0, 1.0)
+    a, beta = cfg.beta_priors[int(rng.integers(len(cfg.beta_priors)))]
+    return rng.beta(a, beta, (b, k)), (float(a), float(beta))
+
+
 def sample_batch(
     cfg: GeneralistTrainConfig,
-    table: GittinsTable,
+    tables: Callable[[float, float], GittinsTable],
     rng: np.random.Generator,
     model: GeneralistTransformer | None = None,
 ) -> Batch:
-    """Draw (K, T), B instances and their trajectories (the expert's, or the model's when given)."""
+    """Draw (K, T), the prior, B instances and their trajectories (the expert's, or the model's when given).
+
+    ``tables(a, b)``: the Gittins table of the prior Beta(a, b) (built for ``max_horizon``).
+    """
     k = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
     horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
     b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * k * (400 + horizon))), cfg.min_batch, cfg.max_batch))
-    means = rng.random((b, k))
+    means, prior = sample_prior(cfg, rng, b, k)
+    table = tables(*prior)
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
     actions, rewards, index = rollout(table, means, horizon, epsilon, rng, model)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     targets = gittins_targets(index[np.arange(b)[:, None], query_steps].astype(np.float64), cfg.label_temperature)
-    return Batch(actions, rewards, query_steps, targets, k, horizon)
+    return Batch(actions, rewards, query_steps, targets, k, horizon, prior)
 
 
 def batch_loss(
@@ -275,7 +324,9 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
 
     def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
         model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
-        table = cached_gittins_table(cfg.max_horizon, cfg.table_cache)
+
+        def tables(a: float, b: float) -> GittinsTable:  # built once per prior, then kept in memory and on disk
+            return cached_gittins_table(cfg.max_horizon, cfg.table_cache, a, b)
 
         def evaluate(step: int, log: Logger) -> dict[str, Any]:
             mean, se, eval_gittins = evaluate_against_gittins(
@@ -298,7 +349,7 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
 
         return GeneralistTrainer(
             model=model,
-            sample=lambda rng, policy: sample_batch(cfg, table, rng, policy),
+            sample=lambda rng, policy: sample_batch(cfg, tables, rng, policy),
             loss=batch_loss,
             evaluate=evaluate,
             init=init,

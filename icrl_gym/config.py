@@ -140,6 +140,8 @@ POSITIVE_INT = Allowed(low=1, integer=True)
 NONNEGATIVE_INT = Allowed(low=0, integer=True)
 POSITIVE = Allowed(low=0, strict=True)
 NONNEGATIVE = Allowed(low=0)
+PROBABILITY = Allowed(low=0, high=1)
+"""A probability or a fraction: a number in [0, 1]."""
 DEVICE = Allowed(pattern=r"auto|cpu|mps|cuda(:\d+)?", text="'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'")
 
 

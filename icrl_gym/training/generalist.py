@@ -52,7 +52,7 @@ import torch
 
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import read_checkpoint
-from icrl_gym.config import POSITIVE_INT, checked
+from icrl_gym.config import POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
@@ -64,7 +64,6 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
-    PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,

@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from scipy.special import ndtri
 
-from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
 from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
@@ -61,7 +61,6 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import (
-    PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,

@@ -52,6 +52,7 @@ from icrl_gym.config import (
     NONNEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
+    PROBABILITY,
     Allowed,
     DictConfig,
     check_fields,
@@ -105,8 +106,6 @@ LEARNING_RATE = Allowed(low=0, high=1, strict=True)
 MAX_THREADS = 256
 """Upper bound of ``threads`` (OpenMP crashes when asked for tens of thousands)."""
 THREADS = Allowed(low=0, high=MAX_THREADS, integer=True)
-PROBABILITY = Allowed(low=0, high=1)
-FRACTION = Allowed(low=0, high=1)
 
 
 @dataclass
@@ -165,7 +164,7 @@ class ScheduleConfig(TrainerConfig):
     """Optimiser steps (the cosine schedule spans them)."""
     warmup_steps: int = checked(200, NONNEGATIVE_INT)
     """Linear warm-up steps."""
-    min_lr_ratio: float = checked(0.05, FRACTION)
+    min_lr_ratio: float = checked(0.05, PROBABILITY)
     """Learning rate at the end of the cosine schedule, as a fraction of lr."""
     weight_decay: float = checked(0.01, NONNEGATIVE)
     """AdamW weight decay."""

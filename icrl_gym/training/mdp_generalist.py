@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from icrl_gym.algorithm import MDPAgent, child_rng
-from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed, checked
+from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
@@ -70,7 +70,6 @@ from icrl_gym.models.policy import EnvInfo
 from icrl_gym.registry import agent_class, make_agent
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
-    PROBABILITY,
     GeneralistLoopConfig,
     GeneralistTrainer,
     Logger,

@@ -54,7 +54,7 @@ from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import read_checkpoint
 from icrl_gym.config import POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs.bandit_core import BanditBatch
+from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, sample_w_star
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
@@ -231,16 +231,17 @@ def rollout(
 def sample_prior(
     cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int
 ) -> tuple[np.ndarray, tuple[float, float]]:
-    """The arm means (B, K) of a batch and the (a, b) of the Gittins prior that labels it (module docstring)."""
+    """The arm means (B, K) of a batch and the (a, b) of the Gittins prior that labels it (module docstring).
+
+    The skewed and Beta means are the environment's own draws (:func:`~icrl_gym.envs.bandit_core.sample_w_star`).
+    """
     if not cfg.beta_priors:
         return rng.random((b, k)), (1.0, 1.0)
     if rng.random() < cfg.skewed_fraction:
-        high = np.arange(k) < k // 2
-        if rng.random() < 0.5:
-            high = ~high
-        return (rng.random((b, k)) + high) / 2, (1.0, 1.0)
-    a, beta = cfg.beta_priors[int(rng.integers(len(cfg.beta_priors)))]
-    return rng.beta(a, beta, (b, k)), (float(a), float(beta))
+        skewed = BanditPrior.SKEWED_REVERSED if rng.random() < 0.5 else BanditPrior.SKEWED
+        return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b), (1.0, 1.0)
+    a, beta = (float(x) for x in cfg.beta_priors[int(rng.integers(len(cfg.beta_priors)))])
+    return sample_w_star(bernoulli_bandit_spec(k, prior=BanditPrior.BETA, prior_a=a, prior_b=beta), rng, b), (a, beta)
 
 
 def sample_batch(

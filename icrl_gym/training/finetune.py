@@ -297,10 +297,10 @@ def mdp_rollout(
     if instance is None:
         drawn = spec.kind.dynamics.draw(spec, rng, num_instances)
         instance = {"P": drawn.P, "R": drawn.R, "mu": drawn.mu}
-    shapes = {name: np.asarray(value) for name, value in instance.items()}
+    arrays = {name: np.asarray(value) for name, value in instance.items()}
     repeated = {
         name: np.repeat(np.broadcast_to(value, (num_instances, *value.shape[1:])), rollouts, axis=0)
-        for name, value in shapes.items()
+        for name, value in arrays.items()
     }
     B, T = num_instances * rollouts, spec.total_steps
     env = MDPBatch(spec, B, rng, instance=repeated)

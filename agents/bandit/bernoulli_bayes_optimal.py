@@ -19,6 +19,19 @@ T=50 31 MiB, T=70 208 MiB, T=100 1.6 GiB.  Tables larger than ``max_table_bytes`
 are refused with the estimate in the error.  The build time grows like the table (about T^4 for K=2).
 States are ranked within a layer by the combinatorial number system (stars and bars), so lookups
 of B runs are one vectorised rank computation.
+
+**An unknown prior from a family** (``hyperprior``).  When the arms' means are iid Beta(a_J, b_J)
+given a prior index J ~ pi over a finite family {(a_j, b_j)} and J is not told, the counts are still
+a sufficient statistic: the posterior of J is
+
+    w_j(x) ∝ pi_j prod_k B(a_j + s_k, b_j + f_k) / B(a_j, b_j)    (B the Beta function),
+
+and the next reward of arm k is 1 with the mixture predictive p_k(x) = sum_j w_j(x) (a_j + s_k) /
+(a_j + b_j + s_k + f_k).  The recursion above with this p_k is the Bayes-optimal policy for the
+family: it minimises sum_j pi_j Reg_j, the pi-average of the Bayes regrets under the members,
+over every policy that is not told J -- the best that any in-context learner trained on the family
+can do (Section 4's Bayes-optimality, with the family as the prior).  A one-member family is the
+told-prior policy above.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from __future__ import annotations
 from math import comb
 
 import numpy as np
+from scipy.special import betaln
 
 from agents.bandit.resolved_model import ResolvedModelMixin
 from icrl_gym.algorithm import BanditAgent, resolve_horizon
@@ -78,11 +92,53 @@ class CompositionRanker:
         return self.binom[q, np.arange(1, self.m)].sum(axis=-1)
 
 
-def bayes_optimal_table(num_arms: int, horizon: int, a: float, b: float) -> tuple[list[np.ndarray], float]:
+class FamilyPredictive:
+    """The mixture predictive p_k(x) of the module docstring for states x = (s_1, f_1, ..., s_K, f_K).
+
+    ``priors`` (J, 2) the family's (a_j, b_j), ``weights`` (J,) the hyperprior pi (normalised here).
+    The log-evidence of one arm's counts, log B(a_j + s, b_j + f) - log B(a_j, b_j), is tabulated
+    for s, f <= ``max_count``.
+    """
+
+    def __init__(self, priors: np.ndarray, weights: np.ndarray, max_count: int) -> None:
+        self.priors = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != (len(self.priors),) or np.any(weights < 0) or not weights.sum() > 0:
+            raise ValueError(f"hyperprior weights must be {len(self.priors)} non-negative numbers, not all 0")
+        self.log_weights = np.log(weights / weights.sum())
+        a, b = self.priors[:, 0, None, None], self.priors[:, 1, None, None]
+        counts = np.arange(max_count + 1, dtype=np.float64)
+        self.log_evidence = betaln(a + counts[:, None], b + counts[None, :]) - betaln(a, b)  # (J, n, n)
+
+    def posterior(self, x: np.ndarray) -> np.ndarray:
+        """w_j(x), shape (N, J), for states ``x`` (N, 2K)."""
+        log_w = np.broadcast_to(self.log_weights, (len(x), len(self.priors))).copy()
+        for k in range(x.shape[1] // 2):
+            log_w += self.log_evidence[:, x[:, 2 * k], x[:, 2 * k + 1]].T
+        w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
+        return w / w.sum(axis=1, keepdims=True)
+
+    def arm_means(self, x: np.ndarray, k: int) -> np.ndarray:
+        """(a_j + s_k) / (a_j + b_j + s_k + f_k), shape (N, J): arm k's posterior mean under each member."""
+        s, f = x[:, 2 * k, None], x[:, 2 * k + 1, None]
+        return (self.priors[:, 0] + s) / (self.priors.sum(axis=1) + s + f)
+
+    def predictive(self, x: np.ndarray) -> np.ndarray:
+        """p_k(x), shape (N, K)."""
+        w = self.posterior(x)
+        return np.stack([(w * self.arm_means(x, k)).sum(axis=1) for k in range(x.shape[1] // 2)], axis=1)
+
+
+def family_bayes_table(
+    num_arms: int, horizon: int, priors: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[list[np.ndarray], float]:
     """Action tables per layer n = 0..T-1 (uint8 over the layer's ranked states) and the value V(0).
 
-    V(0) is the Bayes-optimal expected total reward E[sum_t r_t] under the Beta(a, b)^K prior.
+    The DP of the module docstring with the family's mixture predictive (``weights`` None: uniform);
+    V(0) is the family-Bayes-optimal expected total reward sum_j pi_j E_j[sum_t r_t].
     """
+    priors = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
+    model = FamilyPredictive(priors, np.ones(len(priors)) if weights is None else weights, horizon)
     m = 2 * num_arms
     ranker = CompositionRanker(horizon + 1, m)
     bars = colex_combinations(horizon + m - 2, m - 1)  # enough for the layers n <= T - 1
@@ -90,27 +146,43 @@ def bayes_optimal_table(num_arms: int, horizon: int, a: float, b: float) -> tupl
     tables: list[np.ndarray] = [np.zeros(0, np.uint8)] * horizon
     for n in range(horizon - 1, -1, -1):
         x = compositions(bars, n)  # (C(n + m - 1, m - 1), m), row r is the state of rank r
+        p = model.predictive(x) if len(priors) > 1 else None
         q = np.empty((len(x), num_arms))
         for k in range(num_arms):
-            s, f = x[:, 2 * k], x[:, 2 * k + 1]
-            p = (a + s) / (a + b + s + f)
-            succ = x.copy()
-            succ[:, 2 * k] += 1
-            v_s = v_next[ranker.rank(succ)]
-            succ[:, 2 * k] -= 1
-            succ[:, 2 * k + 1] += 1
-            v_f = v_next[ranker.rank(succ)]
-            q[:, k] = p * (1.0 + v_s) + (1.0 - p) * v_f
+            p_k = model.arm_means(x, k)[:, 0] if p is None else p[:, k]
+            v_s, v_f = (v_next[ranker.rank(y)] for y in successors(x, k))
+            q[:, k] = p_k * (1.0 + v_s) + (1.0 - p_k) * v_f
         tables[n] = q.argmax(axis=1).astype(np.uint8)
         v_next = q.max(axis=1)
     return tables, float(v_next[0])
 
 
+def successors(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The states after a success and after a failure of arm k, from states ``x`` (N, 2K)."""
+    success, failure = x.copy(), x.copy()
+    success[:, 2 * k] += 1
+    failure[:, 2 * k + 1] += 1
+    return success, failure
+
+
+def bayes_optimal_table(num_arms: int, horizon: int, a: float, b: float) -> tuple[list[np.ndarray], float]:
+    """Action tables per layer n = 0..T-1 (uint8 over the layer's ranked states) and the value V(0).
+
+    V(0) is the Bayes-optimal expected total reward E[sum_t r_t] under the Beta(a, b)^K prior.
+    """
+    return family_bayes_table(num_arms, horizon, np.array([[a, b]]))
+
+
 class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
-    """Bayes-optimal K-armed Bernoulli bandit policy by dynamic programming (prior and T from the environment)."""
+    """Bayes-optimal K-armed Bernoulli bandit policy by dynamic programming (prior and T from the environment).
+
+    With ``hyperprior`` [[a_1, b_1], ...] (and optional ``hyperprior_weights``) it is not told the
+    prior: it is Bayes-optimal for an unknown member of that family (module docstring) and ignores
+    the environment's prior.
+    """
 
     name = "bernoulli_bayes_optimal"
-    hyper_parameters = ("prior_a", "prior_b", "horizon", "max_table_bytes")
+    hyper_parameters = ("prior_a", "prior_b", "hyperprior", "hyperprior_weights", "horizon", "max_table_bytes")
     deterministic = True
     binary_rewards = True
 
@@ -121,9 +193,22 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
         horizon: int | None = None,
         max_table_bytes: int = 512 * 2**20,
         seed: int | None = None,
+        hyperprior: list[list[float]] | None = None,
+        hyperprior_weights: list[float] | None = None,
     ) -> None:
         super().__init__(seed)
         self.prior_a, self.prior_b, self.horizon = prior_a, prior_b, horizon
+        self.hyperprior = None if hyperprior is None else [[float(a), float(b)] for a, b in hyperprior]
+        self.hyperprior_weights = None if hyperprior_weights is None else [float(w) for w in hyperprior_weights]
+        if self.hyperprior is not None:
+            if prior_a is not None or prior_b is not None:
+                raise ValueError("pass either prior_a and prior_b (a told prior) or hyperprior (a family), not both")
+            if not self.hyperprior or any(not (a > 0 and b > 0) for a, b in self.hyperprior):
+                raise ValueError(f"hyperprior needs (a, b) pairs with a, b > 0, got {hyperprior!r}")
+            if self.hyperprior_weights is not None:
+                FamilyPredictive(np.array(self.hyperprior), np.array(self.hyperprior_weights), 0)  # checks them
+        elif self.hyperprior_weights is not None:
+            raise ValueError("hyperprior_weights needs hyperprior")
         self.max_table_bytes = int(max_table_bytes)
         self._used = None
         self._key: tuple | None = None
@@ -135,6 +220,9 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
         if self.env_model is not None and (spec is None or spec.reward is not BanditReward.BERNOULLI):
             got = "an MDP" if spec is None else repr(spec.reward)
             raise ValueError(f"the Bernoulli Bayes-optimal policy needs Bernoulli rewards, got {got}")
+        if self.hyperprior is not None:  # not told the prior: the environment's is not read
+            horizon = resolve_horizon(self.reset_info, self.horizon, "the Bayes-optimal policy")
+            return horizon, float("nan"), float("nan")
         a, b = self.prior_a, self.prior_b
         if spec is not None and spec.prior is BanditPrior.BETA:
             a = spec.prior_a if a is None else a
@@ -157,7 +245,12 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         horizon, a, b = self._resolve()
-        key = (self.num_actions, horizon, a, b)
+        told = self.hyperprior is None
+        key = (
+            (self.num_actions, horizon, a, b)
+            if told
+            else (self.num_actions, horizon, str(self._weights()), str(self.hyperprior))
+        )
         if key != self._key:
             need = table_bytes(self.num_actions, horizon)
             if need > self.max_table_bytes:
@@ -166,11 +259,21 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
                     f"{need:,} states and needs {need / 2**20:,.0f} MiB (max_table_bytes={self.max_table_bytes:,}); "
                     "feasible at 512 MiB: K=2 up to T=334, K=3 up to T=81"
                 )
-            self.tables, self.value = bayes_optimal_table(self.num_actions, horizon, a, b)
+            if self.hyperprior is None:
+                self.tables, self.value = bayes_optimal_table(self.num_actions, horizon, a, b)
+            else:
+                self.tables, self.value = family_bayes_table(
+                    self.num_actions, horizon, np.array(self.hyperprior), self._weights()
+                )
             self.ranker = CompositionRanker(horizon + 1, 2 * self.num_actions)
             self._key = key
-        self._used = {"horizon": horizon, "prior_a": a, "prior_b": b}
+        self._used = {"horizon": horizon, "prior_a": a, "prior_b": b} if told else {"horizon": horizon}
         self.stats = ArmStatistics(self.batch_size, self.num_actions)
+
+    def _weights(self) -> np.ndarray:
+        """The hyperprior pi (uniform unless ``hyperprior_weights``)."""
+        assert self.hyperprior is not None
+        return np.ones(len(self.hyperprior)) if self.hyperprior_weights is None else np.array(self.hyperprior_weights)
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
         if self.t >= self.used["horizon"]:

@@ -1,0 +1,187 @@
+"""The family-Bayes Bernoulli DP and the exact frontier against independent computations.
+
+Brute force over histories with the predictive integrated numerically, Monte-Carlo play of the
+agents, and the optimality of the family policy among policies that are not told the prior.
+"""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from agents.bandit.bernoulli_bayes_optimal import (
+    BernoulliBayesOptimal,
+    FamilyPredictive,
+    bayes_optimal_table,
+    family_bayes_table,
+)
+from benchmarks.evaluations.bernoulli_frontier import (
+    Policy,
+    expected_best_mean,
+    frontier,
+    gittins_policy,
+    policy_values,
+    table_policy,
+    uninformed_indices,
+    uninformed_regrets,
+)
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs import bernoulli_bandit_spec
+from icrl_gym.estimators.gittins import cached_gittins_table
+
+FAMILY = np.array([[0.5, 2.0], [3.0, 1.0], [1.0, 1.0]])
+WEIGHTS = np.array([0.5, 0.3, 0.2])
+
+
+@functools.cache
+def _moment(a, b, s, f, extra):
+    """int_0^1 p^(s + extra) (1 - p)^f Beta(p; a, b) dp by quadrature (no Beta-function identities)."""
+    density = stats.beta(a, b).pdf
+    return integrate.quad(lambda p: p ** (s + extra) * (1 - p) ** f * density(p), 0.0, 1.0, limit=200)[0]
+
+
+def _brute_force_family_value(horizon, priors, weights):
+    """max over policies of E[sum r] under the mixture, enumerating histories; predictive by quadrature."""
+
+    @functools.cache
+    def predictive(counts, k):
+        # P(r = 1 | counts, arm k) = sum_j pi_j prod_i m_ij * (m'_kj / m_kj) / sum_j pi_j prod_i m_ij
+        num = den = 0.0
+        for (a, b), w in zip(priors, weights, strict=True):
+            evidence = w * np.prod([_moment(a, b, s, f, 0) for s, f in counts])
+            num += evidence * _moment(a, b, *counts[k], 1) / _moment(a, b, *counts[k], 0)
+            den += evidence
+        return num / den
+
+    @functools.cache
+    def value(counts):
+        if sum(s + f for s, f in counts) == horizon:
+            return 0.0
+        best = 0.0
+        for k in range(len(counts)):
+            p = predictive(counts, k)
+            win = tuple((s + 1, f) if i == k else (s, f) for i, (s, f) in enumerate(counts))
+            lose = tuple((s, f + 1) if i == k else (s, f) for i, (s, f) in enumerate(counts))
+            best = max(best, p * (1 + value(win)) + (1 - p) * value(lose))
+        return best
+
+    return value(((0, 0), (0, 0)))
+
+
+def test_family_dp_value_is_the_brute_force_mixture_value():
+    _, value = family_bayes_table(2, 4, FAMILY, WEIGHTS)
+    assert value == pytest.approx(_brute_force_family_value(4, tuple(map(tuple, FAMILY)), tuple(WEIGHTS)), abs=1e-7)
+
+
+def test_family_value_is_the_weighted_per_prior_value_and_beats_every_uninformed_policy():
+    """V(0) = sum_j pi_j V_j(F); F beats the told-DP tables of single members played on the whole family."""
+    horizon = 12
+    tables, value = family_bayes_table(2, horizon, FAMILY, WEIGHTS)
+    policies: dict[str, Policy | None] = {"family": table_policy(tables, len(FAMILY))}
+    for j, (a, b) in enumerate(FAMILY):
+        policies[f"member {j}"] = table_policy(bayes_optimal_table(2, horizon, a, b)[0], len(FAMILY))
+    policies["told"] = None
+    values = policy_values(2, horizon, FAMILY, policies)
+    assert (WEIGHTS * values["family"]).sum() == pytest.approx(value, abs=1e-10)
+    for j in range(len(FAMILY)):
+        assert (WEIGHTS * values["family"]).sum() >= (WEIGHTS * values[f"member {j}"]).sum() - 1e-12
+        # member j's own table is the told-DP policy under prior j
+        assert values[f"member {j}"][j] == pytest.approx(values["told"][j], abs=1e-10)
+    assert np.all(values["told"] >= values["family"] - 1e-12)  # being told the prior never hurts
+    assert (WEIGHTS * values["told"]).sum() > value + 1e-3  # and here it helps
+
+
+def test_exact_values_match_monte_carlo_play_of_the_agents(tmp_path):
+    """T E[max] - V_j from the backward pass = the agents' simulated regret under Beta(a_j, b_j)."""
+    horizon, runs = 15, 20_000
+    a, b = FAMILY[0]
+    spec = bernoulli_bandit_spec(num_arms=2, horizon=horizon, prior="beta", prior_a=a, prior_b=b)
+    gittins = [cached_gittins_table(horizon, tmp_path, *p) for p in FAMILY]
+    tables, _ = family_bayes_table(2, horizon, FAMILY, WEIGHTS)
+    values = policy_values(
+        2, horizon, FAMILY, {"gittins": gittins_policy(gittins, horizon), "family": table_policy(tables, 3)}
+    )
+    top = horizon * expected_best_mean(a, b, 2)
+    family_agent = BernoulliBayesOptimal(hyperprior=FAMILY.tolist(), hyperprior_weights=WEIGHTS.tolist())
+    told_gittins = {"name": "gittins", "horizon": horizon, "prior_a": a, "prior_b": b, "cache_dir": str(tmp_path)}
+    for name, agent in (("family", family_agent), ("gittins", told_gittins)):
+        regret = evaluate_regret(spec, agent, runs, seed=12_000_000, batch_size=runs).sum(axis=1)
+        assert regret.mean() == pytest.approx(top - values[name][0], abs=4 * regret.std() / np.sqrt(runs))
+    assert family_agent.config()["model_used"] == {"horizon": horizon}  # the environment's prior is not read
+    assert family_agent.config()["hyperprior"] == FAMILY.tolist()
+
+
+def test_expected_best_mean_closed_form():
+    """E[max of 2 iid U[0, 1]] = 2/3; of 3 iid Beta(2, 1) (density 2x, cdf x^2) = int 1 - x^6 = 6/7."""
+    assert expected_best_mean(1.0, 1.0, 2) == pytest.approx(2 / 3, abs=1e-10)
+    assert expected_best_mean(2.0, 1.0, 3) == pytest.approx(6 / 7, abs=1e-10)
+
+
+def test_one_member_certificate_is_at_most_one_and_a_family_certificate_exceeds_one(tmp_path):
+    """Told the only member, F is the told DP (c <= 1); a family makes every uninformed policy pay (c > 1)."""
+    rows, cert = frontier(2, 10, [(2.0, 2.0)], tmp_path, searches=1, echo=lambda _: None)
+    assert rows[0]["family_bayes"] == pytest.approx(rows[0]["told_dp"], abs=1e-12)
+    assert cert["best"]["c"] <= 1.0 + 1e-12
+    rows, cert = frontier(2, 10, [(0.5, 5.0), (5.0, 0.5)], tmp_path, searches=2, echo=lambda _: None)
+    assert cert["best"]["c"] > 1.0 and cert["best"]["c"] == max(t["c"] for t in cert["tries"])
+    uniform = cert["tries"][0]
+    assert uniform["c"] == pytest.approx(
+        sum(r["family_bayes"] for r in rows) / sum(r["told_gittins"] for r in rows), abs=1e-12
+    )
+
+
+def test_family_agent_refuses_bad_hyperpriors():
+    with pytest.raises(ValueError, match="not both"):
+        BernoulliBayesOptimal(prior_a=1.0, prior_b=1.0, hyperprior=[[1.0, 1.0]])
+    with pytest.raises(ValueError, match="a, b > 0"):
+        BernoulliBayesOptimal(hyperprior=[[1.0, 0.0]])
+    with pytest.raises(ValueError, match="weights"):
+        BernoulliBayesOptimal(hyperprior=[[1.0, 1.0], [2.0, 2.0]], hyperprior_weights=[1.0])
+    with pytest.raises(ValueError, match="needs hyperprior"):
+        BernoulliBayesOptimal(hyperprior_weights=[1.0])
+
+
+def test_posterior_vote_and_mixed_index_against_a_direct_loop(tmp_path):
+    """The vote and the mixed index of uninformed_indices, recomputed run by run with math.lgamma."""
+    horizon = 12
+    tables = [cached_gittins_table(horizon, tmp_path, *p) for p in FAMILY]
+    rng = np.random.default_rng(0)
+    s, f = rng.integers(0, 3, (6, 3)), rng.integers(0, 3, (6, 3))
+    scores = uninformed_indices(tables, FamilyPredictive(FAMILY, np.ones(3), horizon), s, f, 5)
+
+    def log_beta(x, y):
+        return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+
+    for i in range(6):
+        log_w = [sum(log_beta(a + s[i, k], b + f[i, k]) - log_beta(a, b) for k in range(3)) for a, b in FAMILY]
+        w = np.exp(np.array(log_w) - max(log_w))
+        w /= w.sum()
+        vote, mixed = np.zeros(3), np.zeros(3)
+        for j, table in enumerate(tables):
+            index = np.array([table.lookup(s[i, k], f[i, k], 5) for k in range(3)])
+            winners = np.flatnonzero(index == index.max())
+            vote[winners] += w[j] / len(winners)
+            mixed += w[j] * index
+        assert scores["posterior vote"][i] == pytest.approx(vote, abs=1e-9)
+        assert scores["evidence-mixed index"][i] == pytest.approx(mixed, abs=1e-6)
+
+
+def test_monte_carlo_rows_share_instances_and_a_one_member_vote_is_told_gittins(tmp_path):
+    """With one member the vote and the mixed index are told Gittins: same regret run by run (CRN)."""
+    rows = uninformed_regrets(3, 15, [(2.0, 1.0)], 300, 5, tmp_path)
+    by = {r["policy"]: r for r in rows}
+    for name in ("posterior vote", "evidence-mixed index"):
+        assert by[name]["mean"] == pytest.approx(by["told Gittins"]["mean"], abs=1e-12)
+    assert by["told Gittins"]["ratio"] == 1.0
+    assert by["Gittins told U[0, 1]"]["mean"] != by["told Gittins"]["mean"]  # U[0, 1] is not Beta(2, 1)
+    # the told-Gittins regret agrees with an exact K=2 pass on a two-arm run of the same prior
+    rows2 = uninformed_regrets(2, 15, [(2.0, 1.0)], 4000, 6, tmp_path)
+    gittins = [cached_gittins_table(15, tmp_path, 2.0, 1.0)]
+    exact = (
+        15 * expected_best_mean(2.0, 1.0, 2)
+        - policy_values(2, 15, np.array([[2.0, 1.0]]), {"g": gittins_policy(gittins, 15)})["g"][0]
+    )
+    told = next(r for r in rows2 if r["policy"] == "told Gittins")
+    assert told["mean"] == pytest.approx(exact, abs=4 * told["se"])

@@ -454,6 +454,9 @@ MATCHED_AND_LINUCB = {
 }
 """Bayes-UCB and TS told the instance's (moment-matched) prior and sigma, and the prior-free LinUCB (lambda=1)."""
 
+BETA_PARAMS = (0.5, 1.0, 2.0, 5.0)
+"""The a and b of the bernoulli-beta cells' Beta(a, b) priors (16 pairs)."""
+
 GENERALIZATION = GridExperiment(
     name="generalization",
     title="Generalist in-context agents across sizes",
@@ -520,7 +523,7 @@ GENERALIZATION = GridExperiment(
     family_compared=("Bayes-UCB (matched)", "TS (matched)"),
     # the second version's target range (the shipped first version plays d <= 8: its rows beyond are n/a)
     family_range={"dim": (2, 16), "num_actions": (2, 50), "horizon": (1, 1000), "noise_std": (0.05, 3.0)},
-    beta_params=(0.5, 1.0, 2.0, 5.0),
+    beta_params=BETA_PARAMS,
     beta_arms=(2, 5, 10, 20),
     beta_horizon=200,
     skewed_priors={
@@ -533,6 +536,12 @@ GENERALIZATION = GridExperiment(
         "Bayes-UCB (matched prior)": {"name": "bayes_ucb"},
         "UCB": {"name": "ucb"},
         "Bayes-optimal DP (matched prior)": {"name": "bernoulli_bayes_optimal"},
+        # not told the prior: Bayes-optimal for an unknown member of the grid's 16 Beta priors, the
+        # best any in-context learner of this family can do (benchmarks/evaluations/bernoulli_frontier.py)
+        "Bayes-optimal DP (family prior, not told)": {
+            "name": "bernoulli_bayes_optimal",
+            "hyperprior": [[a, b] for a in BETA_PARAMS for b in BETA_PARAMS],
+        },
     },
     beta_compared=("Gittins (matched prior)",),
 )

@@ -444,6 +444,7 @@ def test_bernoulli_beta_cells_are_the_acceptance_list_and_tell_the_references_th
         )
         refs = _reference_specs(GENERALIZATION, c, tmp_path)
         told = (s.prior_a, s.prior_b) if s.prior is BanditPrior.BETA else (1.0, 1.0)  # skewed: U[0, 1]
+        family = refs.pop("Bayes-optimal DP (family prior, not told)", None)
         by_name = {agent["name"]: agent for agent in refs.values()}
         for name in ("gittins", "bernoulli_ts", "bayes_ucb", "bernoulli_bayes_optimal"):
             if name in by_name:
@@ -452,6 +453,11 @@ def test_bernoulli_beta_cells_are_the_acceptance_list_and_tell_the_references_th
         assert {"gittins", "bernoulli_ts", "bayes_ucb", "ucb"} <= set(by_name)
         # the exact DP where it is cheap (K=2) and Bayes-optimal for the cell's prior (not the skewed ones)
         assert ("bernoulli_bayes_optimal" in by_name) == (s.num_actions == 2 and s.prior is BanditPrior.BETA)
+        # next to it the family-Bayes DP, told no prior: the same agent in every cell, over the 16 priors
+        assert (family is not None) == ("bernoulli_bayes_optimal" in by_name)
+        if family is not None:
+            assert "prior_a" not in family and len(family["hyperprior"]) == 16
+            assert [0.5, 5.0] in family["hyperprior"] and [5.0, 0.5] in family["hyperprior"]
     assert GENERALIZATION.beta_compared == ("Gittins (matched prior)",)
     assert parse_args(["--experiments", "generalization", "--grid-families", "bernoulli-beta"]).grid_families == (
         "bernoulli-beta",
@@ -469,6 +475,9 @@ def test_references_play_the_prior_they_are_told(tmp_path):
     for label in ("Gittins (matched prior)", "Bayes-UCB (matched prior)", "Bayes-optimal DP (matched prior)"):
         r5, r1 = (total_regret(cell.spec, refs[label], 200, seed=3) for refs in (told5, told1))
         assert (r5 != r1).any(), label  # the same instances and noise: only the prior differs
+    family = "Bayes-optimal DP (family prior, not told)"
+    f5, f1 = (total_regret(cell.spec, refs[family], 200, seed=3) for refs in (told5, told1))
+    assert (f5 == f1).all()  # told nothing: the cell's prior does not reach it
     agent = make_agent(told5["TS (matched prior)"])
     agent.reset(horizon=30, num_arms=2)
     assert (agent.a, agent.b) == (5.0, 5.0)

@@ -36,6 +36,7 @@ told-prior policy above.
 
 from __future__ import annotations
 
+import functools
 from math import comb
 
 import numpy as np
@@ -173,6 +174,17 @@ def bayes_optimal_table(num_arms: int, horizon: int, a: float, b: float) -> tupl
     return family_bayes_table(num_arms, horizon, np.array([[a, b]]))
 
 
+@functools.lru_cache(maxsize=2)
+def _shared_table(
+    num_arms: int, horizon: int, priors: tuple[tuple[float, float], ...], weights: tuple[float, ...]
+) -> tuple[list[np.ndarray], float]:
+    """:func:`family_bayes_table`, kept for the agents of the next cells (read-only).
+
+    At K=2, T=200 on one core a table takes 31 s for a told prior and 105 s for a family of 16.
+    """
+    return family_bayes_table(num_arms, horizon, np.array(priors), np.array(weights))
+
+
 class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
     """Bayes-optimal K-armed Bernoulli bandit policy by dynamic programming (prior and T from the environment).
 
@@ -259,12 +271,9 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
                     f"{need:,} states and needs {need / 2**20:,.0f} MiB (max_table_bytes={self.max_table_bytes:,}); "
                     "feasible at 512 MiB: K=2 up to T=334, K=3 up to T=81"
                 )
-            if self.hyperprior is None:
-                self.tables, self.value = bayes_optimal_table(self.num_actions, horizon, a, b)
-            else:
-                self.tables, self.value = family_bayes_table(
-                    self.num_actions, horizon, np.array(self.hyperprior), self._weights()
-                )
+            priors = ((a, b),) if told else tuple((p, q) for p, q in self.hyperprior or [])
+            weights = (1.0,) if told else tuple(float(w) for w in self._weights())
+            self.tables, self.value = _shared_table(self.num_actions, horizon, priors, weights)
             self.ranker = CompositionRanker(horizon + 1, 2 * self.num_actions)
             self._key = key
         self._used = {"horizon": horizon, "prior_a": a, "prior_b": b} if told else {"horizon": horizon}

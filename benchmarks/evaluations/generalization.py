@@ -398,7 +398,7 @@ def _reference_specs(exp: GridExperiment, cell: Cell, cache_dir: Path) -> dict[s
             continue  # too large a table, or (skewed) Bayes-optimal for another prior than the cell's
         if agent["name"] == "gittins":
             agent.update(horizon=spec.horizon, prior_a=a, prior_b=b, cache_dir=str(cache_dir))
-        elif beta and agent["name"] in BETA_PRIOR_AGENTS:
+        elif beta and agent["name"] in BETA_PRIOR_AGENTS and "hyperprior" not in agent:  # a family row is not told
             agent.update(prior_a=a, prior_b=b)
         out[label] = agent
     return out

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from agents import make_agent
 from agents.bandit.bernoulli_bayes_optimal import (
     BernoulliBayesOptimal,
     FamilyPredictive,
@@ -28,7 +29,7 @@ from benchmarks.evaluations.bernoulli_frontier import (
     uninformed_regrets,
 )
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs import bernoulli_bandit_spec
+from icrl_gym.envs import BernoulliBanditEnv, bernoulli_bandit_spec
 from icrl_gym.estimators.gittins import cached_gittins_table
 
 FAMILY = np.array([[0.5, 2.0], [3.0, 1.0], [1.0, 1.0]])
@@ -185,3 +186,15 @@ def test_monte_carlo_rows_share_instances_and_a_one_member_vote_is_told_gittins(
     )
     told = next(r for r in rows2 if r["policy"] == "told Gittins")
     assert told["mean"] == pytest.approx(exact, abs=4 * told["se"])
+
+
+def test_family_agent_record_rebuilds_it_and_ignores_the_environment_prior():
+    """config() -> make_agent gives the same family agent; a Beta(5, 0.5) environment does not change its play."""
+    agent = BernoulliBayesOptimal(hyperprior=FAMILY.tolist(), hyperprior_weights=WEIGHTS.tolist())
+    info = BernoulliBanditEnv(num_arms=2, horizon=10).reset(seed=0)[1]
+    agent.reset(info)
+    again = make_agent(agent.config())
+    other_prior_env = BernoulliBanditEnv(num_arms=2, horizon=10, prior="beta", prior_a=5.0, prior_b=0.5)
+    again.reset(other_prior_env.reset(seed=0)[1])
+    assert again.config() == agent.config()
+    assert all((x == y).all() for x, y in zip(agent.tables, again.tables, strict=True))

@@ -22,15 +22,18 @@ from benchmarks.evaluations.bernoulli_frontier import (
     Policy,
     expected_best_mean,
     frontier,
+    generalist_policy,
     gittins_policy,
     policy_values,
     table_policy,
     uninformed_indices,
     uninformed_regrets,
 )
+from icrl_gym.checkpoint import load_checkpoint, resolve_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BernoulliBanditEnv, bernoulli_bandit_spec
 from icrl_gym.estimators.gittins import cached_gittins_table
+from icrl_gym.kinds import CheckpointKind
 
 FAMILY = np.array([[0.5, 2.0], [3.0, 1.0], [1.0, 1.0]])
 WEIGHTS = np.array([0.5, 0.3, 0.2])
@@ -198,3 +201,18 @@ def test_family_agent_record_rebuilds_it_and_ignores_the_environment_prior():
     again.reset(other_prior_env.reset(seed=0)[1])
     assert again.config() == agent.config()
     assert all((x == y).all() for x, y in zip(agent.tables, again.tables, strict=True))
+
+
+def test_the_generalist_as_a_count_state_policy_matches_its_agent():
+    """Exact regret of the shipped Bernoulli generalist (greedy) = its agent's Monte-Carlo regret."""
+    horizon, runs = 12, 5_000
+    model, _ = load_checkpoint(resolve_checkpoint("bernoulli-generalist"), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    model.eval()
+    values = policy_values(2, horizon, FAMILY, {"model": generalist_policy(model, horizon, len(FAMILY), chunk=100)})
+    for j in (0, 1):
+        a, b = FAMILY[j]
+        spec = bernoulli_bandit_spec(num_arms=2, horizon=horizon, prior="beta", prior_a=a, prior_b=b)
+        agent = {"name": "generalist", "checkpoint": "bernoulli-generalist"}
+        regret = evaluate_regret(spec, agent, runs, seed=12_000_100 + j, batch_size=runs).sum(axis=1)
+        exact = horizon * expected_best_mean(a, b, 2) - values["model"][j]
+        assert regret.mean() == pytest.approx(exact, abs=4 * regret.std() / np.sqrt(runs))

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from scipy import integrate, stats
 
 from agents.bandit.bernoulli_bayes_optimal import (
@@ -61,7 +62,11 @@ from agents.bandit.bernoulli_bayes_optimal import (
     successors,
 )
 from benchmarks.experiments import BETA_PARAMS
+from icrl_gym.checkpoint import load_checkpoint, resolve_checkpoint
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
+from icrl_gym.kinds import CheckpointKind
+from icrl_gym.models.generalist import GeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 BETA_GRID = tuple((a, b) for a in BETA_PARAMS for b in BETA_PARAMS)
@@ -108,6 +113,32 @@ def gittins_policy(tables: Sequence[GittinsTable], horizon: int) -> Policy:
     return policy
 
 
+def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = 65_536) -> Policy:
+    """The Bernoulli generalist played greedily, as a policy on count states (exact, no sampling).
+
+    With its grouped cache the model's logits at step n are a function of the counts (s_k, f_k) of
+    every arm and of (n, T) only (:mod:`icrl_gym.models.generalist`), so its greedy play is a
+    deterministic count-state policy; the action is the argmax of the logits, as its agent plays.
+    """
+    device = next(model.parameters()).device
+
+    def policy(n: int, x: np.ndarray) -> np.ndarray:
+        arms = x.shape[1] // 2
+        actions = np.empty(len(x), dtype=np.int64)
+        for start in range(0, len(x), chunk):
+            part = torch.as_tensor(x[start : start + chunk], dtype=torch.float32, device=device).view(-1, arms, 2)
+            cache = model.new_cache(len(part), EnvInfo(num_actions=arms, horizon=horizon), device)
+            cache.counts = part.flip(-1)  # (B, K, 2): [failures, successes] = steps with reward 0, 1
+            cache.totals = cache.counts.sum(dim=1)
+            cache.steps = n
+            logits = model.step(cache, None, None, None).logits
+            actions[start : start + chunk] = logits.argmax(dim=1).cpu().numpy()
+        one_hot = np.eye(arms)[actions]
+        return np.broadcast_to(one_hot[:, None, :], (len(x), num_priors, arms))
+
+    return policy
+
+
 def policy_values(
     num_arms: int, horizon: int, priors: np.ndarray, policies: Mapping[str, Policy | None]
 ) -> dict[str, np.ndarray]:
@@ -144,28 +175,28 @@ def frontier(
     searches: int = 3,
     step: float = 2.0,
     echo: Callable[[str], None] = print,
+    model: GeneralistTransformer | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per-prior regrets (told Gittins, told DP, family-Bayes with uniform pi) and the best certificate c(pi).
 
     ``searches`` further passes try pi_j ∝ (1 / G_j) first, then multiply pi_j by
-    exp(step (ratio_j - mean ratio)) with F_pi's ratios.
+    exp(step (ratio_j - mean ratio)) with F_pi's ratios.  With ``model`` (a Bernoulli generalist)
+    the rows also give its exact regret played greedily (:func:`generalist_policy`).
     """
     grid = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
     top = np.array([horizon * expected_best_mean(a, b, num_arms) for a, b in grid])
     gittins = [cached_gittins_table(horizon, cache_dir, a, b) for a, b in grid]
     start = time.perf_counter()
     family, _ = family_bayes_table(num_arms, horizon, grid)
-    values = policy_values(
-        num_arms,
-        horizon,
-        grid,
-        {
-            "gittins": gittins_policy(gittins, horizon),
-            "dp": None,
-            "family": table_policy(family, len(grid)),
-        },
-    )
-    echo(f"told Gittins, told DP and the uniform family-Bayes policy: {time.perf_counter() - start:.0f} s")
+    policies: dict[str, Policy | None] = {
+        "gittins": gittins_policy(gittins, horizon),
+        "dp": None,
+        "family": table_policy(family, len(grid)),
+    }
+    if model is not None:
+        policies["model"] = generalist_policy(model, horizon, len(grid))
+    values = policy_values(num_arms, horizon, grid, policies)
+    echo(f"told Gittins, told DP, the uniform family-Bayes policy (and the model): {time.perf_counter() - start:.0f} s")
     told_gittins, told_dp, uniform = top - values["gittins"], top - values["dp"], top - values["family"]
     rows = [
         {
@@ -177,6 +208,15 @@ def frontier(
             "told_dp": told_dp[j],
             "family_bayes": uniform[j],
             "family_bayes_ratio": uniform[j] / told_gittins[j],
+            **(
+                {}
+                if model is None
+                else {
+                    "model": top[j] - values["model"][j],
+                    "model_ratio": (top[j] - values["model"][j]) / told_gittins[j],
+                    "model_to_family_bayes": (top[j] - values["model"][j]) / uniform[j],
+                }
+            ),
         }
         for j, (a, b) in enumerate(grid)
     ]
@@ -295,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=500, help="instances per prior in the Monte-Carlo rows")
     parser.add_argument("--seed", type=int, default=MONTE_CARLO_SEED, help="seed of the Monte-Carlo rows")
     parser.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True, help="the exact K-arm table")
+    parser.add_argument("--model", default=None, help="a Bernoulli generalist to evaluate exactly (name or path)")
     args = parser.parse_args(argv)
     if args.arms < 2 or args.horizon < 1 or args.searches < 0 or args.runs < 2:
         parser.error("--arms >= 2, --horizon >= 1, --searches >= 0 and --runs >= 2 are needed")
@@ -322,13 +363,18 @@ def main(argv: list[str] | None = None) -> None:
     if not args.exact:
         return
     start = time.perf_counter()
-    rows, certificate = frontier(args.arms, args.horizon, BETA_GRID, args.cache, args.searches)
+    model = None
+    if args.model is not None:
+        model, _ = load_checkpoint(resolve_checkpoint(args.model), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+        model.eval()
+    rows, certificate = frontier(args.arms, args.horizon, BETA_GRID, args.cache, args.searches, model=model)
     atomic_write_csv(out / "frontier.csv", rows, list(rows[0]))
     config = {
         "arms": args.arms,
         "horizon": args.horizon,
         "priors": [list(p) for p in BETA_GRID],
         "searches": args.searches,
+        "model": args.model,
         "certificate": certificate,
         "seconds": time.perf_counter() - start,
     }

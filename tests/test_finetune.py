@@ -272,7 +272,9 @@ def test_mdp_finetuning_resumes_exactly_after_a_crash(tmp_path, tiny_mdp_model, 
 
 
 def test_fields_the_base_does_not_take_are_refused(tmp_path, tiny_model, tiny_mdp_model):
-    with pytest.raises(ValueError, match=r"FinetuneConfig.env=\{'num_states': 0\} is not an MDP prior"):
+    with pytest.raises(
+        ValueError, match=r"FinetuneConfig.env=\{'num_states': 0\} is neither an MDP nor a bandit prior"
+    ):
         tiny_finetune_config(tiny_mdp_model, tmp_path / "bad-env", env={"num_states": 0})
     assert not (tmp_path / "bad-env").exists()
     with pytest.raises(ValueError, match="FinetuneConfig.env must give the MDP prior"):
@@ -281,3 +283,88 @@ def test_fields_the_base_does_not_take_are_refused(tmp_path, tiny_model, tiny_md
         finetune(
             tiny_finetune_config(tiny_model, tmp_path / "bandit", rollouts_per_instance=2, temperature=0.5), echo=False
         )
+
+
+def _tiny_generalist():
+    from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+
+    torch.manual_seed(3)
+    config = GeneralistConfig(d_model=16, n_heads=2, n_layers=1, mlp_ratio=2, same_arm_bias=(0.0, 8.0))
+    return GeneralistTransformer(config).eval()
+
+
+def test_generalist_policy_gradient_is_unbiased_against_exact_enumeration():
+    """E[grad loss] = grad E[regret] / T for the Bernoulli generalist on one 2-armed instance (T = 3, tau = 2).
+
+    E[regret] is summed over every history (a_1, r_1, a_2, r_2, a_3) with the policy from one
+    forward pass per history prefix: no gap-to-go, no baseline, no rollout code.
+    """
+    from icrl_gym.training.finetune import GeneralistTask, generalist_rollout
+
+    model, tau, T = _tiny_generalist(), 2.0, 3
+    means = np.array([0.8, 0.3])
+    spec = bernoulli_bandit_spec(num_arms=2, horizon=T)
+
+    def expected_regret(actions, rewards):
+        t = len(actions)
+        if t == T:
+            return torch.zeros(())
+        padded_a = torch.tensor([actions + [0] * (T - t)])
+        padded_r = torch.tensor([rewards + [0.0] * (T - t)])
+        pi = torch.softmax(model(padded_a, padded_r, torch.tensor([[t]]), T, 2)[0, 0] / tau, -1)
+        total = torch.zeros(())
+        for a in range(2):
+            future = sum(
+                (means[a] if r else 1 - means[a]) * expected_regret(actions + [a], rewards + [float(r)]) for r in (0, 1)
+            )
+            total = total + pi[a] * (means.max() - means[a] + future)
+        return total
+
+    exact = expected_regret([], [])
+    params = list(model.parameters())
+    exact_grad = torch.autograd.grad(exact / T, params, allow_unused=True)
+
+    cfg = FinetuneConfig(env=spec.to_dict(), rollouts_per_instance=4, temperature=tau, device="cpu")
+    task = GeneralistTask(spec, cfg)
+    runs = generalist_rollout(model, spec, (10_000, 4), tau, np.random.default_rng(0), torch.device("cpu"), means[None])
+    advantage, stats = task.advantages(runs)
+    assert stats["regret"] == pytest.approx(float(exact.detach()), abs=0.01)
+    loss, _ = policy_gradient_loss(model, None, runs, advantage, 0.0, torch.device("cpu"), task.logits)
+    estimate = torch.autograd.grad(loss, params, allow_unused=True)
+
+    def flat(grads):
+        return torch.cat(
+            [(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params, strict=True)]
+        )
+
+    e, g = flat(exact_grad), flat(estimate)
+    cosine = float(e @ g / (e.norm() * g.norm()))
+    assert cosine > 0.97 and float(g.norm() / e.norm()) == pytest.approx(1.0, abs=0.1)
+
+
+def test_generalist_task_scores_the_policy_it_sampled():
+    """The forward pass's logits at every step equal the cached steps' logits the rollout sampled from."""
+    from icrl_gym.models.policy import EnvInfo
+    from icrl_gym.training.finetune import generalist_logits, generalist_rollout
+
+    model = _tiny_generalist()
+    spec = bernoulli_bandit_spec(num_arms=4, horizon=12, prior="beta_family")
+    runs = generalist_rollout(model, spec, (3, 2), 1.0, np.random.default_rng(1), torch.device("cpu"))
+    assert (runs["means"] <= runs["best"]).all() and (runs["means"][0::2] >= 0).all()
+    with torch.no_grad():
+        forward = generalist_logits(model, spec, runs, torch.device("cpu"))
+        cache = model.new_cache(6, EnvInfo(num_actions=4, horizon=12))
+        prev = (None, None)
+        for t in range(12):
+            step = model.step(cache, None, *prev).logits
+            assert torch.allclose(step, forward[:, t], atol=1e-5), t
+            prev = (torch.as_tensor(runs["actions"][:, t]), torch.as_tensor(runs["rewards"][:, t]))
+
+
+def test_the_bernoulli_generalist_needs_a_bernoulli_prior(tmp_path):
+    from icrl_gym.envs import linear_bandit_spec
+
+    linear = linear_bandit_spec(dim=2, num_actions=3, horizon=5).to_dict()
+    cfg = tiny_finetune_config("bernoulli-generalist", tmp_path / "linear", env=linear)
+    with pytest.raises(ValueError, match="Bernoulli bandit prior .* for the Bernoulli generalist"):
+        finetune(cfg, echo=False)

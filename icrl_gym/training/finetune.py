@@ -15,6 +15,12 @@ REINFORCE gradient of the return, as mu_{a_s} = <a_s, w*> replaces the sampled r
 and the instance's best means mu*_s, fixed before a_t is drawn, act as a per-instance baseline
 that removes most of the variance coming from the draw of w*.
 
+The Bernoulli generalist (:class:`~icrl_gym.models.generalist.GeneralistTransformer`, any K and T)
+is fine-tuned on a Bernoulli prior ``env`` with the same gaps, e.g. on a family of Beta priors that
+it is not told (``prior="beta_family"``): the expected return is then the family-average of the
+Bayes returns, whose maximiser is the family-Bayes policy (``agents.bandit.bernoulli_bayes_optimal``),
+a target that no label from an expert told the prior can give.
+
 For the MDP generalist (:class:`~icrl_gym.models.mdp_generalist.MDPGeneralist`, any S, A, H, K;
 fine-tuned on one prior, ``env``) g_s = V*_h(s_h) - Q*_h(s_h, a_h) >= 0, the action's
 suboptimality at step h of its episode (Appendix G's Q*).  By the performance-difference lemma
@@ -67,10 +73,12 @@ from icrl_gym.algorithm import BanditAgent, logits_action
 from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, resolve_checkpoint, save_checkpoint
 from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
+from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditReward, BanditSpec, sample_w_star
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.kinds import CheckpointKind
+from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.mdp_generalist import MDPGeneralist
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.models.transformer import BanditTransformer
 from icrl_gym.registry import agent_class
 from icrl_gym.training.curves import TrainingCurves
@@ -114,13 +122,15 @@ class FinetuneConfig(TrainerConfig):
     mean over the N - 1 others)."""
     rollouts_per_instance: int = checked(1, POSITIVE_INT)
     """M runs of every instance, B = N M runs per step; M >= 2: a run's baseline is the mean of the M - 1
-    other runs of its instance (MDP generalist only; a bandit transformer takes M = 1)."""
+    other runs of its instance (the generalists only; a bandit transformer takes M = 1)."""
     temperature: float = checked(1.0, POSITIVE)
-    """tau: the rollouts sample softmax(logits / tau), and the loss scores that policy (MDP generalist
+    """tau: the rollouts sample softmax(logits / tau), and the loss scores that policy (the generalists
     only; a bandit transformer samples its own softmax, tau = 1)."""
     env: dict[str, Any] = field(default_factory=dict)
-    """The prior to fine-tune on, as :class:`~icrl_gym.envs.mdp_core.MDPSpec` fields: required for the MDP
-    generalist (it plays every size); empty for a bandit transformer (its checkpoint's own environment)."""
+    """The prior to fine-tune on: :class:`~icrl_gym.envs.mdp_core.MDPSpec` fields for the MDP generalist,
+    :class:`~icrl_gym.envs.bandit_core.BanditSpec` fields (Bernoulli arms) for the Bernoulli generalist
+    (both play every size, so the size is part of the prior); empty for a bandit transformer (its
+    checkpoint's own environment)."""
     lr: float = 3e-5
     kl_weight: float = checked(0.0, NONNEGATIVE)
     """beta of the KL penalty to the pretrained policy (0: none)."""
@@ -131,13 +141,17 @@ class FinetuneConfig(TrainerConfig):
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
 
     def check(self) -> None:
-        """A given ``env`` is an :class:`~icrl_gym.envs.mdp_core.MDPSpec` (the base's kind is checked at the start)."""
+        """A given ``env`` is an MDP or a bandit prior (which one the base's kind needs is checked at the start)."""
         if self.env:
-            try:
-                MDPSpec.from_dict(self.env)
-            except (TypeError, ValueError) as err:
-                problem = f"FinetuneConfig.env={self.env!r} is not an MDP prior (MDPSpec fields): {err}"
-                raise ValueError(problem) from err
+            errors = []
+            for spec in (MDPSpec, BanditSpec):
+                try:
+                    spec.from_dict(self.env)
+                    return
+                except (TypeError, ValueError) as err:
+                    errors.append(f"{spec.__name__}: {err}")
+            problem = f"FinetuneConfig.env={self.env!r} is neither an MDP nor a bandit prior ({'; '.join(errors)})"
+            raise ValueError(problem)
 
 
 VALIDATION_SEED = 777_000
@@ -159,7 +173,7 @@ def _agent_from_model(model: BanditTransformer, seed: Any) -> BanditAgent:
     return cast(_InMemoryAgentClass, agent_class("transformer")).from_model(model, seed=seed)
 
 
-FINETUNABLE = (CheckpointKind.BANDIT_TRANSFORMER, CheckpointKind.MDP_GENERALIST)
+FINETUNABLE = (CheckpointKind.BANDIT_TRANSFORMER, CheckpointKind.MDP_GENERALIST, CheckpointKind.GENERALIST_TRANSFORMER)
 """The kinds of checkpoint fine-tuning starts from (each has its :class:`FinetuneTask`)."""
 
 
@@ -406,6 +420,91 @@ class MDPTask:
         return float(run_regret(self.spec, agent, self.cfg.val_runs, VALIDATION_SEED + self.cfg.seed).mean())
 
 
+def generalist_rollout(
+    model: GeneralistTransformer,
+    spec: BanditSpec,
+    runs: tuple[int, int],
+    temperature: float,
+    rng: np.random.Generator,
+    device: torch.device,
+    instance: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Sample M runs of each of N Bernoulli instances of ``spec`` (``runs`` = (N, M)) from softmax(logits / tau).
+
+    The model plays through its grouped cache (no gradient); the runs of an instance are consecutive
+    rows.  ``instance`` may fix the arms' means (N or 1, K) instead of drawing them from the prior.
+    Returns actions, rewards, the pulled arm's mean and the best mean per run and step (B, T).
+    """
+    num_instances, rollouts = runs
+    B, K, T = num_instances * rollouts, spec.num_actions, spec.horizon
+    drawn = sample_w_star(spec, rng, num_instances) if instance is None else np.asarray(instance, dtype=np.float64)
+    means = np.repeat(np.broadcast_to(drawn, (num_instances, K)), rollouts, axis=0)  # (B, K)
+    bandits = BanditBatch(spec, B, rng, w_star=means)
+    cache = model.new_cache(B, EnvInfo(num_actions=K, horizon=T), device)
+    out = {name: np.zeros((B, T), np.float32) for name in ("rewards", "means", "best")}
+    out["actions"] = np.zeros((B, T), np.int64)
+    prev_action: torch.Tensor | None = None
+    prev_reward: torch.Tensor | None = None
+    for t in range(T):
+        logits = model.step(cache, None, prev_action, prev_reward).logits
+        actions = logits_action(logits.double().cpu().numpy(), temperature, rng)
+        step = bandits.step(actions)
+        out["actions"][:, t], out["rewards"][:, t] = actions, step["reward"]
+        out["means"][:, t], out["best"][:, t] = step["expected_reward"], step["best_expected_reward"]
+        prev_action = torch.as_tensor(actions, device=device)
+        prev_reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
+    return out
+
+
+def generalist_logits(model: torch.nn.Module, spec: BanditSpec, runs: dict[str, np.ndarray], device) -> torch.Tensor:
+    """The Bernoulli generalist's logits (B, T, K) at every step of ``runs`` (one forward pass, with gradient)."""
+    actions = torch.as_tensor(runs["actions"], device=device)
+    rewards = torch.as_tensor(runs["rewards"], device=device)
+    steps = torch.arange(actions.shape[1], device=device).expand_as(actions)
+    return model(actions, rewards, steps, spec.horizon, spec.num_actions)
+
+
+@dataclass
+class GeneralistTask:
+    """Fine-tuning the Bernoulli generalist on the prior ``env`` (any K, T): M runs per instance at tau."""
+
+    spec: BanditSpec
+    cfg: FinetuneConfig
+
+    def rollout(self, model: torch.nn.Module, rng: np.random.Generator, device: torch.device) -> dict[str, np.ndarray]:
+        """:func:`generalist_rollout` of ``runs_per_iteration`` instances, ``rollouts_per_instance`` runs each."""
+        cfg = self.cfg
+        runs = (cfg.runs_per_iteration, cfg.rollouts_per_instance)
+        return generalist_rollout(cast(GeneralistTransformer, model), self.spec, runs, cfg.temperature, rng, device)
+
+    def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+        """The gaps' regret-to-go; the baseline over an instance's runs (M >= 2) or over the batch (M = 1)."""
+        M = self.cfg.rollouts_per_instance
+        gaps = (runs["best"] - runs["means"]).astype(np.float64)
+        return leave_one_out_advantages(gaps, M if M >= 2 else gaps.shape[0])
+
+    def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
+        """:func:`generalist_logits` / tau (the sampled policy's logits)."""
+        return generalist_logits(model, self.spec, runs, device) / self.cfg.temperature
+
+    def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
+        """Mean regret of the agent's greedy play on ``val_runs`` instances, seed ``VALIDATION_SEED + seed``."""
+        model.eval()
+        agent = cast(_GeneralistAgentClass, agent_class("generalist")).from_model(cast(GeneralistTransformer, model))
+        regret = evaluate_regret(
+            self.spec, agent, self.cfg.val_runs, seed=VALIDATION_SEED + self.cfg.seed, batch_size=self.cfg.val_runs
+        )
+        return float(regret.sum(axis=1).mean())
+
+
+class _GeneralistAgentClass(Protocol):
+    """The registered ``"generalist"`` agent class (looked up by name: icrl_gym never imports agents)."""
+
+    def from_model(self, model: GeneralistTransformer) -> BanditAgent:
+        """The agent playing ``model`` (greedy, its default) without reading a checkpoint."""
+        ...
+
+
 def make_task(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneTask:
     """The task of the base checkpoint's kind, refusing the fields that kind does not take (``ValueError``)."""
     kind = checkpoint_kind(meta)
@@ -413,6 +512,17 @@ def make_task(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneTask:
         if not cfg.env:
             raise ValueError("FinetuneConfig.env must give the MDP prior (MDPSpec fields) for the MDP generalist")
         return MDPTask(MDPSpec.from_dict(cfg.env), cfg)
+    if kind is CheckpointKind.GENERALIST_TRANSFORMER:
+        try:
+            spec = BanditSpec.from_dict(cfg.env) if cfg.env else None
+        except (TypeError, ValueError):
+            spec = None
+        if spec is None or spec.reward is not BanditReward.BERNOULLI or spec.arms is not BanditArms.ONE_HOT:
+            raise ValueError(
+                "FinetuneConfig.env must give a Bernoulli bandit prior (BanditSpec fields with reward='bernoulli', "
+                f"arms='one_hot') for the Bernoulli generalist, got {cfg.env!r}"
+            )
+        return GeneralistTask(spec, cfg)
     bandit_values = {"env": {}, "rollouts_per_instance": 1, "temperature": 1.0}
     unused = [f"{name}={getattr(cfg, name)!r}" for name, value in bandit_values.items() if getattr(cfg, name) != value]
     if unused:

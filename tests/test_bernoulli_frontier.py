@@ -216,3 +216,17 @@ def test_the_generalist_as_a_count_state_policy_matches_its_agent():
         regret = evaluate_regret(spec, agent, runs, seed=12_000_100 + j, batch_size=runs).sum(axis=1)
         exact = horizon * expected_best_mean(a, b, 2) - values["model"][j]
         assert regret.mean() == pytest.approx(exact, abs=4 * regret.std() / np.sqrt(runs))
+
+
+def test_the_monte_carlo_model_row_plays_the_count_state_policy(tmp_path):
+    """The Monte-Carlo "model (greedy)" row agrees with the exact count-state value of the same model."""
+    horizon = 10
+    model, _ = load_checkpoint(resolve_checkpoint("bernoulli-generalist"), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    model.eval()
+    rows = uninformed_regrets(2, horizon, [(2.0, 1.0)], 6000, 7, tmp_path, model)
+    row = next(r for r in rows if r["policy"] == "model (greedy)")
+    exact = (
+        horizon * expected_best_mean(2.0, 1.0, 2)
+        - policy_values(2, horizon, np.array([[2.0, 1.0]]), {"m": generalist_policy(model, horizon, 1)})["m"][0]
+    )
+    assert row["mean"] == pytest.approx(exact, abs=4 * row["se"])

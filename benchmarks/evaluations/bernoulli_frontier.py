@@ -113,26 +113,36 @@ def gittins_policy(tables: Sequence[GittinsTable], horizon: int) -> Policy:
     return policy
 
 
-def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = 65_536) -> Policy:
-    """The Bernoulli generalist played greedily, as a policy on count states (exact, no sampling).
+def generalist_logits_at(
+    model: GeneralistTransformer, successes: np.ndarray, failures: np.ndarray, step: int, horizon: int
+) -> np.ndarray:
+    """The Bernoulli generalist's logits (N, K) at step ``step`` of T = ``horizon`` from the arms' counts (N, K).
 
-    With its grouped cache the model's logits at step n are a function of the counts (s_k, f_k) of
-    every arm and of (n, T) only (:mod:`icrl_gym.models.generalist`), so its greedy play is a
-    deterministic count-state policy; the action is the argmax of the logits, as its agent plays.
+    With its grouped cache the model's logits are a function of the counts (s_k, f_k) of every arm
+    and of (t, T) only (:mod:`icrl_gym.models.generalist`): the cache is filled with the counts.
     """
     device = next(model.parameters()).device
+    counts = np.stack([failures, successes], axis=-1)  # (N, K, 2): steps with reward 0, 1
+    cache = model.new_cache(len(counts), EnvInfo(num_actions=counts.shape[1], horizon=horizon), device)
+    cache.counts = torch.as_tensor(counts, dtype=torch.float32, device=device)
+    cache.totals = cache.counts.sum(dim=1)
+    cache.steps = step
+    return model.step(cache, None, None, None).logits.cpu().numpy()
+
+
+def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = 65_536) -> Policy:
+    """The Bernoulli generalist played greedily (the argmax of its logits, as its agent plays), exactly.
+
+    Its greedy play is a deterministic count-state policy (:func:`generalist_logits_at`).
+    """
 
     def policy(n: int, x: np.ndarray) -> np.ndarray:
         arms = x.shape[1] // 2
         actions = np.empty(len(x), dtype=np.int64)
         for start in range(0, len(x), chunk):
-            part = torch.as_tensor(x[start : start + chunk], dtype=torch.float32, device=device).view(-1, arms, 2)
-            cache = model.new_cache(len(part), EnvInfo(num_actions=arms, horizon=horizon), device)
-            cache.counts = part.flip(-1)  # (B, K, 2): [failures, successes] = steps with reward 0, 1
-            cache.totals = cache.counts.sum(dim=1)
-            cache.steps = n
-            logits = model.step(cache, None, None, None).logits
-            actions[start : start + chunk] = logits.argmax(dim=1).cpu().numpy()
+            part = x[start : start + chunk]
+            logits = generalist_logits_at(model, part[:, 0::2], part[:, 1::2], n, horizon)
+            actions[start : start + chunk] = logits.argmax(axis=1)
         one_hot = np.eye(arms)[actions]
         return np.broadcast_to(one_hot[:, None, :], (len(x), num_priors, arms))
 
@@ -268,23 +278,27 @@ def uninformed_regrets(
     runs: int,
     seed: int,
     cache_dir: str | Path,
+    generalist: GeneralistTransformer | None = None,
 ) -> list[dict[str, Any]]:
     """Monte-Carlo regret per prior of told Gittins and of policies not told it (module docstring).
 
     Every policy of a prior's cell plays the same means and the same uniform draws u_t (the reward
-    of the pulled arm is 1[u_t < p_a]); ties are broken at random from a separate stream.
+    of the pulled arm is 1[u_t < p_a]); ties are broken at random from a separate stream.  With
+    ``generalist`` a row "model (greedy)" plays its argmax from the counts (:func:`generalist_logits_at`).
     """
     grid = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
     tables = [cached_gittins_table(horizon, cache_dir, a, b) for a, b in grid]
     uniform = cached_gittins_table(horizon, cache_dir, 1.0, 1.0)
-    model = FamilyPredictive(grid, np.ones(len(grid)), horizon)
+    family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
+    names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index"]
+    names += [] if generalist is None else ["model (greedy)"]
     rows = []
     for j, (a, b) in enumerate(grid):
         rng = np.random.default_rng([seed, j])
         means = rng.beta(a, b, (runs, num_arms))
         draws = rng.random((horizon, runs))
         regrets: dict[str, np.ndarray] = {}
-        for name in ("told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index"):
+        for name in names:
             ties = np.random.default_rng([seed, j, 1])
             s = np.zeros((runs, num_arms), np.int64)
             f = np.zeros((runs, num_arms), np.int64)
@@ -295,8 +309,10 @@ def uninformed_regrets(
                     score = tables[j].lookup(s, f, horizon - t)
                 elif name == "Gittins told U[0, 1]":
                     score = uniform.lookup(s, f, horizon - t)
+                elif name == "model (greedy)" and generalist is not None:
+                    score = generalist_logits_at(generalist, s, f, t, horizon)
                 else:
-                    score = uninformed_indices(tables, model, s, f, horizon - t)[name]
+                    score = uninformed_indices(tables, family, s, f, horizon - t)[name]
                 best = score >= score.max(axis=1, keepdims=True) - 1e-12
                 arm = (best * ties.random(best.shape)).argmax(axis=1)
                 win = draws[t] < means[rows_, arm]
@@ -343,16 +359,20 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--monte-carlo-arms takes K >= 2, got {args.monte_carlo_arms}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    model = None
+    if args.model is not None:
+        model, _ = load_checkpoint(resolve_checkpoint(args.model), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+        model.eval()
     if args.monte_carlo_arms:
         start = time.perf_counter()
         mc = [
             row
             for k in args.monte_carlo_arms
-            for row in uninformed_regrets(k, args.horizon, BETA_GRID, args.runs, args.seed, args.cache)
+            for row in uninformed_regrets(k, args.horizon, BETA_GRID, args.runs, args.seed, args.cache, model)
         ]
         atomic_write_csv(out / "uninformed.csv", mc, list(mc[0]))
         run = {"arms": args.monte_carlo_arms, "horizon": args.horizon, "priors": [list(p) for p in BETA_GRID]}
-        run.update(runs=args.runs, seed=args.seed, seconds=time.perf_counter() - start)
+        run.update(runs=args.runs, seed=args.seed, model=args.model, seconds=time.perf_counter() - start)
         atomic_write_bytes(out / "uninformed.json", json.dumps(run, indent=2).encode())
         for row in mc:
             label = f"K={row['num_arms']} Beta({row['a']:g}, {row['b']:g})"
@@ -363,10 +383,6 @@ def main(argv: list[str] | None = None) -> None:
     if not args.exact:
         return
     start = time.perf_counter()
-    model = None
-    if args.model is not None:
-        model, _ = load_checkpoint(resolve_checkpoint(args.model), kind=CheckpointKind.GENERALIST_TRANSFORMER)
-        model.eval()
     rows, certificate = frontier(args.arms, args.horizon, BETA_GRID, args.cache, args.searches, model=model)
     atomic_write_csv(out / "frontier.csv", rows, list(rows[0]))
     config = {

@@ -258,11 +258,9 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
     def _reset(self, w_star: np.ndarray | None) -> None:
         horizon, a, b = self._resolve()
         told = self.hyperprior is None
-        key = (
-            (self.num_actions, horizon, a, b)
-            if told
-            else (self.num_actions, horizon, str(self._weights()), str(self.hyperprior))
-        )
+        priors = ((a, b),) if told else tuple((p, q) for p, q in self.hyperprior or [])
+        weights = (1.0,) if told else tuple(float(w) for w in self._weights())
+        key = (self.num_actions, horizon, priors, weights)
         if key != self._key:
             need = table_bytes(self.num_actions, horizon)
             if need > self.max_table_bytes:
@@ -271,8 +269,6 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
                     f"{need:,} states and needs {need / 2**20:,.0f} MiB (max_table_bytes={self.max_table_bytes:,}); "
                     "feasible at 512 MiB: K=2 up to T=334, K=3 up to T=81"
                 )
-            priors = ((a, b),) if told else tuple((p, q) for p, q in self.hyperprior or [])
-            weights = (1.0,) if told else tuple(float(w) for w in self._weights())
             self.tables, self.value = _shared_table(self.num_actions, horizon, priors, weights)
             self.ranker = CompositionRanker(horizon + 1, 2 * self.num_actions)
             self._key = key

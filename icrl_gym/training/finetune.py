@@ -231,6 +231,11 @@ def leave_one_out_advantages(gaps: np.ndarray, group: int) -> tuple[np.ndarray, 
     return (grouped - baseline).reshape(B, T), {"regret": float(gaps.sum(axis=1).mean())}
 
 
+def instance_advantages(gaps: np.ndarray, rollouts: int) -> tuple[np.ndarray, dict[str, float]]:
+    """The gaps' regret-to-go minus the baseline over an instance's M = ``rollouts`` runs (M >= 2), else the batch's."""
+    return leave_one_out_advantages(gaps, rollouts if rollouts >= 2 else gaps.shape[0])
+
+
 def advantages(runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
     """A bandit batch's Reg_t - b_t (B, T): gaps mu*_t - mu_{a_t}, the baseline over the whole batch."""
     return leave_one_out_advantages(runs["best"] - runs["means"], runs["best"].shape[0])
@@ -405,9 +410,8 @@ class MDPTask:
         return mdp_rollout(generalist, self.spec, runs, cfg.temperature, rng, device)
 
     def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
-        """The gaps' regret-to-go; the baseline over an instance's runs (M >= 2) or over the batch (M = 1)."""
-        M = self.cfg.rollouts_per_instance
-        return leave_one_out_advantages(runs["gap"], M if M >= 2 else runs["gap"].shape[0])
+        """:func:`instance_advantages` of the gaps."""
+        return instance_advantages(runs["gap"], self.cfg.rollouts_per_instance)
 
     def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
         """:func:`mdp_logits` / tau: the logits of the policy the rollouts sampled."""
@@ -478,10 +482,9 @@ class GeneralistTask:
         return generalist_rollout(cast(GeneralistTransformer, model), self.spec, runs, cfg.temperature, rng, device)
 
     def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
-        """The gaps' regret-to-go; the baseline over an instance's runs (M >= 2) or over the batch (M = 1)."""
-        M = self.cfg.rollouts_per_instance
+        """:func:`instance_advantages` of the gaps mu* - mu_{a_t}."""
         gaps = (runs["best"] - runs["means"]).astype(np.float64)
-        return leave_one_out_advantages(gaps, M if M >= 2 else gaps.shape[0])
+        return instance_advantages(gaps, self.cfg.rollouts_per_instance)
 
     def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
         """:func:`generalist_logits` / tau (the sampled policy's logits)."""

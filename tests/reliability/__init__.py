@@ -1,7 +1,8 @@
 """The reliability probes: every bad input and fault tried against the package, each with its verdict.
 
 :mod:`tests.reliability.framework` is the machinery (what a probe is, how a verdict is reached, the
-table); :mod:`tests.reliability.first_pass` and :mod:`tests.reliability.new_surfaces` register the
+table); :mod:`tests.reliability.first_pass`, :mod:`tests.reliability.new_surfaces`,
+:mod:`tests.reliability.agents_round` and :mod:`tests.reliability.commands_round` register the
 probes.  ``tests/test_reliability_probes.py`` runs each as one pytest case, and
 
     python -m tests.reliability [--out docs/reliability-probes.md] [--fast]
@@ -11,7 +12,12 @@ error, Y handled, Z problem``; ``--out`` also writes them to a file, ``--fast`` 
 probes.  The exit status is 1 when a probe that is not a known problem is a PROBLEM.
 """
 
-from tests.reliability import first_pass, new_surfaces  # noqa: F401  (register the probes)
+from tests.reliability import (  # noqa: F401  (register the probes)
+    agents_round,
+    commands_round,
+    first_pass,
+    new_surfaces,
+)
 from tests.reliability.framework import PROBES
 
 __all__ = ["PROBES"]

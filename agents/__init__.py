@@ -11,6 +11,7 @@ builds any of them from a plain, JSON-serialisable specification, the dictionary
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,9 +38,10 @@ from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 from icrl_gym.registry import make_agent
 
 
-def pretrained(name: str, seed: int | None = None, **kwargs: Any) -> Agent[Any]:
-    """A ready agent for the model ``name`` shipped with the package (:func:`agents.learned.pretrained`).
+def pretrained(name: str | os.PathLike, seed: int | None = None, **kwargs: Any) -> Agent[Any]:
+    """A ready agent for a shipped model by name, or for your own by path (:func:`agents.learned.pretrained`).
 
+    A path may be a training run's folder (``runs/NAME``), a checkpoint stem or a Hub-layout folder.
     Imported on first use, so ``import agents`` alone never loads torch.
     """
     from agents.learned import pretrained as load

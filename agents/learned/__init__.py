@@ -9,23 +9,27 @@ checkpoint's kind and builds the agent that the kind table (:data:`icrl_gym.chec
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from icrl_gym.algorithm import Agent
-from icrl_gym.checkpoint import PRETRAINED_DIR, pretrained_names, read_record
+from icrl_gym.checkpoint import find_checkpoint, pretrained_names, read_record
 from icrl_gym.registry import make_agent
 
 
-def pretrained(name: str, seed: int | None = None, **kwargs: Any) -> Agent[Any]:
-    """A ready agent for the shipped model ``name`` (see :func:`~icrl_gym.checkpoint.pretrained_names`).
+def pretrained(name: str | os.PathLike, seed: int | None = None, **kwargs: Any) -> Agent[Any]:
+    """A ready agent for a model: a shipped one by name, or your own by path.
 
-    ``kwargs`` go to the agent (``greedy``, ``device``, ``seed``, and fallbacks such as ``horizon``).
+    ``name`` is a shipped model (see :func:`~icrl_gym.checkpoint.pretrained_names`), a checkpoint
+    stem or file, a Hub-layout folder, or the folder of a training run (its best validated checkpoint
+    when it keeps one, else its latest: :func:`~icrl_gym.checkpoint.find_checkpoint`).  The agent is
+    the one the checkpoint's kind names.  ``kwargs`` go to the agent (``greedy``, ``device``, and
+    fallbacks such as ``horizon``).
     """
-    shipped = pretrained_names()
-    if name not in shipped:
-        raise ValueError(f"no shipped model {name!r}; shipped models: {shipped}")
-    kind = read_record(PRETRAINED_DIR / name).kind
-    return make_agent({"name": kind.agent, "checkpoint": name, **kwargs}, seed=seed)
+    stem = find_checkpoint(name)
+    kind = read_record(stem).kind
+    checkpoint = str(name) if str(name) in pretrained_names() else str(stem)
+    return make_agent({"name": kind.agent, "checkpoint": checkpoint, **kwargs}, seed=seed)
 
 
 __all__ = ["pretrained"]

@@ -45,12 +45,19 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from icrl_gym.checkpoint import CheckpointError, CheckpointKind, checkpoint_files, read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import (
+    RUN_MANIFEST,
+    CheckpointError,
+    CheckpointKind,
+    checkpoint_files,
+    read_checkpoint,
+    save_checkpoint,
+)
 from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, json_round_trip
 
 FORMAT = "icrl-gym-training-state"
 FORMAT_VERSION = 1
-MANIFEST = "resume.json"
+MANIFEST = RUN_MANIFEST
 """The manifest of a run folder: the one file that names the current state."""
 PAYLOAD_DIR = "checkpoints"
 """Subfolder of the run folder that holds the files of the states (``step_NNNNNNN.*``)."""

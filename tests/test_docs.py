@@ -1,4 +1,4 @@
-"""The documentation runs: every ```python block of README.md and docs/*.md, verbatim, alone.
+"""The documentation runs: every ```python block of README.md, docs/*.md and docs/research/*.md, verbatim, alone.
 
 Each block runs in a fresh interpreter whose working directory is an empty temporary folder and
 which can import the repository, so a block must be self-contained (its own imports) and may not
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "research").glob("*.md"))]
 SLOW_MARKER = "<!-- slow -->"
 BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 TIMEOUT_S = 600

@@ -69,6 +69,7 @@ from icrl_gym.training.state import (
     set_rng_state,
 )
 from icrl_gym.utils.cli import ConfigParser
+from icrl_gym.utils.command import portable, typed_command
 from icrl_gym.utils.device import resolve_device
 from icrl_gym.utils.fileio import RunLog, atomic_write_bytes
 
@@ -506,7 +507,7 @@ def generalist_meta(cfg: GeneralistLoopConfig, progress: Progress, fields: Mappi
             "threads": torch.get_num_threads(),
             "device": device,
             "seed": cfg.seed,
-            "command": " ".join([sys.executable, *sys.argv]),
+            "command": typed_command(),
             "history": progress.history[-200:],
         },
     }
@@ -676,7 +677,7 @@ def main_with_export(
     parser = ConfigParser(config, _module_name(train), doc or "")
     parser.add_argument("--export", metavar="PATH", help="write the trained model to PATH.safetensors + PATH.json")
     cfg, args = parser.parse_config(argv)
-    trained, meta = train(cfg, command=parser.command(argv))
+    trained, meta = train(cfg, command=portable(parser.command(argv)))
     if args.export:
         print(export(trained, meta, args.export))
 

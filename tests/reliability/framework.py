@@ -94,8 +94,13 @@ _PROBE_FOLDER = re.compile(r"[^\s'\"(]*reliability-probes-[^/\s]+/probe-[^/\s]+"
 """A probe's temporary folder in a message (shown as ``<tmp>``)."""
 
 
+_CHECKOUT = str(Path(__file__).resolve().parents[2]) + "/"
+"""The checkout's folder: a path into it is shown relative to it, so the table names no folder of the machine."""
+
+
 def short(text: str, limit: int = MESSAGE_CHARS) -> str:
-    text = _PROBE_FOLDER.sub("<tmp>", " ".join(str(text).split()))
+    """``text`` on one line, probe folders as ``<tmp>`` and checkout paths relative, cut to ``limit`` characters."""
+    text = _PROBE_FOLDER.sub("<tmp>", " ".join(str(text).split())).replace(_CHECKOUT, "")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -12,8 +12,9 @@ differences are differences of algorithms, not of luck.  Outputs in ``--out``:
   ``distribution-ratio-difference.png``: regret(TF) - regret(TS) per alpha;
 - ``summary.md``: regret at T/4, T/2 and T with standard errors, next to the paper's numbers;
 - ``config.json``: the configuration, seed and model records that reproduce the run;
-- ``index.html``: the results page, one self-contained file with every figure, table and the
-  configuration (``benchmarks/results_page.py``);
+- ``index.html``: the results page, one self-contained file that opens with a summary (each
+  experiment's best learned agent against its best expert, the generalists first) and holds every
+  figure, table and the configuration (``benchmarks/results_page.py``);
 - ``experiments/<experiment>.json``: the stored result of each experiment (its curves and the key
   that made them: environment, algorithm specifications, runs, seed, device of the learned rows, the
   sha256 of every checkpoint file they play and the package version, plus a sha256 of the whole).
@@ -36,8 +37,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from agents import make_agent
+from benchmarks.command_checks import check_out_folder, check_seed
 from benchmarks.evaluations.generalization import FAMILIES, describe_range, grid_cells, run_generalization
 from benchmarks.evaluations.mdp_generalization import mdp_cells, run_mdp_generalization
 from benchmarks.experiments import (
@@ -59,7 +59,7 @@ from benchmarks.experiments import (
     MDPGridExperiment,
 )
 from benchmarks.plots import describe_env, plot, plot_files
-from benchmarks.results_page import PAGE, Section, write_page
+from benchmarks.results_page import PAGE, Headline, Row, Section, regret_cell, write_page
 from icrl_gym import __version__
 from icrl_gym.checkpoint import (
     PRETRAINED_DIR,
@@ -76,7 +76,7 @@ from icrl_gym.envs import BanditSpec, MDPSpec
 from icrl_gym.envs.validation import MEMORY_ENV, max_memory_bytes
 from icrl_gym.utils.cli import add_field_flags
 from icrl_gym.utils.fileio import atomic_write_bytes
-from icrl_gym.utils.progress import progress_bar, set_quiet
+from icrl_gym.utils.progress import log, progress_bar, set_quiet
 
 
 @dataclass
@@ -173,17 +173,8 @@ class BenchConfig:
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"--device must be cpu, cuda or auto, got {self.device!r}")
         self._names()
-        for flag, sizes in (("--grid-arms", self.grid_arms), ("--grid-horizons", self.grid_horizons)):
-            if any(v < 1 for v in sizes):
-                raise ValueError(f"{flag} takes positive integers, got {','.join(map(str, sizes))}")
-        families = self.grid_families
-        if not families or any(f not in FAMILIES for f in families):
-            raise ValueError(f"--grid-families takes any of {', '.join(FAMILIES)}, got {','.join(families)!r}")
-        groups = MDP_GRID_EXPERIMENTS["mdp-generalization"].groups
-        if not self.mdp_cells or any(g not in groups for g in self.mdp_cells):
-            raise ValueError(f"--mdp-cells takes any of {', '.join(groups)}, got {','.join(self.mdp_cells)!r}")
-        if self.seed < 0:
-            raise ValueError(f"--seed must be an integer >= 0 (numpy seeds are non-negative), got {self.seed}")
+        self.check_grid_flags()
+        check_seed(self.seed)
         out = Path(self.out)
         check_out_folder(out)
         missing = [name for name in ("regret.csv", "config.json") if not (out / name).is_file()]
@@ -196,6 +187,34 @@ class BenchConfig:
             load_saved(out)  # refuse damaged results before anything in the folder is touched
         else:
             self.check_memory()
+
+    def check_grid_flags(self) -> None:
+        """Refuse grid flags outside their range (``ValueError`` naming the flag, its value and the range).
+
+        Checked whether or not a grid experiment is selected, so that a mistyped flag never passes
+        unnoticed.  ``--grid-arms`` needs K >= 2: with one arm every row has regret 0, and the
+        ratios to the best reference that the grid reports are undefined.  No flag may name a value
+        twice (the same cells would be played and reported twice).
+        """
+        for flag, sizes, low in (("--grid-arms", self.grid_arms, 2), ("--grid-horizons", self.grid_horizons, 1)):
+            if any(v < low for v in sizes):
+                why = " (a bandit with one arm has no regret to compare)" if low == 2 else ""
+                raise ValueError(f"{flag} takes integers >= {low}{why}, got {','.join(map(str, sizes))}")
+        families = self.grid_families
+        if not families or any(f not in FAMILIES for f in families):
+            raise ValueError(f"--grid-families takes any of {', '.join(FAMILIES)}, got {','.join(families)!r}")
+        groups = MDP_GRID_EXPERIMENTS["mdp-generalization"].groups
+        if not self.mdp_cells or any(g not in groups for g in self.mdp_cells):
+            raise ValueError(f"--mdp-cells takes any of {', '.join(groups)}, got {','.join(self.mdp_cells)!r}")
+        for flag, values in (
+            ("--grid-arms", self.grid_arms),
+            ("--grid-horizons", self.grid_horizons),
+            ("--grid-families", self.grid_families),
+            ("--mdp-cells", self.mdp_cells),
+        ):
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                raise ValueError(f"{flag} names {', '.join(repeated)} more than once, got {','.join(map(str, values))}")
 
     def check_memory(self) -> None:
         """Refuse ``--runs`` whose estimated memory (:func:`run_memory_bytes`) exceeds the limit, before any run."""
@@ -214,19 +233,6 @@ class BenchConfig:
                 f"--runs {self.runs:,} needs about {need / 2**30:,.2f} GiB (estimate) for {describe_env(spec)}, above "
                 f"the limit of {limit / 2**30:g} GiB; use fewer runs, or raise the limit with {MEMORY_ENV}"
             )
-
-
-def check_out_folder(out: Path) -> None:
-    """Refuse an ``--out`` that is a file, lies below a file or cannot be created (``ValueError`` naming it)."""
-    for folder in (out, *out.parents):
-        if not folder.exists():
-            continue
-        if not folder.is_dir():
-            where = "is a file" if folder == out else f"lies below the file {folder}"
-            raise ValueError(f"--out must be a folder (created if missing), but {out} {where}")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"--out {out}: {folder} is not writable")
-        return
 
 
 def run_memory_bytes(spec: BanditSpec | MDPSpec, runs: int) -> int:
@@ -516,7 +522,7 @@ def experiment_summary(exp_name: str, curves: dict[str, dict[str, np.ndarray]], 
     lines.append("| algorithm | " + " | ".join(f"regret at {unit}={m}" for m in marks) + " |" + paper_column)
     lines.append("|---|" + "---|" * (len(marks) + bool(exp.paper)))
     for label, c in curves.items():
-        cells = [f"{c['cumulative_regret_mean'][m - 1]:.2f} +- {c['cumulative_regret_se'][m - 1]:.2f}" for m in marks]
+        cells = [regret_cell(c["cumulative_regret_mean"][m - 1], c["cumulative_regret_se"][m - 1]) for m in marks]
         paper = exp.paper.get(label)
         tail = f" {'' if paper is None else paper} |" if exp.paper else ""
         lines.append(f"| {label} | " + " | ".join(cells) + " |" + tail)
@@ -525,6 +531,33 @@ def experiment_summary(exp_name: str, curves: dict[str, dict[str, np.ndarray]], 
         lines.extend(_episode_return_table(exp.spec, curves, runs, seed))
     lines.extend(_budget_table(exp))
     return "\n".join(lines)
+
+
+ORACLES = ("mdp_optimal",)
+"""Agent names that play knowing the instance (regret 0 by construction): references, not experts to compare with."""
+
+
+def experiment_headline(exp: Experiment, curves: dict[str, dict[str, np.ndarray]]) -> Headline:
+    """The experiment's line of the results page's summary: its best learned row against its best expert row.
+
+    Best is the lowest mean cumulative regret at the last step.  Learned rows play a checkpoint
+    (:data:`LEARNED`); experts are the other rows except the :data:`ORACLES`.  The experiment counts
+    as a generalist experiment when every learned row is a generalist (one model for every size).
+    """
+    final = {
+        label: Row(label, float(c["cumulative_regret_mean"][-1]), float(c["cumulative_regret_se"][-1]))
+        for label, c in curves.items()
+    }
+    agents = {label: exp.algorithms[label]["name"] for label in curves if label in exp.algorithms}
+    learned = [final[label] for label, name in agents.items() if name in LEARNED]
+    experts = [final[label] for label, name in agents.items() if name not in LEARNED and name not in ORACLES]
+    unit = "k" if isinstance(exp.spec, MDPSpec) else "t"
+    return Headline(
+        at=f"{unit}={_steps(exp)}",
+        learned=min(learned, key=lambda r: r.mean, default=None),
+        expert=min(experts, key=lambda r: r.mean, default=None),
+        generalist=bool(learned) and all(agents[r.label] in GENERALISTS for r in learned),
+    )
 
 
 def summary(results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int) -> str:
@@ -666,7 +699,8 @@ def retrain_models(out: Path, experiments: list[Experiment], device: str, steps:
 
 
 def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """One line on stderr, printed above the progress bar instead of over it (:func:`icrl_gym.utils.progress.log`)."""
+    log(message)
 
 
 def stored_or_run(
@@ -728,7 +762,8 @@ def write_figures(
         exp = EXPERIMENTS[name]
         plot(out, exp, curves, runs, seed)
         text = experiment_summary(name, curves, runs, seed)
-        sections.append(Section(name, exp.title, text, [out / f for f in plot_files(exp)]))
+        images = [out / f for f in plot_files(exp)]
+        sections.append(Section(name, exp.title, text, images, experiment_headline(exp, curves)))
     text = "\n".join([summary_header(runs, seed), *(section.markdown for section in sections)])
     atomic_write_bytes(out / "summary.md", text.encode())
     return text, sections

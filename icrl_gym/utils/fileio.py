@@ -10,7 +10,6 @@ import hashlib
 import io
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import numpy as np
+
+from icrl_gym.utils import progress
 
 T = TypeVar("T")
 
@@ -118,7 +119,11 @@ def content_sha256(record: Mapping[str, Any], arrays: Mapping[str, np.ndarray] |
 
 
 class RunLog:
-    """Progress lines ``[HH:MM:SS] msg`` appended to a log file (``None``: none) and echoed to stderr."""
+    """Progress lines ``[HH:MM:SS] msg`` appended to a log file (``None``: none) and echoed to stderr.
+
+    The echo goes through :func:`icrl_gym.utils.progress.log`, so on a terminal it lands on a line of
+    its own above the training's progress bar instead of on top of it.
+    """
 
     def __init__(self, path: str | os.PathLike | None, echo: bool = True) -> None:
         self.path, self.echo = (Path(path) if path is not None else None), echo
@@ -129,5 +134,5 @@ class RunLog:
         if self.path is not None:
             with open(self.path, "a") as fh:
                 fh.write(line + "\n")
-        if self.echo:
-            print(line, file=sys.stderr, flush=True)
+        if self.echo:  # above a progress bar drawn on stderr, not over it
+            progress.log(line)

@@ -12,7 +12,14 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["icrl_gym", "icrl_gym.*", "agents", "agents.*", "benchmarks", "benchmarks.*"]),
     package_data={
-        "icrl_gym": ["pretrained/*.json", "pretrained/*.safetensors", "pretrained/configs/*.json", "models/*.c"]
+        "icrl_gym": [
+            "pretrained/*.json",
+            "pretrained/*.safetensors",
+            "pretrained/configs/*.json",
+            "pretrained/cards/*.md",
+            "pretrained/cards/*.json",
+            "models/*.c",
+        ]
     },
     install_requires=[
         "gymnasium>=1.0,<2",

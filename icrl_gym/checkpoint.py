@@ -16,7 +16,8 @@ The models shipped with the package live in :data:`PRETRAINED_DIR` and load by n
 
 A checkpoint may also be a folder in the Hugging Face Hub mixin layout, ``config.json`` (the same
 record) + ``model.safetensors``: every reader here accepts the folder in place of the stem, and
-:func:`export_hf_folder` writes one.  Nothing is ever fetched from the network.
+:func:`export_hf_folder` writes one, with its model card as ``README.md`` (:mod:`icrl_gym.model_card`).
+Nothing is ever fetched from the network.
 """
 
 from __future__ import annotations
@@ -176,6 +177,9 @@ def _stem(path: str | os.PathLike) -> Path:
 HF_WEIGHTS, HF_CONFIG = "model.safetensors", "config.json"
 """File names of the Hugging Face Hub mixin layout (``PyTorchModelHubMixin.save_pretrained``)."""
 
+HF_CARD = "README.md"
+"""The model card :func:`export_hf_folder` writes beside them (:mod:`icrl_gym.model_card`; the file the Hub renders)."""
+
 
 def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
     """The weights and record files of a checkpoint (names may contain dots, e.g. ``alpha0.5``).
@@ -190,14 +194,32 @@ def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
 
 
 def _is_earlier_export(folder: Path) -> bool:
-    """Whether ``folder`` holds exactly what :func:`export_hf_folder` writes: a checkpoint record and its weights."""
-    if sorted(entry.name for entry in folder.iterdir()) != sorted((HF_CONFIG, HF_WEIGHTS)):
+    """Whether ``folder`` holds exactly what :func:`export_hf_folder` writes: a record, its weights, its card.
+
+    The card must be as export wrote it (exports made before cards existed have none): a card edited
+    since, or a README.md another tool wrote, makes the folder someone's work, not an earlier export.
+    The card's seal (:func:`icrl_gym.model_card.is_sealed_card`) tells them apart.
+    """
+    names = sorted(entry.name for entry in folder.iterdir())
+    if names not in (sorted((HF_CONFIG, HF_WEIGHTS)), sorted((HF_CARD, HF_CONFIG, HF_WEIGHTS))):
+        return False
+    if HF_CARD in names and not _card_unedited(folder / HF_CARD):
         return False
     try:
         record = json.loads((folder / HF_CONFIG).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(record, dict) and record.get("format") == FORMAT
+
+
+def _card_unedited(card: Path) -> bool:
+    """Whether ``card`` is a model card exactly as export wrote it (its seal matches its text)."""
+    from icrl_gym.model_card import is_sealed_card  # the card module imports this one
+
+    try:
+        return card.is_file() and not card.is_symlink() and is_sealed_card(card.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _check_export_target(folder: Path) -> None:
@@ -215,10 +237,13 @@ def _check_export_target(folder: Path) -> None:
     if folder.is_dir() and any(folder.iterdir()) and not _is_earlier_export(folder):
         entries = sorted(entry.name for entry in folder.iterdir())
         shown = ", ".join(entries[:6]) + (f" and {len(entries) - 6} more" if len(entries) > 6 else "")
+        what = f"the folder holds files that no earlier export wrote ({shown})"
+        if entries == sorted((HF_CARD, HF_CONFIG, HF_WEIGHTS)) and not _card_unedited(folder / HF_CARD):
+            what = f"its {HF_CARD} is not the model card export wrote (edited since, or written by another tool)"
         raise FileExistsError(
-            f"cannot export to {folder}: the folder holds files that no earlier export wrote ({shown}); export "
-            f"replaces its target folder whole, so it only writes to a new or empty folder or over an earlier "
-            f"export ({HF_CONFIG} + {HF_WEIGHTS}) -- name a new folder"
+            f"cannot export to {folder}: {what}; export replaces its target folder whole, so it only writes to a "
+            f"new or empty folder or over an earlier export ({HF_CONFIG} + {HF_WEIGHTS} + {HF_CARD}) -- name a new "
+            f"folder"
         )
 
 
@@ -226,15 +251,20 @@ def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path
     """Write checkpoint ``stem`` (checked first) as the Hub-layout folder ``folder``; returns it.
 
     The record goes to ``config.json`` unchanged (its SHA-256 still names the weights), the weights
-    to ``model.safetensors``.  Atomic: the folder is built beside its target and renamed into place,
-    so ``folder`` is either the previous one or the complete new one.  Export never deletes what it
-    did not write: a target that is a file, a link, or a folder holding anything but an earlier
-    export is refused with ``FileExistsError`` before anything is written.
+    to ``model.safetensors``, and the model card generated from the record (with, for a shipped
+    model, its measured tables: :mod:`icrl_gym.model_card`) to ``README.md``.  Atomic: the folder is
+    built beside its target and renamed into place, so ``folder`` is either the previous one or the
+    complete new one.  Export never deletes what it did not write: a target that is a file, a link,
+    or a folder holding anything but an earlier export (its card unedited) is refused with
+    ``FileExistsError`` before anything is written.
     """
-    read_checkpoint(stem)  # refuse to export a corrupt or mismatched pair
+    from icrl_gym.model_card import card_for_record  # the card module imports this one
+
+    _, meta = read_checkpoint(stem)  # refuse to export a corrupt or mismatched pair
     weights, record = checkpoint_files(stem)
     folder = Path(folder)
     _check_export_target(folder)
+    card = card_for_record(meta, fallback_name=_stem(stem).name)  # before anything is written
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # a file where a parent folder should be
@@ -245,6 +275,7 @@ def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path
     try:
         shutil.copyfile(weights, tmp / HF_WEIGHTS)
         shutil.copyfile(record, tmp / HF_CONFIG)
+        (tmp / HF_CARD).write_text(card, encoding="utf-8")
         os.chmod(tmp, 0o755)
         if folder.exists():
             old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))

@@ -23,7 +23,7 @@ def test_round_trip_through_a_hub_folder(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="icrl_gym.checkpoint"):
         folder = export_hf_folder(stem, tmp_path / "hub" / "linear-bandit-ad-linucb")
     assert f"wrote {folder / 'model.safetensors'} (" in caplog.text and " MB)" in caplog.text
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     assert json.loads((folder / "config.json").read_text())["weights_sha256"]
     weights, meta = read_checkpoint(stem)
     weights2, meta2 = read_checkpoint(folder)

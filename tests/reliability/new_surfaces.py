@@ -167,7 +167,7 @@ def _export_over_export(tmp: Path) -> Outcome:
     if (
         first != second
         or names != ["empty", "hub"]
-        or sorted(p.name for p in second.iterdir()) != sorted(("config.json", "model.safetensors"))
+        or sorted(p.name for p in second.iterdir()) != sorted(("README.md", "config.json", "model.safetensors"))
     ):
         return Outcome(Verdict.PROBLEM, f"left {names} beside the exports")
     _, meta = load_checkpoint(second)
@@ -184,7 +184,9 @@ def _export_onto_itself(tmp: Path) -> Outcome:
     _export(folder, folder)
     load_checkpoint(folder)
     return unchanged(
-        Outcome(Verdict.HANDLED, "the folder is rewritten with the same two files and loads"), before, folder
+        Outcome(Verdict.HANDLED, "the folder is rewritten with the same three files (record, weights, card) and loads"),
+        before,
+        folder,
     )
 
 

@@ -160,6 +160,57 @@ def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
     return path
 
 
+RUN_MANIFEST = "resume.json"
+"""The manifest of a training run folder (written by :mod:`icrl_gym.training.state`): it names the run's checkpoints."""
+
+PLAYED_ROLE = "best"
+"""The checkpoint a run folder offers for play when it keeps one (fine-tuning's best validated); else its latest."""
+
+
+def run_folder_checkpoint(run_dir: str | os.PathLike) -> Path:
+    """The stem of the checkpoint that the training run folder ``run_dir`` offers for play.
+
+    That is the checkpoint the run keeps as ``best`` (fine-tuning keeps its best validated one), and
+    otherwise its latest committed weights.  Only the manifest's names are read here: the files
+    themselves are verified when the checkpoint is read (the record's SHA-256 of the weights).
+    """
+    manifest_path = Path(run_dir) / RUN_MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_bytes())
+        if manifest.get(CONTENT_HASH_FIELD) != content_sha256(manifest):
+            raise CheckpointError(f"{manifest_path} is corrupt: its content does not match its own SHA-256")
+        files, kept = manifest["files"], manifest["checkpoints"]
+        role = PLAYED_ROLE if PLAYED_ROLE in kept else ""
+        record = str(files[f"{role}.record" if role else "record"]["path"])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{manifest_path} is not a readable training-run manifest: {err!r}") from err
+    relative = Path(record)
+    if relative.is_absolute() or ".." in relative.parts or not record.endswith(".json"):
+        raise CheckpointError(f"{manifest_path} names {record!r}, not a checkpoint record inside the run folder")
+    return Path(run_dir) / record[: -len(".json")]
+
+
+def find_checkpoint(checkpoint: str | os.PathLike) -> Path:
+    """The stem of the checkpoint that ``checkpoint`` names, for play.
+
+    ``checkpoint`` is a shipped model's name, a checkpoint stem (or its ``.json`` / ``.safetensors``
+    file), a Hub-layout folder or a training run folder (:func:`run_folder_checkpoint`).
+
+    Anything else is a :class:`CheckpointError` that lists the shipped names and the forms a path may take.
+    """
+    path = resolve_checkpoint(checkpoint)
+    if path.is_dir() and (path / RUN_MANIFEST).exists() and not checkpoint_files(path)[1].exists():
+        return run_folder_checkpoint(path)
+    if checkpoint_files(path)[1].exists():
+        return _stem(path)
+    what = "a folder that holds no checkpoint" if path.is_dir() else "no such file"
+    raise CheckpointError(
+        f"no shipped model {str(checkpoint)!r} and no checkpoint at that path ({what}): shipped models are "
+        f"{pretrained_names()}; a path may be a checkpoint stem (STEM.json + STEM.safetensors), a Hub-layout "
+        f"folder ({HF_CONFIG} + {HF_WEIGHTS}) or a training run's folder (holding {RUN_MANIFEST})"
+    )
+
+
 def pretrained_names(kind: CheckpointKind | str | None = None) -> list[str]:
     """Names of the checkpoints shipped with the package, optionally only those of one kind."""
     names = sorted(p.name[: -len(".safetensors")] for p in PRETRAINED_DIR.glob("*.safetensors"))

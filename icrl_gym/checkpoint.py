@@ -16,7 +16,7 @@ The models shipped with the package live in :data:`PRETRAINED_DIR` and load by n
 
 A checkpoint may also be a folder in the Hugging Face Hub mixin layout, ``config.json`` (the same
 record) + ``model.safetensors``: every reader here accepts the folder in place of the stem, and
-:func:`export_hf_folder` writes one, with its model card as ``README.md`` (:mod:`icrl_gym.model_card`).
+:func:`icrl_gym.hub.export_hf_folder` writes one, with its model card as ``README.md``.
 Nothing is ever fetched from the network.
 """
 
@@ -28,8 +28,6 @@ import importlib.resources
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,7 +200,7 @@ def find_checkpoint(checkpoint: str | os.PathLike) -> Path:
     if path.is_dir() and (path / RUN_MANIFEST).exists() and not checkpoint_files(path)[1].exists():
         return run_folder_checkpoint(path)
     if checkpoint_files(path)[1].exists():
-        return _stem(path)
+        return checkpoint_stem(path)
     what = "a folder that holds no checkpoint" if path.is_dir() else "no such file"
     raise CheckpointError(
         f"no shipped model {str(checkpoint)!r} and no checkpoint at that path ({what}): shipped models are "
@@ -220,7 +218,8 @@ def pretrained_names(kind: CheckpointKind | str | None = None) -> list[str]:
     return [n for n in names if read_record(PRETRAINED_DIR / n).kind is kind]
 
 
-def _stem(path: str | os.PathLike) -> Path:
+def checkpoint_stem(path: str | os.PathLike) -> Path:
+    """The stem of a checkpoint named by its stem or by one of its two files (``.json``, ``.safetensors``)."""
     path = Path(path)
     return path.with_suffix("") if path.suffix in (".json", ".safetensors") else path
 
@@ -229,7 +228,7 @@ HF_WEIGHTS, HF_CONFIG = "model.safetensors", "config.json"
 """File names of the Hugging Face Hub mixin layout (``PyTorchModelHubMixin.save_pretrained``)."""
 
 HF_CARD = "README.md"
-"""The model card :func:`export_hf_folder` writes beside them (:mod:`icrl_gym.model_card`; the file the Hub renders)."""
+"""The model card :func:`icrl_gym.hub.export_hf_folder` writes beside them (the file the Hub renders)."""
 
 
 def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -238,110 +237,10 @@ def checkpoint_files(path: str | os.PathLike) -> tuple[Path, Path]:
     ``path`` is a stem (``<stem>.safetensors`` + ``<stem>.json``) or, when no ``<path>.json``
     exists and ``path`` is a folder, a Hub-layout folder (``model.safetensors`` + ``config.json``).
     """
-    stem = str(_stem(path))
+    stem = str(checkpoint_stem(path))
     if not Path(stem + ".json").exists() and Path(path).is_dir():
         return Path(path) / HF_WEIGHTS, Path(path) / HF_CONFIG
     return Path(stem + ".safetensors"), Path(stem + ".json")
-
-
-def _is_earlier_export(folder: Path) -> bool:
-    """Whether ``folder`` holds exactly what :func:`export_hf_folder` writes: a record, its weights, its card.
-
-    The card must be as export wrote it (exports made before cards existed have none): a card edited
-    since, or a README.md another tool wrote, makes the folder someone's work, not an earlier export.
-    The card's seal (:func:`icrl_gym.model_card.is_sealed_card`) tells them apart.
-    """
-    names = sorted(entry.name for entry in folder.iterdir())
-    if names not in (sorted((HF_CONFIG, HF_WEIGHTS)), sorted((HF_CARD, HF_CONFIG, HF_WEIGHTS))):
-        return False
-    if HF_CARD in names and not _card_unedited(folder / HF_CARD):
-        return False
-    try:
-        record = json.loads((folder / HF_CONFIG).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(record, dict) and record.get("format") == FORMAT
-
-
-def _card_unedited(card: Path) -> bool:
-    """Whether ``card`` is a model card exactly as export wrote it (its seal matches its text)."""
-    from icrl_gym.model_card import is_sealed_card  # the card module imports this one
-
-    try:
-        return card.is_file() and not card.is_symlink() and is_sealed_card(card.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-def _check_export_target(folder: Path) -> None:
-    """Refuse a target that export would have to delete: a file, a link, or a folder holding anything else.
-
-    Export replaces its target whole, so it may only replace what it wrote itself (an earlier
-    export) or an empty folder; everything else raises ``FileExistsError`` before anything is written.
-    """
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        what = "a link" if folder.is_symlink() else "a file"
-        raise FileExistsError(
-            f"cannot export to {folder}: it is {what}, not a folder; export writes a folder of {HF_CONFIG} and "
-            f"{HF_WEIGHTS} -- name a new folder"
-        )
-    if folder.is_dir() and any(folder.iterdir()) and not _is_earlier_export(folder):
-        entries = sorted(entry.name for entry in folder.iterdir())
-        shown = ", ".join(entries[:6]) + (f" and {len(entries) - 6} more" if len(entries) > 6 else "")
-        what = f"the folder holds files that no earlier export wrote ({shown})"
-        if entries == sorted((HF_CARD, HF_CONFIG, HF_WEIGHTS)) and not _card_unedited(folder / HF_CARD):
-            what = f"its {HF_CARD} is not the model card export wrote (edited since, or written by another tool)"
-        raise FileExistsError(
-            f"cannot export to {folder}: {what}; export replaces its target folder whole, so it only writes to a "
-            f"new or empty folder or over an earlier export ({HF_CONFIG} + {HF_WEIGHTS} + {HF_CARD}) -- name a new "
-            f"folder"
-        )
-
-
-def export_hf_folder(stem: str | os.PathLike, folder: str | os.PathLike) -> Path:
-    """Write checkpoint ``stem`` (checked first) as the Hub-layout folder ``folder``; returns it.
-
-    The record goes to ``config.json`` unchanged (its SHA-256 still names the weights), the weights
-    to ``model.safetensors``, and the model card generated from the record (with, for a shipped
-    model, its measured tables: :mod:`icrl_gym.model_card`) to ``README.md``.  Atomic: the folder is
-    built beside its target and renamed into place, so ``folder`` is either the previous one or the
-    complete new one.  Export never deletes what it did not write: a target that is a file, a link,
-    or a folder holding anything but an earlier export (its card unedited) is refused with
-    ``FileExistsError`` before anything is written.
-    """
-    from icrl_gym.model_card import card_for_record  # the card module imports this one
-
-    _, meta = read_checkpoint(stem)  # refuse to export a corrupt or mismatched pair
-    weights, record = checkpoint_files(stem)
-    folder = Path(folder)
-    _check_export_target(folder)
-    card = card_for_record(meta, fallback_name=_stem(stem).name)  # before anything is written
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):  # a file where a parent folder should be
-        blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), folder.parent)
-        raise FileExistsError(f"cannot export to {folder}: {blocker} is a file, not a folder") from None
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    old = None
-    try:
-        shutil.copyfile(weights, tmp / HF_WEIGHTS)
-        shutil.copyfile(record, tmp / HF_CONFIG)
-        (tmp / HF_CARD).write_text(card, encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
-            os.replace(folder, old / "previous")
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and (old / "previous").exists() and not folder.exists():
-            os.replace(old / "previous", folder)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    _log.info("wrote %s", describe_size(folder / HF_WEIGHTS))
-    return folder
 
 
 def _model_config(model: torch.nn.Module) -> dict[str, Any]:
@@ -377,7 +276,7 @@ def save_checkpoint(
         kind = _kind_of_model_class(model_class)
         if kind is None:
             raise ValueError(f"no checkpoint kind for a {model_class}: pass kind=")
-    stem = _stem(path)
+    stem = checkpoint_stem(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     blob = save_safetensors(tensors)
     record = {
@@ -432,9 +331,9 @@ def load_checkpoint(
     state, meta = read_checkpoint(path)
     record = CheckpointRecord.from_meta(meta)
     if kind is not None:
-        record.expect(kind, str(_stem(path)))
+        record.expect(kind, str(checkpoint_stem(path)))
     if expect is not None:
-        check_compatible(record, {"model": expect.to_dict()}, name=str(_stem(path)))
+        check_compatible(record, {"model": expect.to_dict()}, name=str(checkpoint_stem(path)))
     entry = record.kind.entry
     if entry.loader is not None:
         return import_target(entry.loader)(path, torch.device(device))
@@ -442,7 +341,9 @@ def load_checkpoint(
         model = import_target(entry.model)(import_target(entry.config).from_dict(meta["model"]))
         model.load_state_dict(state, strict=True)
     except (KeyError, ValueError, TypeError, RuntimeError) as err:
-        raise CheckpointError(f"checkpoint {_stem(path)} does not fit its model configuration: {err}") from err
+        raise CheckpointError(
+            f"checkpoint {checkpoint_stem(path)} does not fit its model configuration: {err}"
+        ) from err
     return model.to(device).eval(), meta
 
 

@@ -14,7 +14,7 @@ A card has three parts, so that the part that describes the weights cannot drift
   its weights, so a user's own checkpoint never borrows a shipped model's measurements, whatever it
   is named.
 - **A seal**: the last line is an HTML comment holding the SHA-256 of the text above it.  Export
-  (:func:`icrl_gym.checkpoint.export_hf_folder`) replaces a folder only if it holds what an earlier
+  (:func:`icrl_gym.hub.export_hf_folder`) replaces a folder only if it holds what an earlier
   export wrote; the seal tells the card it wrote from one a user has edited since (which export must
   not delete).
 

@@ -8,19 +8,14 @@ import pytest
 import torch
 
 from agents.learned.transformer import TransformerAgent
-from icrl_gym.checkpoint import (
-    CheckpointError,
-    export_hf_folder,
-    load_checkpoint,
-    read_checkpoint,
-    resolve_checkpoint,
-)
+from icrl_gym.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, resolve_checkpoint
 from icrl_gym.envs import linear_bandit_spec
+from icrl_gym.hub import export_hf_folder
 
 
 def test_round_trip_through_a_hub_folder(tmp_path, caplog):
     stem = resolve_checkpoint("linear-bandit-ad-linucb")
-    with caplog.at_level(logging.INFO, logger="icrl_gym.checkpoint"):
+    with caplog.at_level(logging.INFO, logger="icrl_gym.hub"):
         folder = export_hf_folder(stem, tmp_path / "hub" / "linear-bandit-ad-linucb")
     assert f"wrote {folder / 'model.safetensors'} (" in caplog.text and " MB)" in caplog.text
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors"]

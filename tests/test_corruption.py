@@ -26,14 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_gym.checkpoint import (
-    CheckpointError,
-    export_hf_folder,
-    load_checkpoint,
-    read_checkpoint,
-    read_record,
-    save_checkpoint,
-)
+from icrl_gym.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, read_record, save_checkpoint
 from icrl_gym.data.trajectories import (
     DatasetError,
     TrajectoryData,
@@ -42,6 +35,7 @@ from icrl_gym.data.trajectories import (
     save_trajectories,
 )
 from icrl_gym.envs import linear_bandit_spec
+from icrl_gym.hub import export_hf_folder
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 FAST_CORRUPTIONS = 100

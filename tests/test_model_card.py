@@ -21,7 +21,6 @@ import torch
 
 from icrl_gym.checkpoint import (
     PRETRAINED_DIR,
-    export_hf_folder,
     load_checkpoint,
     pretrained_names,
     read_record,
@@ -29,6 +28,7 @@ from icrl_gym.checkpoint import (
     save_checkpoint,
 )
 from icrl_gym.envs import ENV_IDS
+from icrl_gym.hub import export_hf_folder
 from icrl_gym.kinds import EnvFamily
 from icrl_gym.model_card import (
     CARD_FILE,

@@ -16,7 +16,8 @@ import pytest
 
 import agents
 import icrl_gym  # noqa: F401  (registers the environments)
-from icrl_gym.checkpoint import CheckpointError, export_hf_folder, find_checkpoint, read_record
+from icrl_gym.checkpoint import CheckpointError, find_checkpoint, read_record
+from icrl_gym.hub import export_hf_folder
 from icrl_gym.training.finetune import finetune
 from icrl_gym.training.pretrain import pretrain
 from tests.helpers import tiny_finetune_config, tiny_pretrain_config

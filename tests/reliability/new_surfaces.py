@@ -92,7 +92,8 @@ SHIPPED = "bernoulli-ad-ucb"
 
 
 def _export(stem: Any, target: Path) -> Path:
-    from icrl_gym.checkpoint import export_hf_folder, resolve_checkpoint
+    from icrl_gym.checkpoint import resolve_checkpoint
+    from icrl_gym.hub import export_hf_folder
 
     return export_hf_folder(resolve_checkpoint(stem) if isinstance(stem, str) else stem, target)
 

@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,13 @@ import numpy as np
 
 from agents import make_agent
 from benchmarks.command_checks import check_out_folder, check_seed
-from benchmarks.evaluations.generalization import FAMILIES, describe_range, grid_cells, run_generalization
+from benchmarks.evaluations.generalization import (
+    FAMILIES,
+    FAMILY_TITLES,
+    describe_range,
+    grid_cells,
+    run_generalization,
+)
 from benchmarks.evaluations.mdp_generalization import mdp_cells, run_mdp_generalization
 from benchmarks.experiments import (
     EXPERIMENTS,
@@ -84,7 +91,8 @@ class BenchConfig:
     """Options of ``python -m benchmarks`` (each field is a command-line flag, its docstring the help)."""
 
     experiments: tuple[str, ...] = ("default",)
-    """Experiment names (comma-separated), 'default' (the paper's and the generalists') or 'all' (see --list)."""
+    """Experiments to run, comma-separated: their names (listed below), 'default' (the default suite: the paper's
+    experiments and the generalists) or 'all'; --list also shows each experiment's rows."""
     runs: int = 500
     """Instances per algorithm (the paper uses 500; at least 2 for standard errors)."""
     seed: int = 0
@@ -96,9 +104,9 @@ class BenchConfig:
     rerun: bool = False
     """Run every selected experiment again instead of reusing its stored result in --out."""
     threads: int = 1
-    """torch CPU threads for the transformers.  1 is the default because more were slower: on the
-    2-core CI machine with one core busy, the default suite took 186-358 s with 2 threads and
-    14-23 s with 1, with identical CSVs."""
+    """torch CPU threads for the transformers.  The results do not depend on it.  One thread is the default:
+    the models are small, so more threads mostly wait on each other, and lose time when other programs share
+    the cores."""
     device: str = "cpu"
     """Device of the transformers: cpu, cuda or auto."""
     list: bool = False
@@ -119,19 +127,18 @@ class BenchConfig:
     linear_generalist: str = ""
     """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist')."""
     grid_families: tuple[str, ...] = ("bernoulli", "linear")
-    """Families of the grid experiments to run, separated by commas: bernoulli and linear by default; four more
-    (their names: FAMILIES in benchmarks/evaluations/generalization.py) are Gaussian bandits with one arm per
-    basis vector, K x T, priors of w* never trained on, linear bandits whose w* comes from the training
-    prior family, d x A x T and sigma x T, and Bernoulli bandits with Beta(a, b) and skewed priors of the
-    arm means, prior x K (bernoulli-beta, against references told the prior)."""
+    """Cell families of the generalization grid to run, comma-separated (the families and what each holds:
+    below)."""
     grid_arms: tuple[int, ...] = ()
-    """Bernoulli K replacing the grid's (comma-separated, e.g. 2,5,10; none: the issue's 2..20 plus 30, 50)."""
+    """Numbers of arms K of the grid's Bernoulli cells, replacing its own (comma-separated, e.g. 2,5,10; none:
+    the grid's own, listed below)."""
     grid_horizons: tuple[int, ...] = ()
-    """Bernoulli T replacing the grid's (comma-separated, e.g. 50,200; none: 50, 200, 500 plus 1000)."""
+    """Horizons T of the grid's Bernoulli cells, replacing its own (comma-separated, e.g. 50,200; none: the
+    grid's own, listed below)."""
     mdp_generalist: str = ""
     """Checkpoint of the MDP generalist in the MDP grid ('': the shipped 'tabular-mdp-generalist')."""
     mdp_cells: tuple[str, ...] = ("in-range", "fixed", "dark", "beyond")
-    """Cell groups of the MDP grid, comma-separated (the groups: benchmarks/evaluations/mdp_generalization.py)."""
+    """Cell groups of the MDP grid to run, comma-separated (the groups and what each holds: below)."""
 
     def _names(self) -> list[str]:
         if self.experiments == ("all",):
@@ -245,10 +252,77 @@ def run_memory_bytes(spec: BanditSpec | MDPSpec, runs: int) -> int:
     return spec.memory_bytes(runs) + 4 * 8 * runs * steps
 
 
+def _numbers(values: tuple[int, ...] | list[int]) -> str:
+    """``2, 3, 5``: integers as a reader lists them."""
+    return ", ".join(str(v) for v in values)
+
+
+def names_help() -> str:
+    """The names a user can pass, with what each is: the ``--help`` epilog of ``python -m benchmarks``.
+
+    Built from the experiments, grids, grid families, MDP cell groups and generalist rows themselves, so
+    the help lists exactly what the command accepts.
+    """
+    width = 2 + max(len(n) for n in (*EXPERIMENTS, *GRID_EXPERIMENTS, *MDP_GRID_EXPERIMENTS))
+
+    def rows(pairs: list[tuple[str, str]], indent: int = 4) -> list[str]:
+        return [f"{' ' * indent}{name:{width}s}{text}" for name, text in pairs]
+
+    lines = ["experiments (--experiments NAME,...; 'default': the default suite; 'all': every one below):"]
+    lines += ["  default suite:", *rows([(e.name, e.title) for e in EXPERIMENTS.values() if e.default])]
+    lines += ["  opt-in (run when named or with 'all'):"]
+    lines += rows([(e.name, e.title) for e in EXPERIMENTS.values() if not e.default])
+    grids: list[GridExperiment | MDPGridExperiment] = [*GRID_EXPERIMENTS.values(), *MDP_GRID_EXPERIMENTS.values()]
+    lines += ["  grids (opt-in; each writes a folder of its own in --out):", *rows([(g.name, g.title) for g in grids])]
+    grid = GRID_EXPERIMENTS["generalization"]
+    lines += ["", "grid families (--grid-families, cells of the generalization grid):"]
+    families = [
+        (f, FAMILY_TITLES.get(f, f) + (" (default)" if f in BenchConfig.grid_families else "")) for f in FAMILIES
+    ]
+    lines += rows(families, 2)
+    lines += [
+        f"  Bernoulli cells: K in {_numbers(grid.arms)} and T in {_numbers(grid.horizons)}; beyond the trained "
+        f"range K in {_numbers(grid.ood_arms)} and T in {_numbers(grid.ood_horizons)} (--grid-arms, --grid-horizons)"
+    ]
+    mdp = MDP_GRID_EXPERIMENTS["mdp-generalization"]
+    s, a, h, k = mdp.fixed
+    groups = {
+        "in-range": f"random MDPs, S in {_numbers(mdp.states)} x A in {_numbers(mdp.actions)} x H in "
+        f"{_numbers(mdp.horizons)} x K in {_numbers(mdp.episodes)} (K H <= {mdp.max_steps})",
+        "fixed": f"S={s}, A={a}, H={h}, K={k}: the size of the fixed-size MDP transformers",
+        "dark": "dark rooms " + ", ".join(f"{n}x{n} (H={rh}, K={rk})" for n, rh, rk in mdp.rooms),
+        "beyond": f"S in {_numbers(mdp.beyond_states)}, A={mdp.beyond[0]}, H={mdp.beyond[1]}, K={mdp.beyond[2]}: "
+        "beyond the trained range",
+    }
+    lines += ["", "MDP cell groups (--mdp-cells, cells of the mdp-generalization grid):"]
+    lines += rows([(g, groups.get(g, "")) for g in mdp.groups], 2)
+    models = [
+        ("--generalist", grid.bernoulli_model["checkpoint"]),
+        ("--linear-generalist", grid.linear_model["checkpoint"]),
+        ("--mdp-generalist", mdp.model["checkpoint"]),
+    ]
+    lines += ["", "generalist models of the grids (a shipped name or a checkpoint path; by default the shipped one):"]
+    lines += rows(models, 2)
+    lines += [
+        "",
+        "outputs in --out: index.html (the results page: open it in a browser), regret.csv, summary.md, one plot per",
+        "experiment and config.json; a grid writes its folder of its own.",
+    ]
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> BenchConfig:
     """The options as a :class:`BenchConfig`; values that cannot work are an argparse error (exit status 2)."""
     parser = argparse.ArgumentParser(
-        prog="icrl-bench", description="Regret experiments of icrl-gym (Lin, Bai, Mei, ICLR 2024)."
+        prog="icrl-bench",
+        description=textwrap.fill(
+            "Regret of in-context learning agents and of the experts they learn from, on bandits and tabular "
+            "MDPs (after Lin, Bai & Mei, ICLR 2024). Every algorithm of an experiment plays the same instances "
+            "with the same noise; the results go to a folder with a self-contained results page (index.html).",
+            100,
+        ),
+        epilog=names_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_field_flags(parser, BenchConfig)
     cfg = BenchConfig(**vars(parser.parse_args(argv)))

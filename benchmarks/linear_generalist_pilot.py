@@ -17,7 +17,6 @@ exceeds both 3x the best reference's (same run) and 20.  A quick look, not the a
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 from agents import make_agent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
+from icrl_gym.utils.cli import doc_parser
 
 REFERENCES: dict[str, dict[str, Any]] = {
     "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
@@ -72,7 +72,7 @@ def compare(totals: dict[str, np.ndarray], model_row: str) -> dict[str, dict[str
 
 def main(argv: list[str] | None = None) -> None:
     """Print the table (and write it as JSON with ``--out``)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(__doc__)
     parser.add_argument("checkpoint", help="linear generalist checkpoint (a run's checkpoints/step_NNNNNNN)")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--horizon", type=int, default=200)

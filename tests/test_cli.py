@@ -10,7 +10,7 @@ from icrl_gym.models.meta_policy import MetaRLConfig
 from icrl_gym.training import finetune, meta_rl, pretrain
 from icrl_gym.training.finetune import FinetuneConfig
 from icrl_gym.training.pretrain import PretrainConfig
-from icrl_gym.utils.cli import ConfigParser, field_docs, parse_value
+from icrl_gym.utils.cli import ConfigParser, field_docs, parse_value, plain_text
 
 ENTRY_POINTS = [  # (module, its config class)
     (pretrain, PretrainConfig),
@@ -150,7 +150,7 @@ def test_help_lists_every_field_with_type_default_and_docstring(capsys, module, 
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         assert f"{f.name}: " in text and json.dumps(default) in text
-        assert field_docs(cls)[f.name] in text, f.name
+        assert plain_text(field_docs(cls)[f.name]) in text, f.name  # the docstring, its reST markup dropped
     assert "--set KEY=VALUE" in text and "--export PATH" in text
 
 
@@ -159,8 +159,8 @@ def test_harness_help_is_the_field_docstrings(capsys):
         harness.parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     for name, doc in field_docs(harness.BenchConfig).items():
-        assert "--" + name.replace("_", "-") in text and doc in text
-    assert "186-358 s with 2 threads and 14-23 s with 1" in text
+        assert "--" + name.replace("_", "-") in text and plain_text(doc) in text
+    assert "The results do not depend on it." in text  # what --threads does, not a measurement that ages
     assert harness.parse_args([]).threads == 1
 
 

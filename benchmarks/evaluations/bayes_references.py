@@ -6,7 +6,6 @@ Common random numbers: every algorithm of a table runs on the same instances and
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.utils.cli import doc_parser
 
 SEED = 10_000_000
 PAPER_TS = {"name": "linear_ts", "prior_mean": 0.0, "prior_var": 1.0}
@@ -53,7 +53,7 @@ TABLES: dict[str, tuple[BanditSpec, dict[str, Any]]] = {
 
 def main(argv: list[str] | None = None) -> None:
     """Print one Markdown table per setting."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = doc_parser(__doc__)
     parser.add_argument("--runs", type=int, default=2000, help="instances per algorithm")
     parser.add_argument("--tables", default="", help="comma-separated substrings of the table names (default all)")
     args = parser.parse_args(argv)

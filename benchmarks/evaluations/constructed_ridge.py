@@ -12,7 +12,6 @@ max_{runs, t} ||w_hat_t - w_ridge_t||.  Prints the layers each needs to reach 1e
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from icrl_gym.data.trajectories import collect_trajectories
 from icrl_gym.envs import linear_bandit_spec
 from icrl_gym.models.constructions import _layout, exact_ridge_estimates, ridge_transformer
+from icrl_gym.utils.cli import doc_parser
 
 
 def error_per_layer(model, sets, actions, rewards, exact) -> np.ndarray:
@@ -45,7 +45,7 @@ def layers_to_reach(errors: np.ndarray, eps: float) -> int | None:
 
 def main(argv: list[str] | None = None) -> dict:
     """Measure, print and plot."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(__doc__)
     parser.add_argument("--horizon", type=int, default=20, help="steps T of the trajectories")
     parser.add_argument("--runs", type=int, default=32, help="trajectories")
     parser.add_argument("--max-layers", type=int, default=3000, help="layers of the constructed models")

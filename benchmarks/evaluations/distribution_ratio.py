@@ -12,7 +12,6 @@ trajectories), and the regret at T of the model and of TS on the same fresh inst
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -23,13 +22,14 @@ from agents.learned.transformer import TransformerAgent
 from icrl_gym.data.diagnostics import distribution_ratio
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec
+from icrl_gym.utils.cli import doc_parser
 
 ALPHAS = ("0", "0.1", "0.5", "1")
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Estimate log R per alpha and print it beside regret(TF) - regret(TS)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(__doc__)
     parser.add_argument("--ratio-runs", type=int, default=500, help="TS trajectories for the ratio")
     parser.add_argument("--regret-runs", type=int, default=2000, help="fresh instances for the regrets")
     parser.add_argument("--seed", type=int, default=10**7, help="seed of the fresh instances")

@@ -8,7 +8,6 @@ the table reports cumulative pseudo-regret at T as mean +- standard error over t
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, bernoulli_bandit_spec, linear_bandit_spec
+from icrl_gym.utils.cli import doc_parser
 
 SUITES: dict[str, tuple[BanditSpec, dict[str, dict]]] = {
     "linear (d=5, A=10, sigma=1.5)": (
@@ -64,7 +64,7 @@ def regret_table(runs: int, seed: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Print the regret table (Markdown) and its JSON record."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(__doc__)
     parser.add_argument("--runs", type=int, default=2000, help="instances per algorithm")
     parser.add_argument("--seed", type=int, default=0, help="seed of the instances (shared by all algorithms)")
     args = parser.parse_args(argv)

@@ -29,6 +29,7 @@ from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.diagnostics import imitation_error
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditReward, BanditSpec
+from icrl_gym.utils.cli import doc_parser
 
 EVAL_SEED = 10**7
 BATCH = 1000
@@ -115,7 +116,7 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
 
 def models_parser(doc: str | None, kind: CheckpointKind, threads: int) -> argparse.ArgumentParser:
     """The command line of an evaluation of shipped models of ``kind``: ``--runs``, ``--models``, ``--threads``."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(doc)
     parser.add_argument("--runs", type=int, default=2000, help="fresh instances per algorithm")
     parser.add_argument("--models", default=",".join(pretrained_names(kind)), help="comma-separated model names")
     parser.add_argument("--threads", type=int, default=threads, help="torch CPU threads")

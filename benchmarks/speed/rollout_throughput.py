@@ -9,8 +9,7 @@ the linear bandit (d=5, A=10, T=200) over ``instances`` instances, in one run:
   the way a rollout without a cache works; its cost is timed at a few prefix lengths and summed
   over t = 1..T by interpolation (running all T passes for 1,000 instances takes many minutes).
 
-Both compute the same policies (``tests/test_transformer.py`` and ``tests/test_pretrain.py`` check
-the cache against the full forward pass).
+Both compute the same policies (the test suite checks the cache against the full forward pass).
 Training throughput is the number of T=200 sequences per second of a forward+backward pass.
 Targets on a 2-core CPU: >= 10,000 env-steps/s with the cache and >= 20x the recompute path.
 

@@ -10,7 +10,7 @@ In one process, for each thread count in ``--threads``:
   reference code, full T x T attention) next to the GEMM rate;
 - ``rollout``: greedy cached rollout (``model.step``) of the paper model over ``instances`` random
   linear-bandit action sets for ``steps`` steps, in env-steps/s: the reference, the new model on
-  its PyTorch decode path (a token-major ``KVCache``) and on the compiled kernel (``icrl_gym/models/native.py``).
+  its PyTorch decode path (a token-major ``KVCache``) and on the compiled kernel (``icrl_gym.models.native``).
 
 The reference is the same file at ``reference`` (default: the revision before the new kernels),
 imported from ``git show``, with the new model's weights copied in.  Old and new run interleaved

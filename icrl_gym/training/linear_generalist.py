@@ -11,7 +11,7 @@ v = 1/12 (the mean and variance of U[0, 1]; Appendix F.1):
     Sigma_t = (I / v + sum_{s<t} x_s x_s^T / sigma^2)^{-1},   mu_t = Sigma_t (m 1 / v + sum_{s<t} x_s r_s / sigma^2),
 
 with a constant z (``expert_z``; z = 0 is the greedy posterior mean).  z = 1.5 was measured below
-the issue's bound 1.10 x min(Bayes-UCB, TS, LinUCB) in every cell of the acceptance grid (1,000
+the acceptance bound 1.10 x min(Bayes-UCB, TS, LinUCB) in every cell of the acceptance grid (1,000
 instances per cell), with a wide margin, where z = 0 is not (sigma = 0.5, T = 500).
 
 Every step draws a fresh batch in numpy from ``default_rng([seed, step])``: one (A, T) (A uniform

@@ -11,6 +11,11 @@ configuration the dataclass refuses (its ``__post_init__`` raises ``ValueError``
 argparse error (exit status 2) that names the field, the value and what is allowed, before any
 work starts.  Flags that are themselves fields (the harness's ``--runs``) come from
 :func:`add_field_flags`.
+
+Docstrings are reStructuredText, written for readers of the source and the API docs; ``--help``
+shows them as plain text (:func:`plain_text`: no backquotes, roles or ``::``), laid out as written.
+Commands with flags of their own build their parser with :func:`doc_parser`, which does the same
+for the module docstring it shows.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import functools
 import inspect
 import json
 import logging
+import re
 import sys
 import textwrap
 import types
@@ -37,6 +43,72 @@ T = TypeVar("T")
 
 _NONE_WORDS = ("none", "null")
 _BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")
+"""A Sphinx role, ``:func:`name```, ``:class:`~pkg.Name``` or ``:ref:`title <target>```."""
+_LITERAL = re.compile(r"``(.+?)``")
+_INTERPRETED = re.compile(r"(?<![\w`])`([^`]+)`_{0,2}(?![\w`])")
+_STRONG = re.compile(r"(?<![\w*])\*\*(?=\S)(.+?)(?<=\S)\*\*(?![\w*])")
+
+
+def _role_text(match: re.Match[str]) -> str:
+    """The text a role shows: its title, or its target with ``~`` keeping only the last dotted part."""
+    whole, text = match.group(0), match.group(1)
+    return text.rsplit(".", 1)[-1] if "`~" in whole else text
+
+
+def plain_text(doc: str | None) -> str:
+    """A reStructuredText docstring as plain text for ``--help``, with its lines and paragraphs kept.
+
+    Roles (``:func:`x```, ``:class:`~a.B``` -> ``B``), inline literals (````x````), interpreted text
+    and links (```x```, ```x`_``) and ``**strong**`` lose their markup; a literal-block marker ``::``
+    ending a line becomes one colon (``Run as::`` -> ``Run as:``, a lone `` ::`` goes).  The docstring's
+    common indentation is removed, so that a module's or a function's docstring reads the same.
+    """
+    text = inspect.cleandoc(doc or "")
+    text = _ROLE.sub(_role_text, text)
+    text = _LITERAL.sub(r"\1", text)
+    text = _INTERPRETED.sub(r"\1", text)
+    text = _STRONG.sub(r"\1", text)
+    lines = []
+    for line in text.splitlines():
+        if line.rstrip().endswith("::"):
+            stem = line.rstrip()[:-2]
+            line = stem.rstrip() if stem.endswith(" ") or not stem.strip() else stem + ":"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+class PlainHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The help layout of every command: the description and epilog as written, the flags' help wrapped.
+
+    Flag help is wrapped without breaking at hyphens, so that names such as ``in-range`` or
+    ``bernoulli-beta`` stay whole.
+    """
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def doc_parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` whose description is ``doc`` as plain text (:func:`plain_text`).
+
+    Its ``prog`` is ``python -m MODULE``, the way the command is run (argparse would show the
+    script's file name); the other keyword arguments go to ``ArgumentParser``.
+    """
+    kwargs.setdefault("prog", _command_prog())
+    kwargs.setdefault("formatter_class", PlainHelpFormatter)
+    return argparse.ArgumentParser(description=plain_text(doc), **kwargs)
+
+
+def _command_prog() -> str:
+    """``python -m MODULE`` for the module run as ``__main__``, else the script's name as argparse writes it."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if name:
+        return f"python -m {name.removesuffix('.__main__')}"
+    return Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
 
 
 @functools.cache
@@ -192,7 +264,7 @@ def fields_help(cls: type) -> str:
         default = _default(f)
         shown = "required" if default is dataclasses.MISSING else json.dumps(default)
         lines.append(f"  {f.name}: {type_name(hints[f.name])} = {shown}")
-        doc = docs.get(f.name, "")
+        doc = plain_text(docs.get(f.name, ""))
         lines.extend(textwrap.wrap(doc, 96, initial_indent=" " * 6, subsequent_indent=" " * 6, break_on_hyphens=False))
     return "\n".join(lines)
 
@@ -209,9 +281,9 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
     def __init__(self, config_cls: type[T], module: str, description: str, config_required: bool = False) -> None:
         super().__init__(
             prog=f"python -m {module}",
-            description=description,
+            description=plain_text(description),
             epilog=fields_help(config_cls),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=PlainHelpFormatter,
         )
         self.config_cls, self.module = config_cls, module
         self.add_argument(
@@ -338,7 +410,7 @@ def add_field_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str,
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        flag, hint, doc = "--" + f.name.replace("_", "-"), hints[f.name], docs.get(f.name, "")
+        flag, hint, doc = "--" + f.name.replace("_", "-"), hints[f.name], plain_text(docs.get(f.name, ""))
         if hint is bool:
             parser.add_argument(flag, action="store_true", help=doc)
         elif typing.get_origin(hint) is tuple:
@@ -353,6 +425,7 @@ def add_field_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str,
             )
         else:
             default = _default(f)
+            shown = "''" if default == "" else default  # an empty default is visible as ''
             parser.add_argument(
-                flag, type=hint, default=default, metavar=type_name(hint).upper(), help=f"{doc} (default: {default})"
+                flag, type=hint, default=default, metavar=type_name(hint).upper(), help=f"{doc} (default: {shown})"
             )

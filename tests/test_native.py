@@ -1,6 +1,7 @@
 """The compiled ReLU decode kernel (icrl_gym/models/native.py) against slow references, its cache and fallbacks."""
 
 import copy
+import hashlib
 import json
 import os
 import pickle
@@ -280,6 +281,60 @@ def build_in_subprocess(folder):
     done = subprocess.run([sys.executable, "-c", BUILD], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return Path(done.stdout.split()[0])
+
+
+HALF_WRITING_COMPILER = """#!/bin/sh
+out=
+while [ $# -gt 0 ]; do
+    if [ "$1" = "-o" ]; then out=$2; fi
+    shift
+done
+if [ -n "$out" ]; then cp "{half}" "$out"; fi
+exit 0
+"""
+
+
+def half_library(folder):
+    """The first half of the library the system compiler builds, as a file in ``folder``."""
+    data = native._compile(native.find_compiler(), ("-O3",))
+    path = folder / "half.so"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+@needs_compiler
+def test_a_compiler_that_writes_half_a_library_and_exits_0_is_caught_in_a_child(fresh, monkeypatch, tmp_path_factory):
+    """Loading half a library kills the process (SIGBUS): the child that tries it dies, nothing is stored or loaded."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    compiler = bin_dir / "cc"
+    compiler.write_text(HALF_WRITING_COMPILER.format(half=half_library(bin_dir)))
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    assert native.load_problem((bin_dir / "half.so").read_bytes()) is not None
+    kernel, messages = kernel_and_warnings()
+    assert kernel is None and len(messages) == 1 and "PyTorch path" in messages[0], messages
+    assert messages[0].count("the compiler reported success") == len(native.FLAG_SETS)
+    assert "neither stored nor loaded" in messages[0]
+    assert list(fresh.iterdir()) == []  # nothing stored, so the next process is not poisoned either
+    assert type(small().new_cache(2)) is KVCache
+
+
+@needs_compiler
+def test_a_sound_library_passes_the_load_check():
+    assert native.load_problem(native._compile(native.find_compiler(), ("-O3",))) is None
+    assert "file too short" in native.load_problem(b"\x7fELF")
+
+
+@needs_compiler
+def test_a_half_library_an_earlier_version_stored_with_its_checksum_is_rebuilt(tmp_path):
+    """The sidecar without the load-check mark (as written before the check existed) is not trusted."""
+    half = half_library(tmp_path).read_bytes()
+    lib = first_library(tmp_path)
+    lib.write_bytes(half)
+    native.sidecar(lib).write_bytes(hashlib.sha256(half).hexdigest().encode() + b"\n")
+    assert native.read_verified(lib) is None
+    assert build_in_subprocess(tmp_path) == lib  # the process lives: rebuilt, checked, stored
+    assert lib.read_bytes() != half and native.read_verified(lib) == lib.read_bytes()
 
 
 @needs_compiler

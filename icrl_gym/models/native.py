@@ -20,31 +20,40 @@ and pickled.  The source is compiled with the system C compiler (``$CC``, else `
 flags, the compiler and the processor, beside a sidecar holding the SHA-256 of the library.  Before
 it is loaded a library is checked:
 
-* its bytes must match the sidecar (a truncated, torn or foreign file is compiled again; loading a
-  truncated library can kill the process with SIGBUS, so it is never attempted), and the process
-  loads a private copy of exactly the bytes it verified;
+* a freshly compiled library is first loaded, and its entry points called, in a child process
+  (:func:`load_problem`): a compiler that exits 0 after writing half a library leaves a file whose
+  loading kills the process (SIGBUS), so only a library the child loaded and ran is stored or
+  loaded here; one that fails is neither, and the next flag set is tried;
+* its bytes must match the sidecar, which holds the SHA-256 of a library that passed that check
+  (a truncated, torn or foreign file, or one stored without the check by an earlier version, is
+  compiled again; loading a library truncated after it was stored could kill the process, so it
+  is never attempted), and the process loads a private copy of exactly the bytes it verified;
 * on first use in a process its output must equal :func:`relu_decode_reference` on a small input.
 
 Where the cache folder cannot be written (read-only, a file in its place, a folder where the
 library should be), the library is compiled for this process only, in a private temporary folder,
-with one warning naming the cause.  Where no compiler works, the self-test fails, or with
-``ICRL_GYM_NATIVE=0``, :func:`relu_decode_kernel` returns None (one warning, naming the cause) and
-models use the PyTorch path: the same function, about half the rollout speed.
+with one warning naming the cause.  Where no compiler works (or none writes a library that loads),
+the self-test fails, or with ``ICRL_GYM_NATIVE=0``, :func:`relu_decode_kernel` returns None (one
+warning, naming the cause) and models use the PyTorch path: the same function, about half the
+rollout speed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +76,8 @@ FLAG_SETS = (
 )
 """Compiler flags, tried in order (the first two for GCC/Clang on x86; the last is portable, single-threaded)."""
 COMPILE_TIMEOUT_S = 120
+LOAD_CHECK_TIMEOUT_S = 60
+"""Seconds the child process of :func:`load_problem` may take to load the library and call it."""
 SELF_TEST_TOLERANCE = 1e-4
 """Largest relative error of the self-test against the float64 reference (float32 sums of ~10 terms: ~1e-6)."""
 
@@ -222,34 +233,118 @@ def read_verified(path: Path) -> bytes | None:
     return data if recorded == _hash_line(data) else None
 
 
+LOAD_CHECKED = b"load-checked"
+"""The sidecar's mark that the library passed :func:`load_problem` before it was stored (a sidecar of an
+earlier version, without it, is not trusted: its library is compiled and checked again)."""
+
+
 def _hash_line(data: bytes) -> bytes:
-    """The sidecar's exact content for library ``data``: its SHA-256 in hex and a newline."""
-    return hashlib.sha256(data).hexdigest().encode() + b"\n"
+    """The sidecar's exact content for library ``data``: its SHA-256 in hex, :data:`LOAD_CHECKED` and a newline."""
+    return hashlib.sha256(data).hexdigest().encode() + b" " + LOAD_CHECKED + b"\n"
 
 
 def store(path: Path, data: bytes) -> None:
     """Keep the library ``data`` at ``path``: the library first, then its sidecar, each written atomically.
 
-    A reader that finds the library but an older or missing sidecar compiles again, so no order of
-    concurrent writers lets an unverified file be loaded.  Raises OSError where the folder is unusable.
+    Called only for a library that passed :func:`load_problem`: the sidecar says so.  A reader that
+    finds the library but an older or missing sidecar compiles again, so no order of concurrent
+    writers lets an unverified file be loaded.  Raises OSError where the folder is unusable.
     """
     atomic_write_bytes(path, data)
     atomic_write_bytes(sidecar(path), _hash_line(data))
+
+
+@contextlib.contextmanager
+def _private_copy(data: bytes) -> Iterator[str]:
+    """The library ``data`` in a private temporary file (its path), deleted when the block ends."""
+    fd, tmp = tempfile.mkstemp(prefix="icrl_gym-relu_decode-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        yield tmp
+    finally:
+        os.unlink(tmp)
+
+
+LOAD_CHECK = """
+import ctypes, sys
+for runtime in sys.argv[2:]:
+    try:
+        ctypes.CDLL(runtime, mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        pass
+lib = ctypes.CDLL(sys.argv[1])
+lib.icrl_relu_decode_lane.restype = ctypes.c_int
+lane = lib.icrl_relu_decode_lane()
+if not 1 <= lane <= 4096:
+    sys.exit(f"icrl_relu_decode_lane() returned {lane}")
+fn = lib.icrl_relu_decode
+fn.restype = None
+fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_int]
+for hs in (8, 5):
+    q, k, v, y = ((ctypes.c_float * (hs * lane))() for _ in range(4))
+    fn(q, k, v, y, 1, 1, 1, 1, hs, 1, 1)
+print(lane)
+"""
+"""The child of :func:`load_problem`: load the OpenMP runtimes named after the library (as this process
+has them loaded), then the library, and call both entry points on one block of zeros (head sizes 8 and 5,
+the kernel's two loops)."""
+
+
+def _openmp_runtimes() -> list[str]:
+    """The OpenMP runtimes this process has loaded (torch's ``libgomp``): the library resolves its own to them.
+
+    Read from ``/proc/self/maps`` (Linux); elsewhere none, and the child's loader finds the system's.
+    """
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {fields[-1] for fields in map(str.split, fh) if len(fields) >= 6}  # the mapped file, if any
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.startswith("/") and Path(p).name.startswith(("libgomp", "libomp", "libiomp")))
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def load_problem(data: bytes) -> str | None:
+    """Why the library ``data`` is unsafe to load here, found by loading and calling it in a child process first.
+
+    None where the child loaded it and called its entry points.  A compiler that exits 0 after
+    writing half a library (a full disk, a killed linker, a broken wrapper) leaves a file whose
+    segments reach past its end: loading it kills the process with SIGBUS, which no exception
+    handler can catch, so that process must be a child.
+    """
+    with _private_copy(data) as tmp:
+        cmd = [sys.executable, "-I", "-c", LOAD_CHECK, tmp, *_openmp_runtimes()]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=LOAD_CHECK_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"could not be checked in a child process ({type(exc).__name__}: {exc})"
+    if done.returncode < 0:
+        return (
+            f"killed the child process that loaded it ({_signal_name(-done.returncode)}): "
+            f"a truncated or damaged library ({len(data):,} bytes)"
+        )
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return f"failed to load in a child process (exit {done.returncode}): {lines[-1] if lines else 'no message'}"
+    return None
 
 
 def _load(data: bytes, path: Path, openmp: bool) -> ReluDecodeKernel:
     """Load the library ``data`` from a private copy (OSError if it is not one, AttributeError if it lacks the kernel).
 
     The copy, deleted once loaded (the mapping stays), makes what is loaded exactly what was verified,
-    whatever happens to the cached file meanwhile.
+    whatever happens to the cached file meanwhile.  ``data`` must have passed :func:`load_problem`
+    (directly, or as the verified bytes of a stored library).
     """
-    fd, tmp = tempfile.mkstemp(prefix="icrl_gym-relu_decode-", suffix=".so")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+    with _private_copy(data) as tmp:
         lib = ctypes.CDLL(tmp)
-    finally:
-        os.unlink(tmp)
     fn = lib.icrl_relu_decode
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_int]
@@ -271,9 +366,10 @@ def build(directory: Path | None = None) -> ReluDecodeKernel:
     """Compile (or reuse) and load the kernel; RuntimeError naming every attempt if none works.
 
     A library in ``directory`` under the hash of (source, flags, compiler, processor) whose bytes
-    match its sidecar is loaded; any other file there is compiled again and replaced.  Where the
-    library cannot be stored there, the one compiled is used by this process only, after one
-    warning naming the cause.
+    match its sidecar is loaded; any other file there is compiled again and replaced.  A freshly
+    compiled library is loaded in a child process first (:func:`load_problem`): one that fails is
+    neither stored nor loaded, and the next flag set is tried.  Where the library cannot be stored,
+    the one compiled is used by this process only, after one warning naming the cause.
     """
     cc = find_compiler()
     if cc is None:
@@ -291,6 +387,13 @@ def build(directory: Path | None = None) -> ReluDecodeKernel:
         compiled = _compile(cc, flags)
         if isinstance(compiled, str):
             complaints.append(compiled)
+            continue
+        problem = load_problem(compiled)
+        if problem is not None:
+            complaints.append(
+                f"{cc} {' '.join(flags)}: the compiler reported success, but the library it wrote {problem}; "
+                "neither stored nor loaded"
+            )
             continue
         try:
             store(path, compiled)

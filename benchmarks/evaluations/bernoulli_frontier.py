@@ -37,6 +37,14 @@ weighting; the Monte-Carlo rows at K = 2, 5, 10, 20 with 1,000 runs: 3 min)::
 
     python -m benchmarks.evaluations.bernoulli_frontier --horizon 200 --out runs/bernoulli-frontier
     python -m benchmarks.evaluations.bernoulli_frontier --horizon 200 --searches 0 --monte-carlo-arms 2 5 20
+
+Before any table is built the command checks its arguments and ``--out``, and estimates the memory
+of the exact pass from K and T (:func:`exact_memory_bytes`: the count states of the last layer,
+C(T + 2K - 1, 2K - 1), times what each holds) and of the Monte-Carlo rows: beyond the limit
+(``--max-memory-gib``, else ``ICRL_GYM_MAX_MEMORY_GIB``, else 4 GiB) it refuses, naming the sizes.  At
+the default limit K = 2 reaches about T = 200 (with ``--model``), K = 3 about T = 40.  A folder that
+already holds the files this run would write (``frontier.csv`` and ``frontier.json``, or
+``uninformed.csv`` and ``uninformed.json``) is refused unless ``--overwrite`` is given.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from math import comb
+from math import comb, exp, lgamma
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +69,16 @@ from agents.bandit.bernoulli_bayes_optimal import (
     family_bayes_table,
     successors,
 )
+from benchmarks.command_checks import (
+    add_overwrite_flag,
+    check_out_folder,
+    check_outputs_free,
+    check_seed,
+    refuse_unless,
+)
 from benchmarks.experiments import BETA_PARAMS
 from icrl_gym.checkpoint import load_checkpoint, resolve_checkpoint
+from icrl_gym.envs.validation import GIB, MEMORY_ENV, max_memory_bytes
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
@@ -77,6 +93,76 @@ MONTE_CARLO_SEED = 31_000_000
 
 Policy = Callable[[int, np.ndarray], np.ndarray]
 """(layer n, states x (N, 2K) in rank order) -> action distribution (N, J, K), one per prior j."""
+
+EXACT_OUTPUTS = ("frontier.csv", "frontier.json")
+"""The files the exact pass writes to ``--out``."""
+MONTE_CARLO_OUTPUTS = ("uninformed.csv", "uninformed.json")
+"""The files the Monte-Carlo rows write to ``--out``."""
+
+
+def gittins_memory_bytes(horizon: int, tables: int) -> int:
+    """Memory of ``tables`` finite-horizon Gittins tables for T = ``horizon``, as the Gittins agent estimates it.
+
+    Each table keeps about (T + 2)^3 / 6 float32 indices; building one holds four float32 arrays
+    of 256 x (T + 2)^2 (the retirement grid) for a while, and the packed table twice.
+    """
+    n = horizon + 2
+    return tables * 4 * (n**3 // 6) + 4 * (4 * 256 * n * n + 2 * n**3 // 6)
+
+
+def exact_memory_bytes(num_arms: int, horizon: int, num_priors: int, policies: int) -> float:
+    """Estimated peak memory of the exact pass (:func:`frontier`) with ``policies`` policies valued at once.
+
+    The largest layer has C(T + 2K - 1, 2K - 1) count states.  For each of them and each of the J
+    priors every policy keeps its values (float64) and, while a layer is valued, its action values
+    and their product with its action distribution (K each), plus the arm means, the successors'
+    values and their ranks (about 2K + 2 more): 8 J (P (K + 2) + 2K + 2) bytes per state.  Measured
+    with tracemalloc at K = 2, T = 40..100 and K = 3, T = 16 (J = 16): 2,250 bytes per state with
+    P = 3, 2,720 with the model (P = 4), below this estimate (2,304 and 2,816).  The Gittins tables
+    of the J priors come on top (:func:`gittins_memory_bytes`).  The binomial is computed from
+    log-gamma (a float), so that an absurd size is estimated at once rather than counted exactly.
+    """
+    m = 2 * num_arms
+    log_states = lgamma(horizon + m) - lgamma(m) - lgamma(horizon + 1)
+    states = exp(min(log_states, 200.0))  # beyond any limit already
+    per_state = 8 * num_priors * (policies * (num_arms + 2) + 2 * num_arms + 2)
+    return states * per_state + gittins_memory_bytes(horizon, num_priors)
+
+
+def monte_carlo_memory_bytes(num_arms: int, horizon: int, num_priors: int, runs: int) -> int:
+    """Estimated peak memory of the Monte-Carlo rows (:func:`uninformed_regrets`) at K = ``num_arms``.
+
+    Per run: the uniform draws of every step (T float64) and, per arm, the counts, the means and the
+    J members' indices and posterior weights (about 4 J + 8 numbers); then the Gittins tables of the
+    J priors and of U[0, 1].
+    """
+    return 8 * runs * (horizon + num_arms * (4 * num_priors + 8)) + gittins_memory_bytes(horizon, num_priors + 1)
+
+
+def check_memory_of(args: argparse.Namespace, num_priors: int) -> None:
+    """Refuse a run whose exact pass or Monte-Carlo rows would exceed the memory limit (``ValueError``).
+
+    The limit is ``--max-memory-gib``, else ``ICRL_GYM_MAX_MEMORY_GIB``, else 4 GiB; the message names
+    the sizes, the estimate and both ways to raise it.
+    """
+    limit = max_memory_bytes(args.max_memory_gib)
+    parts = []
+    if args.exact:
+        policies = 3 + (args.model is not None)  # told Gittins, told DP, family-Bayes (and the model)
+        need = exact_memory_bytes(args.arms, args.horizon, num_priors, policies)
+        parts.append((f"the exact tables at --arms {args.arms} --horizon {args.horizon}", need))
+    for k in args.monte_carlo_arms:
+        need = monte_carlo_memory_bytes(k, args.horizon, num_priors, args.runs)
+        parts.append((f"the Monte-Carlo rows at K={k} --horizon {args.horizon} --runs {args.runs:,}", need))
+    for what, need in parts:
+        if need > limit:
+            gib = need / GIB
+            shown = f"{gib:,.2f}" if gib < 1e6 else f"{gib:.1e}"  # an absurd size in a readable form
+            raise ValueError(
+                f"{what} need about {shown} GiB (estimate), above the limit of {limit / GIB:g} GiB; "
+                f"use a smaller --horizon, --arms or --runs, or raise the limit with --max-memory-gib "
+                f"(or {MEMORY_ENV})"
+            )
 
 
 def expected_best_mean(a: float, b: float, num_arms: int) -> float:
@@ -339,6 +425,17 @@ def uninformed_regrets(
     return rows
 
 
+def _check_limit(gib: float | None) -> None:
+    """Refuse a ``--max-memory-gib`` that is no positive finite number (``ValueError`` naming the flag).
+
+    Without the flag the limit of ``ICRL_GYM_MAX_MEMORY_GIB`` is checked, and its own error names that variable.
+    """
+    try:
+        max_memory_bytes(gib)
+    except ValueError as err:
+        raise ValueError(str(err) if gib is None else f"--max-memory-gib {gib}: {err}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -352,17 +449,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=MONTE_CARLO_SEED, help="seed of the Monte-Carlo rows")
     parser.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True, help="the exact K-arm table")
     parser.add_argument("--model", default=None, help="a Bernoulli generalist to evaluate exactly (name or path)")
+    parser.add_argument(
+        "--max-memory-gib",
+        type=float,
+        default=None,
+        help=f"memory limit of the exact tables and the Monte-Carlo rows (default: ${MEMORY_ENV}, else 4)",
+    )
+    add_overwrite_flag(parser)
     args = parser.parse_args(argv)
     if args.arms < 2 or args.horizon < 1 or args.searches < 0 or args.runs < 2:
         parser.error("--arms >= 2, --horizon >= 1, --searches >= 0 and --runs >= 2 are needed")
     if any(k < 2 for k in args.monte_carlo_arms):
         parser.error(f"--monte-carlo-arms takes K >= 2, got {args.monte_carlo_arms}")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    outputs = [*(MONTE_CARLO_OUTPUTS if args.monte_carlo_arms else ()), *(EXACT_OUTPUTS if args.exact else ())]
+    refuse_unless(
+        parser,
+        lambda: check_seed(args.seed),
+        lambda: _check_limit(args.max_memory_gib),
+        lambda: check_memory_of(args, len(BETA_GRID)),
+        lambda: check_out_folder(out),
+        lambda: check_outputs_free(out, outputs, args.overwrite),
+    )
     model = None
     if args.model is not None:
-        model, _ = load_checkpoint(resolve_checkpoint(args.model), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+        try:
+            model, _ = load_checkpoint(resolve_checkpoint(args.model), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+        except ValueError as err:  # a CheckpointError: missing, damaged or not a Bernoulli generalist
+            parser.error(f"--model {args.model}: {err}")
         model.eval()
+    out.mkdir(parents=True, exist_ok=True)
     if args.monte_carlo_arms:
         start = time.perf_counter()
         mc = [

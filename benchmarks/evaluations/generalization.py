@@ -176,7 +176,10 @@ class CellResult:
         return {name: tail_stats(r, ref) for name, r in self.totals.items() if r is not None}
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Mean +- s.e., paired difference to the best reference +- s.e., ratio to it, and the tails, per row."""
+        """Mean +- s.e., paired difference to the best reference +- s.e., ratio to it, and the tails, per row.
+
+        The ratio is NaN where the best reference has no regret (as the tails' p99 ratio), not a division by zero.
+        """
         best = self.best_reference()
         ref = self.totals[best]
         assert ref is not None
@@ -188,11 +191,13 @@ class CellResult:
                 continue
             diff = mean_se(r - ref)
             total = mean_se(r)
+            best_mean = float(ref.mean())
             out[name] = {
                 **total,
                 "diff_to_best": diff["mean"],
                 "diff_se": diff["se"],
-                "ratio_to_best": total["mean"] / float(ref.mean()),
+                # no ratio to a best reference without regret (a short run whose every draw went right)
+                "ratio_to_best": total["mean"] / best_mean if best_mean != 0 else float("nan"),
                 **tails[name],
                 "best_reference": best,
                 "status": "ok",

@@ -9,7 +9,9 @@ next to PSRL, on random MDPs of the training prior's defaults, every row of a ce
 instances with the same noise (common random numbers), and writes ``deployment.csv`` (mean regret,
 standard error, ratio to PSRL; the tails: the 99th percentile of per-run regret, its ratio to
 PSRL's, and the fraction of runs with more than 3x PSRL's regret on the same instance and more than
-20) and ``config.json`` to ``--out``.
+20) and ``config.json`` to ``--out``.  Every argument (the cells' sizes, the runs' memory, the seed,
+the checkpoint, ``--out``) is checked before the first cell is played, and a folder that already
+holds these two files of an earlier run is refused unless ``--overwrite`` is given.
 
 The default seed, 5e7, is neither a training seed (small integers) nor the ``mdp-generalization``
 grid's evaluation seed (4e7): the schedule's parameters were chosen on it, and the grid checks them
@@ -26,10 +28,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evaluations.generalization import failure_fraction, regret_quantile, total_regret
+from benchmarks.command_checks import (
+    add_overwrite_flag,
+    check_out_folder,
+    check_outputs_free,
+    check_seed,
+    refuse_unless,
+)
+from benchmarks.evaluations.generalization import failure_fraction, model_available, regret_quantile, total_regret
 from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import mdp_generalist
 from icrl_gym.envs import MDPSpec
+from icrl_gym.envs.validation import check_memory
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 DEPLOYMENTS: dict[str, dict[str, Any]] = {
@@ -52,6 +62,23 @@ CELLS = (
 """S,A,H,K of the cells the default schedule was chosen on (the command line's form)."""
 
 SEED = 50_000_000
+
+OUTPUTS = ("deployment.csv", "config.json")
+"""The files a run writes to ``--out`` (a second run into the same folder needs ``--overwrite``)."""
+
+
+def check_cells(cells: tuple[tuple[int, int, int, int], ...], runs: int) -> None:
+    """Refuse a cell that is no MDP size, or whose ``runs`` instances exceed the memory limit (``ValueError``).
+
+    The same checks the rollout of the cell would make, made for every cell before the first is
+    played, so that a bad last cell does not cost the time of the others.
+    """
+    for S, A, H, K in cells:
+        try:
+            spec = MDPSpec(num_states=S, num_actions=A, horizon=H, episodes=K)
+        except ValueError as err:
+            raise ValueError(f"--cells {S},{A},{H},{K} is no MDP size: {err}") from None
+        check_memory(spec.memory_bytes(runs), f"--runs {runs:,} in the cell --cells {S},{A},{H},{K}")
 
 
 def play_deployments(
@@ -90,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--checkpoint", default=None, help="an MDP generalist checkpoint (default: the shipped one)")
     parser.add_argument("--out", default="runs/mdp-deployment")
+    add_overwrite_flag(parser)
     args = parser.parse_args(argv)
     try:
         cells = tuple((int(S), int(A), int(H), int(K)) for S, A, H, K in (cell.split(",") for cell in args.cells))
@@ -97,9 +125,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--cells takes S,A,H,K (four integers each), got {args.cells}")
     if args.runs < 2:
         parser.error(f"--runs must be >= 2 (the standard error needs two), got {args.runs}")
+    if args.checkpoint is not None and not model_available(args.checkpoint):
+        parser.error(f"--checkpoint {args.checkpoint}: no such checkpoint (a path or a shipped name)")
+    out = Path(args.out)
+    refuse_unless(
+        parser,
+        lambda: check_seed(args.seed),
+        lambda: check_cells(cells, args.runs),
+        lambda: check_out_folder(out),
+        lambda: check_outputs_free(out, OUTPUTS, args.overwrite),
+    )
     start = time.perf_counter()
     rows = play_deployments(cells, args.runs, args.seed, args.checkpoint)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_csv(out / "deployment.csv", rows, list(rows[0]))
     config = {

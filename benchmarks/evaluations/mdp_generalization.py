@@ -26,7 +26,9 @@ Outputs in ``<out>/mdp-generalization/``: ``cells.csv``, ``checks.csv`` (the acc
 ``summary.md``, ``heatmap-psrl.png`` and ``heatmap-bayes-dpt.png`` (the model's ratios, cells beyond
 the range hatched) and ``config.json``.  Every finished row is written at once under ``cells/`` with
 what made it (environment, agent, runs, seed, the model's weights' sha256), so a stopped grid
-resumes, and a new checkpoint re-runs only the model's rows.  Run as::
+resumes, and a new checkpoint re-runs only the model's rows (a second run into the same ``--out`` keeps
+every row it stored).  The command line checks its arguments (``--seed``, ``--shard``, ``--device``,
+the runs' memory in every cell, ``--out``) before the first cell is played.  Run as::
 
     OMP_NUM_THREADS=1 python -m benchmarks.evaluations.mdp_generalization --checkpoint CKPT --cells fixed dark
 """
@@ -43,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.command_checks import check_out_folder, check_seed, refuse_unless
 from benchmarks.evaluations.generalization import (
     MODEL,
     Cell,
@@ -62,6 +65,7 @@ from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import MDP_GENERALIZATION, MDPGridExperiment
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import MDPKind, MDPSpec, dark_room_spec
+from icrl_gym.envs.validation import check_memory
 from icrl_gym.utils.device import resolve_device
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
@@ -358,6 +362,25 @@ def run_mdp_generalization(
     return results
 
 
+def check_cells_memory(exp: MDPGridExperiment, groups: tuple[str, ...], runs: int) -> None:
+    """Refuse ``runs`` whose batch of instances exceeds the memory limit in any cell of ``groups`` (``ValueError``).
+
+    The check every cell's rollout makes, made for all of them before the first is played.
+    """
+    for cell in mdp_cells(exp, groups):
+        spec = cell.spec
+        assert isinstance(spec, MDPSpec)
+        check_memory(spec.memory_bytes(cell_runs(exp, cell, runs)), f"--runs {runs:,} in the cell {cell.label}")
+
+
+def _check_device(device: str) -> None:
+    """Refuse a ``--device`` the model could not play on (``ValueError`` naming the flag and the value)."""
+    try:
+        resolve_device(device)
+    except ValueError as err:
+        raise ValueError(f"--device {device!r}: {err}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -388,9 +411,21 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--shard must be I/N with integers, got {args.shard!r}")
     if args.runs < 2:
         parser.error(f"--runs must be >= 2 (the standard error needs two), got {args.runs}")
+    if not 0 <= index < count:
+        parser.error(f"--shard must be I/N with 0 <= I < N, got {args.shard!r}")
+    if args.model_only and args.references_only:
+        parser.error("--model-only and --references-only exclude each other: nothing would be played")
+    out = Path(args.out)
+    refuse_unless(
+        parser,
+        lambda: check_seed(args.seed),
+        lambda: None if args.references_only else _check_device(args.device),
+        lambda: check_cells_memory(exp, tuple(args.cells), args.runs),
+        lambda: check_out_folder(out),
+    )
     run_mdp_generalization(
         exp,
-        Path(args.out),
+        out,
         args.runs,
         args.seed,
         args.checkpoint or None,

@@ -83,6 +83,7 @@ from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
+from icrl_gym.utils.cli import doc_parser
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 BETA_GRID = tuple((a, b) for a in BETA_PARAMS for b in BETA_PARAMS)
@@ -438,7 +439,7 @@ def _check_limit(gib: float | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line (module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(__doc__)
     parser.add_argument("--arms", type=int, default=2, help="K (the state space grows like T^(2K))")
     parser.add_argument("--horizon", type=int, default=200)
     parser.add_argument("--searches", type=int, default=3, help="certificate passes after the uniform one")

@@ -22,7 +22,6 @@ on other instances.  The default cells are the 13 the schedule was chosen on::
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments import mdp_generalist
 from icrl_gym.envs import MDPSpec
 from icrl_gym.envs.validation import check_memory
+from icrl_gym.utils.cli import doc_parser
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 DEPLOYMENTS: dict[str, dict[str, Any]] = {
@@ -111,7 +111,7 @@ def play_deployments(
 
 def main(argv: list[str] | None = None) -> None:
     """Command line (module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(__doc__)
     parser.add_argument("--cells", nargs="+", default=CELLS, help="S,A,H,K each")
     parser.add_argument("--runs", type=int, default=200, help="instances per cell")
     parser.add_argument("--seed", type=int, default=SEED)

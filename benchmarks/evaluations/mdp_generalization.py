@@ -35,7 +35,6 @@ the runs' memory in every cell, ``--out``) before the first cell is played.  Run
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable
@@ -66,6 +65,7 @@ from benchmarks.experiments import MDP_GENERALIZATION, MDPGridExperiment
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import MDPKind, MDPSpec, dark_room_spec
 from icrl_gym.envs.validation import check_memory
+from icrl_gym.utils.cli import doc_parser
 from icrl_gym.utils.device import resolve_device
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
@@ -383,7 +383,7 @@ def _check_device(device: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line (module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = doc_parser(__doc__)
     exp = MDP_GENERALIZATION
     parser.add_argument(
         "--checkpoint", default="", help=f"an MDP generalist checkpoint (default: {exp.model['checkpoint']})"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.harness import main
+from benchmarks.harness.cli import main
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from benchmarks.experiments import EXPERIMENTS, LEARNED, Experiment
+from benchmarks.experiments.rows import LEARNED
+from benchmarks.experiments.suite.cells import EXPERIMENTS, Experiment
 from icrl_gym.envs import BanditPrior, BanditReward, BanditSpec, MDPKind, MDPSpec
 from icrl_gym.utils.fileio import atomic_write
 

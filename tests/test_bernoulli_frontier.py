@@ -18,7 +18,7 @@ from agents.bandit.bernoulli_bayes_optimal import (
     bayes_optimal_table,
     family_bayes_table,
 )
-from benchmarks.evaluations.bernoulli_frontier import (
+from benchmarks.experiments.bernoulli_frontier.run import (
     Policy,
     expected_best_mean,
     frontier,

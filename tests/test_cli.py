@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from benchmarks import harness
+from benchmarks.harness import cli, config
 from icrl_gym.models.meta_policy import MetaRLConfig
 from icrl_gym.training import finetune, meta_rl, pretrain
 from icrl_gym.training.finetune import FinetuneConfig
@@ -17,7 +17,7 @@ ENTRY_POINTS = [  # (module, its config class)
     (finetune, FinetuneConfig),
     (meta_rl, MetaRLConfig),
 ]
-CONFIGS = [cls for _, cls in ENTRY_POINTS] + [harness.BenchConfig]
+CONFIGS = [cls for _, cls in ENTRY_POINTS] + [config.BenchConfig]
 
 
 def parse(cls, argv):
@@ -138,7 +138,7 @@ def test_field_docs_reads_the_source():
     assert field_docs(PretrainConfig)["steps"] == "Optimiser steps (the cosine schedule spans them)."
     # a docstring over several lines reads as one paragraph
     assert field_docs(MetaRLConfig)["gamma"].startswith("Discount. 1 is the regret's own objective, but PPO's regret")
-    assert field_docs(harness.BenchConfig)["list"] == "List the experiments and exit."
+    assert field_docs(config.BenchConfig)["list"] == "List the experiments and exit."
 
 
 @pytest.mark.parametrize("module, cls", ENTRY_POINTS)
@@ -156,12 +156,12 @@ def test_help_lists_every_field_with_type_default_and_docstring(capsys, module, 
 
 def test_harness_help_is_the_field_docstrings(capsys):
     with pytest.raises(SystemExit):
-        harness.parse_args(["--help"])
+        cli.parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for name, doc in field_docs(harness.BenchConfig).items():
+    for name, doc in field_docs(config.BenchConfig).items():
         assert "--" + name.replace("_", "-") in text and plain_text(doc) in text
     assert "The results do not depend on it." in text  # what --threads does, not a measurement that ages
-    assert harness.parse_args([]).threads == 1
+    assert cli.parse_args([]).threads == 1
 
 
 @pytest.mark.parametrize(
@@ -175,12 +175,12 @@ def test_harness_help_is_the_field_docstrings(capsys):
     ],
 )
 def test_harness_errors(capsys, argv, expected):
-    err = exit_message(capsys, lambda: harness.main(argv))
+    err = exit_message(capsys, lambda: cli.main(argv))
     assert all(part in err for part in expected), err
 
 
 def test_harness_plot_only_needs_saved_results(capsys, tmp_path):
-    err = exit_message(capsys, lambda: harness.main(["--plot-only", "--out", str(tmp_path)]))
+    err = exit_message(capsys, lambda: cli.main(["--plot-only", "--out", str(tmp_path)]))
     assert f"--plot-only re-draws saved results, but {tmp_path} has no regret.csv or config.json" in err
 
 

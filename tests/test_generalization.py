@@ -10,20 +10,12 @@ import torch
 
 import icrl_gym.estimators.gittins
 from agents import make_agent
-from benchmarks.evaluations.generalization import (
-    MODEL,
-    CellResult,
-    _reference_specs,
-    checks,
-    failure_fraction,
-    grid_cells,
-    regret_quantile,
-    run_generalization,
-    tail_stats,
-    total_regret,
-)
-from benchmarks.experiments import GENERALIZATION
-from benchmarks.harness import main, parse_args
+from benchmarks.experiments.generalization.cells import GENERALIZATION, grid_cells
+from benchmarks.experiments.generalization.checks import checks
+from benchmarks.experiments.generalization.run import _reference_specs, run_generalization
+from benchmarks.experiments.grid.cells import MODEL, CellResult, failure_fraction, regret_quantile, tail_stats
+from benchmarks.experiments.grid.run import total_regret
+from benchmarks.harness.cli import main, parse_args
 from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.envs import ActionSet, BanditArms, BanditPrior, BanditReward, BernoulliBanditVectorEnv
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
@@ -170,10 +162,11 @@ def test_harness_lists_and_parses_the_mdp_grid_experiment(capsys):
 
 def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypatch):
     """A grid stopped after its second cell reruns only the cells after it; the tables equal an uninterrupted run."""
-    import benchmarks.evaluations.generalization as gen
+    from benchmarks.experiments.generalization import run as gen
+    from benchmarks.experiments.grid import run as grid_run
 
     full = run_generalization(TINY, tmp_path / "full", runs=6, seed=1, checkpoint=checkpoint)
-    real = gen.evaluate_regret
+    real = grid_run.evaluate_regret
     calls = {"n": 0}
 
     def stop_after_two_cells(*args, **kwargs):
@@ -183,7 +176,7 @@ def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypa
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gen, "evaluate_regret", stop_after_two_cells)
+    monkeypatch.setattr(grid_run, "evaluate_regret", stop_after_two_cells)
     with pytest.raises(KeyboardInterrupt):
         run_generalization(TINY, tmp_path / "stopped", runs=6, seed=1, checkpoint=checkpoint)
     stored = list((tmp_path / "stopped" / TINY.name / "cells").glob("*/*.json"))
@@ -195,7 +188,7 @@ def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypa
         counted["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gen, "evaluate_regret", count)
+    monkeypatch.setattr(grid_run, "evaluate_regret", count)
     (tmp_path / "stopped").rename(tmp_path / "moved")  # a moved results folder resumes too
     resumed = run_generalization(TINY, tmp_path / "moved", runs=6, seed=1, checkpoint=checkpoint)
     rows_done = sum(len(r.totals) for r in full[:2])
@@ -212,19 +205,21 @@ def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypa
 
 def test_new_model_reruns_only_its_own_rows(checkpoint, tmp_path, monkeypatch):
     """Rows are stored one by one: other weights (another model_id) re-run the model row, not the references."""
-    import benchmarks.evaluations.generalization as gen
+    from benchmarks.experiments.generalization import cells as gen_cells
+    from benchmarks.experiments.generalization import run as gen
+    from benchmarks.experiments.grid import run as grid_run
 
-    cell = gen.bernoulli_cells(TINY)[0]
+    cell = gen_cells.bernoulli_cells(TINY)[0]
     model = {**TINY.bernoulli_model, "checkpoint": checkpoint}
     store = tmp_path / "cells"
     first = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
-    real, calls = gen.evaluate_regret, []
+    real, calls = grid_run.evaluate_regret, []
 
     def count(spec, agent, *args, **kwargs):
         calls.append(agent.name)
         return real(spec, agent, *args, **kwargs)
 
-    monkeypatch.setattr(gen, "evaluate_regret", count)
+    monkeypatch.setattr(grid_run, "evaluate_regret", count)
     again = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
     assert calls == []  # everything reused
     moved = gen.run_cell(TINY, cell, {**model, "checkpoint": "elsewhere"}, 6, 1, tmp_path, store, model_id="weights-a")
@@ -248,19 +243,21 @@ def test_missing_model_file_is_an_error_not_a_size_limit(checkpoint, tmp_path):
     """A model whose files vanish mid-grid raises CheckpointError; it is not stored as an n/a row."""
     import shutil
 
-    import benchmarks.evaluations.generalization as gen
+    from benchmarks.experiments.generalization import cells as gen_cells
+    from benchmarks.experiments.generalization import run as gen
+    from benchmarks.experiments.grid import run as grid_run
     from icrl_gym.checkpoint import CheckpointError, checkpoint_files
 
     copy = tmp_path / "copy"
     for f in checkpoint_files(checkpoint):
         shutil.copy(f, copy.with_suffix(f.suffix))
-    cell = gen.bernoulli_cells(TINY)[0]
+    cell = gen_cells.bernoulli_cells(TINY)[0]
     model = {**TINY.bernoulli_model, "checkpoint": str(copy)}
     copy.with_suffix(".safetensors").unlink()
     store = tmp_path / "cells"
     with pytest.raises(CheckpointError, match="does not exist"):
         gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
-    assert not list(store.glob(f"*/{gen._slug(gen.MODEL)}.json"))
+    assert not list(store.glob(f"*/{grid_run._slug(MODEL)}.json"))
 
 
 def test_tail_statistics_equal_a_plain_loop():

@@ -4,8 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.experiments import Experiment
-from benchmarks.harness import main, read_csv, run_experiment
+from benchmarks.experiments.suite.cells import Experiment
+from benchmarks.experiments.suite.checks import read_csv
+from benchmarks.experiments.suite.run import run_experiment
+from benchmarks.harness.cli import main
 from icrl_gym.envs import bernoulli_bandit_spec
 
 

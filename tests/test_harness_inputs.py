@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.experiments import EXPERIMENTS
-from benchmarks.harness import main, parse_args, run_memory_bytes
+from benchmarks.experiments.suite.cells import EXPERIMENTS
+from benchmarks.experiments.suite.run import run_memory_bytes
+from benchmarks.harness.cli import main, parse_args
 from benchmarks.plots import plot_files
 
 EXPERIMENT = "generalist-bernoulli-k10-t100"

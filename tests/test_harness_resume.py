@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import benchmarks.harness as harness
-from benchmarks.experiments import EXPERIMENTS
+from benchmarks.experiments.suite.cells import EXPERIMENTS
+from benchmarks.harness import cli, report, runner, store
 from benchmarks.plots import plot_files
 from icrl_gym.checkpoint import PRETRAINED_DIR
 
@@ -34,13 +34,13 @@ def argv(out: Path, experiments: str = f"{FIRST},{SECOND}", runs: int = 4, seed:
 def computed(monkeypatch) -> list[str]:
     """The names of the experiments the harness actually runs (not reuses), in order."""
     names: list[str] = []
-    real = harness.run_experiment
+    real = runner.run_experiment
 
     def counting(exp, *args, **kwargs):
         names.append(exp.name)
         return real(exp, *args, **kwargs)
 
-    monkeypatch.setattr(harness, "run_experiment", counting)
+    monkeypatch.setattr(runner, "run_experiment", counting)
     return names
 
 
@@ -48,15 +48,15 @@ def computed(monkeypatch) -> list[str]:
 def full(tmp_path_factory) -> Path:
     """An uninterrupted run of both experiments."""
     out = tmp_path_factory.mktemp("full")
-    harness.main(argv(out))
+    cli.main(argv(out))
     return out
 
 
 KILLER = """
 import os, signal, sys
-import benchmarks.harness as harness
+from benchmarks.harness import cli, runner
 
-real = harness.run_experiment
+real = runner.run_experiment
 
 
 def run(exp, runs, seed, device, checkpoints=None, progress=None):
@@ -69,8 +69,8 @@ def run(exp, runs, seed, device, checkpoints=None, progress=None):
     return real(exp, runs, seed, device, checkpoints, kill)
 
 
-harness.run_experiment = run
-harness.main(sys.argv[2:])
+runner.run_experiment = run
+cli.main(sys.argv[2:])
 """
 
 
@@ -82,42 +82,42 @@ def test_killed_run_resumes_to_the_same_csv(full, tmp_path, computed, capsys):
         [sys.executable, "-c", KILLER, SECOND, *argv(out)], cwd=ROOT, env=env, capture_output=True, timeout=600
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    stored = sorted(p.name for p in (out / harness.STORE).iterdir())
+    stored = sorted(p.name for p in (out / store.STORE).iterdir())
     assert stored == [f"{FIRST}.json"]  # the finished experiment, and no temporary file
     assert not (out / "regret.csv").exists()
-    first_bytes = (out / harness.STORE / f"{FIRST}.json").read_bytes()
+    first_bytes = (out / store.STORE / f"{FIRST}.json").read_bytes()
 
-    harness.main(argv(out))
+    cli.main(argv(out))
     assert computed == [SECOND]  # the finished experiment was reused, not recomputed
     assert f"{FIRST}: reused the stored result" in capsys.readouterr().err
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
-    assert (out / harness.STORE / f"{FIRST}.json").read_bytes() == first_bytes
+    assert (out / store.STORE / f"{FIRST}.json").read_bytes() == first_bytes
     assert json.loads((out / "config.json").read_text())["reused"] == [FIRST]
 
 
 def test_same_command_reuses_everything(full, computed):
     before = (full / "regret.csv").read_bytes()
-    harness.main(argv(full))
+    cli.main(argv(full))
     assert computed == []
     assert (full / "regret.csv").read_bytes() == before
 
 
 def test_rerun_flag_ignores_stored_results(tmp_path, computed):
-    harness.main(argv(tmp_path, FIRST))
-    harness.main([*argv(tmp_path, FIRST), "--rerun"])
+    cli.main(argv(tmp_path, FIRST))
+    cli.main([*argv(tmp_path, FIRST), "--rerun"])
     assert computed == [FIRST, FIRST]
 
 
 @pytest.mark.parametrize(("change", "field"), [({"runs": 5}, "runs"), ({"seed": 2}, "seed")])
 def test_changed_runs_or_seed_reruns(tmp_path, computed, capsys, change, field):
-    harness.main(argv(tmp_path, FIRST))
-    harness.main(argv(tmp_path, FIRST, **change))
+    cli.main(argv(tmp_path, FIRST))
+    cli.main(argv(tmp_path, FIRST, **change))
     assert computed == [FIRST, FIRST]
     assert f"differs in {field}" in capsys.readouterr().err
-    stored = json.loads((tmp_path / harness.STORE / f"{FIRST}.json").read_text())
+    stored = json.loads((tmp_path / store.STORE / f"{FIRST}.json").read_text())
     assert stored["key"][field] == change[field]  # the stale stored result was replaced
     # the resumed folder's CSV is that of a fresh run with the new setting
-    harness.main(argv(tmp_path / "fresh", FIRST, **change))
+    cli.main(argv(tmp_path / "fresh", FIRST, **change))
     assert (tmp_path / "regret.csv").read_bytes() == (tmp_path / "fresh" / "regret.csv").read_bytes()
 
 
@@ -127,24 +127,24 @@ def test_key_names_checkpoints_by_content(tmp_path):
     name = exp.algorithms["TF (AD LinUCB)"]["checkpoint"]
     for suffix in (".safetensors", ".json"):
         shutil.copyfile(PRETRAINED_DIR / f"{name}{suffix}", tmp_path / f"copy{suffix}")
-    shipped = harness.experiment_key(exp, 4, 1, "cpu")
-    copy = harness.experiment_key(exp, 4, 1, "cpu", {name: str(tmp_path / "copy")})
+    shipped = store.experiment_key(exp, 4, 1, "cpu")
+    copy = store.experiment_key(exp, 4, 1, "cpu", {name: str(tmp_path / "copy")})
     assert copy == shipped
     assert shipped["rows"]["TF (AD LinUCB)"]["weights_sha256"] is not None
     for suffix in (".json", ".safetensors"):
         with open(tmp_path / f"copy{suffix}", "ab") as fh:
             fh.write(b" ")
-        changed = harness.experiment_key(exp, 4, 1, "cpu", {name: str(tmp_path / "copy")})
+        changed = store.experiment_key(exp, 4, 1, "cpu", {name: str(tmp_path / "copy")})
         assert changed["rows"]["TF (AD LinUCB)"] != shipped["rows"]["TF (AD LinUCB)"]
         assert changed["rows"]["LinUCB"] == shipped["rows"]["LinUCB"]
-    assert harness.experiment_key(exp, 4, 1, "cuda") != shipped  # the device of the learned rows counts
+    assert store.experiment_key(exp, 4, 1, "cuda") != shipped  # the device of the learned rows counts
 
 
 def test_subset_run_removes_outputs_of_other_experiments(full, tmp_path, computed):
     out = tmp_path / "folder"
     shutil.copytree(full, out)
     (out / "notes.txt").write_text("mine")
-    harness.main(argv(out, SECOND))
+    cli.main(argv(out, SECOND))
     assert computed == []  # stored
     names = {p.name for p in out.iterdir()}
     assert names == {
@@ -153,14 +153,14 @@ def test_subset_run_removes_outputs_of_other_experiments(full, tmp_path, compute
         "config.json",
         "index.html",
         f"{SECOND}.png",
-        harness.STORE,
+        store.STORE,
         "notes.txt",
     }
     assert {row.split(",")[0] for row in (out / "regret.csv").read_text().splitlines()[1:]} == {SECOND}
     assert EXPERIMENTS[FIRST].title not in (out / "summary.md").read_text()
     assert list(json.loads((out / "config.json").read_text())["experiments_run"]) == [SECOND]
     # the other experiment's stored result stays, so naming it again reuses it
-    harness.main(argv(out, FIRST))
+    cli.main(argv(out, FIRST))
     assert computed == []
     assert f"{FIRST}.png" in {p.name for p in out.iterdir()} and not (out / f"{SECOND}.png").exists()
 
@@ -170,10 +170,10 @@ def test_remove_stale_outputs_touches_only_harness_outputs(tmp_path):
     every += [f"{name}.png" for name in EXPERIMENTS] + ["distribution-ratio-difference.png"]
     for name in every:
         (tmp_path / name).write_text("x")
-    (tmp_path / harness.STORE).mkdir()
+    (tmp_path / store.STORE).mkdir()
     keep = {"regret.csv", "summary.md", "config.json", "bernoulli-dpt.png"}
-    removed = harness.remove_stale_outputs(tmp_path, keep)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*keep, "notes.txt", harness.STORE])
+    removed = report.remove_stale_outputs(tmp_path, keep)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*keep, "notes.txt", store.STORE])
     assert set(removed) == set(every) - keep - {"notes.txt"}
     assert plot_files(EXPERIMENTS["distribution-ratio"]) == [
         "distribution-ratio.png",
@@ -197,7 +197,7 @@ def _other_rows(path: Path) -> None:
     """A consistent file (checksum updated) whose curves are not the experiment's rows."""
     data = json.loads(path.read_text())
     data["curves"].pop(next(iter(data["curves"])))
-    data["sha256"] = harness._digest(data["key"], data["curves"])
+    data["sha256"] = store._digest(data["key"], data["curves"])
     path.write_text(json.dumps(data))
 
 
@@ -205,9 +205,9 @@ def _other_rows(path: Path) -> None:
 def test_corrupt_stored_result_is_rerun_with_a_warning(full, tmp_path, computed, capsys, damage):
     out = tmp_path / "folder"
     shutil.copytree(full, out)
-    damage(out / harness.STORE / f"{FIRST}.json")
-    harness.main(argv(out))
+    damage(out / store.STORE / f"{FIRST}.json")
+    cli.main(argv(out))
     assert computed == [FIRST]  # never used: run again
     assert f"warning: {FIRST}: stored result not used" in capsys.readouterr().err
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
-    assert (out / harness.STORE / f"{FIRST}.json").read_bytes() == (full / harness.STORE / f"{FIRST}.json").read_bytes()
+    assert (out / store.STORE / f"{FIRST}.json").read_bytes() == (full / store.STORE / f"{FIRST}.json").read_bytes()

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.evaluations.generalization import FAMILIES
-from benchmarks.experiments import EXPERIMENTS, GRID_EXPERIMENTS, MDP_GRID_EXPERIMENTS
+from benchmarks.experiments.generalization.cells import FAMILIES, GRID_EXPERIMENTS
+from benchmarks.experiments.mdp_generalization.cells import MDP_GRID_EXPERIMENTS
+from benchmarks.experiments.suite.cells import EXPERIMENTS
 from icrl_gym.utils.cli import plain_text
 
 ROOT = Path(__file__).resolve().parents[1]

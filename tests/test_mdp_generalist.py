@@ -302,23 +302,25 @@ def test_the_agent_refuses_sizes_outside_the_playable_range(tmp_path):
 def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_model(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from benchmarks.evaluations import generalization
-    from benchmarks.evaluations import mdp_generalization as grid
-    from benchmarks.experiments import MDP_GENERALIZATION
+    from benchmarks.experiments.grid import run as grid_run
+    from benchmarks.experiments.grid.cells import MODEL
+    from benchmarks.experiments.mdp_generalization.cells import MDP_GENERALIZATION
+    from benchmarks.experiments.mdp_generalization.cli import main as grid_main
+    from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
 
     path, model = _saved(tmp_path)
     exp = replace(MDP_GENERALIZATION, fixed=(3, 2, 3, 2), rooms=((3, 4, 2),))
     out = tmp_path / "eval"
-    results = grid.run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
+    results = run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
     folder = out / exp.name
     fixed, room = results
-    assert fixed.totals[grid.MODEL].shape == (8,) and room.totals[grid.MODEL].shape == (4,)  # twice the runs
-    assert set(room.totals) == {grid.MODEL, *exp.room_references}
-    assert set(fixed.totals) == {grid.MODEL, *exp.references, *exp.fixed_references}
+    assert fixed.totals[MODEL].shape == (8,) and room.totals[MODEL].shape == (4,)  # twice the runs
+    assert set(room.totals) == {MODEL, *exp.room_references}
+    assert set(fixed.totals) == {MODEL, *exp.references, *exp.fixed_references}
     # the model's paired difference and ratio to PSRL, from the per-run regrets
     with open(folder / "cells.csv") as fh:
-        line = next(r for r in csv.DictReader(fh) if r["row"] == grid.MODEL and r["kind"] == "dark_room")
-    model_room, psrl_room = room.totals[grid.MODEL], room.totals["PSRL (DarkRoom prior)"]
+        line = next(r for r in csv.DictReader(fh) if r["row"] == MODEL and r["kind"] == "dark_room")
+    model_room, psrl_room = room.totals[MODEL], room.totals["PSRL (DarkRoom prior)"]
     assert float(line["diff_psrl"]) == pytest.approx((model_room - psrl_room).mean(), rel=1e-5)
     assert float(line["ratio_psrl"]) == pytest.approx(model_room.mean() / psrl_room.mean(), rel=1e-5)
     # tails against the best compared reference (lowest mean), recomputed by plain loops
@@ -340,41 +342,41 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     assert (folder / "heatmap-psrl.png").stat().st_size > 0 and (folder / "heatmap-bayes-dpt.png").exists()
     # a model-only process (beside one playing the references), here from the other end of the grid,
     # meets the same instances and noise
-    only = grid.run_mdp_generalization(
+    only = run_mdp_generalization(
         exp, tmp_path / "only", 4, checkpoint=str(path), groups=("fixed", "dark"), model_only=True, reverse=True
     )
-    assert [r.cell for r in only] == [room.cell, fixed.cell] and set(only[0].totals) == {grid.MODEL}
-    assert np.array_equal(only[0].totals[grid.MODEL], model_room)
+    assert [r.cell for r in only] == [room.cell, fixed.cell] and set(only[0].totals) == {MODEL}
+    assert np.array_equal(only[0].totals[MODEL], model_room)
     with open(tmp_path / "only" / exp.name / "cells.csv") as fh:  # no reference played: the p99 alone
         (alone,) = (r for r in csv.DictReader(fh) if r["kind"] == "dark_room")
     assert float(alone["p99"]) == pytest.approx(slow_quantile(model_room, 0.99), rel=1e-5)
     assert alone["failure_fraction"] == alone["best_reference"] == ""
 
     calls: list[str] = []
-    real = generalization.total_regret
+    real = grid_run.total_regret
 
     def counted(spec, agent, runs, seed):
         calls.append(agent["name"])
         return real(spec, agent, runs, seed)
 
-    monkeypatch.setattr(generalization, "total_regret", counted)
-    again = grid.run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
-    assert calls == [] and np.array_equal(again[0].totals[grid.MODEL], fixed.totals[grid.MODEL])
+    monkeypatch.setattr(grid_run, "total_regret", counted)
+    again = run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
+    assert calls == [] and np.array_equal(again[0].totals[MODEL], fixed.totals[MODEL])
     # new weights: only the model's rows run again
     with torch.no_grad():
         model.count_in.bias.add_(0.5)
     record = MDPGeneralistTrainConfig(model=TINY, max_states=6, dark_room_fraction=0.0).checkpoint_fields()
     other = save_checkpoint(tmp_path / "other", model, record, kind=CheckpointKind.MDP_GENERALIST)
-    grid.run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
+    run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
     assert calls == ["mdp_generalist", "mdp_generalist"]
     # the command line reaches every option: a second checkpoint, model only, re-plays only its row
     cli = ["--cells", "fixed", "--runs", "2", "--out", str(tmp_path / "cli")]
-    grid.main(["--checkpoint", str(path), *cli])
+    grid_main(["--checkpoint", str(path), *cli])
     before = len(calls)
-    grid.main(["--checkpoint", str(other), *cli, "--model-only", "--reverse"])
+    grid_main(["--checkpoint", str(other), *cli, "--model-only", "--reverse"])
     assert calls[before:] == ["mdp_generalist"]
     # stored rows only: nothing is played, and what is not stored is n/a
-    (fresh,) = grid.run_mdp_generalization(
+    (fresh,) = run_mdp_generalization(
         exp, tmp_path / "fresh", 4, checkpoint=str(path), groups=("dark",), stored_only=True
     )
     assert len(calls) == before + 1 and all(v is None for v in fresh.totals.values())
@@ -384,22 +386,25 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
 def test_shards_and_a_references_only_process_fill_one_store_that_a_stored_only_run_reads(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from benchmarks.evaluations import mdp_generalization as grid
-    from benchmarks.experiments import MDP_GENERALIZATION
+    from benchmarks.experiments.grid.cells import MODEL
+    from benchmarks.experiments.mdp_generalization import cli as grid_cli
+    from benchmarks.experiments.mdp_generalization.cells import MDP_GENERALIZATION
+    from benchmarks.experiments.mdp_generalization.cli import main as grid_main
+    from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
 
     path, _ = _saved(tmp_path)
     exp = replace(MDP_GENERALIZATION, fixed=(3, 2, 3, 2), rooms=((3, 4, 2),))
     groups = ("fixed", "dark")
-    whole = grid.run_mdp_generalization(exp, tmp_path / "whole", 4, checkpoint=str(path), groups=groups)
+    whole = run_mdp_generalization(exp, tmp_path / "whole", 4, checkpoint=str(path), groups=groups)
     shared = tmp_path / "shared"
-    first = grid.run_mdp_generalization(
+    first = run_mdp_generalization(
         exp, shared, 4, checkpoint=str(path), groups=groups, shard=(0, 2), references_only=True
     )
-    assert [r.cell for r in first] == [whole[0].cell] and grid.MODEL not in first[0].totals
-    second = grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(1, 2))
-    assert [r.cell for r in second] == [whole[1].cell] and grid.MODEL in second[0].totals
-    grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, model_only=True, device="cpu")
-    final = grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, stored_only=True)
+    assert [r.cell for r in first] == [whole[0].cell] and MODEL not in first[0].totals
+    second = run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(1, 2))
+    assert [r.cell for r in second] == [whole[1].cell] and MODEL in second[0].totals
+    run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, model_only=True, device="cpu")
+    final = run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, stored_only=True)
     for alone, pieced in zip(whole, final, strict=True):
         assert set(pieced.totals) == set(alone.totals)
         for label, totals in alone.totals.items():
@@ -407,16 +412,16 @@ def test_shards_and_a_references_only_process_fill_one_store_that_a_stored_only_
     row = json.loads(next((shared / exp.name / "cells").glob("*/generalist.json")).read_text())
     assert row["device"] == "cpu" and "device" not in row["key"]["agent"]
     with pytest.raises(ValueError, match="shard must be"):
-        grid.run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(2, 2))
+        run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(2, 2))
     with pytest.raises(ValueError, match="exclude each other"):
-        grid.run_mdp_generalization(exp, shared, 4, groups=groups, model_only=True, references_only=True)
+        run_mdp_generalization(exp, shared, 4, groups=groups, model_only=True, references_only=True)
     # the command line passes the shard, the rows and the device through, and refuses a malformed shard
     seen: dict = {}
-    monkeypatch.setattr(grid, "run_mdp_generalization", lambda *args, **kwargs: seen.update(kwargs))
-    grid.main(["--shard", "3/8", "--references-only", "--device", "auto", "--out", str(tmp_path / "cli")])
+    monkeypatch.setattr(grid_cli, "run_mdp_generalization", lambda *args, **kwargs: seen.update(kwargs))
+    grid_main(["--shard", "3/8", "--references-only", "--device", "auto", "--out", str(tmp_path / "cli")])
     assert seen["shard"] == (3, 8) and seen["references_only"] and seen["device"] == "auto"
     with pytest.raises(SystemExit):
-        grid.main(["--shard", "three"])
+        grid_main(["--shard", "three"])
 
 
 def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_samples_in_dark_rooms():
@@ -455,8 +460,10 @@ def _schedule(agent: MDPGeneralistAgent, spec: MDPSpec) -> list[float]:
 
 
 def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_on_the_same_instances(tmp_path):
-    from benchmarks.evaluations import mdp_deployment
-    from benchmarks.evaluations.generalization import total_regret
+    from benchmarks.experiments.grid.run import total_regret
+    from benchmarks.experiments.mdp_deployment import cells as deployment_cells
+    from benchmarks.experiments.mdp_deployment.cli import main as deployment_main
+    from benchmarks.experiments.mdp_deployment.run import play_deployments
 
     path, _ = _saved(tmp_path)
     agent = MDPGeneralistAgent(path, explore_temperature=0.5, explore_visits=0)
@@ -474,11 +481,11 @@ def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_o
         MDPGeneralistAgent(path, explore_visits=-1)
     # the sweep: every deployment equals a direct rollout of the agent with its keywords, on the same instances
     spec, runs, seed = MDPSpec(num_states=3, num_actions=2, horizon=3, episodes=4), 6, 11
-    rows = mdp_deployment.play_deployments(((3, 2, 3, 4),), runs, seed, str(path))
-    assert [r["row"] for r in rows] == ["PSRL", *mdp_deployment.DEPLOYMENTS]
+    rows = play_deployments(((3, 2, 3, 4),), runs, seed, str(path))
+    assert [r["row"] for r in rows] == ["PSRL", *deployment_cells.DEPLOYMENTS]
     psrl = total_regret(spec, {"name": "psrl"}, runs, seed)
     for row in rows[1:]:
-        keywords = mdp_deployment.DEPLOYMENTS[row["row"]]
+        keywords = deployment_cells.DEPLOYMENTS[row["row"]]
         direct = total_regret(spec, {"name": "mdp_generalist", "checkpoint": str(path), **keywords}, runs, seed)
         assert row["mean"] == pytest.approx(direct.mean()) and row["ratio_psrl"] == pytest.approx(
             direct.mean() / psrl.mean()
@@ -489,10 +496,10 @@ def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_o
     # temperature 0 for the whole run is the argmax, and the default schedule at T = 12 < 12 S A is too
     assert by_name["schedule (default)"] == pytest.approx(by_name["argmax"])
     assert by_name["0.3 then argmax"] == pytest.approx(by_name["argmax"])
-    mdp_deployment.main(["--cells", "3,2,3,4", "--runs", "3", "--checkpoint", str(path), "--out", str(tmp_path / "d")])
+    deployment_main(["--cells", "3,2,3,4", "--runs", "3", "--checkpoint", str(path), "--out", str(tmp_path / "d")])
     config = json.loads((tmp_path / "d" / "config.json").read_text())
     assert (
-        config["seed"] == mdp_deployment.SEED and (tmp_path / "d" / "deployment.csv").read_text().count("\n") == 10
+        config["seed"] == deployment_cells.SEED and (tmp_path / "d" / "deployment.csv").read_text().count("\n") == 10
     )  # header, PSRL, 8 deployments
     with pytest.raises(SystemExit):
-        mdp_deployment.main(["--cells", "3,2,3"])
+        deployment_main(["--cells", "3,2,3"])

@@ -12,7 +12,7 @@ import io
 import re
 import sys
 
-from benchmarks import harness
+from benchmarks.harness import cli
 from icrl_gym.utils import progress
 from icrl_gym.utils.fileio import RunLog
 
@@ -134,7 +134,7 @@ def test_run_log_echo_lands_above_a_training_bar(monkeypatch, tmp_path):
 def test_harness_progress_lines_never_collide_with_its_bar(monkeypatch, tmp_path):
     """A real run of the harness on a terminal: every ``[n/N]`` line on a line of its own, the bar after each."""
     terminal = use_terminal(monkeypatch)
-    harness.main(["--experiments", "ood-bernoulli-narrow", "--runs", "2", "--out", str(tmp_path / "out")])
+    cli.main(["--experiments", "ood-bernoulli-narrow", "--runs", "2", "--out", str(tmp_path / "out")])
     output = terminal.getvalue()
     messages = [line for line in screen(output) if re.match(r"\[\d+/\d+\] ", line)]
     assert len(messages) == 5 and "\rbenchmarks:" in output  # one per row; the bar was drawn

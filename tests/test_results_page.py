@@ -22,8 +22,10 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from benchmarks.experiments import EXPERIMENTS, LEARNED
-from benchmarks.harness import ORACLES, experiment_headline, main
+from benchmarks.experiments.rows import LEARNED
+from benchmarks.experiments.suite.cells import EXPERIMENTS
+from benchmarks.experiments.suite.report import ORACLES, experiment_headline
+from benchmarks.harness.cli import main
 from benchmarks.plots import plot_files
 from benchmarks.results_page import markdown_html
 

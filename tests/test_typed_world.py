@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import icrl_gym.envs  # noqa: F401  (registers the environments)
-from benchmarks.harness import parse_args
+from benchmarks.harness.cli import parse_args
 from icrl_gym.envs import (
     ActionSet,
     BanditArms,

@@ -24,7 +24,7 @@ import torch
 
 from agents import make_agent
 from agents.learned.transformer import TransformerAgent
-from benchmarks.experiments import BERNOULLI_BASELINES, LINEAR_BASELINES, PAPER_TS
+from benchmarks.experiments.rows import BERNOULLI_BASELINES, LINEAR_BASELINES, PAPER_TS
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.diagnostics import imitation_error
 from icrl_gym.data.trajectories import evaluate_regret

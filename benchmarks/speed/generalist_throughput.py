@@ -1,7 +1,7 @@
 """Rollout throughput of the generalist transformers next to the shipped paper-setting models.
 
 Each pair plays the same environment, one batch of ``instances`` runs of T steps, greedy, with
-every model's key/value cache (:func:`benchmarks.evaluations.generalization.total_regret`, which also steps
+every model's key/value cache (:func:`benchmarks.experiments.grid.run.total_regret`, which also steps
 the vector environment, so the figure is what a user's rollout gets):
 
 - Bernoulli K=5, T=200: ``bernoulli-generalist`` next to ``bernoulli-ad-ucb`` (the paper's setting);
@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.evaluations.generalization import model_available, total_regret
+from benchmarks.experiments.grid.run import total_regret
+from benchmarks.experiments.models import model_available
 from benchmarks.speed.timing import TimedConfig, interleaved
 from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec

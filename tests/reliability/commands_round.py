@@ -55,12 +55,13 @@ EVALUATIONS: dict[str, tuple[str, ...]] = {
     "mdp_deployment": ("play_deployments",),
     "mdp_generalization": ("run_mdp_generalization",),
 }
-"""Command (a module of ``benchmarks.evaluations``) -> the functions doing its work, stood in for by the probes."""
+"""Command (``python -m benchmarks.evaluations.<name>``; its flags: ``benchmarks.experiments.<name>.cli``) -> the
+functions doing its work, stood in for by the probes."""
 
 
 def _evaluation(name: str, argv: list[str], work: Callable[..., Any] = never_started) -> Any:
     """``python -m benchmarks.evaluations.<name> ARGV`` with its work functions replaced by ``work``, stdout muted."""
-    module = importlib.import_module(f"benchmarks.evaluations.{name}")
+    module = importlib.import_module(f"benchmarks.experiments.{name}.cli")
     with contextlib.ExitStack() as stack:
         for function in EVALUATIONS[name]:
             stack.enter_context(replaced(module, function, work))
@@ -105,7 +106,7 @@ def _negative_seed(tmp: Path) -> Outcome:
 
 
 def _frontier_result(value: float) -> Callable[..., Any]:
-    """A stand-in for :func:`~benchmarks.evaluations.bernoulli_frontier.frontier`: a one-row table of ``value``."""
+    """A stand-in for :func:`~benchmarks.experiments.bernoulli_frontier.run.frontier`: a one-row table of ``value``."""
 
     def frontier(num_arms: int, horizon: int, *args: Any, **kwargs: Any) -> Any:
         row = {"a": 1.0, "b": 1.0, "num_arms": num_arms, "horizon": horizon, "told_gittins": value}
@@ -116,7 +117,7 @@ def _frontier_result(value: float) -> Callable[..., Any]:
 
 
 def _deployment_result(value: float) -> Callable[..., Any]:
-    """A stand-in for :func:`~benchmarks.evaluations.mdp_deployment.play_deployments`: one row of ``value``."""
+    """A stand-in for :func:`~benchmarks.experiments.mdp_deployment.run.play_deployments`: one row of ``value``."""
 
     def play(cells: Any, runs: int, seed: int, checkpoint: str | None = None) -> list[dict[str, Any]]:
         row = {"cell": "(3, 2, 5, 50)", "row": "PSRL", "mean": value, "se": 0.1, "ratio_psrl": 1.0}
@@ -285,7 +286,8 @@ def _grid_flags_twice(tmp: Path) -> Outcome:
 @probe("generalization cell whose best reference has no regret (T=1, every draw right)", Section.CRASH)
 def _best_reference_without_regret(tmp: Path) -> Outcome:
     """The grid's tables of a cell whose best reference's mean regret is 0: written, the ratio NaN."""
-    from benchmarks.evaluations.generalization import MODEL, Cell, CellResult, write_cells_csv
+    from benchmarks.experiments.generalization.report import write_cells_csv
+    from benchmarks.experiments.grid.cells import MODEL, Cell, CellResult
     from icrl_gym.envs import bernoulli_bandit_spec
 
     cell = Cell("bernoulli", "means ~ U[0, 1]", "K=2", "T=1", bernoulli_bandit_spec(2, 1), True, True)

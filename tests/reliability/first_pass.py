@@ -646,7 +646,7 @@ def _set_eval_every_zero(tmp: Path) -> Outcome:
 
 
 def _bench_arguments(argv: list[str]) -> Any:
-    from benchmarks.harness import parse_args
+    from benchmarks.harness.cli import parse_args
 
     return command_line(parse_args, argv)
 
@@ -710,7 +710,7 @@ BENCH_FIRST, BENCH_SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
 
 def _bench(out: Path, experiments: str) -> list[str]:
     """``python -m benchmarks`` with a few runs into ``out``; returns the experiments it computed (not reused)."""
-    from benchmarks import harness
+    from benchmarks.harness import cli, runner
 
     computed: list[str] = []
 
@@ -718,10 +718,10 @@ def _bench(out: Path, experiments: str) -> list[str]:
         computed.append(exp.name)
         return real(exp, *args, **kwargs)
 
-    real = harness.run_experiment
+    real = runner.run_experiment
     argv = ["--experiments", experiments, "--runs", "4", "--seed", "1", "--out", str(out), "--quiet"]
-    with replaced(harness, "run_experiment", counting), contextlib.redirect_stdout(io.StringIO()):
-        command_line(harness.main, argv)
+    with replaced(runner, "run_experiment", counting), contextlib.redirect_stdout(io.StringIO()):
+        command_line(cli.main, argv)
     return computed
 
 
@@ -731,19 +731,19 @@ class Stop(BaseException):
 
 @probe("benchmark stopped mid-run, then resumed", Section.LOST, slow=True)
 def _bench_resume(tmp: Path) -> Outcome:
-    from benchmarks import harness
+    from benchmarks.harness import runner, store
 
     out = tmp / "bench"
-    real = harness.run_experiment
+    real = runner.run_experiment
 
     def stop_in_second(exp: Any, *args: Any, **kwargs: Any) -> Any:
         if exp.name == BENCH_SECOND:
             raise Stop
         return real(exp, *args, **kwargs)
 
-    with contextlib.suppress(Stop), replaced(harness, "run_experiment", stop_in_second):
+    with contextlib.suppress(Stop), replaced(runner, "run_experiment", stop_in_second):
         _bench(out, f"{BENCH_FIRST},{BENCH_SECOND}")
-    stored = sorted(p.name for p in (out / harness.STORE).glob("*.json")) if (out / harness.STORE).is_dir() else []
+    stored = sorted(p.name for p in (out / store.STORE).glob("*.json")) if (out / store.STORE).is_dir() else []
     if stored != [f"{BENCH_FIRST}.json"]:
         return Outcome(Verdict.PROBLEM, f"after the stop the folder holds {stored or 'no stored result'} (work lost)")
     computed = _bench(out, f"{BENCH_FIRST},{BENCH_SECOND}")

@@ -895,7 +895,7 @@ SAVED = {"summary.md": b"# my summary\n", "tabular-mdp-nonstationary.png": b"\x8
 
 def _plot_only(tmp: Path, csv: bytes, config: bytes, *fragments: str) -> Outcome:
     """``--plot-only`` on a folder with ``regret.csv`` and ``config.json`` as given: refused, nothing lost."""
-    from benchmarks import harness
+    from benchmarks.harness import cli
 
     out = tmp / "results"
     out.mkdir()
@@ -904,7 +904,7 @@ def _plot_only(tmp: Path, csv: bytes, config: bytes, *fragments: str) -> Outcome
     before = snapshot(out)
     with contextlib.redirect_stdout(io.StringIO()):
         outcome = refused(
-            lambda: command_line(harness.main, ["--plot-only", "--out", str(out), "--quiet"]),
+            lambda: command_line(cli.main, ["--plot-only", "--out", str(out), "--quiet"]),
             *fragments,
             kinds=(CommandLineExit, ValueError),
         )
@@ -928,7 +928,7 @@ def _plot_only_damaged_csv(tmp: Path) -> Outcome:
 @probe("benchmark --plot-only on a damaged config.json", Section.CRASH, slow=True)
 def _plot_only_damaged_config(tmp: Path) -> Outcome:
     """A finished run (so regret.csv is sound) whose config.json was cut: refused naming it, nothing touched."""
-    from benchmarks import harness
+    from benchmarks.harness import cli
 
     out = tmp / "bench"
     _bench(out, "tabular-mdp-nonstationary")
@@ -936,7 +936,7 @@ def _plot_only_damaged_config(tmp: Path) -> Outcome:
     before = snapshot(out)
     with contextlib.redirect_stdout(io.StringIO()):
         outcome = refused(
-            lambda: command_line(harness.main, ["--plot-only", "--out", str(out), "--quiet"]),
+            lambda: command_line(cli.main, ["--plot-only", "--out", str(out), "--quiet"]),
             "config.json",
             kinds=(CommandLineExit, ValueError),
         )
@@ -948,10 +948,10 @@ def _plot_only_redraws(tmp: Path) -> Outcome:
     out = tmp / "bench"
     _bench(out, "tabular-mdp-nonstationary")
     csv = (out / "regret.csv").read_bytes()
-    from benchmarks import harness
+    from benchmarks.harness import cli
 
     with contextlib.redirect_stdout(io.StringIO()):
-        command_line(harness.main, ["--plot-only", "--out", str(out), "--quiet"])
+        command_line(cli.main, ["--plot-only", "--out", str(out), "--quiet"])
     if (out / "regret.csv").read_bytes() != csv or not (out / "tabular-mdp-nonstationary.png").is_file():
         return Outcome(Verdict.PROBLEM, "the CSV changed or the plot is gone")
     return Outcome(Verdict.HANDLED, "plots and summary re-drawn, regret.csv unchanged")

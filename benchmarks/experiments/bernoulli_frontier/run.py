@@ -1,0 +1,288 @@
+"""The frontier's computations: exact policy values over count states, the certificate, Monte-Carlo rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from math import comb
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import integrate, stats
+
+from agents.bandit.bernoulli_bayes_optimal import (
+    CompositionRanker,
+    FamilyPredictive,
+    colex_combinations,
+    compositions,
+    family_bayes_table,
+    successors,
+)
+from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
+from icrl_gym.models.generalist import GeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
+
+Policy = Callable[[int, np.ndarray], np.ndarray]
+"""(layer n, states x (N, 2K) in rank order) -> action distribution (N, J, K), one per prior j."""
+
+
+def expected_best_mean(a: float, b: float, num_arms: int) -> float:
+    """E[max_k p_k] for K iid Beta(a, b) means: int_0^1 (1 - F(x)^K) dx."""
+    beta = stats.beta(a, b)
+    return float(integrate.quad(lambda x: 1.0 - beta.cdf(x) ** num_arms, 0.0, 1.0, limit=200, epsabs=1e-12)[0])
+
+
+def table_policy(tables: Sequence[np.ndarray], num_priors: int) -> Policy:
+    """A deterministic DP action table (per layer, over ranked states) played whatever the prior."""
+
+    def policy(n: int, x: np.ndarray) -> np.ndarray:
+        one_hot = np.eye(x.shape[1] // 2)[tables[n].astype(np.int64)]  # (N, K)
+        return np.broadcast_to(one_hot[:, None, :], (len(x), num_priors, one_hot.shape[1]))
+
+    return policy
+
+
+def gittins_policy(tables: Sequence[GittinsTable], horizon: int) -> Policy:
+    """Gittins told prior j under prior j: uniform over the maximisers of G_j(s_k, f_k, T - n)."""
+
+    def policy(n: int, x: np.ndarray) -> np.ndarray:
+        k_arms = x.shape[1] // 2
+        index = np.stack(
+            [
+                np.stack([t.lookup(x[:, 2 * k], x[:, 2 * k + 1], horizon - n) for k in range(k_arms)], -1)
+                for t in tables
+            ],
+            axis=1,
+        )  # (N, J, K)
+        best = (index == index.max(axis=2, keepdims=True)).astype(np.float64)
+        return best / best.sum(axis=2, keepdims=True)
+
+    return policy
+
+
+def generalist_logits_at(
+    model: GeneralistTransformer, successes: np.ndarray, failures: np.ndarray, step: int, horizon: int
+) -> np.ndarray:
+    """The Bernoulli generalist's logits (N, K) at step ``step`` of T = ``horizon`` from the arms' counts (N, K).
+
+    With its grouped cache the model's logits are a function of the counts (s_k, f_k) of every arm
+    and of (t, T) only (:mod:`icrl_gym.models.generalist`): the cache is filled with the counts.
+    """
+    device = next(model.parameters()).device
+    counts = np.stack([failures, successes], axis=-1)  # (N, K, 2): steps with reward 0, 1
+    cache = model.new_cache(len(counts), EnvInfo(num_actions=counts.shape[1], horizon=horizon), device)
+    cache.counts = torch.as_tensor(counts, dtype=torch.float32, device=device)
+    cache.totals = cache.counts.sum(dim=1)
+    cache.steps = step
+    return model.step(cache, None, None, None).logits.cpu().numpy()
+
+
+def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = 65_536) -> Policy:
+    """The Bernoulli generalist played greedily (the argmax of its logits, as its agent plays), exactly.
+
+    Its greedy play is a deterministic count-state policy (:func:`generalist_logits_at`).
+    """
+
+    def policy(n: int, x: np.ndarray) -> np.ndarray:
+        arms = x.shape[1] // 2
+        actions = np.empty(len(x), dtype=np.int64)
+        for start in range(0, len(x), chunk):
+            part = x[start : start + chunk]
+            logits = generalist_logits_at(model, part[:, 0::2], part[:, 1::2], n, horizon)
+            actions[start : start + chunk] = logits.argmax(axis=1)
+        one_hot = np.eye(arms)[actions]
+        return np.broadcast_to(one_hot[:, None, :], (len(x), num_priors, arms))
+
+    return policy
+
+
+def policy_values(
+    num_arms: int, horizon: int, priors: np.ndarray, policies: Mapping[str, Policy | None]
+) -> dict[str, np.ndarray]:
+    """V_j(P), shape (J,), for each policy (None: the told Bayes-optimal value max over P, per prior).
+
+    One backward pass over the count states; under prior j, arm k pays 1 with probability
+    (a_j + s_k) / (a_j + b_j + s_k + f_k) and V_j(x) = sum_k P(k | x) [p (1 + V_j(x + e_s)) + (1 - p) V_j(x + e_f)].
+    """
+    priors = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
+    model = FamilyPredictive(priors, np.ones(len(priors)), 0)
+    m = 2 * num_arms
+    ranker = CompositionRanker(horizon + 1, m)
+    bars = colex_combinations(horizon + m - 2, m - 1)
+    size = comb(horizon + m - 1, m - 1)
+    values = {name: np.zeros((size, len(priors))) for name in policies}
+    for n in range(horizon - 1, -1, -1):
+        x = compositions(bars, n)
+        q = {name: np.empty((len(x), len(priors), num_arms)) for name in policies}
+        for k in range(num_arms):
+            p = model.arm_means(x, k)  # (N, J)
+            r_s, r_f = (ranker.rank(y) for y in successors(x, k))
+            for name, v in values.items():
+                q[name][:, :, k] = p * (1.0 + v[r_s]) + (1.0 - p) * v[r_f]
+        for name, policy in policies.items():
+            values[name] = q[name].max(axis=2) if policy is None else (q[name] * policy(n, x)).sum(axis=2)
+    return {name: v[0] for name, v in values.items()}
+
+
+def frontier(
+    num_arms: int,
+    horizon: int,
+    priors: Sequence[tuple[float, float]],
+    cache_dir: str | Path,
+    searches: int = 3,
+    step: float = 2.0,
+    echo: Callable[[str], None] = print,
+    model: GeneralistTransformer | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per-prior regrets (told Gittins, told DP, family-Bayes with uniform pi) and the best certificate c(pi).
+
+    ``searches`` further passes try pi_j ∝ (1 / G_j) first, then multiply pi_j by
+    exp(step (ratio_j - mean ratio)) with F_pi's ratios.  With ``model`` (a Bernoulli generalist)
+    the rows also give its exact regret played greedily (:func:`generalist_policy`).
+    """
+    grid = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
+    top = np.array([horizon * expected_best_mean(a, b, num_arms) for a, b in grid])
+    gittins = [cached_gittins_table(horizon, cache_dir, a, b) for a, b in grid]
+    start = time.perf_counter()
+    family, _ = family_bayes_table(num_arms, horizon, grid)
+    policies: dict[str, Policy | None] = {
+        "gittins": gittins_policy(gittins, horizon),
+        "dp": None,
+        "family": table_policy(family, len(grid)),
+    }
+    if model is not None:
+        policies["model"] = generalist_policy(model, horizon, len(grid))
+    values = policy_values(num_arms, horizon, grid, policies)
+    echo(f"told Gittins, told DP, the uniform family-Bayes policy (and the model): {time.perf_counter() - start:.0f} s")
+    told_gittins, told_dp, uniform = top - values["gittins"], top - values["dp"], top - values["family"]
+    rows = [
+        {
+            "a": a,
+            "b": b,
+            "num_arms": num_arms,
+            "horizon": horizon,
+            "told_gittins": told_gittins[j],
+            "told_dp": told_dp[j],
+            "family_bayes": uniform[j],
+            "family_bayes_ratio": uniform[j] / told_gittins[j],
+            **(
+                {}
+                if model is None
+                else {
+                    "model": top[j] - values["model"][j],
+                    "model_ratio": (top[j] - values["model"][j]) / told_gittins[j],
+                    "model_to_family_bayes": (top[j] - values["model"][j]) / uniform[j],
+                }
+            ),
+        }
+        for j, (a, b) in enumerate(grid)
+    ]
+    tries = [{"weights": np.full(len(grid), 1 / len(grid)), "regret": uniform}]
+    weights = (1 / told_gittins) / (1 / told_gittins).sum()
+    for _ in range(searches):
+        start = time.perf_counter()
+        tables, _ = family_bayes_table(num_arms, horizon, grid, weights)
+        regret = top - policy_values(num_arms, horizon, grid, {"f": table_policy(tables, len(grid))})["f"]
+        tries.append({"weights": weights, "regret": regret})
+        ratio = regret / told_gittins
+        c = float((weights * regret).sum() / (weights * told_gittins).sum())
+        echo(f"certificate c(pi) = {c:.4f} ({time.perf_counter() - start:.0f} s)")
+        weights = weights * np.exp(step * (ratio - ratio.mean()))
+        weights = weights / weights.sum()
+    certificates = [
+        {
+            "c": float((t["weights"] * t["regret"]).sum() / (t["weights"] * told_gittins).sum()),
+            "weights": t["weights"].tolist(),
+            "family_bayes_regret": t["regret"].tolist(),
+        }
+        for t in tries
+    ]
+    best = max(certificates, key=lambda t: t["c"])
+    return rows, {"best": best, "tries": certificates}
+
+
+def uninformed_indices(
+    tables: Sequence[GittinsTable], model: FamilyPredictive, s: np.ndarray, f: np.ndarray, remaining: int
+) -> dict[str, np.ndarray]:
+    """Scores (B, K) whose argmax each uninformed policy plays, from counts ``s``, ``f`` (B, K).
+
+    "posterior vote": sum_j w_j(x) (uniform over the maximisers of G_j); "evidence-mixed index":
+    sum_j w_j(x) G_j; tables[j] is member j's Gittins table.
+    """
+    index = np.stack([t.lookup(s, f, remaining) for t in tables], axis=-1)  # (B, K, J)
+    w = model.posterior(np.stack([s, f], axis=-1).reshape(len(s), -1))[:, None, :]  # (B, 1, J)
+    best = (index == index.max(axis=1, keepdims=True)).astype(np.float64)
+    return {
+        "posterior vote": (w * best / best.sum(axis=1, keepdims=True)).sum(axis=-1),
+        "evidence-mixed index": (w * index).sum(axis=-1),
+    }
+
+
+def uninformed_regrets(
+    num_arms: int,
+    horizon: int,
+    priors: Sequence[tuple[float, float]],
+    runs: int,
+    seed: int,
+    cache_dir: str | Path,
+    generalist: GeneralistTransformer | None = None,
+) -> list[dict[str, Any]]:
+    """Monte-Carlo regret per prior of told Gittins and of policies not told it (the docstring of ``cli.py``).
+
+    Every policy of a prior's cell plays the same means and the same uniform draws u_t (the reward
+    of the pulled arm is 1[u_t < p_a]); ties are broken at random from a separate stream.  With
+    ``generalist`` a row "model (greedy)" plays its argmax from the counts (:func:`generalist_logits_at`).
+    """
+    grid = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
+    tables = [cached_gittins_table(horizon, cache_dir, a, b) for a, b in grid]
+    uniform = cached_gittins_table(horizon, cache_dir, 1.0, 1.0)
+    family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
+    names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index"]
+    names += [] if generalist is None else ["model (greedy)"]
+    rows = []
+    for j, (a, b) in enumerate(grid):
+        rng = np.random.default_rng([seed, j])
+        means = rng.beta(a, b, (runs, num_arms))
+        draws = rng.random((horizon, runs))
+        regrets: dict[str, np.ndarray] = {}
+        for name in names:
+            ties = np.random.default_rng([seed, j, 1])
+            s = np.zeros((runs, num_arms), np.int64)
+            f = np.zeros((runs, num_arms), np.int64)
+            regret = np.zeros(runs)
+            rows_ = np.arange(runs)
+            for t in range(horizon):
+                if name == "told Gittins":
+                    score = tables[j].lookup(s, f, horizon - t)
+                elif name == "Gittins told U[0, 1]":
+                    score = uniform.lookup(s, f, horizon - t)
+                elif name == "model (greedy)" and generalist is not None:
+                    score = generalist_logits_at(generalist, s, f, t, horizon)
+                else:
+                    score = uninformed_indices(tables, family, s, f, horizon - t)[name]
+                best = score >= score.max(axis=1, keepdims=True) - 1e-12
+                arm = (best * ties.random(best.shape)).argmax(axis=1)
+                win = draws[t] < means[rows_, arm]
+                s[rows_, arm] += win
+                f[rows_, arm] += ~win
+                regret += means.max(axis=1) - means[rows_, arm]
+            regrets[name] = regret
+        ref = regrets["told Gittins"]
+        for name, regret in regrets.items():
+            rows.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "num_arms": num_arms,
+                    "horizon": horizon,
+                    "policy": name,
+                    "runs": runs,
+                    "seed": seed,
+                    "mean": float(regret.mean()),
+                    "se": float(regret.std(ddof=1) / np.sqrt(runs)),
+                    "ratio": float(regret.mean() / ref.mean()),
+                }
+            )
+    return rows

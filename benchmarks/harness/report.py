@@ -1,0 +1,87 @@
+"""The combined outputs of a run in ``--out``: plots, ``summary.md``, ``regret.csv``, config, the page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.experiments.generalization.cells import GRID_EXPERIMENTS
+from benchmarks.experiments.mdp_generalization.cells import MDP_GRID_EXPERIMENTS
+from benchmarks.experiments.suite.cells import EXPERIMENTS
+from benchmarks.experiments.suite.checks import load_saved
+from benchmarks.experiments.suite.report import experiment_headline, experiment_summary, summary_header, write_csv
+from benchmarks.plots import plot, plot_files
+from benchmarks.results_page import PAGE, Section, write_page
+from icrl_gym.utils.fileio import atomic_write_bytes
+
+
+def remove_stale_outputs(out: Path, keep: set[str]) -> list[str]:
+    """Remove the harness's top-level outputs in ``out`` not named in ``keep``; returns the removed names.
+
+    The outputs are the plots of every experiment, ``regret.csv``, ``summary.md``, ``config.json`` and
+    the results page;
+    only these names are touched (stored results, retrained models and grid folders stay).
+    """
+    names = {"regret.csv", "summary.md", "config.json", PAGE, *(f for e in EXPERIMENTS.values() for f in plot_files(e))}
+    removed = sorted(n for n in names - keep if (out / n).exists())
+    for name in removed:
+        (out / name).unlink()
+    return removed
+
+
+def write_figures(
+    out: Path, results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int
+) -> tuple[str, list[Section]]:
+    """Draw the plots of ``results`` and write ``summary.md`` (each file atomically).
+
+    Returns the summary and the sections of the results page (each experiment's plots and tables).
+    """
+    sections = []
+    for name, curves in results.items():
+        exp = EXPERIMENTS[name]
+        plot(out, exp, curves, runs, seed)
+        text = experiment_summary(name, curves, runs, seed)
+        images = [out / f for f in plot_files(exp)]
+        sections.append(Section(name, exp.title, text, images, experiment_headline(exp, curves)))
+    text = "\n".join([summary_header(runs, seed), *(section.markdown for section in sections)])
+    atomic_write_bytes(out / "summary.md", text.encode())
+    return text, sections
+
+
+def write_results_page(out: Path, sections: list[Section], config: dict[str, Any]) -> Path:
+    """``out/index.html``: the sections, the grid experiments' folders in ``out`` and the configuration."""
+    grids = [out / name for name in (*GRID_EXPERIMENTS, *MDP_GRID_EXPERIMENTS) if (out / name).is_dir()]
+    return write_page(out, sections, config, grids)
+
+
+def outputs(results: dict[str, Any]) -> set[str]:
+    """The top-level files that describe ``results``."""
+    plots = {f for name in results for f in plot_files(EXPERIMENTS[name])}
+    return {"regret.csv", "summary.md", "config.json", PAGE, *plots} if results else set()
+
+
+def redraw(out: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """``--plot-only``: plots, summary and page drawn again from the results saved in ``out`` (checked first)."""
+    results, saved = load_saved(out)
+    _, sections = write_figures(out, results, saved["runs"], saved["seed"])
+    write_results_page(out, sections, saved)
+    remove_stale_outputs(out, outputs(results))
+    print(f"re-drew plots, summary and {PAGE} in {out}")
+    return results
+
+
+def write_outputs(
+    out: Path, results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int, record: dict[str, Any]
+) -> None:
+    """Every combined output of a run (``record``: its ``config.json``); prints the summary and what was removed."""
+    text, sections = write_figures(out, results, runs, seed)
+    write_csv(out / "regret.csv", results)
+    atomic_write_bytes(out / "config.json", json.dumps(record, indent=2).encode())
+    write_results_page(out, sections, record)
+    removed = remove_stale_outputs(out, outputs(results))
+    print(text)
+    if removed:
+        print(f"removed outputs of experiments not in this run: {', '.join(removed)}")

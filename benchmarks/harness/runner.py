@@ -1,0 +1,133 @@
+"""A run of ``python -m benchmarks``: each experiment reused or played, then the grids, then the outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.experiments.generalization.run import run_generalization
+from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
+from benchmarks.experiments.suite.cells import Experiment
+from benchmarks.experiments.suite.run import run_experiment, steps
+from benchmarks.harness.config import BenchConfig
+from benchmarks.harness.report import PAGE, remove_stale_outputs, write_outputs
+from benchmarks.harness.retrain import retrain_models
+from benchmarks.harness.store import STORE, StoredResultError, _changed_fields, experiment_key, load_result, save_result
+from icrl_gym.utils.progress import log, progress_bar
+
+
+def stored_or_run(
+    exp: Experiment,
+    runs: int,
+    seed: int,
+    device: str,
+    store: Path,
+    checkpoints: dict[str, str] | None = None,
+    rerun: bool = False,
+    progress: Any = None,
+) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
+    """The experiment's curves, and whether they are a stored result that was reused.
+
+    The stored result in ``store`` is reused when its key (:func:`experiment_key`) matches and not
+    ``rerun``; otherwise the experiment runs and its result is stored at once (atomically).  A stored
+    result made with another key is replaced; a corrupt one is reported and replaced, never used.
+    """
+    key = experiment_key(exp, runs, seed, device, checkpoints)
+    if not rerun:
+        try:
+            stored = load_result(store, key, steps(exp))
+        except StoredResultError as err:
+            log(f"warning: {exp.name}: stored result not used: {err}; running it again")
+        else:
+            if stored is not None:
+                return stored, True
+            if (store / f"{exp.name}.json").exists():
+                changed = ", ".join(_changed_fields(store, key)) or "the key"
+                log(f"{exp.name}: the stored result differs in {changed}; running it again")
+    curves = run_experiment(exp, runs, seed, device, checkpoints, progress)
+    save_result(store, key, curves)
+    return curves, False
+
+
+def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Run the experiments of ``cfg`` into ``cfg.out`` (stored results reused), then the grids; write the outputs."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    experiments = cfg.selected()
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoints = retrain_models(out, experiments, cfg.device, cfg.retrain_steps) if cfg.retrain else {}
+    results: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    reused: list[str] = []
+    start = time.perf_counter()
+    total = sum(len(e.algorithms) for e in experiments)
+    done = 0
+    bar = progress_bar(total, "benchmarks", unit="algorithm")
+    for exp in experiments:
+
+        def progress(label: str, exp: Experiment = exp) -> None:
+            nonlocal done
+            done += 1
+            bar.update(1)
+            elapsed = time.perf_counter() - start
+            log(f"[{done}/{total}] {exp.name}: {label} ({elapsed:.0f}s)")
+
+        store = out / STORE
+        results[exp.name], was_stored = stored_or_run(
+            exp, cfg.runs, cfg.seed, cfg.device, store, checkpoints, cfg.rerun, progress
+        )
+        if was_stored:
+            reused.append(exp.name)
+            done += len(exp.algorithms)
+            bar.update(len(exp.algorithms))
+            log(f"[{done}/{total}] {exp.name}: reused the stored result {store / exp.name}.json (same settings)")
+    bar.close()
+    elapsed = time.perf_counter() - start
+    run_grids(cfg, out)
+    if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none
+        remove_stale_outputs(out, set())
+        return results
+    record = {
+        **dataclasses.asdict(cfg),
+        "seconds": elapsed,
+        "experiments_run": {e.name: {"env": e.spec.to_dict(), "algorithms": e.algorithms} for e in experiments},
+        "reused": reused,
+        "checkpoints": checkpoints or "shipped",
+    }
+    write_outputs(out, results, cfg.runs, cfg.seed, record)
+    print(f"finished in {elapsed:.0f}s; results in {out}/ (regret.csv, summary.md, *.png, config.json, {PAGE})")
+    return results
+
+
+def run_grids(cfg: BenchConfig, out: Path) -> None:
+    """The grid experiments of ``cfg``, each into its own folder in ``out``."""
+    for grid in cfg.selected_grids():
+        run_generalization(
+            grid,
+            out,
+            cfg.runs,
+            cfg.seed,
+            checkpoint=cfg.generalist or None,
+            linear_checkpoint=cfg.linear_generalist or None,
+            families=cfg.grid_families,
+            arms=cfg.grid_arms or None,
+            horizons=cfg.grid_horizons or None,
+            progress=lambda label, name=grid.name: log(f"{name}: {label}"),
+        )
+        print(f"{grid.name}: results in {out / grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")
+    for mdp_grid in cfg.selected_mdp_grids():
+        run_mdp_generalization(
+            mdp_grid,
+            out,
+            cfg.runs,
+            cfg.seed,
+            checkpoint=cfg.mdp_generalist or None,
+            groups=cfg.mdp_cells,
+            progress=lambda label, name=mdp_grid.name: log(f"{name}: {label}"),
+        )
+        print(f"{mdp_grid.name}: results in {out / mdp_grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")

@@ -1,0 +1,110 @@
+"""Stored results: each finished experiment's curves in ``<out>/experiments/<name>.json``, with their key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.experiments.suite.cells import Experiment
+from benchmarks.experiments.suite.run import CURVE_KEYS, played_specs
+from icrl_gym import __version__
+from icrl_gym.checkpoint import checkpoint_files, resolve_checkpoint
+from icrl_gym.utils.fileio import atomic_write_bytes
+
+STORE = "experiments"
+"""Subfolder of the results folder with one stored result per experiment (``<experiment>.json``)."""
+
+STORE_FORMAT = 1
+"""Version of the stored-result layout (part of the key: another layout is run again)."""
+
+
+def _file_sha256(path: Path) -> str | None:
+    """sha256 of a file's bytes (``None`` when it does not exist: playing it then fails with the usual error)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def experiment_key(
+    exp: Experiment, runs: int, seed: int, device: str, checkpoints: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Everything that determines an experiment's result, as JSON: a stored result is reused only when it matches.
+
+    The environment, every row's agent specification as played (:func:`played_specs`), runs, seed and
+    the package version; a learned row is identified by the sha256 of its checkpoint's weights and
+    record files, not by their path (a moved or copied checkpoint still matches, a changed one does not).
+    """
+    rows = {}
+    for label, spec in played_specs(exp, device, checkpoints).items():
+        if "checkpoint" in spec:
+            weights, record = checkpoint_files(resolve_checkpoint(spec.pop("checkpoint")))
+            spec.update(weights_sha256=_file_sha256(weights), record_sha256=_file_sha256(record))
+        rows[label] = spec
+    key = {
+        "format": STORE_FORMAT,
+        "package_version": __version__,
+        "experiment": exp.name,
+        "env_class": type(exp.spec).__name__,
+        "env": exp.spec.to_dict(),
+        "rows": rows,
+        "runs": runs,
+        "seed": seed,
+    }
+    return json.loads(json.dumps(key))  # tuples become lists, as when read back
+
+
+def _digest(key: dict[str, Any], curves: dict[str, dict[str, list[float]]]) -> str:
+    """sha256 of a stored result's key and curves (canonical JSON; floats round-trip exactly)."""
+    return hashlib.sha256(json.dumps({"key": key, "curves": curves}, sort_keys=True).encode()).hexdigest()
+
+
+def save_result(store: Path, key: dict[str, Any], curves: dict[str, dict[str, np.ndarray]]) -> Path:
+    """Write one finished experiment's curves with its key and checksum to ``store/<experiment>.json`` (atomically)."""
+    lists = {label: {k: np.asarray(c[k], dtype=np.float64).tolist() for k in CURVE_KEYS} for label, c in curves.items()}
+    path = store / f"{key['experiment']}.json"
+    data = {"key": key, "sha256": _digest(key, lists), "curves": lists}
+    atomic_write_bytes(path, json.dumps(data).encode())
+    return path
+
+
+class StoredResultError(ValueError):
+    """A stored result that cannot be trusted (unreadable, or its checksum or shape does not match)."""
+
+
+def load_result(store: Path, key: dict[str, Any], steps: int) -> dict[str, dict[str, np.ndarray]] | None:
+    """The stored curves of the experiment of ``key`` if their key matches (``None``: none stored, or another key).
+
+    Raises :class:`StoredResultError` when the file is corrupt: not JSON, its sha256 does not match
+    its content, or its curves are not the key's rows with ``steps`` values each.
+    """
+    path = store / f"{key['experiment']}.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_bytes())
+        stored_key, lists, digest = data["key"], data["curves"], data["sha256"]
+    except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise StoredResultError(f"{path} is unreadable ({type(err).__name__}: {err})") from None
+    if _digest(stored_key, lists) != digest:
+        raise StoredResultError(f"{path} does not match its sha256: it was changed or damaged")
+    if stored_key != key:
+        return None
+    if list(lists) != list(key["rows"]) or any(
+        list(c) != list(CURVE_KEYS) or any(len(v) != steps for v in c.values()) for c in lists.values()
+    ):
+        raise StoredResultError(f"{path} does not hold {steps} values of every curve of the experiment's rows")
+    return {label: {k: np.array(v, dtype=np.float64) for k, v in c.items()} for label, c in lists.items()}
+
+
+def _changed_fields(store: Path, key: dict[str, Any]) -> list[str]:
+    """The top-level key fields in which the stored result of ``key``'s experiment differs (for the log)."""
+    try:
+        stored = json.loads((store / f"{key['experiment']}.json").read_bytes())["key"]
+        return [k for k in key if stored.get(k) != key[k]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []

@@ -18,3 +18,13 @@ EXACT_OUTPUTS = ("frontier.csv", "frontier.json")
 
 MONTE_CARLO_OUTPUTS = ("uninformed.csv", "uninformed.json")
 """The files the Monte-Carlo rows write to ``--out``."""
+
+
+MODEL_CHUNK = 65_536
+"""Count states the Bernoulli generalist scores at once when it is evaluated exactly (``run.generalist_policy``)."""
+
+
+DEFAULT_MEMORY_GIB = 8.0
+"""The memory limit of the exact tables and the Monte-Carlo rows when neither ``--max-memory-gib`` nor
+``ICRL_GYM_MAX_MEMORY_GIB`` sets one.  Above the package's 4 GiB default (one environment batch or one
+algorithm's statistics): the documented run, K = 2 and T = 200 with the model, is estimated at 5.3 GiB."""

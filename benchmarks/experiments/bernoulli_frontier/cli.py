@@ -41,8 +41,8 @@ weighting; the Monte-Carlo rows at K = 2, 5, 10, 20 with 1,000 runs: 3 min)::
 Before any table is built the command checks its arguments and ``--out``, and estimates the memory
 of the exact pass from K and T (:func:`exact_memory_bytes`: the count states of the last layer,
 C(T + 2K - 1, 2K - 1), times what each holds) and of the Monte-Carlo rows: beyond the limit
-(``--max-memory-gib``, else ``ICRL_GYM_MAX_MEMORY_GIB``, else 4 GiB) it refuses, naming the sizes.  At
-the default limit K = 2 reaches about T = 200 (with ``--model``), K = 3 about T = 40.  A folder that
+(``--max-memory-gib``, else ``ICRL_GYM_MAX_MEMORY_GIB``, else 8 GiB) it refuses, naming the sizes.  At
+the default limit K = 2 reaches about T = 230 (with ``--model``), K = 3 about T = 43.  A folder that
 already holds the files this run would write (``frontier.csv`` and ``frontier.json``, or
 ``uninformed.csv`` and ``uninformed.json``) is refused unless ``--overwrite`` is given.
 """
@@ -62,6 +62,7 @@ from benchmarks.command_checks import (
 )
 from benchmarks.experiments.bernoulli_frontier.cells import (
     BETA_GRID,
+    DEFAULT_MEMORY_GIB,
     EXACT_OUTPUTS,
     MONTE_CARLO_OUTPUTS,
     MONTE_CARLO_SEED,
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
         "--max-memory-gib",
         type=float,
         default=None,
-        help=f"memory limit of the exact tables and the Monte-Carlo rows (default: ${MEMORY_ENV}, else 4)",
+        help=f"memory limit of the exact tables and the Monte-Carlo rows, in GiB (default: ${MEMORY_ENV}, "
+        f"else {DEFAULT_MEMORY_GIB:g})",
     )
     add_overwrite_flag(parser)
     args = parser.parse_args(argv)

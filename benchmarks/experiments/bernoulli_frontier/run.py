@@ -20,6 +20,7 @@ from agents.bandit.bernoulli_bayes_optimal import (
     family_bayes_table,
     successors,
 )
+from benchmarks.experiments.bernoulli_frontier.cells import MODEL_CHUNK
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
@@ -79,7 +80,7 @@ def generalist_logits_at(
     return model.step(cache, None, None, None).logits.cpu().numpy()
 
 
-def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = 65_536) -> Policy:
+def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = MODEL_CHUNK) -> Policy:
     """The Bernoulli generalist played greedily (the argmax of its logits, as its agent plays), exactly.
 
     Its greedy play is a deterministic count-state policy (:func:`generalist_logits_at`).

@@ -11,8 +11,8 @@ import numpy as np
 
 from benchmarks.experiments.generalization.run import run_generalization
 from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
-from benchmarks.experiments.suite.cells import Experiment
-from benchmarks.experiments.suite.run import run_experiment, steps
+from benchmarks.experiments.suite.cells import Experiment, steps
+from benchmarks.experiments.suite.run import run_experiment
 from benchmarks.harness.config import BenchConfig
 from benchmarks.harness.report import PAGE, remove_stale_outputs, write_outputs
 from benchmarks.harness.retrain import retrain_models

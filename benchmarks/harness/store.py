@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.experiments.suite.cells import Experiment
-from benchmarks.experiments.suite.run import CURVE_KEYS, played_specs
+from benchmarks.experiments.suite.cells import CURVE_KEYS, Experiment
+from benchmarks.experiments.suite.run import played_specs
 from icrl_gym import __version__
 from icrl_gym.checkpoint import checkpoint_files, resolve_checkpoint
 from icrl_gym.utils.fileio import atomic_write_bytes

@@ -6,20 +6,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.experiments.grid.cells import Cell
+from benchmarks.experiments.grid.cells import Cell, GridSettings
 from icrl_gym.envs import ActionSet, BanditArms, BanditPrior, bernoulli_bandit_spec, linear_bandit_spec
 
 
 @dataclass(frozen=True)
-class GridExperiment:
+class GridExperiment(GridSettings):
     """A regret comparison over a grid of environment sizes (``benchmarks/experiments/generalization/`` runs it).
 
     Every cell is one environment; in every cell all rows play the same instances (common random
     numbers) and the learned rows are compared with the best reference of the cell.
     """
 
-    name: str
-    title: str
     arms: tuple[int, ...]
     """Bernoulli K of the trained range (2..20)."""
     horizons: tuple[int, ...]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.experiments.generalization.cells import FAMILIES, FAMILY_TITLES, MODEL_OF, GridExperiment
-from benchmarks.experiments.generalization.checks import CHECK_SCOPE, CHECK_SCOPES
+from benchmarks.experiments.generalization.checks import CHECK_SCOPE, CHECK_SCOPES, checks
 from benchmarks.experiments.grid.cells import MODEL, Cell, CellResult
 from benchmarks.experiments.grid.report import checks_table, heatmap, tails_table, write_checks_csv
 from benchmarks.experiments.models import describe_range
@@ -113,18 +113,14 @@ def markdown(results: list[CellResult], check_rows: list[dict[str, Any]], header
     return "\n".join(lines)
 
 
-def write_report(
-    exp: GridExperiment,
-    folder: Path,
-    results: list[CellResult],
-    check_rows: list[dict[str, Any]],
-    config: dict[str, Any],
-    models: dict[str, dict[str, Any] | None],
-    records: dict[str, Any],
-    runs: int,
-) -> None:
-    """Write the grid's outputs in ``folder`` (the package's docstring); stale heatmaps are removed."""
-    families, eval_seed = config["families"], config["seed"]
+def write_report(exp: GridExperiment, folder: Path, results: list[CellResult], config: dict[str, Any]) -> None:
+    """Check every cell and write the grid's outputs in ``folder`` (the package's docstring); stale heatmaps go.
+
+    ``config`` is the run's ``config.json``: its families, runs, seed, models (per family) and model records.
+    """
+    families, runs, eval_seed, records = config["families"], config["runs"], config["seed"], config["model_records"]
+    models = {MODEL_OF[f]: config["models"][f] for f in families}
+    check_rows = [c for r in results for c in checks(exp, r)]
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     write_cells_csv(folder / "cells.csv", results, runs, eval_seed)
     write_checks_csv(folder / "checks.csv", check_rows)

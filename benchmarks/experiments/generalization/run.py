@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.experiments.generalization.cells import MODEL_OF, GridExperiment, grid_cells
-from benchmarks.experiments.generalization.checks import checks
 from benchmarks.experiments.generalization.report import cell_fields, write_report
 from benchmarks.experiments.grid.cells import Cell, CellResult
 from benchmarks.experiments.grid.run import play_cells, run_identity, run_rows
@@ -136,7 +135,6 @@ def run_generalization(
         return run_cell(exp, cell, models[kind], runs, eval_seed, cache_dir, folder / "cells", model_id)
 
     results = play_cells(cells, play, progress)
-    check_rows = [c for r in results for c in checks(exp, r)]
     config = {
         **run_identity(exp.name, runs, eval_seed, exp.seed_offset),
         "families": list(families),
@@ -147,5 +145,5 @@ def run_generalization(
         "cells": [{**cell_fields(c), "env": c.spec.to_dict()} for c in cells],
         "seconds": time.perf_counter() - start,
     }
-    write_report(exp, folder, results, check_rows, config, models, records, runs)
+    write_report(exp, folder, results, config)
     return results

@@ -128,3 +128,13 @@ class CellResult:
                 "status": "ok",
             }
         return out
+
+
+@dataclass(frozen=True)
+class GridSettings:
+    """What every grid experiment's settings start with: its name and its title."""
+
+    name: str
+    """The name ``--experiments`` takes, and the grid's folder in ``--out``."""
+    title: str
+    """The title of its summary and heatmaps."""

@@ -25,23 +25,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from benchmarks.command_checks import (
-    add_overwrite_flag,
-    check_out_folder,
-    check_outputs_free,
-    check_seed,
-    refuse_unless,
-)
-from benchmarks.experiments.mdp_deployment.cells import CELLS, OUTPUTS, SEED
-from benchmarks.experiments.mdp_deployment.checks import check_cells
+from benchmarks.command_checks import add_overwrite_flag
+from benchmarks.experiments.mdp_deployment.cells import CELLS, SEED
+from benchmarks.experiments.mdp_deployment.checks import check_arguments
 from benchmarks.experiments.mdp_deployment.report import write_deployment
 from benchmarks.experiments.mdp_deployment.run import play_deployments
-from benchmarks.experiments.models import model_available
 from icrl_gym.utils.cli import doc_parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line (module docstring)."""
+    """Command line (the module's docstring)."""
     parser = doc_parser(__doc__)
     parser.add_argument("--cells", nargs="+", default=CELLS, help="S,A,H,K each")
     parser.add_argument("--runs", type=int, default=200, help="instances per cell")
@@ -54,18 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         cells = tuple((int(S), int(A), int(H), int(K)) for S, A, H, K in (cell.split(",") for cell in args.cells))
     except ValueError:
         parser.error(f"--cells takes S,A,H,K (four integers each), got {args.cells}")
-    if args.runs < 2:
-        parser.error(f"--runs must be >= 2 (the standard error needs two), got {args.runs}")
-    if args.checkpoint is not None and not model_available(args.checkpoint):
-        parser.error(f"--checkpoint {args.checkpoint}: no such checkpoint (a path or a shipped name)")
-    out = Path(args.out)
-    refuse_unless(
-        parser,
-        lambda: check_seed(args.seed),
-        lambda: check_cells(cells, args.runs),
-        lambda: check_out_folder(out),
-        lambda: check_outputs_free(out, OUTPUTS, args.overwrite),
-    )
-    start = time.perf_counter()
+    check_arguments(parser, args, cells)
+    out, start = Path(args.out), time.perf_counter()
     rows = play_deployments(cells, args.runs, args.seed, args.checkpoint)
     write_deployment(out, rows, cells, args.runs, args.seed, args.checkpoint, time.perf_counter() - start)

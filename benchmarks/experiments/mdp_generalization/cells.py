@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.experiments.grid.cells import Cell
+from benchmarks.experiments.grid.cells import Cell, GridSettings
 from benchmarks.experiments.rows import SOFT_UCBVI, bayes_dpt, mdp_generalist
 from icrl_gym.envs import MDPKind, MDPSpec, dark_room_spec
 
 
 @dataclass(frozen=True)
-class MDPGridExperiment:
+class MDPGridExperiment(GridSettings):
     """The MDP generalist against PSRL and the Bayes DPT policy over sizes (``run.py`` runs it).
 
     Every cell is one MDP prior; all rows of a cell play the same instances with the same noise
@@ -20,12 +20,14 @@ class MDPGridExperiment:
     (dark rooms at their documented H and K) and ``beyond`` (S beyond the trained range).
     """
 
-    name: str
-    title: str
     states: tuple[int, ...]
+    """S of the in-range random MDPs."""
     actions: tuple[int, ...]
+    """A of the in-range random MDPs."""
     horizons: tuple[int, ...]
+    """H (steps per episode) of the in-range random MDPs."""
     episodes: tuple[int, ...]
+    """K (episodes) of the in-range random MDPs."""
     max_steps: int
     """In-range cells keep T = K H <= max_steps."""
     fixed: tuple[int, int, int, int]

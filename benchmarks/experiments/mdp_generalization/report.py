@@ -13,7 +13,7 @@ from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments.grid.cells import MODEL, CellResult
 from benchmarks.experiments.grid.report import checks_table, heatmap, tails_table, write_checks_csv
 from benchmarks.experiments.mdp_generalization.cells import MDPGridExperiment, cell_runs, psrl_row
-from benchmarks.experiments.mdp_generalization.checks import anchored
+from benchmarks.experiments.mdp_generalization.checks import anchored, checks
 from benchmarks.experiments.models import describe_range
 from icrl_gym.envs import MDPSpec
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
@@ -85,18 +85,14 @@ def markdown(exp: MDPGridExperiment, results: list[CellResult], check_rows: list
 
 
 def write_report(
-    exp: MDPGridExperiment,
-    folder: Path,
-    results: list[CellResult],
-    check_rows: list[dict[str, Any]],
-    config: dict[str, Any],
-    name: str,
-    model: dict[str, Any] | None,
-    record: dict[str, Any],
-    runs: int,
+    exp: MDPGridExperiment, folder: Path, results: list[CellResult], config: dict[str, Any], name: str
 ) -> None:
-    """Write the grid's outputs in ``folder``: config, CSV files, summary, heatmaps (none without a model)."""
-    eval_seed = config["seed"]
+    """Check every cell and write the outputs in ``folder``: config, CSV files, summary, heatmaps (with a model).
+
+    ``config`` is the run's ``config.json`` (its model, model record, runs and seed); ``name`` the model's checkpoint.
+    """
+    model, record, runs, eval_seed = config["model"], config["model_record"], config["runs"], config["seed"]
+    check_rows = [c for r in results for c in checks(exp, r)]
     atomic_write_bytes(folder / "config.json", json.dumps(config, indent=2).encode())
     write_cells_csv(folder / "cells.csv", exp, results, eval_seed, runs)
     write_checks_csv(folder / "checks.csv", check_rows)

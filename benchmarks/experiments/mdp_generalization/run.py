@@ -11,7 +11,6 @@ from typing import Any
 from benchmarks.experiments.grid.cells import Cell, CellResult
 from benchmarks.experiments.grid.run import play_cells, run_identity, run_rows
 from benchmarks.experiments.mdp_generalization.cells import MDPGridExperiment, cell_runs, mdp_cells, references
-from benchmarks.experiments.mdp_generalization.checks import checks
 from benchmarks.experiments.mdp_generalization.report import write_report
 from benchmarks.experiments.models import model_available, model_record
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
@@ -81,7 +80,6 @@ def run_mdp_generalization(
         )
 
     results = play_cells(cells, play, progress)
-    check_rows = [c for r in results for c in checks(exp, r)]
     config = {
         **run_identity(exp.name, runs, eval_seed, exp.seed_offset),
         "groups": list(groups or exp.groups),
@@ -93,5 +91,5 @@ def run_mdp_generalization(
         "cells": [{"cell": c.label, "in_range": c.in_range, "env": c.spec.to_dict()} for c in cells],
         "seconds": time.perf_counter() - start,
     }
-    write_report(exp, folder, results, check_rows, config, name, model, record, runs)
+    write_report(exp, folder, results, config, name)
     return results

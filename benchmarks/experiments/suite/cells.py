@@ -304,3 +304,11 @@ EXPERIMENTS.update({e.name: e for e in MDP_EXPERIMENTS})
 
 CONTEXTS = {f"alpha={a}": ts_uniform_mixture(float(a)) for a in ("0", "0.1", "0.5", "1")}
 """The context algorithms of the distribution-ratio models (for reference and retraining)."""
+
+CURVE_KEYS = tuple(f"{q}_{s}" for q in ("cumulative_regret", "suboptimality") for s in ("mean", "std", "se"))
+"""The curves of every algorithm, in the order of the CSV columns."""
+
+
+def steps(exp: Experiment) -> int:
+    """Length of the experiment's curves: steps T for a bandit, episodes K for an MDP."""
+    return exp.spec.episodes if isinstance(exp.spec, MDPSpec) else exp.spec.horizon

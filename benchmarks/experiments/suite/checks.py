@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.experiments.suite.cells import EXPERIMENTS
-from benchmarks.experiments.suite.run import CURVE_KEYS, steps
+from benchmarks.experiments.suite.cells import CURVE_KEYS, EXPERIMENTS, steps
 
 
 class SavedResultsError(ValueError):

@@ -10,8 +10,7 @@ import numpy as np
 
 from benchmarks.experiments.models import describe_range, training_budget
 from benchmarks.experiments.rows import GENERALISTS, LEARNED
-from benchmarks.experiments.suite.cells import EXPERIMENTS, Experiment
-from benchmarks.experiments.suite.run import CURVE_KEYS, steps
+from benchmarks.experiments.suite.cells import CURVE_KEYS, EXPERIMENTS, Experiment, steps
 from benchmarks.results_page import Headline, Row, regret_cell
 from icrl_gym.data.mdp_rollout import optimal_values
 from icrl_gym.envs import MDPSpec

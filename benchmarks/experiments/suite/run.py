@@ -13,9 +13,6 @@ from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, MDPSpec
 
-CURVE_KEYS = tuple(f"{q}_{s}" for q in ("cumulative_regret", "suboptimality") for s in ("mean", "std", "se"))
-"""The curves of every algorithm, in the order of the CSV columns."""
-
 
 def _curves(regret: np.ndarray) -> dict[str, np.ndarray]:
     """Mean, std and standard error over runs of cumulative regret and per-step suboptimality."""
@@ -59,11 +56,6 @@ def run_experiment(
         if progress is not None:
             progress(label)
     return curves
-
-
-def steps(exp: Experiment) -> int:
-    """Length of the experiment's curves: steps T for a bandit, episodes K for an MDP."""
-    return exp.spec.episodes if isinstance(exp.spec, MDPSpec) else exp.spec.horizon
 
 
 def run_memory_bytes(spec: BanditSpec | MDPSpec, runs: int) -> int:

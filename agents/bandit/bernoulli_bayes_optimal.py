@@ -32,12 +32,23 @@ family: it minimises sum_j pi_j Reg_j, the pi-average of the Bayes regrets under
 over every policy that is not told J -- the best that any in-context learner trained on the family
 can do (Section 4's Bayes-optimality, with the family as the prior).  A one-member family is the
 told-prior policy above.
+
+**What the priors may be.**  Every Beta parameter (``prior_a``, ``prior_b``, each a_j, b_j of the
+hyperprior) must be a finite number in (0, MAX_SCALE]: Beta(a, b) is a distribution only for a, b > 0,
+and a NaN or an infinity would make every p_k NaN, so that the argmax of the table would be arm 0 for
+ever.  The hyperprior is a non-empty list of [a, b] pairs; its weights pi, one per pair, must be finite
+and non-negative with a positive sum (they are normalised, so only their ratios matter; a zero weight
+leaves its member out of the prior, which is allowed; all zeros is no prior at all).  The agent checks
+them when it is built, and :class:`FamilyPredictive` when it is used directly, with a ``ValueError``
+naming the argument and its value (a ``TypeError`` for an entry that is no number).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from math import comb
+from typing import Any
 
 import numpy as np
 from scipy.special import betaln
@@ -45,7 +56,42 @@ from scipy.special import betaln
 from agents.bandit.resolved_model import ResolvedModelMixin
 from icrl_gym.algorithm import BanditAgent, resolve_horizon
 from icrl_gym.envs.bandit_core import BanditPrior, BanditReward
+from icrl_gym.envs.validation import MAX_SCALE, check_number, plain
 from icrl_gym.estimators.statistics import ArmStatistics
+
+
+def check_hyperprior(hyperprior: Any, name: str = "hyperprior") -> list[list[float]]:
+    """``hyperprior`` as [[a_1, b_1], ...] floats: a non-empty sequence of pairs of Beta parameters in (0, MAX_SCALE].
+
+    A ``ValueError`` names the argument, the entry and its value (module docstring: what the priors may be).
+    """
+    if isinstance(hyperprior, (str, bytes)) or not isinstance(hyperprior, (Sequence, np.ndarray)):
+        raise ValueError(f"{name} must be a list of [a, b] pairs (Beta priors), got {hyperprior!r}")
+    if len(hyperprior) == 0:
+        raise ValueError(f"{name} must hold at least one [a, b] pair (Beta prior), got {hyperprior!r}")
+    pairs = []
+    for j, pair in enumerate(hyperprior):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, (Sequence, np.ndarray)) or len(pair) != 2:
+            raise ValueError(f"{name} must be a list of [a, b] pairs (Beta priors), but {name}[{j}] is {pair!r}")
+        try:  # len(pair) == 2: checked above
+            parts = zip("ab", pair, strict=True)
+            pairs.append([check_number(f"{name}[{j}] {part}", plain(v), 0.0, True, MAX_SCALE) for part, v in parts])
+        except (TypeError, ValueError) as err:  # the entry that is wrong, after what the pairs must be
+            raise type(err)(f"{name} needs [a, b] pairs with a, b > 0: {err}") from None
+    return pairs
+
+
+def check_hyperprior_weights(weights: Any, count: int, name: str = "hyperprior_weights") -> list[float]:
+    """``weights`` as ``count`` floats, each finite and >= 0 (at most MAX_SCALE), with a positive sum.
+
+    A ``ValueError`` names the argument and the value (module docstring: what the priors may be).
+    """
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, (Sequence, np.ndarray)) or len(weights) != count:
+        raise ValueError(f"{name} must be {count} numbers, one per pair of the hyperprior, got {weights!r}")
+    values = [check_number(f"{name}[{j}]", plain(w), 0.0, False, MAX_SCALE) for j, w in enumerate(weights)]
+    if not sum(values) > 0:
+        raise ValueError(f"{name} must not all be 0 (the prior is pi_j = w_j / sum w), got {weights!r}")
+    return values
 
 
 def table_bytes(num_arms: int, horizon: int) -> int:
@@ -96,16 +142,18 @@ class CompositionRanker:
 class FamilyPredictive:
     """The mixture predictive p_k(x) of the module docstring for states x = (s_1, f_1, ..., s_K, f_K).
 
-    ``priors`` (J, 2) the family's (a_j, b_j), ``weights`` (J,) the hyperprior pi (normalised here).
-    The log-evidence of one arm's counts, log B(a_j + s, b_j + f) - log B(a_j, b_j), is tabulated
-    for s, f <= ``max_count``.
+    ``priors`` (J, 2) the family's (a_j, b_j), ``weights`` (J,) the hyperprior pi (normalised here);
+    both are checked (:func:`check_hyperprior`, :func:`check_hyperprior_weights`).  The log-evidence
+    of one arm's counts, log B(a_j + s, b_j + f) - log B(a_j, b_j), is tabulated for s, f <= ``max_count``.
     """
 
     def __init__(self, priors: np.ndarray, weights: np.ndarray, max_count: int) -> None:
         self.priors = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
+        check_hyperprior(self.priors, "priors")
         weights = np.asarray(weights, dtype=np.float64)
-        if weights.shape != (len(self.priors),) or np.any(weights < 0) or not weights.sum() > 0:
-            raise ValueError(f"hyperprior weights must be {len(self.priors)} non-negative numbers, not all 0")
+        if weights.shape != (len(self.priors),):
+            raise ValueError(f"weights must be {len(self.priors)} numbers, one per prior, got shape {weights.shape}")
+        check_hyperprior_weights(weights, len(self.priors), "weights")
         self.log_weights = np.log(weights / weights.sum())
         a, b = self.priors[:, 0, None, None], self.priors[:, 1, None, None]
         counts = np.arange(max_count + 1, dtype=np.float64)
@@ -209,18 +257,22 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
         hyperprior_weights: list[float] | None = None,
     ) -> None:
         super().__init__(seed)
+        for name, value in (("prior_a", prior_a), ("prior_b", prior_b)):  # None: the environment's
+            if value is not None:
+                check_number(
+                    f"{name} (a Beta prior parameter, or None: the environment's)", value, 0.0, True, MAX_SCALE
+                )
         self.prior_a, self.prior_b, self.horizon = prior_a, prior_b, horizon
-        self.hyperprior = None if hyperprior is None else [[float(a), float(b)] for a, b in hyperprior]
-        self.hyperprior_weights = None if hyperprior_weights is None else [float(w) for w in hyperprior_weights]
-        if self.hyperprior is not None:
-            if prior_a is not None or prior_b is not None:
-                raise ValueError("pass either prior_a and prior_b (a told prior) or hyperprior (a family), not both")
-            if not self.hyperprior or any(not (a > 0 and b > 0) for a, b in self.hyperprior):
-                raise ValueError(f"hyperprior needs (a, b) pairs with a, b > 0, got {hyperprior!r}")
-            if self.hyperprior_weights is not None:
-                FamilyPredictive(np.array(self.hyperprior), np.array(self.hyperprior_weights), 0)  # checks them
-        elif self.hyperprior_weights is not None:
+        if hyperprior is not None and (prior_a is not None or prior_b is not None):
+            raise ValueError("pass either prior_a and prior_b (a told prior) or hyperprior (a family), not both")
+        if hyperprior is None and hyperprior_weights is not None:
             raise ValueError("hyperprior_weights needs hyperprior")
+        self.hyperprior = None if hyperprior is None else check_hyperprior(hyperprior)
+        self.hyperprior_weights = (
+            None
+            if hyperprior_weights is None or self.hyperprior is None
+            else check_hyperprior_weights(hyperprior_weights, len(self.hyperprior))
+        )
         self.max_table_bytes = int(max_table_bytes)
         self._used = None
         self._key: tuple | None = None

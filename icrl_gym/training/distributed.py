@@ -11,11 +11,20 @@ gradients over ranks, so the update equals the single-process update on the whol
 Backends: gloo on CPU, NCCL on CUDA (one GPU per local rank).  Only rank 0 logs, validates and
 writes checkpoints; every rank reads the checkpoint when a run resumes.  Without torchrun's
 variables (or with WORLD_SIZE=1) nothing is initialised and training is a plain single process.
+
+The variables are read as torchrun sets them (:func:`torchrun_variables`): ``WORLD_SIZE`` a positive
+integer; with WORLD_SIZE > 1 also ``RANK`` in [0, WORLD_SIZE) and, where set, ``LOCAL_RANK`` >= 0.
+WORLD_SIZE=1 alone (no RANK) is a single process, as one process is all it describes and a user
+who exported it expects just that.  A WORLD_SIZE > 1 without RANK is a half-set environment (a
+variable left from another launcher, not torchrun): it is refused with a ``ValueError`` saying
+what torchrun sets, as is a value that is not an integer, instead of a ``KeyError`` or a bare
+``int()`` error, or a process that would wait for ranks that never come.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,15 +62,59 @@ class DistContext:
             dist.barrier()
 
 
+TORCHRUN_SETS = "torchrun sets WORLD_SIZE, RANK and LOCAL_RANK for every process it starts"
+"""What the errors about the variables say torchrun sets."""
+
+
+def _integer_variable(name: str, environ: Mapping[str, str], low: int, high: int | None = None) -> int:
+    """The environment variable ``name`` as an integer in [low, high] (``ValueError`` naming it and its value)."""
+    text = environ[name]
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise ValueError(
+            f"the environment variable {name}={text!r} must be {allowed} ({TORCHRUN_SETS}; "
+            "unset WORLD_SIZE to train in one process)"
+        )
+    return value
+
+
+def torchrun_variables(environ: Mapping[str, str] | None = None) -> DistContext:
+    """The place of this process in torchrun's process group, read from ``environ`` (default ``os.environ``).
+
+    The trivial context (one process) without ``WORLD_SIZE`` or with WORLD_SIZE=1; otherwise RANK
+    must be set (module docstring).  Only reads: nothing is initialised.
+    """
+    environ = os.environ if environ is None else environ
+    if "WORLD_SIZE" not in environ:
+        return DistContext()
+    world_size = _integer_variable("WORLD_SIZE", environ, low=1)
+    if world_size == 1:
+        return DistContext()
+    if "RANK" not in environ:
+        raise ValueError(
+            f"the environment variable WORLD_SIZE={environ['WORLD_SIZE']!r} asks for {world_size} processes but RANK "
+            f"is not set: {TORCHRUN_SETS}; start the run with torchrun --nproc_per_node={world_size} ..., or unset "
+            "WORLD_SIZE to train in one process"
+        )
+    rank = _integer_variable("RANK", environ, low=0, high=world_size - 1)
+    local_rank = _integer_variable("LOCAL_RANK", environ, low=0) if "LOCAL_RANK" in environ else 0
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank)
+
+
 def init_distributed(device: torch.device) -> tuple[DistContext, torch.device]:
     """Join torchrun's process group when launched by it; returns the context and this rank's device.
 
-    On CUDA every local rank gets its own GPU ``cuda:LOCAL_RANK``; on CPU the backend is gloo.
+    On CUDA every local rank gets its own GPU ``cuda:LOCAL_RANK``; on CPU the backend is gloo.  The
+    variables are checked first (:func:`torchrun_variables`).
     """
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
-        return DistContext(), device
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    ctx = torchrun_variables()
+    if not ctx.enabled:
+        return ctx, device
+    rank, world_size, local_rank = ctx.rank, ctx.world_size, ctx.local_rank
     if device.type == "cuda":
         if local_rank >= torch.cuda.device_count():
             raise RuntimeError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible)")

@@ -27,24 +27,8 @@ from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.envs.dark_room import dark_room_successors
 from icrl_gym.envs.mdp_core import MDPKind
 from icrl_gym.envs.validation import MAX_SCALE, check_number
-from icrl_gym.models.mdp_generalist import MDPGeneralistCache
+from icrl_gym.models.mdp_generalist import MDPGeneralistCache, playable_problems
 from icrl_gym.models.policy import EnvInfo, InContextPolicy
-
-RANGE_FIELDS = ("num_states", "num_actions", "horizon", "episodes")
-"""The sizes a record's ranges bound, EnvInfo's names."""
-
-
-def range_problems(env_info: EnvInfo, playable: dict[str, Any], trained: dict[str, Any]) -> list[str]:
-    """The sizes of ``env_info`` outside ``playable`` ({field: [low, high]}), each naming the field and both ranges."""
-    problems = []
-    for name in RANGE_FIELDS:
-        if name not in playable:
-            continue
-        low, high = playable[name]
-        value = getattr(env_info, name)
-        if not low <= value <= high:
-            problems.append(f"{name}={value} is outside [{low}, {high}] (trained on {trained.get(name, '?')})")
-    return problems
 
 
 class MDPGeneralistAgent(MDPTransformerAgent):
@@ -153,9 +137,7 @@ class MDPGeneralistAgent(MDPTransformerAgent):
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         env_info = super()._env_info(info)
-        trained = self.meta.get("trained_range") or {}
-        playable = self.meta.get("playable_range") or trained
-        problems = range_problems(env_info, playable, trained)
+        problems = playable_problems(self.meta, env_info)  # the record's ranges (fine-tuning checks the same)
         if problems:
             raise ValueError(f"the MDP generalist {self.checkpoint!r} cannot play this MDP: " + "; ".join(problems))
         return env_info

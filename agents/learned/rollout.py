@@ -12,12 +12,24 @@ and how a decoded observation becomes the model's ``observation`` tensor
 reset (:func:`~icrl_gym.checkpoint.check_compatible`), refuses to act beyond the horizon it was reset
 for, and refuses to act on non-finite scores (in ``act`` as in ``policy``) instead of passing on an
 arbitrary arm.
+
+One model step is one decision: ``act`` / ``policy`` at step t append the previous outcome and the
+observation s_t to the cache, and the logits are kept until ``update``.  A second ``act`` or
+``policy`` before ``update`` reuses them when the model reads the same input (``policy`` then
+``act`` at one observation, the usual pair).  At another observation (other arms, another state)
+it answers for that one, as an agent given it first would: the cache takes the step back
+(:class:`~icrl_gym.models.policy.RewindableCache`, which every shipped model's cache is: O(1) for a
+key/value cache, the step's own counts for the generalists) and the model steps again, so the cache
+holds each step once.  A cache that cannot take a step back refuses the second observation with a
+``RuntimeError`` instead of answering for the first.  A model that reads the step h from its own
+step count (the MDP models) refuses an observation at another h than the run's (a stale state after
+``update``) with a ``ValueError``, since it would answer for the wrong step.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 import torch
@@ -25,7 +37,7 @@ import torch
 from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent, ObsT, logits_action, softmax_rows
 from icrl_gym.checkpoint import SIZE_FIELDS, CheckpointKind, CheckpointRecord, load_checkpoint, resolve_checkpoint
-from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyCache
+from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyCache, RewindableCache
 from icrl_gym.utils.device import resolve_device
 
 RolloutT = TypeVar("RolloutT", bound="PolicyRollout[Any]")
@@ -80,6 +92,12 @@ class PolicyRollout(CheckpointAgent[ObsT]):
         self._decided = 0
         """Steps decided since the last reset (the model's step calls)."""
         self._logits: np.ndarray | None = None
+        self._logits_input: torch.Tensor | None = None
+        """The model input the current step's logits were computed at (a second call at another is recomputed)."""
+        self._mark: Any = None
+        """The cache before the current step (:class:`RewindableCache`), None where it cannot take a step back."""
+        self._rewindable = False
+        """Whether the cache can take a step back (set at reset)."""
         self._prev: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
@@ -127,6 +145,12 @@ class PolicyRollout(CheckpointAgent[ObsT]):
         """The decoded observation as the ``observation`` argument of the model's ``step``."""
         raise NotImplementedError
 
+    def _check_step(self, observation: ObsT, step: int) -> None:
+        """Refuse an observation that cannot be the run's step ``step`` (0-based); any, by default.
+
+        An adapter whose observation names its own step (an MDP's h) checks it against the model's.
+        """
+
     # ------------------------------------------------------------------ the cached rollout
     def _start(self, info: dict[str, Any]) -> None:
         super()._start(info)  # checks the environment, sizes the runs
@@ -136,32 +160,65 @@ class PolicyRollout(CheckpointAgent[ObsT]):
         else:
             self._cache = self.model.new_cache(self.batch_size, env_info, self.device)
         self.env_info = env_info
-        self._logits, self._prev, self._decided = None, None, 0
+        self._rewindable = isinstance(self._cache, RewindableCache)  # once per reset: a protocol check is slow
+        self._logits, self._logits_input, self._mark, self._prev, self._decided = None, None, None, None, 0
 
     def _step_logits(self, observation: ObsT) -> np.ndarray:
-        """Logits (B, A) of the policy at the current step, computed once per step and checked finite."""
-        if self._logits is None:
-            if self._cache is None or self.env_info is None:
-                raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()")
-            if self._decided >= self.env_info.steps:
-                raise ValueError(
-                    f"the runs were reset for T={self.env_info.steps} steps; model {self.checkpoint!r} "
-                    f"cannot act at step {self._decided + 1} (reset for new runs)"
-                )
-            prev_a, prev_r = self._prev if self._prev is not None else (None, None)
-            out = self.model.step(self._cache, self._model_input(observation), prev_a, prev_r)
-            logits = out.logits.double().cpu().numpy()
-            finite = np.isfinite(logits).all(axis=1)
-            if not finite.all():
-                row = int(np.argmin(finite))
-                raise ValueError(
-                    f"model {self.checkpoint!r} computed non-finite scores for run {row} at step "
-                    f"{self._decided + 1}: {logits[row].tolist()} (inputs outside what it can compute with, "
-                    f"e.g. {self.env_info})"
-                )
-            self._logits = logits
-            self._decided += 1
+        """Logits (B, A) of the policy at the current step, computed once per step and checked finite.
+
+        A second call before ``update`` reuses them at the same model input, and at another one takes
+        the step back and computes it again (module docstring): the cache holds every step once.
+        """
+        if self._logits is not None:
+            if self._same_input(observation):
+                return self._logits
+            self._take_back_step()
+        if self._cache is None or self.env_info is None:
+            raise RuntimeError(f"{type(self).__name__}: call reset() before act()/policy()")
+        if self._decided >= self.env_info.steps:
+            raise ValueError(
+                f"the runs were reset for T={self.env_info.steps} steps; model {self.checkpoint!r} "
+                f"cannot act at step {self._decided + 1} (reset for new runs)"
+            )
+        self._check_step(observation, self._decided)
+        model_input = self._model_input(observation)
+        prev_a, prev_r = self._prev if self._prev is not None else (None, None)
+        mark = cast(RewindableCache, self._cache).mark() if self._rewindable else None
+        out = self.model.step(self._cache, model_input, prev_a, prev_r)
+        logits = out.logits.double().cpu().numpy()
+        finite = np.isfinite(logits).all(axis=1)
+        if not finite.all():
+            row = int(np.argmin(finite))
+            raise ValueError(
+                f"model {self.checkpoint!r} computed non-finite scores for run {row} at step "
+                f"{self._decided + 1}: {logits[row].tolist()} (inputs outside what it can compute with, "
+                f"e.g. {self.env_info})"
+            )
+        self._logits, self._logits_input, self._mark = logits, model_input, mark
+        self._decided += 1
         return self._logits
+
+    def _same_input(self, observation: ObsT) -> bool:
+        """Whether ``observation`` is, for the model, the input the current step was computed at.
+
+        Checked as at the first call (an observation at another step, or one the model cannot read,
+        is refused), then compared exactly: the same input gives the same logits.
+        """
+        self._check_step(observation, self._decided - 1)
+        model_input = self._model_input(observation)
+        return self._logits_input is None or torch.equal(self._logits_input, model_input)
+
+    def _take_back_step(self) -> None:
+        """Undo the current step in the cache (to compute it at another observation); refused where it cannot be."""
+        if self._mark is None or not isinstance(self._cache, RewindableCache):
+            raise RuntimeError(
+                f"{type(self).__name__} ({self.checkpoint!r}): act()/policy() already ran at step {self._decided} on "
+                "another observation, and this model's cache cannot take a step back; call update() with the outcome "
+                "of that action before act()/policy() on a new observation (one act, then update, per step)"
+            )
+        self._cache.rewind(self._mark)
+        self._logits, self._logits_input, self._mark = None, None, None
+        self._decided -= 1
 
     def _rollout_policy(self, observation: ObsT) -> np.ndarray:
         return softmax_rows(self._step_logits(observation))
@@ -184,7 +241,7 @@ class PolicyRollout(CheckpointAgent[ObsT]):
             torch.as_tensor(np.asarray(actions, dtype=np.int64), device=self.device),
             torch.as_tensor(np.asarray(rewards, dtype=np.float32), device=self.device),
         )
-        self._logits = None
+        self._logits, self._logits_input, self._mark = None, None, None
 
 
 class BanditRollout(PolicyRollout[np.ndarray], BanditAgent):

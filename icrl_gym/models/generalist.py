@@ -209,12 +209,33 @@ class GeneralistCache:
         """T, the steps of a run (the cache's capacity)."""
         self.steps = 0
         """Number of history steps stored (the next decision is at step ``steps``)."""
+        self._counted: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        """(runs, arms, rewards) counted since the last :meth:`mark` (grouped), for :meth:`rewind`."""
 
     def reset(self) -> None:
         """Empty the cache for new runs of the same size (stale keys beyond ``steps`` are never read)."""
         self.counts.zero_()
         self.totals.zero_()
         self.steps = 0
+        self._counted = None
+
+    def mark(self) -> int:
+        """The cache before a step, for :meth:`rewind`: the steps stored (the step records the counts it adds)."""
+        self._counted = None
+        return self.steps
+
+    def rewind(self, mark: int) -> None:
+        """Take back the step after :meth:`mark`, exactly.
+
+        Grouped: its counts are subtracted again (whole numbers, exact in floating point); not
+        grouped: the keys, values and action of step ``mark`` become stale (written again by the next step).
+        """
+        if self._counted is not None:
+            rows, actions, r = self._counted
+            self.counts[rows, actions, r] -= 1.0
+            self.totals[rows, r] -= 1.0
+            self._counted = None
+        self.steps = mark
 
     def append_grouped(self, actions: torch.Tensor, rewards: torch.Tensor) -> None:
         """Count step ``steps`` (actions (B,) in [0, K), rewards (B,) in {0, 1}) in the grouped cache."""
@@ -226,6 +247,7 @@ class GeneralistCache:
         rows = torch.arange(self.batch_size, device=self.device)
         self.counts[rows, actions, r] += 1.0
         self.totals[rows, r] += 1.0
+        self._counted = (rows, actions, r)
 
 
 class GeneralistTransformer(nn.Module):

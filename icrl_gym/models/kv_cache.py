@@ -123,6 +123,14 @@ class KVCache:
         self.last_action_set = None
         self.last_tokens = None
 
+    def mark(self) -> tuple[int, int, Tensor | None, Tensor | None]:
+        """The cache before a step, for :meth:`rewind`: O(1), as a step only writes at slots >= ``length``."""
+        return self.length, self.steps, self.last_action_set, self.last_tokens
+
+    def rewind(self, mark: tuple[int, int, Tensor | None, Tensor | None]) -> None:
+        """Take back the step after :meth:`mark`: its slots become stale (never read; the next step writes them)."""
+        self.length, self.steps, self.last_action_set, self.last_tokens = mark
+
     def workspace(self, numel: int) -> Tensor:
         """The first ``numel`` elements of :attr:`scores`, grown (never shrunk) when too small (zero-filled)."""
         if self.scores is None or self.scores.numel() < numel:

@@ -487,6 +487,10 @@ class PosteriorArmNetwork(nn.Module):
         return self.head(self.ln_out(h)).squeeze(-1) + self.log_alpha.exp() * base
 
 
+LinearGeneralistMark = tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+"""A :class:`LinearGeneralistCache` before a step: steps, moments, counts, sums, fixed, last action sets."""
+
+
 class LinearGeneralistCache:
     """The history of B runs as the linear attention's state: the raw moment matrices M_t (B, E, E) and t.
 
@@ -558,6 +562,22 @@ class LinearGeneralistCache:
         self.fixed.fill_(True)
         self.last_action_set = None
         self.steps = 0
+
+    def mark(self) -> LinearGeneralistMark:
+        """The cache before a step, for :meth:`rewind`: copies of what a step changes (O(B E^2), less than a step)."""
+        return (
+            self.steps,
+            self.moments.clone(),
+            self.counts.clone(),
+            self.sums.clone(),
+            self.fixed.clone(),
+            self.last_action_set,
+        )
+
+    def rewind(self, mark: LinearGeneralistMark) -> None:
+        """Take back the step after :meth:`mark`, exactly (restored from the copies: subtracting floats is inexact)."""
+        self.steps, moments, self.counts, self.sums, self.fixed, self.last_action_set = mark
+        self.moments.copy_(moments)
 
 
 def _per_run(

@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -114,6 +116,13 @@ class CountStats:
         return self.n_sas[index, i], self.n_sa[index, i], self.reward_sum[index, i]
 
 
+MDPGeneralistUndo = tuple[
+    "tuple[Tensor, ...] | None", "Tensor | None", "tuple[Tensor, ...] | None", "tuple[Tensor, Tensor] | None"
+]
+"""What one :meth:`MDPGeneralistCache.append` added: the (run, h, s, a) visited and the reward sums there before,
+the (run, h, s, a, s') transition counted, the (run, s) start counted (None where it added none)."""
+
+
 class MDPGeneralistCache:
     """The recurrent state of B runs: their :class:`CountStats`, updated one step at a time.
 
@@ -151,6 +160,8 @@ class MDPGeneralistCache:
         self.steps = 0
         """Steps decided so far (the next decision is step ``steps``: h = steps mod H, k = steps // H)."""
         self.prev_state = torch.zeros(B, dtype=torch.long, device=self.device)
+        self._added: MDPGeneralistUndo | None = None
+        """What the last :meth:`append` added, for :meth:`rewind`."""
 
     def configure(self, stationary: bool, known_successors: np.ndarray | None = None) -> None:
         """Pool the counts over h (``stationary``) or keep them per h, and set the moves the prior knows.
@@ -170,10 +181,39 @@ class MDPGeneralistCache:
         if self.known is not None:
             self.stats.n_sas += self.known.to(self.stats.n_sas)
         self.steps = 0
+        self._added = None
+
+    def mark(self) -> tuple[int, Tensor]:
+        """The cache before a step, for :meth:`rewind`: the steps and the last state (the step records what it adds)."""
+        self._added = None
+        return self.steps, self.prev_state
+
+    def rewind(self, mark: tuple[int, Tensor]) -> None:
+        """Take back the step after :meth:`mark`, exactly.
+
+        The counts it added are subtracted again (whole numbers, exact in floating point) and the
+        reward sums it changed get their old values back (subtracting a reward would not be exact).
+        """
+        if self._added is not None:
+            visit, old_rewards, transition, start = self._added
+            minus = -torch.ones(self.batch_size, device=self.device, dtype=self.dtype)
+            if visit is not None and old_rewards is not None:
+                self.stats.n_sa.index_put_(visit, minus, accumulate=True)
+                self.stats.reward_sum.index_put_(visit, old_rewards)
+            if transition is not None:
+                self.stats.n_sas.index_put_(transition, minus, accumulate=True)
+            if start is not None:
+                self.stats.starts.index_put_(start, minus, accumulate=True)
+            self._added = None
+        self.steps, self.prev_state = mark
 
     def append(self, states: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None) -> None:
-        """Add the outcome of step ``steps - 1`` (if any) and the start of step ``steps`` at ``states``."""
+        """Add the outcome of step ``steps - 1`` (if any) and the start of step ``steps`` at ``states``.
+
+        What it adds is recorded (the indices, and the reward sums it changes) for :meth:`rewind`.
+        """
         H, rows = self.horizon, torch.arange(self.batch_size, device=self.device)
+        visit = old_rewards = transition = start = None
         if self.steps > 0:
             if prev_action is None or prev_reward is None:
                 raise ValueError("the MDP generalist needs the previous action and reward after the first step")
@@ -182,14 +222,48 @@ class MDPGeneralistCache:
             s, a = self.prev_state, prev_action.long()
             index = (rows, torch.full_like(rows, i), s, a)
             ones = torch.ones_like(s, dtype=self.dtype)
+            visit, old_rewards = index, self.stats.reward_sum[index]
             self.stats.n_sa.index_put_(index, ones, accumulate=True)
             self.stats.reward_sum.index_put_(index, prev_reward.to(self.dtype), accumulate=True)
             if h_prev < H - 1:  # no next state after the episode's last step
-                self.stats.n_sas.index_put_((*index, states), ones, accumulate=True)
+                transition = (*index, states)
+                self.stats.n_sas.index_put_(transition, ones, accumulate=True)
         if self.steps % H == 0:
             ones = torch.ones_like(states, dtype=self.dtype)
-            self.stats.starts.index_put_((rows, states), ones, accumulate=True)
+            start = (rows, states)
+            self.stats.starts.index_put_(start, ones, accumulate=True)
         self.prev_state = states
+        self._added = (visit, old_rewards, transition, start)
+
+
+RANGE_FIELDS = ("num_states", "num_actions", "horizon", "episodes")
+"""The sizes a checkpoint record's ranges bound, :class:`EnvInfo`'s names."""
+
+
+def range_problems(env_info: EnvInfo, playable: Mapping[str, Any], trained: Mapping[str, Any]) -> list[str]:
+    """The sizes of ``env_info`` outside ``playable`` ({field: [low, high]}), each naming the field and both ranges."""
+    problems = []
+    for name in RANGE_FIELDS:
+        if name not in playable:
+            continue
+        low, high = playable[name]
+        value = getattr(env_info, name)
+        if not low <= value <= high:
+            problems.append(f"{name}={value} is outside [{low}, {high}] (trained on {trained.get(name, '?')})")
+    return problems
+
+
+def playable_problems(meta: Mapping[str, Any], env_info: EnvInfo) -> list[str]:
+    """The sizes of ``env_info`` that the checkpoint record ``meta`` does not agree to play (empty: it plays them).
+
+    The record's ``playable_range`` bounds them, or its ``trained_range`` where it states no playable
+    one; a record with neither (a model held in memory) plays any size.  The one rule of the MDP
+    generalist's agent at reset and of fine-tuning's check of its ``env`` (a fine-tuned model keeps
+    its base's record, so a size its base refuses would be refused by the fine-tuned model's agent).
+    """
+    trained = meta.get("trained_range") or {}
+    playable = meta.get("playable_range") or trained
+    return range_problems(env_info, playable, trained)
 
 
 KNOWN_MOVE_COUNT = 1.0

@@ -20,7 +20,7 @@ adapter from the agent's decoded observation to ``observation``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -86,6 +86,25 @@ class PolicyCache(Protocol):
 
     def reset(self) -> None:
         """Empty the cache for new runs of the same environment, keeping its buffers."""
+
+
+@runtime_checkable
+class RewindableCache(Protocol):
+    """A cache that can take its last step back, as every shipped model's can.
+
+    It lets an agent answer a second observation of one step (:mod:`agents.learned.rollout`)
+    without holding the step twice.  ``mark()`` is called before a ``step`` and returns what
+    ``rewind(mark)`` needs to bring the cache back, exactly, to where it was; both are cheap next to
+    a step (no copy of the history).
+    """
+
+    def mark(self) -> Any:
+        """The cache before the next step."""
+        ...
+
+    def rewind(self, mark: Any) -> None:
+        """Take back the step made since ``mark``, exactly."""
+        ...
 
 
 @runtime_checkable

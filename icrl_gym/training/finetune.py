@@ -77,7 +77,7 @@ from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditReward, Ban
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
-from icrl_gym.models.mdp_generalist import MDPGeneralist
+from icrl_gym.models.mdp_generalist import MDPGeneralist, playable_problems
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.models.transformer import BanditTransformer
 from icrl_gym.registry import agent_class
@@ -509,12 +509,27 @@ class _GeneralistAgentClass(Protocol):
 
 
 def make_task(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneTask:
-    """The task of the base checkpoint's kind, refusing the fields that kind does not take (``ValueError``)."""
+    """The task of the base checkpoint's kind, refusing the fields that kind does not take (``ValueError``).
+
+    Called before any rollout, and before the run's state is read or written.  An MDP generalist's
+    ``env`` must also lie within the sizes its record agrees to play
+    (:func:`~icrl_gym.models.mdp_generalist.playable_problems`, the rule its agent applies at reset),
+    since the fine-tuned model is saved with the base's record.
+    """
     kind = checkpoint_kind(meta)
     if kind is CheckpointKind.MDP_GENERALIST:
         if not cfg.env:
             raise ValueError("FinetuneConfig.env must give the MDP prior (MDPSpec fields) for the MDP generalist")
-        return MDPTask(MDPSpec.from_dict(cfg.env), cfg)
+        prior = MDPSpec.from_dict(cfg.env)
+        sizes = EnvInfo(prior.num_actions, prior.horizon, num_states=prior.num_states, episodes=prior.episodes)
+        problems = playable_problems(meta, sizes)  # the agent's own rule and the base record's ranges
+        if problems:
+            raise ValueError(
+                f"FinetuneConfig.env={cfg.env!r} is outside the sizes the MDP generalist {cfg.base!r} plays "
+                f"(its record's playable range): {'; '.join(problems)}; the fine-tuned model keeps that record, "
+                "so its agent would refuse this env: choose sizes within the range"
+            )
+        return MDPTask(prior, cfg)
     if kind is CheckpointKind.GENERALIST_TRANSFORMER:
         try:
             spec = BanditSpec.from_dict(cfg.env) if cfg.env else None

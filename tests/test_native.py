@@ -21,6 +21,7 @@ from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import LanesKVCache
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from tests.helpers import play_steps
+from tests.reliability.commands_round import HALF_WRITING_COMPILER
 
 needs_compiler = pytest.mark.skipif(native.find_compiler() is None, reason="no C compiler")
 
@@ -281,17 +282,6 @@ def build_in_subprocess(folder):
     done = subprocess.run([sys.executable, "-c", BUILD], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return Path(done.stdout.split()[0])
-
-
-HALF_WRITING_COMPILER = """#!/bin/sh
-out=
-while [ $# -gt 0 ]; do
-    if [ "$1" = "-o" ]; then out=$2; fi
-    shift
-done
-if [ -n "$out" ]; then cp "{half}" "$out"; fi
-exit 0
-"""
 
 
 def half_library(folder):

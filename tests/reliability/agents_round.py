@@ -32,6 +32,7 @@ from tests.reliability.framework import (
     probe,
     refused,
     refused_by_each,
+    refused_naming,
     replaced,
     short,
     surface,
@@ -156,17 +157,6 @@ surface("Bernoulli Bayes-optimal agent: impossible priors")
 def _bayes(**kwargs: Any) -> Any:
     """The agent built from a ``config()``-style specification (the way benchmark files give it)."""
     return make_agent({"name": "bernoulli_bayes_optimal", **kwargs})
-
-
-def refused_naming(what: str, cases: dict[str, tuple[Callable[[], Any], tuple[str, ...]]], kinds: Any) -> Outcome:
-    """:func:`refused` for every case with its own fragments; one PROBLEM makes the probe a PROBLEM, naming the case."""
-    outcomes = {label: refused(action, *fragments, kinds=kinds) for label, (action, fragments) in cases.items()}
-    bad = [(label, o) for label, o in outcomes.items() if o.verdict is Verdict.PROBLEM]
-    if bad:
-        label, outcome = bad[0]
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        return Outcome(Verdict.PROBLEM, f"{label}: {outcome.behaviour}{more}")
-    return Outcome(Verdict.CLEAR, f"all {len(cases)} {what}: {next(iter(outcomes.values())).behaviour}")
 
 
 def _prior_cases(values: tuple[float, ...]) -> dict[str, tuple[Callable[[], Any], tuple[str, ...]]]:

@@ -145,7 +145,12 @@ def refused_by_each(
     kinds: Kinds,
 ) -> Outcome:
     """:func:`refused` for every case; one PROBLEM makes the probe a PROBLEM, naming the case."""
-    outcomes = {label: refused(action, *fragments, kinds=kinds) for label, action in cases.items()}
+    return refused_naming(what, {label: (action, fragments) for label, action in cases.items()}, kinds)
+
+
+def refused_naming(what: str, cases: dict[str, tuple[Callable[[], Any], tuple[str, ...]]], kinds: Kinds) -> Outcome:
+    """:func:`refused` for every case with its own fragments; one PROBLEM makes the probe a PROBLEM, naming the case."""
+    outcomes = {label: refused(action, *fragments, kinds=kinds) for label, (action, fragments) in cases.items()}
     bad = [(label, o) for label, o in outcomes.items() if o.verdict is Verdict.PROBLEM]
     if bad:
         label, outcome = bad[0]

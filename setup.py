@@ -36,5 +36,10 @@ setup(
         "test": ["pytest>=7", "ruff>=0.4", "mypy>=1.10", "hypothesis>=6.80"],
         "tensorboard": ["tensorboard>=2.10"],
     },
-    entry_points={"console_scripts": ["icrl-bench=benchmarks.harness:main"]},
+    entry_points={
+        "console_scripts": ["icrl-bench=benchmarks.harness:main"],
+        # the algorithms of agents/ register themselves when the package is imported (agents/__init__.py);
+        # the registry loads this group on its first lookup, so core code finds them by name
+        "icrl_gym.agents": ["agents = agents"],
+    },
 )

@@ -1,8 +1,10 @@
 """The algorithms, one per file, all implementing :mod:`icrl_gym.algorithm`'s batched interface.
 
-Each is registered by name in :mod:`icrl_gym.registry`, whose ``make_agent`` (re-exported here)
-builds any of them from a plain, JSON-serialisable specification, the dictionary that
-``agent.config()`` returns, and :func:`pretrained` gives a ready agent for every shipped model::
+Importing this package registers each of them by name with :mod:`icrl_gym.registry` (the table
+below; ``setup.py`` declares this package in the registry's entry-point group, so the core finds
+them by name without importing them), whose ``make_agent`` (re-exported here) builds any of them
+from a plain, JSON-serialisable specification, the dictionary that ``agent.config()`` returns, and
+:func:`pretrained` gives a ready agent for every shipped model::
 
     make_agent("linucb", alpha=2.0)
     make_agent({"name": "mixture", "weights": [0.5, 0.5],
@@ -35,7 +37,46 @@ from agents.mdp.ucbvi import UCBVI
 from agents.mdp.uniform import MDPUniform
 from agents.mixture import MDPMixture, Mixture
 from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
-from icrl_gym.registry import make_agent
+from icrl_gym.registry import make_agent, register_agent
+
+for _algorithm in (
+    # bandit algorithms
+    LinUCB,
+    LinearThompson,
+    BernoulliThompson,
+    Gittins,
+    UCB,
+    KLUCB,
+    BayesUCB,
+    LinearBayesUCB,
+    PosteriorMeanGreedy,
+    BoxPosteriorMC,
+    BernoulliBayesOptimal,
+    EmpiricalMean,
+    Uniform,
+    Optimal,
+    # tabular-MDP algorithms
+    MDPOptimal,
+    MDPUniform,
+    UCBVI,
+    PSRL,
+    DarkRoomPSRL,
+    PosteriorMeanPlanner,
+    PosteriorOptimalAction,
+    # either kind: the mixture builds an MDP mixture when every component is an MDP algorithm
+    Mixture,
+):
+    register_agent(_algorithm.name, _algorithm)
+register_agent(SoftLinUCB.name, SoftLinUCB, defaults={"temperature": 0.1})  # the paper's soft LinUCB (App. E.2)
+
+# learned algorithms import torch: registered by entry point, imported on first use; one per checkpoint kind,
+# under the name its row of the kind table (icrl_gym.kinds.KINDS) gives
+register_agent("transformer", "agents.learned.transformer:TransformerAgent")
+register_agent("mdp_transformer", "agents.learned.mdp_transformer:MDPTransformerAgent")
+register_agent("meta_rl", "agents.learned.meta_rl:MetaRLAgent")
+register_agent("generalist", "agents.learned.generalist:GeneralistAgent")
+register_agent("linear_generalist", "agents.learned.linear_generalist:LinearGeneralistAgent")
+register_agent("mdp_generalist", "agents.learned.mdp_generalist:MDPGeneralistAgent")
 
 
 def pretrained(name: str | os.PathLike, seed: int | None = None, **kwargs: Any) -> Agent[Any]:

@@ -335,11 +335,12 @@ def load_checkpoint(
     if expect is not None:
         check_compatible(record, {"model": expect.to_dict()}, name=str(checkpoint_stem(path)))
     entry = record.kind.entry
-    if entry.loader is not None:
-        return import_target(entry.loader)(path, torch.device(device))
     try:
-        model = import_target(entry.model)(import_target(entry.config).from_dict(meta["model"]))
-        model.load_state_dict(state, strict=True)
+        if entry.loader is not None:
+            model = import_target(entry.loader)(state, meta, torch.device(device))
+        else:
+            model = import_target(entry.model)(import_target(entry.config).from_dict(meta["model"]))
+            model.load_state_dict(state, strict=True)
     except (KeyError, ValueError, TypeError, RuntimeError) as err:
         raise CheckpointError(
             f"checkpoint {checkpoint_stem(path)} does not fit its model configuration: {err}"

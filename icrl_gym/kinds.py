@@ -1,8 +1,9 @@
 """The kind table: what each kind of checkpoint holds, which classes build it and which agent plays it.
 
 Torch-free (every class is named by its ``"module:Class"`` entry point and imported on first use),
-so :mod:`icrl_gym.registry` registers the learned agents from it without loading torch, and
-:mod:`icrl_gym.checkpoint` builds every model from it.
+so :mod:`icrl_gym.checkpoint` builds every model from it without loading every model's code.  The
+agent that plays a kind is named by its registered name (the algorithms register themselves,
+``agents/__init__.py``).
 """
 
 from __future__ import annotations
@@ -64,9 +65,8 @@ class KindEntry:
     """``"module:Class"`` of its configuration (a :class:`~icrl_gym.config.DictConfig`), read from the
     record's ``model`` (for the meta-RL policies, from ``meta_rl``)."""
     agent: str
-    """The name under which :mod:`icrl_gym.registry` registers the agent that plays it."""
-    agent_class: str
-    """``"module:Class"`` of that agent (an adapter of ``agents/learned``)."""
+    """The registered name (:mod:`icrl_gym.registry`) of the agent that plays it (an adapter of ``agents/learned``,
+    which registers itself under this name)."""
     family: EnvFamily
     """The environments it plays."""
     exact_fields: tuple[str, ...]
@@ -75,8 +75,9 @@ class KindEntry:
     """The field of a run's length, which may be shorter than the model's capacity but not longer
     (None: the model plays any length)."""
     loader: str | None = None
-    """``"module:function"`` ``(path, device) -> (model, meta)`` for a model not built from its
-    configuration alone (the SB3 policies); None: ``model(config)`` + the weights."""
+    """``"module:function"`` ``(weights, record, device) -> model`` for a model not built from its
+    configuration alone (the SB3 policies), given what :mod:`icrl_gym.checkpoint` read (so the model's
+    module never reads a checkpoint itself); None: ``model(config)`` + the weights."""
     plays: str = field(kw_only=True)
     """What the model plays, in words (the environments :func:`check_compatible`'s error says it needs)."""
 
@@ -96,14 +97,12 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "icrl_gym.models.transformer:BanditTransformer",
         "icrl_gym.models.transformer:TransformerConfig",
         "transformer",
-        "agents.learned.transformer:TransformerAgent",
         **BANDITS_OF_ITS_PRIOR,
     ),
     CheckpointKind.MDP_TRANSFORMER: KindEntry(
         "icrl_gym.models.mdp_transformer:MDPTransformer",
         "icrl_gym.models.mdp_transformer:MDPTransformerConfig",
         "mdp_transformer",
-        "agents.learned.mdp_transformer:MDPTransformerAgent",
         EnvFamily.TABULAR_MDP,
         ("kind", "num_states", "num_actions", "horizon"),
         "episodes",
@@ -113,15 +112,13 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "stable_baselines3.common.policies:ActorCriticPolicy",
         "icrl_gym.models.meta_policy:MetaRLConfig",
         "meta_rl",
-        "agents.learned.meta_rl:MetaRLAgent",
         **BANDITS_OF_ITS_PRIOR,
-        loader="icrl_gym.models.meta_policy:load_policy_module",
+        loader="icrl_gym.models.meta_policy:policy_module",
     ),
     CheckpointKind.GENERALIST_TRANSFORMER: KindEntry(
         "icrl_gym.models.generalist:GeneralistTransformer",
         "icrl_gym.models.generalist:GeneralistConfig",
         "generalist",
-        "agents.learned.generalist:GeneralistAgent",
         EnvFamily.BANDIT,
         ("arms", "reward"),
         plays="Bernoulli bandits (one-hot arms, Bernoulli rewards) of any K and T",
@@ -130,7 +127,6 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "icrl_gym.models.linear_generalist:LinearGeneralistTransformer",
         "icrl_gym.models.linear_generalist:LinearGeneralistConfig",
         "linear_generalist",
-        "agents.learned.linear_generalist:LinearGeneralistAgent",
         EnvFamily.BANDIT,
         ("reward",),
         plays="linear bandits with Gaussian rewards (any A and T, d up to its d_max)",
@@ -139,7 +135,6 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "icrl_gym.models.mdp_generalist:MDPGeneralist",
         "icrl_gym.models.mdp_generalist:MDPGeneralistConfig",
         "mdp_generalist",
-        "agents.learned.mdp_generalist:MDPGeneralistAgent",
         EnvFamily.TABULAR_MDP,
         (),
         plays="tabular MDPs and dark rooms of any S, A, H and K within its record's playable_range",

@@ -1,12 +1,15 @@
-"""The registry of algorithms: a name -> entry point table, and ``make_agent`` to build from a specification.
+"""The registry of algorithms: machinery only, a name -> entry point table filled by the algorithms themselves.
 
-Like Gymnasium's environment registry (:mod:`icrl_gym.envs`), every algorithm is registered here
-by a string entry point ``"module:Class"`` and imported only when it is first asked for, so this
-bottom layer knows no algorithm's code and loading one algorithm (say, LinUCB) never imports
-torch.  The algorithms live in ``agents/``; another package registers its own with
-:func:`register_agent`.
+The pattern is Gymnasium's: the registry knows no algorithm.  The algorithms register where they
+live: ``agents/__init__.py`` calls :func:`register_agent` for each of its algorithms when the
+package is imported (a learned one by its ``"module:Class"`` entry point, so that ``import agents``
+never loads torch), and another package registers its own the same way.  Code of the core that
+names an algorithm without importing it (the data collection's ``make_agent("linucb")``) finds it
+through the installed plugins: on the first lookup the registry loads every entry point of the
+group :data:`ENTRY_POINT_GROUP` (``setup.py`` declares ``agents`` there), which imports the package
+and so runs its registrations, in a fresh process as on a fresh install.
 
-``make_agent`` builds any of them from a plain, JSON-serialisable specification, the same
+``make_agent`` builds any algorithm from a plain, JSON-serialisable specification, the same
 dictionary that ``agent.config()`` returns, so every artefact can record (and rebuild) the
 algorithms that made it::
 
@@ -18,69 +21,65 @@ algorithms that made it::
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from icrl_gym.algorithm import Agent
-from icrl_gym.kinds import KINDS
+
+ENTRY_POINT_GROUP = "icrl_gym.agents"
+"""The entry-point group of the packages that register algorithms (loaded on the first lookup)."""
 
 MIXTURE = "mixture"
 """The trajectory-level mixture, whose specification nests its components' (see ``make_agent``)."""
 
-_ENTRY_POINTS: dict[str, str] = {
-    # bandit algorithms
-    "linucb": "agents.bandit.linucb:LinUCB",
-    "soft_linucb": "agents.bandit.linucb:SoftLinUCB",
-    "linear_ts": "agents.bandit.thompson:LinearThompson",
-    "bernoulli_ts": "agents.bandit.thompson:BernoulliThompson",
-    "gittins": "agents.bandit.gittins:Gittins",
-    "ucb": "agents.bandit.ucb:UCB",
-    "kl_ucb": "agents.bandit.kl_ucb:KLUCB",
-    "bayes_ucb": "agents.bandit.bayes_ucb:BayesUCB",
-    "linear_bayes_ucb": "agents.bandit.bayes_ucb:LinearBayesUCB",
-    "linear_posterior_mean": "agents.bandit.linear_posterior:PosteriorMeanGreedy",
-    "linear_box_posterior": "agents.bandit.box_posterior:BoxPosteriorMC",
-    "bernoulli_bayes_optimal": "agents.bandit.bernoulli_bayes_optimal:BernoulliBayesOptimal",
-    "emp": "agents.bandit.empirical_mean:EmpiricalMean",
-    "uniform": "agents.bandit.uniform:Uniform",
-    "optimal": "agents.bandit.optimal:Optimal",
-    # tabular-MDP algorithms
-    "mdp_optimal": "agents.mdp.greedy_q:MDPOptimal",
-    "mdp_uniform": "agents.mdp.uniform:MDPUniform",
-    "ucbvi": "agents.mdp.ucbvi:UCBVI",
-    "psrl": "agents.mdp.psrl:PSRL",
-    "dark_room_psrl": "agents.mdp.psrl:DarkRoomPSRL",
-    "posterior_mean_planner": "agents.mdp.psrl:PosteriorMeanPlanner",
-    "posterior_optimal_action": "agents.mdp.posterior_dpt:PosteriorOptimalAction",
-    # either kind: the mixture builds an MDP mixture when every component is an MDP algorithm
-    MIXTURE: "agents.mixture:Mixture",
-    # learned algorithms (they import torch): one per checkpoint kind, from the kind table
-    **{entry.agent: entry.agent_class for entry in KINDS.values()},
-}
+_ENTRY_POINTS: dict[str, str] = {}
+"""Name -> ``"module:Class"`` of every registered algorithm."""
 
-_DEFAULTS: dict[str, dict[str, Any]] = {
-    "soft_linucb": {"temperature": 0.1},  # the paper's soft LinUCB expert (Appendix E.2)
-}
-"""Keyword arguments ``make_agent`` adds when the specification leaves them out."""
+_DEFAULTS: dict[str, dict[str, Any]] = {}
+"""Keyword arguments ``make_agent`` adds when the specification leaves them out (``register_agent``'s ``defaults``)."""
+
+_plugins_loaded = False
 
 
-def register_agent(name: str, entry_point: str, overwrite: bool = False) -> None:
-    """Register the class at ``entry_point`` (``"package.module:Class"``) under ``name``."""
+def _load_plugins() -> None:
+    """Import every package of :data:`ENTRY_POINT_GROUP` once, so that it registers its algorithms."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        entry_point.load()
+
+
+def register_agent(
+    name: str, entry_point: str | type, overwrite: bool = False, defaults: Mapping[str, Any] | None = None
+) -> None:
+    """Register an algorithm under ``name``: its class, or its ``"package.module:Class"`` (imported on first use).
+
+    ``defaults``: keyword arguments ``make_agent`` adds when a specification leaves them out.
+    """
+    if isinstance(entry_point, type):
+        entry_point = f"{entry_point.__module__}:{entry_point.__qualname__}"
     module, sep, attr = entry_point.partition(":")
     if not (module and sep and attr):
         raise ValueError(f"entry point must look like 'package.module:Class', got {entry_point!r}")
     if name in _ENTRY_POINTS and not overwrite and _ENTRY_POINTS[name] != entry_point:
         raise ValueError(f"agent {name!r} is already registered as {_ENTRY_POINTS[name]!r}")
     _ENTRY_POINTS[name] = entry_point
+    if defaults is not None:
+        _DEFAULTS[name] = dict(defaults)
 
 
 def agent_names() -> list[str]:
     """Every registered name, sorted."""
+    _load_plugins()
     return sorted(_ENTRY_POINTS)
 
 
 def entry_points() -> dict[str, str]:
     """A copy of the name -> entry point table."""
+    _load_plugins()
     return dict(_ENTRY_POINTS)
 
 
@@ -94,8 +93,12 @@ class _MixtureClass(Protocol):
 
 def agent_class(name: str) -> type[Agent[Any]]:
     """The class registered under ``name``, imported on first use."""
+    _load_plugins()
     if name not in _ENTRY_POINTS:
-        raise ValueError(f"unknown agent {name!r}; known agents: {agent_names()}")
+        raise ValueError(
+            f"unknown agent {name!r}; known agents: {agent_names()} (a package registers its algorithms when "
+            f"imported, e.g. `import agents`, or through the {ENTRY_POINT_GROUP!r} entry points of its installation)"
+        )
     module, _, attr = _ENTRY_POINTS[name].partition(":")
     return getattr(importlib.import_module(module), attr)
 

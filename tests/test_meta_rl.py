@@ -14,7 +14,8 @@ from agents import make_agent
 from icrl_gym.checkpoint import CheckpointError
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditBatch, bernoulli_bandit_spec, linear_bandit_spec
-from icrl_gym.models.meta_policy import BanditFeatureVecEnv, HistoryFeatures, MetaRLConfig, build_algorithm, load_policy
+from icrl_gym.models.meta_policy import BanditFeatureVecEnv, HistoryFeatures, MetaRLConfig, build_algorithm
+from icrl_gym.models.meta_policy_file import load_policy
 from icrl_gym.training.meta_rl import _Progress, export_policy, train
 from icrl_gym.utils.progress import set_quiet
 

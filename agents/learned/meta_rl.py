@@ -19,7 +19,8 @@ from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.checkpoint import CheckpointRecord, resolve_checkpoint
 from icrl_gym.envs.bandit_core import BanditSpec
-from icrl_gym.models.meta_policy import HistoryFeatures, load_policy
+from icrl_gym.models.meta_policy import HistoryFeatures
+from icrl_gym.models.meta_policy_file import load_policy
 from icrl_gym.utils.device import resolve_device
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from icrl_gym.algorithm import MDPAgent
-from icrl_gym.envs.mdp_core import InstanceTable, backward_induction
+from icrl_gym.envs.mdp_instances import InstanceTable, backward_induction
 from icrl_gym.envs.validation import check_number
 from icrl_gym.estimators.statistics import TransitionCounts
 

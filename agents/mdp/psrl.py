@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from agents.mdp.greedy_q import GreedyQAgent
-from icrl_gym.envs.mdp_core import InstanceTable, MDPKind, backward_induction
+from icrl_gym.envs.mdp_core import MDPKind
+from icrl_gym.envs.mdp_instances import InstanceTable, backward_induction
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_memory, check_number
 
 

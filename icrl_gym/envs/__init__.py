@@ -7,7 +7,8 @@ from icrl_gym.envs.bandit_env import BanditEnv, BanditVectorEnv
 from icrl_gym.envs.bernoulli_bandit import BernoulliBanditEnv, BernoulliBanditVectorEnv, bernoulli_bandit_spec
 from icrl_gym.envs.dark_room import dark_room_spec
 from icrl_gym.envs.linear_bandit import LinearBanditEnv, LinearBanditVectorEnv, linear_bandit_spec
-from icrl_gym.envs.mdp_core import MDPBatch, MDPKind, MDPSpec, backward_induction
+from icrl_gym.envs.mdp_core import MDPBatch, MDPKind, MDPSpec
+from icrl_gym.envs.mdp_instances import backward_induction
 
 ENV_IDS = ("ICRL-LinearBandit-v0", "ICRL-BernoulliBandit-v0", "ICRL-TabularMDP-v0", "ICRL-DarkRoom-v0")
 

@@ -15,7 +15,7 @@ Each kind of prior (:class:`MDPKind`) has its dynamics (:class:`MDPDynamics`, th
 :data:`DYNAMICS`): its checks, its memory, how instances are drawn and whether rewards are
 Bernoulli.  The instances are an :class:`MDPInstances`: dense arrays (:class:`DenseInstances`, the
 Dirichlet prior's and every instance given to ``reset``) or a compact form of the kind's own (a
-DarkRoom is stored by its goal cell, :mod:`icrl_gym.envs.dark_room`), whose ``P``, ``R`` and ``mu``
+DarkRoom is stored by its goal cell), both in :mod:`icrl_gym.envs.mdp_instances`,, whose ``P``, ``R`` and ``mu``
 equal the dense arrays.
 
 V*(mu) comes from backward induction, :func:`backward_induction`:
@@ -24,14 +24,18 @@ Q*_h(s, a) = R_h(s, a) + sum_{s'} P_h(s' | s, a) V*_{h+1}(s'),  V*_h(s) = max_a 
 
 from __future__ import annotations
 
-import functools
-import importlib
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import numpy as np
 
 from icrl_gym.config import Choice, DictConfig
+from icrl_gym.envs.mdp_instances import (
+    DarkRoomInstances,
+    DenseInstances,
+    InstanceTable,
+    MDPInstances,
+)
 from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
@@ -58,7 +62,7 @@ class MDPKind(Choice):
     @property
     def dynamics(self) -> MDPDynamics:
         """The dynamics of this kind: its row of :data:`DYNAMICS`."""
-        return _dynamics(self)
+        return DYNAMICS[self]
 
 
 @dataclass(frozen=True)
@@ -130,129 +134,6 @@ class MDPSpec(DictConfig):
         return self.kind.dynamics.memory_bytes(self, batch_size)
 
 
-def backward_induction(
-    P: np.ndarray, R: np.ndarray, horizon: int, first_step: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Optimal Q*_h (B, H, S, A) and V*_h (B, H + 1, S) of B instances (V*_{H+1} = 0).
-
-    ``P`` (B, H_P, S, A, S) and ``R`` (B, H_R, S, A) with H_P, H_R in {1, H} (stationary when 1).
-    Only the steps h >= ``first_step`` are solved (the rows below it stay 0).
-    """
-    B, _, S, A = R.shape
-    Q = np.zeros((B, horizon, S, A))
-    V = np.zeros((B, horizon + 1, S))
-    for h in range(horizon - 1, first_step - 1, -1):
-        Ph = P[:, h if P.shape[1] > 1 else 0]
-        Rh = R[:, h if R.shape[1] > 1 else 0]
-        Q[:, h] = Rh + np.einsum("bsat,bt->bsa", Ph, V[:, h + 1])
-        V[:, h] = Q[:, h].max(axis=-1)
-    return Q, V
-
-
-class InstanceTable:
-    """A per-instance table (B, ...) stored once per distinct instance: row b is ``table[index[b]]``.
-
-    Indexing takes the instance axis first, like the dense array it stands for (``q[rows, h, states]``,
-    ``q[b]``); ``np.asarray`` builds that dense array.
-    """
-
-    def __init__(self, table: np.ndarray, index: np.ndarray) -> None:
-        self.table, self.index = table, index
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The shape of the dense array: (B, ...)."""
-        return (len(self.index), *self.table.shape[1:])
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        key = key if isinstance(key, tuple) else (key,)
-        return self.table[(self.index[key[0]],) + tuple(key[1:])]
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return np.asarray(self.table[self.index], dtype=dtype)
-
-
-class MDPInstances(Protocol):
-    """B instances of one prior as :class:`MDPBatch` steps them: dense arrays, or a kind's compact form.
-
-    The uniform numbers are the batch's (one per run for the start state and one for the transition,
-    whatever the instance: common random numbers); the instances turn them into states.
-    """
-
-    goal: np.ndarray | None
-    """(B,) goal cells, for a kind whose instances are defined by one (else None)."""
-
-    @property
-    def P(self) -> np.ndarray:
-        """Transitions P_h(s' | s, a), (B, H_P, S, A, S)."""
-        ...
-
-    @property
-    def R(self) -> np.ndarray:
-        """Mean rewards R_h(s, a), (B, H_R, S, A)."""
-        ...
-
-    @property
-    def mu(self) -> np.ndarray:
-        """Initial distributions, (B, S)."""
-        ...
-
-    def solve(self, horizon: int) -> tuple[np.ndarray | InstanceTable, np.ndarray]:
-        """Q*_h(s, a) (indexed like a (B, H, S, A) array) and V*_1(mu) (B,)."""
-        ...
-
-    def start_states(self, u: np.ndarray) -> np.ndarray:
-        """(B,) initial states from (B, 1) uniform numbers."""
-        ...
-
-    def mean_rewards(self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """(B,) R_h(s, a) of every run at its state and action."""
-        ...
-
-    def next_states(
-        self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray, u: np.ndarray
-    ) -> np.ndarray:
-        """(B,) next states s' ~ P_h(. | s, a) from (B, 1) uniform numbers."""
-        ...
-
-
-def _inverse_cdf(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """One index per row of ``probs`` (B, S) from the (B, 1) uniform numbers ``u``."""
-    cdf = np.cumsum(probs, axis=-1)
-    return np.minimum((cdf <= u * cdf[:, -1:]).sum(axis=1), probs.shape[-1] - 1)
-
-
-class DenseInstances:
-    """B instances as dense arrays: P (B, H_P, S, A, S), R (B, H_R, S, A), mu (B, S), H_P, H_R in {1, H}."""
-
-    goal: np.ndarray | None = None
-
-    def __init__(self, P: np.ndarray, R: np.ndarray, mu: np.ndarray) -> None:
-        self.P, self.R, self.mu = P, R, mu
-
-    def solve(self, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-        """Backward induction; V*_1(mu) = sum_s mu(s) V*_1(s)."""
-        q, v = backward_induction(self.P, self.R, horizon)
-        return q, (self.mu * v[:, 0]).sum(axis=1)
-
-    def start_states(self, u: np.ndarray) -> np.ndarray:
-        """Initial states drawn from mu."""
-        return _inverse_cdf(self.mu, u)
-
-    def mean_rewards(self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """R_h(s, a)."""
-        return self.R[rows, h if self.R.shape[1] > 1 else 0, states, actions]
-
-    def next_states(
-        self, rows: np.ndarray, h: int, states: np.ndarray, actions: np.ndarray, u: np.ndarray
-    ) -> np.ndarray:
-        """The next states, drawn from P_h(. | s, a)."""
-        return _inverse_cdf(self.P[rows, h if self.P.shape[1] > 1 else 0, states, actions], u)
-
-
 class MDPDynamics(Protocol):
     """What a kind of prior (:class:`MDPKind`) defines: its checks, its memory, its instances and its rewards."""
 
@@ -304,21 +185,38 @@ class DirichletDynamics:
         return DenseInstances(P, R, mu)
 
 
-DYNAMICS: dict[MDPKind, str] = {
-    MDPKind.RANDOM: "icrl_gym.envs.mdp_core:DirichletDynamics",
-    MDPKind.DARK_ROOM: "icrl_gym.envs.dark_room:DarkRoomDynamics",
+class DarkRoomDynamics:
+    """The DarkRoom prior: a goal cell uniform over the S cells, known deterministic moves, reward 1 on the goal."""
+
+    bernoulli_rewards = False
+    always_stationary = True
+
+    def problems(self, spec: MDPSpec) -> list[str]:
+        """A room of side ``size`` >= 2 has size**2 states and 5 actions."""
+        if spec.size < 2 or spec.num_states != spec.size**2 or spec.num_actions != 5:
+            return [
+                f"a dark room of side size has size**2 states and 5 actions, got size={spec.size}, "
+                f"num_states={spec.num_states}, num_actions={spec.num_actions}"
+            ]
+        return []
+
+    def memory_bytes(self, spec: MDPSpec, batch_size: int) -> int:
+        """Q* and V* per distinct goal (at most S), the moves, R of the reset info (B, S, A) and the goals."""
+        B, S, A, H = batch_size, spec.num_states, spec.num_actions, spec.horizon
+        goals = min(B, S)
+        return 8 * (goals * (H * S * A + (H + 1) * S) + S * A * (S + 1) + B * S * A + 8 * B)
+
+    def draw(self, spec: MDPSpec, rng: np.random.Generator, n: int) -> DarkRoomInstances:
+        """The goals, uniform over the cells."""
+        return DarkRoomInstances(spec.size, rng.integers(0, spec.num_states, size=n))
+
+
+DYNAMICS: dict[MDPKind, MDPDynamics] = {
+    MDPKind.RANDOM: DirichletDynamics(),
+    MDPKind.DARK_ROOM: DarkRoomDynamics(),
 }
-"""The one dispatch on the kind of prior: kind -> ``"module:Class"`` of its :class:`MDPDynamics`.
-
-Named, not imported: a kind's module (its environment included) builds on this one, so it is
-imported on first use, as the kind table of the checkpoints does."""
-
-
-@functools.cache
-def _dynamics(kind: MDPKind) -> MDPDynamics:
-    module, _, name = DYNAMICS[kind].partition(":")
-    dynamics: MDPDynamics = getattr(importlib.import_module(module), name)()
-    return dynamics
+"""The one dispatch on the kind of prior: kind -> its :class:`MDPDynamics`.  A kind's instances live
+one layer down (:mod:`icrl_gym.envs.mdp_instances`), its environment one layer up (``dark_room.py``)."""
 
 
 class MDPBatch:

@@ -15,14 +15,13 @@ are offered (``features``):
 
 :class:`HistoryFeatures` computes them for B runs; :class:`BanditFeatureVecEnv` is a
 Stable-Baselines3 ``VecEnv`` over a :class:`BanditBatch` that serves them, so B runs step as
-arrays; :func:`load_policy` rebuilds an exported policy (no pickle), which the agent
+arrays; :func:`policy_from_weights` rebuilds an exported policy (no pickle), which the agent
 :class:`agents.learned.meta_rl.MetaRLAgent` plays.  Nothing here trains.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -33,7 +32,6 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
 from icrl_gym.algorithm import one_hot
-from icrl_gym.checkpoint import CheckpointError, CheckpointKind, CheckpointRecord, read_checkpoint
 from icrl_gym.config import (
     DEVICE,
     NONNEGATIVE,
@@ -288,23 +286,22 @@ def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlg
     return PPO("MlpPolicy", env, **common)
 
 
-def load_policy(path: str | Path, device: str = "cpu") -> tuple[BaseAlgorithm, dict[str, Any]]:
-    """Rebuild the SB3 algorithm of an exported policy and load its weights (no pickle)."""
-    weights, meta = read_checkpoint(path)
-    kind = CheckpointRecord.from_meta(meta).kind
-    if kind is not CheckpointKind.META_RL_POLICY:
-        raise CheckpointError(f"{path} is not a meta-RL policy checkpoint (it holds a {kind.value})")
+def policy_from_weights(weights: dict[str, torch.Tensor], meta: dict[str, Any], device: str = "cpu") -> BaseAlgorithm:
+    """Rebuild the SB3 algorithm of an exported policy from its record's ``meta_rl`` and load its weights (no pickle).
+
+    A record or weights that do not fit raise ``KeyError``, ``ValueError`` or ``RuntimeError``; reading the
+    file is :mod:`icrl_gym.checkpoint`'s (``load_checkpoint``) or
+    :func:`~icrl_gym.models.meta_policy_file.load_policy`'s.
+    """
     cfg = MetaRLConfig.from_dict({**meta["meta_rl"], "device": device})
     algo = build_algorithm(cfg, BanditFeatureVecEnv(cfg.spec, cfg.features, cfg.num_envs, seed=0))
-    try:
-        algo.policy.load_state_dict(weights, strict=True)
-    except RuntimeError as err:
-        raise CheckpointError(f"{path} does not fit its policy configuration: {err}") from err
+    algo.policy.load_state_dict(weights, strict=True)
     algo.policy.set_training_mode(False)
-    return algo, meta
+    return algo
 
 
-def load_policy_module(path: str | Path, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
-    """The SB3 policy network of an exported meta-RL policy and its record (the kind table's loader)."""
-    algo, meta = load_policy(path, device=str(device))
-    return algo.policy, meta
+def policy_module(
+    weights: dict[str, torch.Tensor], meta: dict[str, Any], device: torch.device | str = "cpu"
+) -> torch.nn.Module:
+    """The SB3 policy network of an exported meta-RL policy (the kind table's loader)."""
+    return policy_from_weights(weights, meta, device=str(device)).policy

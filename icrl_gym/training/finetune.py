@@ -69,6 +69,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from agents.learned.generalist import GeneralistAgent
+from agents.learned.transformer import TransformerAgent
 from icrl_gym.algorithm import BanditAgent, logits_action
 from icrl_gym.checkpoint import checkpoint_kind, load_checkpoint, resolve_checkpoint, save_checkpoint
 from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
@@ -78,9 +80,8 @@ from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.mdp_generalist import MDPGeneralist, playable_problems
-from icrl_gym.models.policy import EnvInfo
+from icrl_gym.models.policy import EnvInfo, InContextPolicy
 from icrl_gym.models.transformer import BanditTransformer
-from icrl_gym.registry import agent_class
 from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
@@ -158,19 +159,9 @@ VALIDATION_SEED = 777_000
 """Validation instances use seed ``VALIDATION_SEED + seed`` (the harness uses 0 and 10**7)."""
 
 
-class _InMemoryAgentClass(Protocol):
-    """An agent class that wraps an in-memory model (the registered ``"transformer"``'s ``from_model``)."""
-
-    def from_model(
-        self, model: BanditTransformer, meta: dict[str, Any] | None = None, greedy: bool = False, seed: Any = None
-    ) -> BanditAgent:
-        """The agent playing ``model`` without reading a checkpoint."""
-        ...
-
-
 def _agent_from_model(model: BanditTransformer, seed: Any) -> BanditAgent:
-    """The registered bandit transformer agent around ``model`` (looked up by name: icrl_gym never imports agents)."""
-    return cast(_InMemoryAgentClass, agent_class("transformer")).from_model(model, seed=seed)
+    """The bandit transformer agent around ``model``."""
+    return TransformerAgent.from_model(cast(InContextPolicy, model), seed=seed)
 
 
 FINETUNABLE = (CheckpointKind.BANDIT_TRANSFORMER, CheckpointKind.MDP_GENERALIST, CheckpointKind.GENERALIST_TRANSFORMER)
@@ -493,19 +484,11 @@ class GeneralistTask:
     def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
         """Mean regret of the agent's greedy play on ``val_runs`` instances, seed ``VALIDATION_SEED + seed``."""
         model.eval()
-        agent = cast(_GeneralistAgentClass, agent_class("generalist")).from_model(cast(GeneralistTransformer, model))
+        agent = GeneralistAgent.from_model(cast(InContextPolicy, model))
         regret = evaluate_regret(
             self.spec, agent, self.cfg.val_runs, seed=VALIDATION_SEED + self.cfg.seed, batch_size=self.cfg.val_runs
         )
         return float(regret.sum(axis=1).mean())
-
-
-class _GeneralistAgentClass(Protocol):
-    """The registered ``"generalist"`` agent class (looked up by name: icrl_gym never imports agents)."""
-
-    def from_model(self, model: GeneralistTransformer) -> BanditAgent:
-        """The agent playing ``model`` (greedy, its default) without reading a checkpoint."""
-        ...
 
 
 def make_task(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneTask:

@@ -45,12 +45,13 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 
-from icrl_gym.algorithm import BanditAgent
+from agents.bandit.gittins import Gittins
+from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import read_checkpoint
 from icrl_gym.config import POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.trajectories import evaluate_regret
@@ -60,8 +61,7 @@ from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
 from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
-from icrl_gym.models.policy import EnvInfo
-from icrl_gym.registry import agent_class, make_agent
+from icrl_gym.models.policy import EnvInfo, InContextPolicy
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
     GeneralistLoopConfig,
@@ -283,26 +283,17 @@ def batch_loss(
     return soft_label_loss(logits, torch.as_tensor(batch.targets, dtype=torch.float32, device=device))
 
 
-class _InMemoryAgentClass(Protocol):
-    """The registered ``"generalist"`` agent class: it wraps an in-memory model (``from_model``)."""
-
-    def from_model(self, model: GeneralistTransformer, greedy: bool = True) -> BanditAgent:
-        """The agent playing ``model`` without reading a checkpoint."""
-        ...
-
-
 def evaluate_against_gittins(
     model: GeneralistTransformer, num_arms: int, horizon: int, instances: int, seed: int, table_cache: str
 ) -> tuple[float, float, float]:
     """Mean regret (and its s.e.) of the greedy model and the Gittins agent's mean regret, on common instances.
 
     Both play :func:`icrl_gym.data.trajectories.evaluate_regret` with the same ``seed``: the same
-    instances and the same reward noise (common random numbers).  The agents are the registered
-    ``"generalist"`` and ``"gittins"``, looked up by name (icrl_gym never imports ``agents``).
+    instances and the same reward noise (common random numbers).
     """
     spec = bernoulli_bandit_spec(num_arms=num_arms, horizon=horizon)
-    learned = cast(_InMemoryAgentClass, agent_class("generalist")).from_model(model, greedy=True)
-    expert = cast(BanditAgent, make_agent({"name": "gittins", "horizon": horizon}, cache_dir=table_cache))
+    learned = GeneralistAgent.from_model(cast(InContextPolicy, model), greedy=True)
+    expert = Gittins(horizon=horizon, cache_dir=table_cache)
     ours = evaluate_regret(spec, learned, instances, seed=seed, batch_size=instances).sum(axis=1)
     gittins = evaluate_regret(spec, expert, instances, seed=seed, batch_size=instances).sum(axis=1)
     return float(ours.mean()), float(ours.std(ddof=1) / math.sqrt(instances)), float(gittins.mean())

@@ -20,8 +20,7 @@ Section 3.2): PSRL's ``optimal_action_probs`` (Monte-Carlo over ``posterior_samp
 posterior draws) or DarkRoom PSRL's (exact).  The loss is the cross-entropy of the model's logits at
 those steps to the labels, whose minimiser over all algorithms is the posterior itself; the model's
 input is the counts of the history before step t (:class:`~icrl_gym.models.mdp_generalist.CountStats`,
-the same statistics its online cache keeps).  The experts are looked up by name in the registry
-(icrl_gym never imports ``agents``).
+the same statistics its online cache keeps).
 
 The shared loop (:func:`icrl_gym.training.loop.train_generalist`) makes the run resumable (a
 committed state every ``checkpoint_every`` steps, bit-exact continuation), bounded by
@@ -47,11 +46,14 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 
+from agents.learned.mdp_generalist import MDPGeneralistAgent
+from agents.mdp.posterior_dpt import PosteriorOptimalAction
+from agents.mdp.psrl import PSRL, DarkRoomPSRL
 from icrl_gym.algorithm import MDPAgent, child_rng
 from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
 from icrl_gym.data.mdp_rollout import rollout_mdp
@@ -66,8 +68,7 @@ from icrl_gym.models.mdp_generalist import (
     MDPGeneralistConfig,
     known_move_counts,
 )
-from icrl_gym.models.policy import EnvInfo
-from icrl_gym.registry import agent_class, make_agent
+from icrl_gym.models.policy import EnvInfo, InContextPolicy
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
     GeneralistLoopConfig,
@@ -328,17 +329,16 @@ def batch_size_for(cfg: MDPGeneralistTrainConfig, spec: MDPSpec) -> int:
     return int(np.clip(round(cfg.cost_per_batch / (cfg.queries * H * S * A * (S + 64))), cfg.min_batch, cfg.max_batch))
 
 
-class _Labeller(Protocol):
-    """A Bayesian MDP agent with the posterior of the optimal action (PSRL, DarkRoom PSRL)."""
-
-    def optimal_action_probs(self, states: np.ndarray, h: int) -> np.ndarray:
-        """P(a* = a | D) at (states, h), (B, A)."""
-        ...
-
-
 def expert_name(spec: MDPSpec) -> str:
     """The posterior-sampling expert of a prior: DarkRoom PSRL for dark rooms, PSRL otherwise."""
-    return "dark_room_psrl" if spec.kind == "dark_room" else "psrl"
+    return DarkRoomPSRL.name if spec.kind == "dark_room" else PSRL.name
+
+
+def posterior_expert(spec: MDPSpec, posterior_samples: int | None = None) -> PSRL | DarkRoomPSRL:
+    """The expert of :func:`expert_name` (PSRL with ``posterior_samples``, its default when None)."""
+    if spec.kind == "dark_room":
+        return DarkRoomPSRL()
+    return PSRL() if posterior_samples is None else PSRL(posterior_samples=posterior_samples)
 
 
 def rollout_queries(
@@ -352,19 +352,15 @@ def rollout_queries(
 ) -> QueryBatch:
     """Roll out ``batch_size`` instances of ``spec`` and label them at ``queries`` shared steps (module docstring).
 
-    The expert (:func:`expert_name`, built by name) sees every transition; it acts unless ``model``
+    The expert (:func:`posterior_expert`) sees every transition; it acts unless ``model``
     is given (then the greedy model acts, through its cache); each run takes a uniform action with
     probability eps ~ U[0, max_epsilon] instead.
     """
     B, S, A, H, T = batch_size, spec.num_states, spec.num_actions, spec.horizon, spec.total_steps
     env = MDPBatch(spec, B, rng)
-    spec_name = expert_name(spec)
-    expert_spec: dict[str, Any] = {"name": spec_name}
-    if spec_name == "psrl":
-        expert_spec["posterior_samples"] = posterior_samples
-    expert = cast(MDPAgent, make_agent(expert_spec))
+    expert = posterior_expert(spec, posterior_samples)
     expert.reset(reset_info(spec, env), rng=child_rng(rng))
-    labeller = cast(_Labeller, expert)
+    labeller = expert
     counts = TransitionCounts(B, H, S, A, pooled=spec.is_stationary)
     if spec.kind == "dark_room":  # the prior knows the moves: the model's input starts from them (as its cache does)
         counts.n_sas += known_move_counts(dark_room_successors(spec.size))
@@ -444,33 +440,25 @@ def batch_loss(
     return soft_label_loss(logits, torch.as_tensor(batch.targets.reshape(-1, batch.targets.shape[-1]), device=device))
 
 
-class _InMemoryAgentClass(Protocol):
-    """The registered ``"mdp_generalist"`` agent class: it wraps an in-memory model (``from_model``)."""
-
-    def from_model(self, model: MDPGeneralist, greedy: bool | None = None) -> MDPAgent:
-        """The agent playing ``model`` without reading a checkpoint."""
-        ...
-
-
 def generalist_agent(model: MDPGeneralist) -> MDPAgent:
-    """The registered ``"mdp_generalist"`` agent around ``model`` in its default deployment (built by name)."""
-    return cast(_InMemoryAgentClass, agent_class("mdp_generalist")).from_model(model)
+    """The ``"mdp_generalist"`` agent around ``model`` in its default deployment."""
+    return MDPGeneralistAgent.from_model(cast(InContextPolicy, model))
 
 
-def reference_agents(spec: MDPSpec, posterior_samples: int) -> dict[str, dict[str, Any]]:
+def reference_agents(spec: MDPSpec, posterior_samples: int) -> dict[str, MDPAgent]:
     """The references of an evaluation: posterior sampling and the Bayes DPT policy on its posterior.
 
     The greedy Bayes DPT policy always; in a dark room also the sampled one (the model's deployment there).
     """
     posterior: dict[str, Any] = {"name": expert_name(spec)}
-    if posterior["name"] == "psrl":
+    if posterior["name"] == PSRL.name:
         posterior["posterior_samples"] = posterior_samples
-    out: dict[str, dict[str, Any]] = {
-        "psrl": {"name": expert_name(spec)},
-        "bayes_dpt": {"name": "posterior_optimal_action", "greedy": True, "posterior": posterior},
+    out: dict[str, MDPAgent] = {
+        "psrl": posterior_expert(spec),
+        "bayes_dpt": PosteriorOptimalAction(posterior=posterior, greedy=True),
     }
     if spec.kind == "dark_room":
-        out["bayes_dpt_sampled"] = {"name": "posterior_optimal_action", "greedy": False, "posterior": posterior}
+        out["bayes_dpt_sampled"] = PosteriorOptimalAction(posterior=posterior, greedy=False)
     return out
 
 
@@ -496,7 +484,7 @@ def evaluate_cells(
         key = str(sorted(cell.items()))
         if key not in references:
             references[key] = {
-                name: float(run_regret(spec, make_agent(agent), instances, seed).mean())
+                name: float(run_regret(spec, agent, instances, seed).mean())
                 for name, agent in reference_agents(spec, posterior_samples).items()
             }
         ours = run_regret(spec, learned, instances, seed)

@@ -5,7 +5,7 @@ in-context run of T steps on a fresh instance from the prior, and PPO maximises 
 return E[sum_t gamma^t r_t]; with gamma = 1 that minimises the Bayes regret
 T E[max_k <a_k, w*>] - E[sum_t r_t] (the default gamma = 0.99 trains more stably).  The policy
 sees the history in a fixed-size form (``features``, see :mod:`icrl_gym.models.meta_policy`, which also
-holds the configuration :class:`MetaRLConfig` and the play-time :func:`load_policy`).
+holds the configuration :class:`MetaRLConfig`; the play-time loader is :mod:`icrl_gym.models.meta_policy_file`).
 
 :func:`train` runs PPO on a :class:`BanditFeatureVecEnv` under a wall-clock and an
 environment-step budget and :func:`export_policy` writes the policy as a safetensors + JSON

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-import icrl_gym.training.pretrain as pretrain_module
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.training.curves import COLUMNS, TrainingCurves, read_curves, tensorboard_available
 from icrl_gym.training.pretrain import pretrain
+from icrl_gym.training.trainer import Trainer
 from icrl_gym.utils.progress import bars_enabled, progress_bar, set_quiet
 from tests.helpers import tiny_pretrain_config
 
@@ -49,18 +49,18 @@ class _Killed(Exception):
 def test_a_kill_between_the_curve_row_and_the_saved_state_does_not_repeat_the_row(tmp_path, monkeypatch):
     """The step-6 row is written, then the process dies before the step-6 state: the resumed curve equals the whole."""
     pretrain(_tiny_config(tmp_path / "whole", steps=9), echo=False)
-    save_state = pretrain_module._save_state
+    commit = Trainer.commit
 
-    def dies_at_step_6(store, model, optimizer, config, state, *args):
-        if state["step"] == 6:
+    def dies_at_step_6(trainer):
+        if trainer.task.record["step"] == 6:
             raise _Killed
-        save_state(store, model, optimizer, config, state, *args)
+        commit(trainer)
 
-    monkeypatch.setattr(pretrain_module, "_save_state", dies_at_step_6)
+    monkeypatch.setattr(Trainer, "commit", dies_at_step_6)
     with pytest.raises(_Killed):
         pretrain(_tiny_config(tmp_path / "cut", steps=9), echo=False)
     assert [r["step"] for r in read_curves(tmp_path / "cut" / "metrics.csv")] == [3, 6]
-    monkeypatch.setattr(pretrain_module, "_save_state", save_state)
+    monkeypatch.setattr(Trainer, "commit", commit)
     pretrain(_tiny_config(tmp_path / "cut", steps=9), echo=False)
     whole = read_curves(tmp_path / "whole" / "metrics.csv")
     resumed = read_curves(tmp_path / "cut" / "metrics.csv")

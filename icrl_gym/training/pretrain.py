@@ -32,13 +32,12 @@ and writes (see :mod:`icrl_gym.training.distributed`).
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -55,24 +54,14 @@ from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from icrl_gym.registry import agent_names
-from icrl_gym.training.curves import TrainingCurves
-from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
-    Logger,
     ScheduleConfig,
     learning_rate,
     main_with_export,
-    no_log,
-    resume,
-    run_in_folder,
-    save_state,
-    train_steps,
     upgrade_config,
-    wrap_ddp,
 )
-from icrl_gym.training.state import RunState, set_rng_state
-from icrl_gym.utils.fileio import RunLog
-from icrl_gym.utils.progress import progress_bar
+from icrl_gym.training.state import TrainingState
+from icrl_gym.training.trainer import Trainer, TrainingTask
 
 VALIDATION_SEED_OFFSET = 900_000
 """Validation data use seed ``10**6 * seed + VALIDATION_SEED_OFFSET``; chunks use smaller offsets."""
@@ -263,130 +252,161 @@ def _metadata(cfg: PretrainConfig, state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _save_state(
-    store: RunState, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: PretrainConfig, state: dict
-) -> None:
-    """Commit the training state, then copy its weights to ``out_dir/checkpoint`` (not at step 0)."""
-    publish = {"": "checkpoint"} if state["step"] > 0 else None
-    save_state(store, state["step"], model, optimizer, cfg, state, _metadata(cfg, state), publish=publish)
+class PretrainTask(TrainingTask):
+    """Pretraining as a :class:`~icrl_gym.training.trainer.TrainingTask`.
+
+    A step's batch: labelled trajectories of the current chunk; its loss: the imitation loss; every
+    ``eval_every`` steps the validation loss (each a commit).
+    """
+
+    label = "pretrain"
+    resumable = ("steps",)
+
+    def __init__(self, cfg: PretrainConfig, command: str | None, callback: Callable | None) -> None:
+        self.cfg: PretrainConfig = cfg
+        self.command, self.callback = command, callback
+        # the bandit model's value head gets no gradient without the value loss
+        self.ddp_unused = not cfg.is_mdp and cfg.value_loss_weight == 0
+        self.chunks: dict[int, TrajectoryData | MDPRollouts] = {}  # the current chunk, collected when first used
+
+    @property
+    def publish(self) -> dict[str, str] | None:  # type: ignore[override]
+        """The weights are copied to ``out_dir/checkpoint`` at every commit but step 0's."""
+        return {"": "checkpoint"} if self.record["step"] > 0 else None
+
+    def build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """The model under ``torch.manual_seed(seed)``; AdamW without decay on biases, norms and embeddings."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg.model_config).to(self.device)
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+        no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr,
+            betas=(0.9, 0.98),
+        )
+        return model, optimizer
+
+    def new_record(self) -> dict[str, Any]:
+        """Steps, history, wall time, trajectories seen, the commands and the process."""
+        return {
+            "step": 0,
+            "history": [],
+            "wall_seconds": 0.0,
+            "trajectories_seen": 0,
+            "command": self.command,
+            "command_history": [self.command],
+            "device": str(self.device),
+            "threads": torch.get_num_threads(),
+            "world_size": self.ctx.world_size,
+        }
+
+    def resumed(self, loaded: TrainingState, changes: list[str]) -> dict[str, Any]:
+        """The saved record, with this command and world size (a run may change its ``steps``)."""
+        planned = upgrade_config(loaded.config)["steps"]
+        if planned != self.cfg.steps:  # extending (or shortening) a run is allowed
+            self.log(f"run planned for {planned} steps continues to {self.cfg.steps}")
+        state = loaded.record
+        state["step"] = loaded.step
+        state["command_history"] = [*state.get("command_history", [state.get("command")]), self.command]
+        state["command"] = self.command
+        state["world_size"] = self.ctx.world_size
+        self.log(f"resumed from step {state['step']} ({loaded.source})")
+        return state
+
+    def ddp_line(self) -> str:
+        """Each process takes its share of the trajectories."""
+        size = self.ctx.world_size
+        return f"{size} processes, {self.cfg.batch_size // size} trajectories each per step"
+
+    def setup(self) -> None:
+        """The validation trajectories (rank 0) and the clock."""
+        cfg = self.cfg
+        model = cast(BanditTransformer | MDPTransformer, self.model)
+        self.log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
+        seed = 10**6 * cfg.seed + VALIDATION_SEED_OFFSET
+        self.val = collect(cfg, cfg.val_trajectories, seed) if self.ctx.is_main else None
+        self.start_time = time.perf_counter() - self.record["wall_seconds"]
+
+    def keep_going(self, step: int) -> bool:
+        """``steps`` steps."""
+        return step < self.cfg.steps
+
+    def learning_rate(self, step: int) -> float:
+        """Warm-up then cosine (:func:`~icrl_gym.training.loop.learning_rate`)."""
+        return learning_rate(self.cfg, step)
+
+    def sample(self, step: int) -> dict[str, torch.Tensor]:
+        """The rows of the step's batch for this rank: ``batch_size`` trajectories of the step's chunk."""
+        cfg, chunks = self.cfg, self.chunks
+        needed = step // cfg.steps_per_chunk
+        if needed not in chunks:
+            chunks.clear()
+            t0 = time.perf_counter()
+            chunks[needed] = collect(cfg, cfg.trajectories_per_chunk, cfg.data_seed(needed))
+            self.log(f"chunk {needed}: {cfg.trajectories_per_chunk:,} trajectories in {time.perf_counter() - t0:.1f}s")
+        chunk = chunks[needed]
+        index = np.random.default_rng([cfg.seed, step]).integers(0, chunk.num_trajectories, size=cfg.batch_size)
+        return to_tensors(chunk, self.ctx.shard(index), self.device)
+
+    def loss(self, batch: dict[str, torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """:func:`pretraining_loss` (DDP averages the equal shares' gradients)."""
+        return pretraining_loss(self.net, batch, self.cfg.target, self.cfg.value_loss_weight)
+
+    def after_step(self, step: int, metrics: dict[str, float], seconds: float) -> None:
+        """Count the trajectories; a log line every 50 steps."""
+        self.record["step"] = step
+        self.record["trajectories_seen"] += self.cfg.batch_size
+        if step % 50 == 0:
+            self.log(f"step {step}/{self.cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+
+    def evaluate_now(self, step: int) -> bool:
+        """Every ``eval_every`` steps and at the end."""
+        return self.val is not None and (step % self.cfg.eval_every == 0 or step == self.cfg.steps)
+
+    def evaluate(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
+        """The validation loss; the record's history, ``val`` and ``distinct_trajectories``."""
+        assert self.val is not None
+        state, cfg = self.record, self.cfg
+        val_stats = evaluate_loss(cast(BanditTransformer | MDPTransformer, self.model), self.val, cfg, self.device)
+        state["wall_seconds"] = time.perf_counter() - self.start_time
+        entry = {"step": step, "wall_seconds": state["wall_seconds"], **val_stats}
+        state["history"].append(entry)
+        state["val"] = val_stats
+        chunk_index = next(iter(self.chunks))
+        state["distinct_trajectories"] = min(state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk)
+        return entry
+
+    def curve_point(self, step: int, metrics: dict[str, float], entry: dict[str, Any]) -> tuple[float, float, float]:
+        """The step's loss, the validation loss, the learning rate."""
+        return metrics["loss"], entry["loss"], self.optimizer.param_groups[0]["lr"]
+
+    def evaluated(self, step: int, entry: dict[str, Any]) -> None:
+        """The log line, then the callback (which may read the committed checkpoint)."""
+        val = {k: v for k, v in entry.items() if k not in ("step", "wall_seconds")}
+        self.log(
+            f"step {step} val "
+            + " ".join(f"{k}={v:.4f}" for k, v in val.items())
+            + f" ({self.record['wall_seconds'] / 60:.1f} min)"
+        )
+        if self.callback is not None:
+            self.callback(self.model, self.record)
+
+    def meta(self) -> dict[str, Any]:
+        """Name, env, model, pretrain (the configuration) and training (the record)."""
+        return _metadata(self.cfg, self.record)
+
+    def finish(self) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
+        """The model and its metadata."""
+        return cast(BanditTransformer | MDPTransformer, self.model), _metadata(self.cfg, self.record)
 
 
 def pretrain(
     cfg: PretrainConfig, command: str | None = None, echo: bool = True, callback: Callable | None = None
 ) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
     """Train (or resume) the model of ``cfg``; returns the model and its metadata."""
-    return run_in_folder(cfg, lambda ctx, device: _pretrain(cfg, command, echo, callback, ctx, device))
-
-
-def _pretrain(
-    cfg: PretrainConfig,
-    command: str | None,
-    echo: bool,
-    callback: Callable | None,
-    ctx: DistContext,
-    device: torch.device,
-) -> tuple[BanditTransformer | MDPTransformer, dict[str, Any]]:
-    out = Path(cfg.out_dir)
-    log: Logger = RunLog(out / "train.log", echo) if ctx.is_main else no_log
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model_config).to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, 0.98),
-    )
-    state: dict[str, Any] = {
-        "step": 0,
-        "history": [],
-        "wall_seconds": 0.0,
-        "trajectories_seen": 0,
-        "command": command,
-        "command_history": [command],
-        "device": str(device),
-        "threads": torch.get_num_threads(),
-        "world_size": ctx.world_size,
-    }
-    store = RunState(out, keep=1)
-    loaded, _ = resume(store, cfg, model, optimizer, allowed=("steps",))
-    if loaded is not None:
-        planned = upgrade_config(loaded.config)["steps"]
-        if planned != cfg.steps:  # extending (or shortening) a run is allowed
-            log(f"run planned for {planned} steps continues to {cfg.steps}")
-        state = loaded.record
-        state["step"] = loaded.step
-        state["command_history"] = [*state.get("command_history", [state.get("command")]), command]
-        state["command"] = command
-        state["world_size"] = ctx.world_size
-        log(f"resumed from step {state['step']} ({loaded.source})")
-    log(f"model: {model.num_parameters():,} parameters, {cfg.model_config}")
-    if ctx.enabled:
-        log(f"DDP: {ctx.world_size} processes, {cfg.batch_size // ctx.world_size} trajectories each per step")
-    # gradients are averaged over ranks (see icrl_gym.training.distributed); the bandit model's value head
-    # gets no gradient without the value loss
-    net = wrap_ddp(model, ctx, device, unused=not cfg.is_mdp and cfg.value_loss_weight == 0)
-    val = collect(cfg, cfg.val_trajectories, 10**6 * cfg.seed + VALIDATION_SEED_OFFSET) if ctx.is_main else None
-    chunks: dict[int, TrajectoryData | MDPRollouts] = {}  # the current chunk, collected on the first step it serves
-    start_time = time.perf_counter() - state["wall_seconds"]
-    # metrics.csv (+ TensorBoard) beside the checkpoint
-    curves = TrainingCurves(out, start_step=state["step"]) if ctx.is_main else None
-    bar = progress_bar(cfg.steps, "pretrain", unit="step", initial=state["step"])
-    model.train()
-    if loaded is not None:  # the generators as they were after the saved step: the run continues exactly
-        set_rng_state(loaded.rng)
-        if ctx.is_main and store.committed and state["step"] > 0:
-            store.publish(out / "checkpoint")  # renews a copy that a stop during the last one left unfinished
-    elif ctx.is_main:
-        _save_state(store, model, optimizer, cfg, state)  # step 0: a folder with a state is never a foreign one
-
-    def loss_at(step: int) -> tuple[torch.Tensor, dict[str, float]]:
-        needed = step // cfg.steps_per_chunk
-        if needed not in chunks:
-            chunks.clear()
-            t0 = time.perf_counter()
-            chunks[needed] = collect(cfg, cfg.trajectories_per_chunk, cfg.data_seed(needed))
-            log(f"chunk {needed}: {cfg.trajectories_per_chunk:,} trajectories in {time.perf_counter() - t0:.1f}s")
-        chunk = chunks[needed]
-        index = np.random.default_rng([cfg.seed, step]).integers(0, chunk.num_trajectories, size=cfg.batch_size)
-        batch = to_tensors(chunk, ctx.shard(index), device)
-        return pretraining_loss(net, batch, cfg.target, cfg.value_loss_weight)
-
-    def after_step(step: int, stats: dict[str, float], seconds: float) -> None:
-        state["step"] = step
-        state["trajectories_seen"] += cfg.batch_size
-        bar.update(1)
-        if step % 50 == 0:
-            log(f"step {step}/{cfg.steps} train " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
-        if ctx.is_main and val is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
-            val_stats = evaluate_loss(model, val, cfg, device)
-            state["wall_seconds"] = time.perf_counter() - start_time
-            state["history"].append({"step": step, "wall_seconds": state["wall_seconds"], **val_stats})
-            state["val"] = val_stats
-            if curves is not None:
-                lr = optimizer.param_groups[0]["lr"]
-                curves.record(step, stats["loss"], val_stats["loss"], lr, state["wall_seconds"])
-            chunk_index = next(iter(chunks))
-            state["distinct_trajectories"] = min(
-                state["trajectories_seen"], (chunk_index + 1) * cfg.trajectories_per_chunk
-            )
-            _save_state(store, model, optimizer, cfg, state)
-            log(
-                f"step {step} val "
-                + " ".join(f"{k}={v:.4f}" for k, v in val_stats.items())
-                + f" ({state['wall_seconds'] / 60:.1f} min)"
-            )
-            if callback is not None:
-                callback(model, state)
-
-    lr_at = functools.partial(learning_rate, cfg)
-    train_steps(
-        model, optimizer, state["step"], lambda step: step < cfg.steps, loss_at, lr_at, cfg.grad_clip, after_step
-    )
-    bar.close()
-    if curves is not None:
-        curves.close()
-    return model, _metadata(cfg, state)
+    return Trainer(cfg, PretrainTask(cfg, command, callback), echo).run()
 
 
 def export(model: BanditTransformer | MDPTransformer, meta: dict[str, Any], path: str | os.PathLike) -> Path:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -41,7 +41,6 @@ from icrl_gym.data.trajectories import collect_trajectories, evaluate_regret
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.models.kv_cache import Attention
-from icrl_gym.models.policy import InContextPolicy
 from icrl_gym.models.transformer import BanditTransformer, Layout, Positional, TransformerConfig
 from icrl_gym.training.loop import optimizer_step, warmup_cosine
 from icrl_gym.training.pretrain import pretraining_loss, to_tensors
@@ -139,7 +138,7 @@ def evaluate(agent: AgentSpec, spec: BanditSpec, runs: int, seed: int) -> np.nda
 def evaluate_model(model: BanditTransformer, spec: BanditSpec, runs: int, seed: int) -> np.ndarray:
     """:func:`evaluate` of the model played online (one step at a time through its key-value cache)."""
     model.eval()
-    agent = TransformerAgent.from_model(cast(InContextPolicy, model))  # step() names its inputs for bandits
+    agent = TransformerAgent.from_model(model)
     return evaluate(agent, spec, runs, seed)
 
 

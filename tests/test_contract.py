@@ -98,8 +98,8 @@ def test_both_models_return_a_policy_output():
     assert out_m.logits.shape == (B, T, 2) and out_m.values is None
     logits, values = out_b  # still unpacks as (logits, values)
     assert logits is out_b.logits and values is out_b.values
-    step_b = bandit.step(bandit.new_cache(B), sets[:, 0], None, None)
-    step_m = mdp.step(mdp.new_cache(B), states[:, 0], None, None)
+    step_b = bandit.step(bandit.new_cache(B, bandit.env_info()), sets[:, 0], None, None)
+    step_m = mdp.step(mdp.new_cache(B, mdp.env_info()), states[:, 0], None, None)
     assert isinstance(step_b, PolicyOutput) and step_b.values is not None and step_m.values is None
     torch.testing.assert_close(step_b.logits, out_b.logits[:, 0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(step_m.logits, out_m.logits[:, 0], atol=1e-5, rtol=1e-5)

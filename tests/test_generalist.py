@@ -32,7 +32,7 @@ def test_cached_step_equals_forward():
     model, (b, s, k) = _model(), (3, 25, 4)
     actions, rewards = _trajectory(b, s, k)
     full = model(actions, rewards, torch.arange(s).expand(b, s), s, k)  # (B, S, K)
-    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=s), grouped=False)
+    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=s, reward="gaussian"))
     steps = [model.step(cache, None, None, None).logits]
     for t in range(s - 1):
         steps.append(model.step(cache, None, actions[:, t], rewards[:, t]).logits)
@@ -88,7 +88,7 @@ def test_runs_at_fifty_arms_and_a_thousand_steps():
     actions, rewards = _trajectory(b, horizon, k, seed=3)
     logits = model(actions, rewards, torch.tensor([[0, 999], [500, 998]]), horizon, k)
     assert logits.shape == (b, 2, k) and torch.isfinite(logits).all()
-    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=horizon), grouped=False)
+    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=horizon, reward="gaussian"))
     cache.steps = 989  # jump to the end of the run: the last steps see 989+ keys
     for t in range(990, 1000):
         out = model.step(cache, None, actions[:, t - 1], rewards[:, t - 1]).logits

@@ -44,8 +44,8 @@ def test_cached_step_equals_forward(per_step, extra):
     sets, actions, rewards = _trajectory(b, s, a, d, per_step=per_step)
     sigma, dims = torch.tensor([0.5, 1.0, 2.0]), torch.tensor([4, 2, 3])
     full = model(sets, actions, rewards, torch.arange(s).expand(b, s), 40, sigma, dims)  # (B, S, A)
-    cache, steps = model.new_cache(b, EnvInfo(num_actions=a, horizon=40, dim=d, noise_std=1.0)), []
-    cache.noise_std, cache.dims = sigma, dims  # a batch of mixed instances, as in training
+    runs = {"run_noise_std": tuple(sigma.tolist()), "run_dims": tuple(dims.tolist())}  # mixed, as in training
+    cache, steps = model.new_cache(b, EnvInfo(num_actions=a, horizon=40, dim=d, **runs)), []
     for t in range(s):
         prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
         steps.append(model.step(cache, sets[:, t], *prev).logits)
@@ -272,8 +272,7 @@ def test_noise_estimating_model_plays_unknown_sigma_and_one_hot_arms(tmp_path):
     rewards = torch.randn(b, steps)
     sigma = torch.tensor([float("nan"), 0.5, float("nan")])
     full = model(sets, actions, rewards, torch.arange(steps).expand(b, -1), steps, sigma)
-    cache = model.new_cache(b, EnvInfo(num_actions=4, horizon=steps, dim=5))  # sigma not given: NaN
-    cache.noise_std = sigma
+    cache = model.new_cache(b, EnvInfo(num_actions=4, horizon=steps, dim=5, run_noise_std=tuple(sigma.tolist())))
     for t in range(steps):
         prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
         assert torch.allclose(model.step(cache, sets[:, t], *prev).logits, full[:, t], atol=1e-4)

@@ -153,8 +153,8 @@ def test_cached_steps_equal_the_recomputation_from_scratch(case):
     d = sets.shape[-1]
     sigma, dims = torch.tensor([0.5, float("nan"), 2.0]), torch.tensor([d, d, d] if one_hot else [4, 2, 3])
     full = model(sets, actions, rewards, torch.arange(s).expand(b, s), 40, sigma, dims)  # (B, S, A)
-    cache, steps = model.new_cache(b, EnvInfo(num_actions=a, horizon=40, dim=d, noise_std=1.0)), []
-    cache.noise_std, cache.dims = sigma, dims
+    runs = {"run_noise_std": tuple(sigma.tolist()), "run_dims": tuple(dims.tolist())}
+    cache, steps = model.new_cache(b, EnvInfo(num_actions=a, horizon=40, dim=d, **runs)), []
     for t in range(s):
         prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
         steps.append(model.step(cache, sets[:, t].clone(), *prev).logits)

@@ -45,7 +45,7 @@ def test_cached_rollout_equals_full_forward(positional, attention, prev_tokens):
     states, actions, rewards = _batch(B=3)
     with torch.no_grad():
         full, values = model(states, actions, rewards)
-    cache = model.new_cache(3)
+    cache = model.new_cache(3, model.env_info())
     online = []
     for t in range(9):
         prev_a, prev_r = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])
@@ -87,7 +87,7 @@ def test_errors():
     states, actions, rewards = _batch(T=10)
     with torch.no_grad(), pytest.raises(ValueError, match="K H = 9"):
         model(states, actions, rewards)
-    cache = model.new_cache(1)
+    cache = model.new_cache(1, model.env_info())
     with pytest.raises(ValueError, match="first step"):
         model.step(cache, torch.tensor([0]), torch.tensor([1]), torch.tensor([0.0]))
     with pytest.raises(ValueError, match="MDPTransformerConfig.horizon must be a positive int"):

@@ -128,7 +128,7 @@ def test_native_rollout_matches_torch_path_and_forward(B, layout):
         cache = cls.allocate(B, cfg, cfg.max_tokens, "cpu", torch.float32)
         assert type(cache) is cls and cache.batch_size == B and cache.capacity == cfg.max_tokens
         out[cls] = rollout_logits(model, cache, sets, actions, rewards)
-    assert type(model.new_cache(B)) is LanesKVCache  # the choice where the kernel applies and works
+    assert type(model.new_cache(B, model.env_info())) is LanesKVCache  # the choice where the kernel applies and works
     torch.testing.assert_close(out[LanesKVCache], out[KVCache], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out[LanesKVCache], full, atol=1e-5, rtol=1e-5)
 
@@ -143,8 +143,9 @@ def test_native_is_refused_where_it_does_not_apply():
         LanesKVCache.allocate(2, model.config, 8, "cpu", torch.float32)
     with pytest.raises(ValueError, match="needs ReLU attention"):
         LanesKVCache.allocate(2, small().config, 8, "cpu", torch.float64)
-    assert type(model.new_cache(2)) is KVCache
-    assert type(small().new_cache(2, dtype=torch.float64)) is KVCache
+    assert type(model.new_cache(2, model.env_info())) is KVCache
+    double = small().double()
+    assert type(double.new_cache(2, double.env_info())) is KVCache
 
 
 @needs_compiler
@@ -184,7 +185,7 @@ def test_disabled_by_environment(fresh, monkeypatch):
     assert native.relu_decode_kernel() is None
     assert list(fresh.iterdir()) == []  # nothing compiled
     model = small()
-    assert type(model.new_cache(2)) is KVCache
+    assert type(model.new_cache(2, model.env_info())) is KVCache
     with pytest.raises(ValueError, match="unavailable"):
         LanesKVCache.allocate(2, model.config, 8, "cpu", torch.float32)
 
@@ -196,7 +197,7 @@ def test_failing_compiler_falls_back_with_one_warning(fresh, monkeypatch):
     assert "false -O3 -march=native" in str(err.value) and str(err.value).count("exit 1") == len(native.FLAG_SETS)
     kernel, messages = kernel_and_warnings()
     assert kernel is None and len(messages) == 1 and "PyTorch path" in messages[0] and "exit 1" in messages[0]
-    assert type(small().new_cache(2)) is KVCache
+    assert type(small().new_cache(2, small().env_info())) is KVCache
 
 
 def test_missing_compiler_is_named(fresh, monkeypatch):
@@ -270,7 +271,7 @@ def test_library_computing_garbage_is_not_used(fresh, monkeypatch):
     native.store(fresh / "relu_decode-x.so", native._compile(cc, ("-O3",)))
     kernel, messages = kernel_and_warnings()
     assert kernel is None and len(messages) == 1 and "failed its self-test" in messages[0]
-    assert type(small().new_cache(2)) is KVCache
+    assert type(small().new_cache(2, small().env_info())) is KVCache
 
 
 BUILD = "from icrl_gym.models import native; k = native.build(); native.self_test(k); print(k.path, k.lane)"
@@ -306,7 +307,7 @@ def test_a_compiler_that_writes_half_a_library_and_exits_0_is_caught_in_a_child(
     assert messages[0].count("the compiler reported success") == len(native.FLAG_SETS)
     assert "neither stored nor loaded" in messages[0]
     assert list(fresh.iterdir()) == []  # nothing stored, so the next process is not poisoned either
-    assert type(small().new_cache(2)) is KVCache
+    assert type(small().new_cache(2, small().env_info())) is KVCache
 
 
 @needs_compiler
@@ -446,7 +447,7 @@ def test_cache_unpickled_without_the_kernel_runs_on_the_pytorch_fallback(monkeyp
     """The operator computes the lanes with PyTorch where no kernel is loaded (a process without a compiler)."""
     model = small().eval()
     sets, actions, rewards = random_trajectory(5, T=4, A=3, d=2)
-    cache = model.new_cache(5)
+    cache = model.new_cache(5, model.env_info())
     half = rollout_logits(model, cache, sets[:, :2], actions, rewards)
     twin = pickle.loads(pickle.dumps(cache))
     monkeypatch.setattr(native, "relu_decode_kernel", lambda: None)

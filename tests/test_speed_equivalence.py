@@ -160,7 +160,7 @@ def test_cached_rollout_equals_full_forward(layout: str, attention: str) -> None
     sets, actions, rewards, _ = _bandit_batch(cfg, 3, 40, seed=4)
     with torch.no_grad():
         full = model(sets, actions, rewards)[0]
-    cache = model.new_cache(3)
+    cache = model.new_cache(3, model.env_info())
     steps = []
     for t in range(40):
         prev = (None, None) if t == 0 else (actions[:, t - 1], rewards[:, t - 1])

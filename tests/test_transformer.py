@@ -44,7 +44,7 @@ def random_batch(B: int = 3, steps: int = T, seed: int = 1):
 
 def rollout(model: BanditTransformer, action_sets, actions, rewards):
     B, steps = actions.shape
-    cache = model.new_cache(B)
+    cache = model.new_cache(B, model.env_info())
     logits, values = [], []
     for t in range(steps):
         prev_a = None if t == 0 else actions[:, t - 1]
@@ -94,7 +94,8 @@ def test_attention_chunked_cache_matches_full():
         x = torch.randn(2, 9, cfg.n_embd)
         with torch.no_grad():
             full = layer(x)
-            cache = BanditTransformer(cfg).new_cache(2)
+            model = BanditTransformer(cfg)
+            cache = model.new_cache(2, model.env_info())
             outs = []
             for lo, hi in [(0, 3), (3, 4), (4, 9)]:
                 outs.append(layer(x[:, lo:hi], cache, 0))
@@ -240,7 +241,7 @@ def test_shape_errors():
 def test_step_errors():
     model = tiny_model()
     action_sets, actions, rewards = random_batch(B=2)
-    cache = model.new_cache(2)
+    cache = model.new_cache(2, model.env_info())
     assert isinstance(cache, KVCache) and cache.batch_size == 2 and cache.capacity == 2 * T
     with pytest.raises(ValueError, match="must be None at the first step"):
         model.step(cache, action_sets[:, 0], actions[:, 0], rewards[:, 0])

@@ -21,13 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from agents.learned.rollout import BanditRollout
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.envs.validation import check_number
-from icrl_gym.models.linear_generalist import LinearGeneralistCache
 from icrl_gym.models.policy import EnvInfo
 
 
@@ -38,16 +36,6 @@ class LinearGeneralistAgent(BanditRollout):
     kind = CheckpointKind.LINEAR_GENERALIST_TRANSFORMER
     greedy_default = True
     default_fields = ("horizon", "noise_std")
-
-    def _start(self, info: dict[str, Any]) -> None:
-        super()._start(info)  # refuses Bernoulli rewards (check_compatible: the record's reward)
-        if isinstance(self._cache, LinearGeneralistCache) and self.env_info is not None:
-            # every reset sets sigma per run (a reused cache keeps the last runs' otherwise): each instance's
-            # own, or the environment's, NaN where unknown
-            per_run = self._per_run_noise(info)
-            given = self.env_info.noise_std
-            sigma = per_run if per_run is not None else np.full(self.batch_size, np.nan if given is None else given)
-            self._cache.noise_std = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
 
     def _noise_known(self, info: dict[str, Any]) -> bool:
         """False for an environment that marks its sigma unknown (and no sigma given to ``reset``)."""
@@ -64,23 +52,31 @@ class LinearGeneralistAgent(BanditRollout):
         ).copy()
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
+        """T, d, A and sigma: the environment's, or each instance's own (``run_noise_std``), absent where unknown.
+
+        Called after the base's checks at reset (which refuse Bernoulli rewards: the record's reward).
+        """
         d_max = int(self.record.meta["model"]["d_max"])
         if self.dim > d_max and self.record.meta["model"].get("features", "moments") != "posterior":
             raise ValueError(f"the linear generalist plays d <= {d_max}, this bandit has d={self.dim}")
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the linear generalist transformer")
         spec = None if self.env_model is None else self.env_model.bandit
         noise = info.get("noise_std", self.defaults.get("noise_std") if spec is None else spec.noise_std)
-        if not self._noise_known(info) or self._per_run_noise(info) is not None:
-            noise = None  # unknown (estimated in context), or set per run after the cache is made
+        per_run = self._per_run_noise(info)
+        if not self._noise_known(info) or per_run is not None:
+            noise = None  # unknown (estimated in context), or given per run
         elif noise is None:
             raise ValueError(
                 "the linear generalist transformer needs the noise level sigma: reset with the environment's info "
                 "(info['model']) or pass noise_std= to reset or to its constructor"
             )
-        if noise is None and self._per_run_noise(info) is None and not getattr(self.model.config, "noise_estimate", 0):
+        if noise is None and per_run is None and not getattr(self.model.config, "noise_estimate", 0):
             raise ValueError(
                 "this linear generalist transformer needs the noise level sigma (it was trained without estimating "
                 "it in context); the environment marks it unknown"
             )
         sigma = None if noise is None else check_number("noise_std", noise, low=0.0, strict=True, max_abs=1e6)
-        return EnvInfo(num_actions=self.num_actions, horizon=horizon, dim=self.dim, noise_std=sigma)
+        run_noise = None if per_run is None else tuple(per_run.tolist())
+        return EnvInfo(
+            num_actions=self.num_actions, horizon=horizon, dim=self.dim, noise_std=sigma, run_noise_std=run_noise
+        )

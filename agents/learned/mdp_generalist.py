@@ -2,7 +2,8 @@
 
 Alg_theta(. | D_{t-1}, s_t) = softmax of the model's logits at the current state, computed from the
 run's counts (its cache) by a learned value iteration.  The model reads S, A, H and K from the reset
-info and pools its counts over h when the environment says it is stationary.  In a dark room it
+info and pools its counts over h when the environment says it is stationary (both told to it in
+its :class:`~icrl_gym.models.policy.EnvInfo`, from which it makes its cache).  In a dark room it
 starts from the room's moves as counts, since the prior knows them
 (:func:`~icrl_gym.models.mdp_generalist.known_move_counts`).  ``greedy=True`` takes the argmax (the
 model imitates P(a* | D), whose argmax is the greedy Bayes DPT policy), ``greedy=False`` samples.  By
@@ -20,6 +21,7 @@ its value and both ranges.  A model held in memory without a record plays any si
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from agents.learned.mdp_transformer import MDPTransformerAgent
@@ -27,7 +29,7 @@ from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.envs.dark_room import dark_room_successors
 from icrl_gym.envs.mdp_core import MDPKind
 from icrl_gym.envs.validation import MAX_SCALE, check_number
-from icrl_gym.models.mdp_generalist import MDPGeneralistCache, playable_problems
+from icrl_gym.models.mdp_generalist import playable_problems
 from icrl_gym.models.policy import EnvInfo, InContextPolicy
 
 
@@ -107,11 +109,6 @@ class MDPGeneralistAgent(MDPTransformerAgent):
             self.greedy = self.greedy_by_kind.get(kind, self.greedy_default)
             self.scheduled = kind is MDPKind.RANDOM
             self.deterministic = self.greedy and not self.scheduled
-        if isinstance(self._cache, MDPGeneralistCache):
-            moves = None
-            if spec is not None and spec.kind is MDPKind.DARK_ROOM:  # the prior knows the room's moves
-                moves = dark_room_successors(spec.size)
-            self._cache.configure(self.env_stationary, moves)
 
     def config(self) -> dict[str, Any]:
         """The checkpoint, ``greedy`` as given (None: the default deployment, at reset), the schedule's given values."""
@@ -136,7 +133,12 @@ class MDPGeneralistAgent(MDPTransformerAgent):
         return super()._temperature()
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
-        env_info = super()._env_info(info)
+        """The MDP transformer's sizes, whether the MDP is stationary and, in a dark room, its moves (the prior's)."""
+        spec = None if self.env_model is None else self.env_model.mdp
+        moves = None
+        if spec is not None and spec.kind is MDPKind.DARK_ROOM:  # the prior knows the room's moves
+            moves = tuple(tuple(row) for row in dark_room_successors(spec.size).tolist())
+        env_info = replace(super()._env_info(info), stationary=self.env_stationary, known_moves=moves)
         problems = playable_problems(self.meta, env_info)  # the record's ranges (fine-tuning checks the same)
         if problems:
             raise ValueError(f"the MDP generalist {self.checkpoint!r} cannot play this MDP: " + "; ".join(problems))

@@ -161,7 +161,7 @@ def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, torch_path: 
     if torch_path:
         cache = KVCache.allocate(B, model.config, model.config.max_tokens, sets.device, sets.dtype)
     else:
-        cache = model.new_cache(B, device=sets.device)
+        cache = model.new_cache(B, model.env_info(), sets.device)
     prev_a = prev_r = None
     rows = torch.arange(B, device=sets.device)
     contract = next(iter(inspect.signature(model.step).parameters)) == "cache"  # the reference: cache last

@@ -31,7 +31,8 @@ terms summed.  :class:`GeneralistCache` with ``grouped=True`` stores these multi
 steps s < t had a_s = k and r_s = r) instead of t keys and values per block, so a step costs O(K)
 instead of O(K t) and the cache O(K) memory instead of O(L t D); the function is unchanged (equal to
 the ungrouped cache and to :meth:`GeneralistTransformer.forward` up to float rounding, checked in
-``tests/test_generalist.py``).  ``grouped=False`` keeps every key (any real reward).
+``tests/test_generalist.py``).  ``grouped=False`` keeps every key (any real reward): the cache of
+an environment whose :class:`~icrl_gym.models.policy.EnvInfo` says ``reward="gaussian"``.
 """
 
 from __future__ import annotations
@@ -240,7 +241,9 @@ class GeneralistCache:
     def append_grouped(self, actions: torch.Tensor, rewards: torch.Tensor) -> None:
         """Count step ``steps`` (actions (B,) in [0, K), rewards (B,) in {0, 1}) in the grouped cache."""
         if not bool(((rewards == 0) | (rewards == 1)).all()):
-            raise ValueError("a grouped generalist cache takes rewards in {0, 1} only; use new_cache(grouped=False)")
+            raise ValueError(
+                "a grouped generalist cache takes rewards in {0, 1} only; make it for EnvInfo(reward='gaussian')"
+            )
         if bool(((actions < 0) | (actions >= self.num_arms)).any()):
             raise ValueError(f"actions must lie in [0, {self.num_arms}), got {actions.tolist()}")
         r = rewards.long()
@@ -310,13 +313,15 @@ class GeneralistTransformer(nn.Module):
         return self._decide(features, num_arms, kv, actions, visible)  # visible: (B, Q, 1, S)
 
     def new_cache(
-        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None, *, grouped: bool = True
+        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None
     ) -> GeneralistCache:
         """An empty cache for B runs of K = ``env_info.num_actions`` arms and T = ``env_info.horizon`` steps.
 
-        ``grouped`` (the default): Bernoulli rewards, O(K) per step; False keeps every key (any reward).
+        Grouped (Bernoulli rewards, O(K) per step) unless ``env_info.reward`` is 'gaussian' (every
+        key kept: any real reward).
         """
         device = self.head.weight.device if device is None else torch.device(device)
+        grouped = env_info.reward != "gaussian"
         return GeneralistCache(self, batch_size, env_info.num_actions, env_info.steps, device, grouped)
 
     @torch.no_grad()
@@ -356,7 +361,7 @@ class GeneralistTransformer(nn.Module):
         if cache.steps >= horizon:
             raise ValueError(f"the runs were started for T={horizon} steps; there is no step {cache.steps + 1}")
         if cache.grouped:
-            return PolicyOutput(self._decide_grouped(cache), None)
+            return PolicyOutput(self.decide_counts(cache.counts, cache.totals, cache.steps, horizon), None)
         t = cache.steps
         b = cache.actions.shape[0]
         device = cache.actions.device
@@ -365,16 +370,21 @@ class GeneralistTransformer(nn.Module):
         visible = torch.ones(b, 1, 1, t, dtype=torch.bool, device=device)
         return PolicyOutput(self._decide(features, num_arms, kv, cache.actions[:, :t], visible)[:, 0], None)
 
-    def _decide_grouped(self, cache: GeneralistCache) -> torch.Tensor:
-        """Logits (B, K) at step ``cache.steps`` from the grouped cache (module docstring: five grouped keys)."""
-        b, t, device = cache.batch_size, cache.steps, cache.device
-        counts, num_arms, horizon = cache.counts, cache.num_arms, cache.horizon
+    @torch.no_grad()
+    def decide_counts(self, counts: torch.Tensor, totals: torch.Tensor, t: int, horizon: int) -> torch.Tensor:
+        """Logits (B, K) at step t of T = ``horizon`` from the grouped counts (module docstring: five grouped keys).
+
+        ``counts`` (B, K, 2): the steps s < t with a_s = k and r_s = r; ``totals`` (B, 2): their sums
+        over the arms.  The grouped cache's decision, which is a function of the counts and (t, T) only.
+        """
+        b, num_arms = counts.shape[:2]
+        device = counts.device
         features = step_features(torch.full((b, 1), t, device=device), torch.full((b, 1), horizon, device=device))
         arms = self.arm_in(features).unsqueeze(2).expand(b, 1, num_arms, -1)  # (B, 1, K, D)
         h = self.config.n_heads
         beta = torch.tensor(self.config.same_arm_bias, device=device).view(1, h, 1, 1)
         same = counts.permute(0, 2, 1).unsqueeze(1)  # (B, 1, 2, K): steps of arm k with reward r
-        other = cache.totals.view(b, 1, 2, 1) - same  # steps of the other arms with reward r
+        other = totals.view(b, 1, 2, 1) - same  # steps of the other arms with reward r
         log_m = torch.cat([same, other], dim=2).log()  # (B, 1, 4, K): log multiplicities, -inf for none
         tokens = self._history(torch.tensor([[0.0, 1.0]], device=device))  # (1, 2, D): x(0), x(1)
         for block in self.blocks:

@@ -495,9 +495,9 @@ class LinearGeneralistCache:
     """The history of B runs as the linear attention's state: the raw moment matrices M_t (B, E, E) and t.
 
     It also holds what every step reads: the horizon T, the noise level sigma and the arms' dimension
-    d of every run (``noise_std`` and ``dims``, (B,): set from the :class:`EnvInfo`; a batch that
-    mixes instances, as in training, overwrites them per run), and the action sets of the latest step
-    (from which the next step's ``prev_action`` is read).
+    d of every run (``noise_std`` and ``dims``, (B,): from the :class:`EnvInfo`, per run where it
+    gives ``run_noise_std`` / ``run_dims``, as for a batch that mixes instances in training), and the
+    action sets of the latest step (from which the next step's ``prev_action`` is read).
     """
 
     def __init__(
@@ -514,10 +514,20 @@ class LinearGeneralistCache:
         self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device, dtype=dtype)
         """The raw moments (float64 for the second version: its posterior inverts them at small sigma)."""
         self.horizon = env_info.horizon
-        sigma = float("nan") if env_info.noise_std is None else float(env_info.noise_std)
-        self.noise_std = torch.full((batch_size,), sigma, dtype=torch.float32, device=device)
+        for name in ("run_noise_std", "run_dims"):
+            values = getattr(env_info, name)
+            if values is not None and len(values) != batch_size:
+                raise ValueError(f"EnvInfo.{name} has {len(values)} values for a cache of {batch_size} runs")
+        if env_info.run_noise_std is not None:
+            self.noise_std = torch.tensor(env_info.run_noise_std, dtype=torch.float32, device=device)
+        else:
+            sigma = float("nan") if env_info.noise_std is None else float(env_info.noise_std)
+            self.noise_std = torch.full((batch_size,), sigma, dtype=torch.float32, device=device)
         """sigma (B,) of every run (NaN: unknown, estimated in context by a model trained to)."""
-        self.dims = torch.full((batch_size,), env_info.dim, dtype=torch.long, device=device)
+        if env_info.run_dims is not None:
+            self.dims = torch.tensor(env_info.run_dims, dtype=torch.long, device=device)
+        else:
+            self.dims = torch.full((batch_size,), env_info.dim, dtype=torch.long, device=device)
         """d (B,) of every run (its arms are zero-padded to ``d_max``)."""
         self.last_action_set: torch.Tensor | None = None
         """The action sets (B, A, d) of the latest step."""

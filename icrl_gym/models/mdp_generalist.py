@@ -127,27 +127,21 @@ class MDPGeneralistCache:
     """The recurrent state of B runs: their :class:`CountStats`, updated one step at a time.
 
     ``stationary`` pools the counts over h (H' = 1); otherwise they are kept per step h.  The
-    environment says which (its reset info's ``stationary``); the agent sets it with
-    :meth:`configure` after the reset.  Per-step counts are never wrong, only slower to learn from.
+    environment says which (its reset info's ``stationary``, :attr:`EnvInfo.stationary`), and which
+    moves its prior knows (:attr:`EnvInfo.known_moves`, counted from the start).  Per-step counts are
+    never wrong, only slower to learn from.
     """
 
     def __init__(
-        self,
-        batch_size: int,
-        env_info: EnvInfo,
-        device: torch.device,
-        stationary: bool = False,
-        dtype: torch.dtype = torch.float32,
+        self, batch_size: int, env_info: EnvInfo, device: torch.device, dtype: torch.dtype = torch.float32
     ) -> None:
         if env_info.num_states is None:
             raise ValueError("the MDP generalist needs the number of states S (EnvInfo.num_states)")
         self.batch_size, self.device, self.dtype = batch_size, device, dtype
         self.num_states, self.num_actions = env_info.num_states, env_info.num_actions
         self.horizon, self.episodes = env_info.horizon, env_info.episodes
-        self.stationary = stationary
-        self.known: Tensor | None = None
-        """The known moves' pseudo-counts (S, A, S), added to N(s, a, s') at every reset, or None."""
-        self._allocate()
+        moves = env_info.known_moves
+        self._configure(env_info.stationary, None if moves is None else np.asarray(moves, dtype=np.int64))
 
     def _allocate(self) -> None:
         B, S, A = self.batch_size, self.num_states, self.num_actions
@@ -163,14 +157,17 @@ class MDPGeneralistCache:
         self._added: MDPGeneralistUndo | None = None
         """What the last :meth:`append` added, for :meth:`rewind`."""
 
-    def configure(self, stationary: bool, known_successors: np.ndarray | None = None) -> None:
+    def _configure(self, stationary: bool, known_successors: np.ndarray | None) -> None:
         """Pool the counts over h (``stationary``) or keep them per h, and set the moves the prior knows.
 
         ``known_successors`` (S, A): the deterministic successor of every (s, a) when the prior puts all
-        its mass on one transition table (a dark room's moves), or None.  Empties the cache.
+        its mass on one transition table (a dark room's moves), or None.  Allocates the empty cache
+        (from its :class:`EnvInfo`'s ``stationary`` and ``known_moves``).
         """
         self.stationary = bool(stationary)
-        self.known = None if known_successors is None else torch.as_tensor(known_move_counts(known_successors))
+        known = None if known_successors is None else known_move_counts(known_successors)
+        self.known: Tensor | None = None if known is None else torch.as_tensor(known)
+        """The known moves' pseudo-counts (S, A, S), added to N(s, a, s') at every reset, or None."""
         self._allocate()
         self.reset()
 
@@ -430,11 +427,14 @@ class MDPGeneralist(nn.Module):
 
     # ------------------------------------------------------------------ the learned-policy contract
     def new_cache(
-        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None, stationary: bool = False
+        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None
     ) -> MDPGeneralistCache:
-        """An empty cache of B runs of the MDPs ``env_info`` describes (S, A, H, K)."""
+        """An empty cache of B runs of the MDPs ``env_info`` describes (S, A, H, K).
+
+        Its counts are pooled over h where ``env_info.stationary``, and start from ``env_info.known_moves``.
+        """
         device = self.beta.device if device is None else torch.device(device)
-        return MDPGeneralistCache(batch_size, env_info, device, stationary, self.beta.dtype)
+        return MDPGeneralistCache(batch_size, env_info, device, self.beta.dtype)
 
     @torch.no_grad()
     def step(

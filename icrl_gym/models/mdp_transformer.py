@@ -177,31 +177,36 @@ class MDPTransformer(nn.Module):
         index = torch.tensor([cfg.state_token(t) for t in range(T)], device=states.device)
         return PolicyOutput(self.lm_head(h[:, index]), None)
 
-    def new_cache(
-        self, batch_size: int, env_info: EnvInfo | None = None, device: torch.device | str | None = None
-    ) -> KVCache:
+    def new_cache(self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None) -> KVCache:
         """An empty key/value cache for ``batch_size`` runs (laid out by :func:`new_kv_cache`).
 
-        ``env_info``, where given, must have the model's S, A and H and at most its K episodes.
+        ``env_info`` must have the model's S, A and H and at most its K episodes.
         """
         cfg = self.config
-        if env_info is not None:
-            sizes = {"num_states": cfg.num_states, "num_actions": cfg.num_actions, "horizon": cfg.horizon}
-            check_env_sizes(env_info, sizes, max_steps=cfg.episodes * cfg.horizon, model="tabular-MDP")
+        sizes = {"num_states": cfg.num_states, "num_actions": cfg.num_actions, "horizon": cfg.horizon}
+        check_env_sizes(env_info, sizes, max_steps=cfg.episodes * cfg.horizon, model="tabular-MDP")
         p = self.input_embed.weight
         device = p.device if device is None else device
         return new_kv_cache(batch_size, self.config, self.config.max_tokens, device, p.dtype)
 
+    def env_info(self) -> EnvInfo:
+        """The MDPs of the model's own sizes (its S, A, H and K): what :meth:`new_cache` takes for full runs."""
+        cfg = self.config
+        return EnvInfo(
+            num_actions=cfg.num_actions, horizon=cfg.horizon, num_states=cfg.num_states, episodes=cfg.episodes
+        )
+
     @torch.no_grad()
     def step(
-        self, cache: KVCache, state: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None
+        self, cache: KVCache, observation: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None
     ) -> PolicyOutput:
         """``PolicyOutput(logits (B, A), None)`` at the next step, from the cache plus this step's new tokens.
 
-        Appends the previous step's action-reward token (and the empty token after the last step of
-        an episode), then the new state token, to ``cache``.
+        ``observation`` is the runs' states (B,).  Appends the previous step's action-reward token
+        (and the empty token after the last step of an episode), then the new state token, to ``cache``.
         """
         cfg = self.config
+        state = observation
         t = cache.steps
         if t >= cfg.episodes * cfg.horizon:
             raise ValueError(f"cache is full: {t} steps taken, the model holds K H = {cfg.episodes * cfg.horizon}")

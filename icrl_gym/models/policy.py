@@ -8,24 +8,31 @@ paper's bandit transformer, the MDP transformer, the Bernoulli and the linear ge
 
 - ``new_cache(batch_size, env_info, device)``: an empty cache for B runs of the environment that
   ``env_info`` (:class:`EnvInfo`) describes; the sizes a model needs at every step (K, T, sigma, d)
-  go into the cache, so ``step`` takes nothing but the step's data;
+  and whatever else it is told of the runs (per-run noise levels, stationarity, known moves) go
+  into the cache, so ``step`` takes nothing but the step's data.  It is the only way to make a
+  cache, with this one signature for every model: neither an agent nor a trainer writes into one;
 - ``step(cache, observation, prev_action, prev_reward) -> PolicyOutput``: append the outcome of the
   previous step (None at the first step) and the new observation to the cache, and return the
   policy's logits at this step.
 
 The agent side (``agents/learned``) is written once over this contract; a model adds only an
-adapter from the agent's decoded observation to ``observation``.
+adapter from the agent's decoded observation to ``observation``.  The protocol is generic in the
+model's cache type (``InContextPolicy[KVCache]``, ...), so that every model satisfies it as written.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from icrl_gym.config import POSITIVE, POSITIVE_INT, DictConfig, check_fields
+from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed, DictConfig, check_fields
+
+REWARDS = ("bernoulli", "gaussian")
+"""The reward distributions :attr:`EnvInfo.reward` names (a bandit spec's ``reward``)."""
 
 
 class PolicyOutput(NamedTuple):
@@ -50,7 +57,9 @@ class EnvInfo:
     ``num_actions`` arms of dimension ``dim`` over ``horizon`` = T steps with noise ``noise_std``; a
     tabular MDP has ``num_states``, ``num_actions``, ``horizon`` = H steps per episode and ``episodes``
     = K, so a run is T = K H steps (:attr:`steps`).  ``noise_std`` is None where the environment does
-    not state it (a user's own bandit).
+    not state it (a user's own bandit).  The fields after ``episodes`` say more of the runs, for the
+    models that read it (each is ignored by the others): per-run values of a batch that mixes
+    instances, whether an MDP is stationary, the moves its prior knows, a bandit's reward distribution.
     """
 
     num_actions: int
@@ -65,11 +74,41 @@ class EnvInfo:
     """S of a tabular MDP (None for a bandit)."""
     episodes: int = 1
     """K, the episodes of an MDP run (1 for a bandit)."""
+    run_noise_std: tuple[float, ...] | None = None
+    """sigma of every run (B values, NaN: unknown) where the runs do not share one (instances that draw
+    their own, or a training batch of mixed instances); it overrides ``noise_std`` (the linear generalist)."""
+    run_dims: tuple[int, ...] | None = None
+    """d of every run (B values, each <= ``dim``) of a batch that mixes dimensions, the arms zero-padded
+    to ``dim`` (the linear generalist's training); None: every run has ``dim``."""
+    stationary: bool = False
+    """Whether an MDP's transitions and rewards are the same at every step h (its reset info's
+    ``stationary``): the MDP generalist then pools its counts over h."""
+    known_moves: tuple[tuple[int, ...], ...] | None = None
+    """The successor (S rows of A states) of every (s, a) where the prior knows the moves for certain
+    (a dark room's), or None: the MDP generalist starts from them as counts."""
+    reward: str | None = None
+    """A bandit's reward distribution, one of :data:`REWARDS`, where it matters to the model (None: the
+    model's default; the Bernoulli generalist keeps grouped counts for 'bernoulli' and None, every key
+    for 'gaussian')."""
 
     def __post_init__(self) -> None:
         rules = {name: POSITIVE_INT for name in ("num_actions", "horizon", "episodes", "dim", "num_states")}
         rules["noise_std"] = POSITIVE
+        rules["reward"] = Allowed(choices=REWARDS)
         check_fields(self, {name: rule for name, rule in rules.items() if getattr(self, name) is not None})
+        if self.run_noise_std is not None and not all(math.isnan(s) or s > 0 for s in self.run_noise_std):
+            raise ValueError(f"EnvInfo.run_noise_std must be > 0 or NaN (unknown), got {self.run_noise_std}")
+        if self.run_dims is not None and not all(1 <= d <= (self.dim or 0) for d in self.run_dims):
+            raise ValueError(f"EnvInfo.run_dims must lie in [1, dim={self.dim}], got {self.run_dims}")
+        if self.known_moves is not None:
+            bad = len(self.known_moves) != self.num_states or any(
+                len(row) != self.num_actions or not all(0 <= s < len(self.known_moves) for s in row)
+                for row in self.known_moves
+            )
+            if bad:
+                raise ValueError(
+                    f"EnvInfo.known_moves must hold S={self.num_states} rows of A={self.num_actions} states in [0, S)"
+                )
 
     @property
     def steps(self) -> int:
@@ -107,21 +146,28 @@ class RewindableCache(Protocol):
         ...
 
 
+CacheT = TypeVar("CacheT", bound=PolicyCache)
+"""A model's own cache type."""
+
+
 @runtime_checkable
-class InContextPolicy(Protocol):
-    """An in-context model played online, one step at a time, through its cache (module docstring)."""
+class InContextPolicy(Protocol[CacheT]):
+    """An in-context model played online, one step at a time, through its cache (module docstring).
+
+    Generic in the cache type the model makes and steps (``InContextPolicy[Any]`` takes any model).
+    """
 
     @property
     def config(self) -> DictConfig:
         """The model's architecture (its checkpoint record's ``model``)."""
         ...
 
-    def new_cache(self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None) -> PolicyCache:
-        """An empty cache for ``batch_size`` runs of the environment ``env_info``."""
+    def new_cache(self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None) -> CacheT:
+        """An empty cache for ``batch_size`` runs of the environment ``env_info`` (default: the model's device)."""
         ...
 
     def step(
-        self, cache: PolicyCache, observation: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None
+        self, cache: CacheT, observation: Tensor, prev_action: Tensor | None, prev_reward: Tensor | None
     ) -> PolicyOutput:
         """Append the previous step's outcome (None at step 0) and ``observation``; the logits (B, A) now."""
         ...

@@ -601,48 +601,46 @@ class BanditTransformer(nn.Module):
         return x
 
     # ----------------------------------------------------------------- rollout
-    def new_cache(
-        self,
-        batch_size: int,
-        env_info: EnvInfo | None = None,
-        device: torch.device | str | None = None,
-        *,
-        dtype: torch.dtype | None = None,
-    ) -> KVCache:
-        """An empty key/value cache for ``batch_size`` trajectories (default: model's device and dtype).
+    def new_cache(self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None) -> KVCache:
+        """An empty key/value cache for ``batch_size`` trajectories (default: the model's device; its dtype).
 
-        ``env_info`` (:class:`~icrl_gym.models.policy.EnvInfo`), where given, must have the model's A
-        and d and at most its T steps.  Laid out for the compiled decode kernel where it applies and
-        works (see :func:`~icrl_gym.models.native.new_kv_cache`).
+        ``env_info`` (:class:`~icrl_gym.models.policy.EnvInfo`) must have the model's A and d and at
+        most its T steps.  Laid out for the compiled decode kernel where it applies and works (see
+        :func:`~icrl_gym.models.native.new_kv_cache`).
         """
         cfg = self.config
-        if env_info is not None:
-            check_env_sizes(
-                env_info, {"num_actions": cfg.num_actions, "dim": cfg.dim}, max_steps=cfg.horizon, model="bandit"
-            )
+        check_env_sizes(
+            env_info, {"num_actions": cfg.num_actions, "dim": cfg.dim}, max_steps=cfg.horizon, model="bandit"
+        )
         p = self.input_embed.weight
         device = p.device if device is None else torch.device(device)
-        dtype = p.dtype if dtype is None else dtype
-        return new_kv_cache(batch_size, cfg, cfg.max_tokens, device, dtype)
+        return new_kv_cache(batch_size, cfg, cfg.max_tokens, device, p.dtype)
+
+    def env_info(self) -> EnvInfo:
+        """The environment of the model's own sizes (its A, d and T): what :meth:`new_cache` takes for full runs."""
+        cfg = self.config
+        return EnvInfo(num_actions=cfg.num_actions, horizon=cfg.horizon, dim=cfg.dim)
 
     @torch.no_grad()
     def step(
         self,
         cache: KVCache,
-        action_set_t: Tensor,
+        observation: Tensor,
         prev_action: Tensor | None,
         prev_reward: Tensor | None,
     ) -> PolicyOutput:
         """Advance an online rollout by one step and return ``PolicyOutput(logits, values)``, both (B, A).
 
-        Appends this step's tokens to ``cache`` (paper layout: the action-reward token of step
-        ``t-1``, then the state token of step ``t``; compact: one token) and returns the policy at
-        step ``t``. ``prev_action`` (B,) long and ``prev_reward`` (B,) are the arm taken and reward
-        observed at step ``t-1``: ``None`` at the first step and required afterwards; the vector of
-        ``prev_action`` is read from the action set of the previous call, kept in the cache. The
-        result agrees with :meth:`forward` on the same trajectory. Runs without autograd.
+        ``observation`` is the action sets (B, A, d) of step ``t``.  Appends this step's tokens to
+        ``cache`` (paper layout: the action-reward token of step ``t-1``, then the state token of
+        step ``t``; compact: one token) and returns the policy at step ``t``. ``prev_action`` (B,)
+        long and ``prev_reward`` (B,) are the arm taken and reward observed at step ``t-1``: ``None``
+        at the first step and required afterwards; the vector of ``prev_action`` is read from the
+        action set of the previous call, kept in the cache. The result agrees with :meth:`forward` on
+        the same trajectory. Runs without autograd.
         """
         cfg = self.config
+        action_set_t = observation
         self._check_action_set("action_set_t", action_set_t, 3)
         B = action_set_t.shape[0]
         if B != cache.batch_size:

@@ -80,7 +80,7 @@ from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.mdp_generalist import MDPGeneralist, playable_problems
-from icrl_gym.models.policy import EnvInfo, InContextPolicy
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.models.transformer import BanditTransformer
 from icrl_gym.training.curves import TrainingCurves
 from icrl_gym.training.distributed import DistContext
@@ -161,7 +161,7 @@ VALIDATION_SEED = 777_000
 
 def _agent_from_model(model: BanditTransformer, seed: Any) -> BanditAgent:
     """The bandit transformer agent around ``model``."""
-    return TransformerAgent.from_model(cast(InContextPolicy, model), seed=seed)
+    return TransformerAgent.from_model(model, seed=seed)
 
 
 FINETUNABLE = (CheckpointKind.BANDIT_TRANSFORMER, CheckpointKind.MDP_GENERALIST, CheckpointKind.GENERALIST_TRANSFORMER)
@@ -484,7 +484,7 @@ class GeneralistTask:
     def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
         """Mean regret of the agent's greedy play on ``val_runs`` instances, seed ``VALIDATION_SEED + seed``."""
         model.eval()
-        agent = GeneralistAgent.from_model(cast(InContextPolicy, model))
+        agent = GeneralistAgent.from_model(cast(GeneralistTransformer, model))
         regret = evaluate_regret(
             self.spec, agent, self.cfg.val_runs, seed=VALIDATION_SEED + self.cfg.seed, batch_size=self.cfg.val_runs
         )

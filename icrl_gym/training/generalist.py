@@ -45,7 +45,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -61,7 +61,7 @@ from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
 from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
-from icrl_gym.models.policy import EnvInfo, InContextPolicy
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
     GeneralistLoopConfig,
@@ -292,7 +292,7 @@ def evaluate_against_gittins(
     instances and the same reward noise (common random numbers).
     """
     spec = bernoulli_bandit_spec(num_arms=num_arms, horizon=horizon)
-    learned = GeneralistAgent.from_model(cast(InContextPolicy, model), greedy=True)
+    learned = GeneralistAgent.from_model(model, greedy=True)
     expert = Gittins(horizon=horizon, cache_dir=table_cache)
     ours = evaluate_regret(spec, learned, instances, seed=seed, batch_size=instances).sum(axis=1)
     gittins = evaluate_regret(spec, expert, instances, seed=seed, batch_size=instances).sum(axis=1)

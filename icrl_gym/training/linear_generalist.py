@@ -341,9 +341,9 @@ def rollout(
     if model is not None:
         device = next(model.parameters()).device  # the model plays where its weights are
         d_max = model.config.d_max
-        cache = model.new_cache(b, EnvInfo(num_actions=num_arms, horizon=horizon, dim=d_max, noise_std=1.0), device)
-        cache.noise_std = torch.as_tensor(inst.model_noise(), dtype=torch.float32, device=device)  # per run
-        cache.dims = torch.as_tensor(inst.dim, device=device)
+        noise, dims = tuple(inst.model_noise().tolist()), tuple(inst.dim.tolist())  # per run
+        info = EnvInfo(num_actions=num_arms, horizon=horizon, dim=d_max, run_noise_std=noise, run_dims=dims)
+        cache = model.new_cache(b, info, device)
     for t in range(horizon):
         arms = inst.action_set(t).astype(np.float64)
         index[:, t] = gaussian_index(expert, arms, inst.sigma, expert_z(z, schedule, t))

@@ -68,7 +68,7 @@ from icrl_gym.models.mdp_generalist import (
     MDPGeneralistConfig,
     known_move_counts,
 )
-from icrl_gym.models.policy import EnvInfo, InContextPolicy
+from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
     GeneralistLoopConfig,
@@ -294,9 +294,10 @@ def play_cache(model: MDPGeneralist, spec: MDPSpec, batch_size: int, device: tor
     Counts pooled over h when the prior is stationary; in a dark room, the room's moves as counts.
     """
     S, A, H = spec.num_states, spec.num_actions, spec.horizon
-    cache = model.new_cache(batch_size, EnvInfo(num_actions=A, horizon=H, num_states=S, episodes=spec.episodes), device)
-    cache.configure(spec.is_stationary, dark_room_successors(spec.size) if spec.kind == "dark_room" else None)
-    return cache
+    moves = dark_room_successors(spec.size) if spec.kind == "dark_room" else None
+    known = None if moves is None else tuple(tuple(row) for row in moves.tolist())
+    info = EnvInfo(A, H, num_states=S, episodes=spec.episodes, stationary=spec.is_stationary, known_moves=known)
+    return model.new_cache(batch_size, info, device)
 
 
 def log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
@@ -442,7 +443,7 @@ def batch_loss(
 
 def generalist_agent(model: MDPGeneralist) -> MDPAgent:
     """The ``"mdp_generalist"`` agent around ``model`` in its default deployment."""
-    return MDPGeneralistAgent.from_model(cast(InContextPolicy, model))
+    return MDPGeneralistAgent.from_model(model)
 
 
 def reference_agents(spec: MDPSpec, posterior_samples: int) -> dict[str, MDPAgent]:

@@ -23,7 +23,6 @@ from agents.bandit.bernoulli_bayes_optimal import (
 from benchmarks.experiments.bernoulli_frontier.cells import MODEL_CHUNK
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.models.generalist import GeneralistTransformer
-from icrl_gym.models.policy import EnvInfo
 
 Policy = Callable[[int, np.ndarray], np.ndarray]
 """(layer n, states x (N, 2K) in rank order) -> action distribution (N, J, K), one per prior j."""
@@ -69,15 +68,11 @@ def generalist_logits_at(
     """The Bernoulli generalist's logits (N, K) at step ``step`` of T = ``horizon`` from the arms' counts (N, K).
 
     With its grouped cache the model's logits are a function of the counts (s_k, f_k) of every arm
-    and of (t, T) only (:mod:`icrl_gym.models.generalist`): the cache is filled with the counts.
+    and of (t, T) only (:mod:`icrl_gym.models.generalist`): the model decides from the counts.
     """
     device = next(model.parameters()).device
-    counts = np.stack([failures, successes], axis=-1)  # (N, K, 2): steps with reward 0, 1
-    cache = model.new_cache(len(counts), EnvInfo(num_actions=counts.shape[1], horizon=horizon), device)
-    cache.counts = torch.as_tensor(counts, dtype=torch.float32, device=device)
-    cache.totals = cache.counts.sum(dim=1)
-    cache.steps = step
-    return model.step(cache, None, None, None).logits.cpu().numpy()
+    counts = torch.as_tensor(np.stack([failures, successes], axis=-1), dtype=torch.float32, device=device)
+    return model.decide_counts(counts, counts.sum(dim=1), step, horizon).cpu().numpy()  # counts: (N, K, 2)
 
 
 def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = MODEL_CHUNK) -> Policy:

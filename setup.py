@@ -37,7 +37,7 @@ setup(
         "tensorboard": ["tensorboard>=2.10"],
     },
     entry_points={
-        "console_scripts": ["icrl-bench=benchmarks.harness:main"],
+        "console_scripts": ["icrl-bench=benchmarks.harness.cli:main"],
         # the algorithms of agents/ register themselves when the package is imported (agents/__init__.py);
         # the registry loads this group on its first lookup, so core code finds them by name
         "icrl_gym.agents": ["agents = agents"],

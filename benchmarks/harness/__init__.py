@@ -35,12 +35,3 @@ the grids) -> ``retrain`` and ``store`` (stored results) -> ``report`` (``regret
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``icrl-bench`` as installed (its entry point names this package): :func:`benchmarks.harness.cli.main`."""
-    from benchmarks.harness.cli import main as cli_main  # imported on call: the package imports none of its modules
-
-    return cli_main(argv)

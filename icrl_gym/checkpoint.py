@@ -271,7 +271,9 @@ def save_checkpoint(
     defaults to the one of the model's class.  The record carries the SHA-256 of the weights file
     and its own hash.
     """
-    model_class = type(model).__name__
+    # the class a kind's row builds (a model of a subclass, e.g. a version of the linear generalist, is recorded as it)
+    named = [cls.__name__ for cls in type(model).__mro__ if _kind_of_model_class(cls.__name__) is not None]
+    model_class = named[0] if named else type(model).__name__
     if kind is None:
         kind = _kind_of_model_class(model_class)
         if kind is None:

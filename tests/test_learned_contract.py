@@ -48,7 +48,8 @@ def test_every_kind_has_one_row_and_builds_its_model():
         assert meta["weights_sha256"] == record.meta["weights_sha256"]
         assert agent_class(row.agent) is type(agents.pretrained(name))
         if record.kind is not CheckpointKind.META_RL_POLICY:
-            assert isinstance(model, InContextPolicy) and type(model).__name__ == row.model.rpartition(":")[2]
+            classes = [cls.__name__ for cls in type(model).__mro__]  # the row's class, or a version of it
+            assert isinstance(model, InContextPolicy) and row.model.rpartition(":")[2] in classes
 
 
 def test_transformer_agent_pretrained_loads_every_transformer_mdp_included():

@@ -96,7 +96,7 @@ def test_a_cache_that_cannot_take_a_step_back_refuses_the_second_observation(mon
     class PlainCache(LinearGeneralistCache):
         mark = None  # no longer a RewindableCache
 
-    monkeypatch.setattr("icrl_gym.models.linear_generalist.LinearGeneralistCache", PlainCache)
+    monkeypatch.setattr("icrl_gym.models.linear_generalist_core.LinearGeneralistCache", PlainCache)
     env = gym.make("ICRL-LinearBandit-v0", horizon=5).unwrapped
     obs, info = env.reset(seed=0)
     agent = make_agent({"name": "linear_generalist", "checkpoint": "linear-generalist"})

@@ -33,7 +33,7 @@ preconditioned gradient descent / a degree-L Krylov approximation of Lambda_t^{-
 natural mean parameter), i.e. the posterior mean and the posterior width of arm k (Appendix F.1).
 The history tokens are not updated by the blocks, so the attention's state is exactly the
 moment matrix M_t = sum_{s<t} e_s e_s^T (E x E): :class:`LinearGeneralistCache` keeps M_t, a step
-costs O(A D^2) whatever t (T = 1000 runs as fast as T = 10), and :meth:`LinearGeneralistTransformer.forward`
+costs O(A D^2) whatever t (T = 1000 runs as fast as T = 10), and :meth:`MomentsLinearGeneralist.forward`
 scores any query steps of whole trajectories from the prefix sums of e_s e_s^T (query t sees s < t only).
 
 Arms are exchangeable (no arm positions anywhere): permuting the arms of every action set permutes
@@ -41,126 +41,72 @@ the logits.  Each block's MLP also reads m bilinear readouts x_{t,k}^T U_j h_k (
 against its token: the posterior mean <x_k, mu_t> and width x_k^T Lambda^{-1} x_k are of this form), and
 the logit is  w^T LayerNorm(h_k) + b + x_{t,k}^T U_out h_k.
 
-Second version (``features="posterior"``): the network no longer inverts the moment matrix.  Each
-step computes closed-form posterior features of a grid of Gaussian priors from the same moment
-matrix (float64) and from per-arm pull counts and reward sums
-(:mod:`icrl_gym.models.linear_posterior`, :func:`posterior_inputs`), and a per-arm network with
-attention across the arms (:class:`PosteriorArmNetwork`) turns them into logits, with the
-model-averaged Bayes-UCB index as a skip connection.  It plays d > d_max on a fixed action set as
-an A-armed bandit.  Same cache, same contract, a step cost independent of t.
+The version above is the first (``features="moments"``, :class:`MomentsLinearGeneralist`, the
+shipped ``linear-generalist``).  The second (``features="posterior"``) no longer inverts the moment
+matrix: it reads closed-form posterior features of a grid of priors
+(:mod:`icrl_gym.models.linear_generalist_posterior`) and plays d > d_max on a fixed action set as an
+A-armed bandit.  Both share the configuration, the cache and the frame of the model
+(:mod:`icrl_gym.models.linear_generalist_core`, whose names this module also exports);
+``LinearGeneralistTransformer(config)`` -- the checkpoint kind's model class -- builds the version
+that ``config.features`` names.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.config import Allowed, check_fields, checked
-from icrl_gym.models import generalist
-from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig, step_features
-from icrl_gym.models.linear_posterior import (
-    NUM_PRIORS,
-    arm_posterior,
-    bayes_ucb_quantile,
-    estimate_noise_arms,
-    linear_posterior,
-    model_average,
+from icrl_gym.models.generalist import step_features
+from icrl_gym.models.linear_generalist_core import (
+    D_MAX,
+    FEATURES,
+    NOISE_PRIOR_COUNT,
+    NOISE_PRIOR_STD,
+    NOISE_RIDGE,
+    VERSIONS,
+    ArmSelfAttention,
+    LinearGeneralistCache,
+    LinearGeneralistConfig,
+    LinearGeneralistMark,
+    LinearGeneralistTransformer,
+    estimate_noise,
+    history_tokens,
+    per_run,
 )
-from icrl_gym.models.policy import EnvInfo, PolicyOutput
+from icrl_gym.models.linear_generalist_posterior import (
+    POSTERIOR_FEATURES,
+    PosteriorArmNetwork,
+    PosteriorLinearGeneralist,
+)
 
-D_MAX = 8
-"""Largest dimension d of the arms (smaller d are zero-padded to it)."""
-FEATURES = ("moments", "posterior")
-"""The models' ways of reading the history (``LinearGeneralistConfig.features``)."""
-
-
-@dataclass
-class LinearGeneralistConfig(ArmTokenConfig):
-    """Architecture of :class:`LinearGeneralistTransformer` (nothing here depends on d <= d_max, A or T).
-
-    The shared shape (:class:`~icrl_gym.models.generalist.ArmTokenConfig`) with L = 4 blocks of [linear
-    cross-attention, arm self-attention, MLP]; the arm tokens are the only tokens.
-    """
-
-    n_layers: int = 4
-    """Number L of [linear cross-attention, arm self-attention, MLP] blocks."""
-    readouts: int = 8
-    """Bilinear readouts x_k^T U_j h_k fed to every MLP."""
-    arm_normaliser: bool = True
-    """Add the per-arm quadratic form u_k^T M_t u_k (u_k = W_u h_k) to every head's normaliser (module docstring)."""
-    history_layers: int = 0
-    """Layers of the history encoder (0: none): non-causal linear self-attention over the history tokens,
-    which the arms' query vectors z_k = [x_k, 0, 1] / sigma pass through too (module docstring, GD++)."""
-    history_heads: int = 2
-    """Heads of every history-encoder layer."""
-    arm_attention: bool = False
-    """Softmax self-attention across the arms of a step in every block (an index policy, as the
-    expert, needs none: each arm's logit then depends on its own features and the history only)."""
-    d_max: int = D_MAX
-    """Arms are zero-padded to this dimension."""
-    noise_estimate: bool = False
-    """Play bandits of unknown sigma (given as NaN): sigma is then estimated in context from the moment matrix
-    (:func:`estimate_noise`), and every arm reads whether sigma was given or estimated."""
-    features: str = checked("moments", Allowed(choices=FEATURES))
-    """'moments': the first version, attention over the raw moment matrix (the fields above); 'posterior': the
-    second version, closed-form posterior features of a grid of priors (:mod:`icrl_gym.models.linear_posterior`)
-    read by a per-arm network with attention across the arms (:class:`PosteriorArmNetwork`; it uses d_model,
-    n_heads, n_layers, mlp_ratio, d_max and noise_estimate), which also plays d > d_max on a fixed action set."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fields(self)
-
-    @property
-    def token_dim(self) -> int:
-        """E = d_max + 2: [x, r, 1] / sigma."""
-        return self.d_max + 2
-
-    @property
-    def encoded_dim(self) -> int:
-        """Width of the encoded query vector z_k appended to the arm's features (0 without an encoder)."""
-        return self.token_dim if self.history_layers else 0
-
-    @property
-    def arm_features(self) -> int:
-        """[x (d_max), dimension mask (d_max), phi(t, T) (4), log sigma, (sigma given, log(1 + n - d)), z_k]."""
-        return 2 * self.d_max + NUM_STEP_FEATURES + 1 + 2 * self.noise_estimate + self.encoded_dim
-
-
-NOISE_PRIOR_STD, NOISE_PRIOR_COUNT, NOISE_RIDGE = 0.5, 1.0, 1e-2
-"""The in-context noise estimate's prior guess s0, its weight nu0 (pseudo-observations) and ridge (module docstring)."""
-
-
-def history_tokens(chosen: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
-    """Raw e_s = [x_{s,a_s}, r_s, 1] (B, S, E) from the chosen arms (B, S, d_max) and rewards (B, S)."""
-    ones = torch.ones_like(rewards)
-    return torch.cat([chosen, rewards.unsqueeze(-1), ones.unsqueeze(-1)], dim=-1)
-
-
-def estimate_noise(moments: torch.Tensor, dim: torch.Tensor) -> torch.Tensor:
-    """In-context sigma (...) from raw moment matrices (..., E, E) of runs of dimension d (broadcast to ...).
-
-    With G = sum x x^T, b = sum x r, rr = sum r^2, n = steps (all blocks of M), the residual sum of squares
-    of ridge regression is RSS = rr - b^T (G + c I)^{-1} b (c = NOISE_RIDGE), and
-
-        sigma_hat^2 = (RSS + nu0 s0^2) / (max(n - d, 0) + nu0),
-
-    the posterior-mean-like estimate with nu0 pseudo-observations of variance s0^2 (NOISE_PRIOR_COUNT,
-    NOISE_PRIOR_STD): s0 before the data outnumber the parameters, the unbiased residual variance after.
-    Computed in float64 (RSS is a difference of large sums when sigma is small).
-    """
-    m = moments.double()
-    dmax = m.shape[-1] - 2
-    gram = m[..., :dmax, :dmax] + NOISE_RIDGE * torch.eye(dmax, dtype=m.dtype, device=m.device)
-    b = m[..., :dmax, dmax]
-    fit = (b * torch.linalg.solve(gram, b.unsqueeze(-1)).squeeze(-1)).sum(-1)
-    rss = (m[..., dmax, dmax] - fit).clamp_min(0.0)
-    dof = (m[..., dmax + 1, dmax + 1] - dim.double()).clamp_min(0.0) + NOISE_PRIOR_COUNT
-    return ((rss + NOISE_PRIOR_COUNT * NOISE_PRIOR_STD**2) / dof).sqrt().float()
+__all__ = [
+    "D_MAX",
+    "FEATURES",
+    "NOISE_PRIOR_COUNT",
+    "NOISE_PRIOR_STD",
+    "NOISE_RIDGE",
+    "POSTERIOR_FEATURES",
+    "VERSIONS",
+    "ArmSelfAttention",
+    "Block",
+    "HistoryEncoder",
+    "LinearCrossAttention",
+    "LinearGeneralistCache",
+    "LinearGeneralistConfig",
+    "LinearGeneralistMark",
+    "LinearGeneralistTransformer",
+    "MomentsLinearGeneralist",
+    "PosteriorArmNetwork",
+    "PosteriorLinearGeneralist",
+    "Readout",
+    "arm_features",
+    "estimate_noise",
+    "history_tokens",
+    "noise_levels",
+]
 
 
 def noise_levels(
@@ -251,26 +197,6 @@ class LinearCrossAttention(nn.Module):
         return self.out(y.reshape(b, nq, na, d))
 
 
-class ArmSelfAttention(generalist.ArmSelfAttention):
-    """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant).
-
-    The layers are the Bernoulli generalist's; the softmax is written out so that padded arms can be masked.
-    """
-
-    def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, Q, A, D) with ``arm_mask`` (B, A) (True: a real arm) or None -> (B, Q, A, D)."""
-        b, nq, na, d = arms.shape
-        q, k, v = self.qkv(arms).view(b * nq, na, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        mask = None
-        if arm_mask is not None:
-            mask = arm_mask.view(b, 1, 1, 1, na).expand(b, nq, 1, 1, na).reshape(b * nq, 1, 1, na)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (BQ, H, A, A)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        y = torch.softmax(scores, dim=-1) @ v  # (BQ, H, A, dh)
-        return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
-
-
 class Readout(nn.Module):
     """m bilinear readouts x_k^T U_j h_k (..., m) of the arm features x_k (..., d_max) against tokens h_k."""
 
@@ -358,261 +284,13 @@ class HistoryEncoder(nn.Module):
         return moments, z
 
 
-POSTERIOR_FEATURES = 2 * 2 * NUM_PRIORS + 3 + 2 + NUM_STEP_FEATURES + 9 + 2 * NUM_PRIORS
-"""Width of an arm's input to :class:`PosteriorArmNetwork` (:func:`posterior_inputs`)."""
+class MomentsLinearGeneralist(LinearGeneralistTransformer):
+    """The first version: linear attention over the moment matrix of the history (see the module docstring)."""
 
-
-def posterior_inputs(
-    config: LinearGeneralistConfig,
-    arms: torch.Tensor,
-    raw_moments: torch.Tensor,
-    counts: torch.Tensor,
-    sums: torch.Tensor,
-    fixed: torch.Tensor,
-    steps: torch.Tensor,
-    horizon: torch.Tensor,
-    noise: torch.Tensor,
-    dims: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The second version's arm inputs (B, Q, A, F) and skip index (B, Q, A) (:mod:`~icrl_gym.models.linear_posterior`).
-
-    Arms (B, Q, A, W) (W >= d_max; coordinates from d_max on are read only by the arms model), raw moments
-    (B, Q, E, E), per-arm pull counts and reward sums (B, Q, A) by position in the action set, ``fixed``
-    (B, Q): the action set has not changed so far (else the arms model is off), steps t (B, Q), T, sigma
-    (NaN: unknown) and d (B,).  The linear model is off for runs with d > d_max.
-
-    Per arm: for each prior of both grids asinh((m_jk - max_k m_jk) / S) and log(sd_jk / S) (0 where the
-    model is off), the model average's same two and asinh((u_k - max u) / S) of its Bayes-UCB index u,
-    log(1 + n_k) and n_k / t; per step: phi(t, T), z_t, log S, log sigma, sigma given, fixed set, linear
-    model on, log(1 + max(n - d, 0)), d / d_max, log A / log 50, and the log posterior weights of the
-    priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S.
-    """
-    b, nq, na, _ = arms.shape
-    dmax = config.d_max
-    linear_ok = (dims <= dmax).view(b, 1).expand(b, nq)
-    if not bool((linear_ok | fixed).all()):
-        raise ValueError(
-            f"this model plays d > d_max={dmax} (the arms as a {na}-armed bandit) only on a fixed action set"
-        )
-    x = arms[..., :dmax]
-    dims_lin = dims.clamp(max=dmax).view(b, 1).expand(b, nq)
-    rr, n = raw_moments[..., dmax, dmax], raw_moments[..., -1, -1]
-    stat_mask = fixed.unsqueeze(-1).to(counts.dtype)
-    counts, sums = counts * stat_mask, sums * stat_mask
-    known = torch.isfinite(noise).view(b, 1).expand(b, nq)
-    given = noise.double().nan_to_num(1.0).view(b, 1).expand(b, nq)
-    if bool(known.all()):
-        sigma = given
-    elif not config.noise_estimate:
-        raise ValueError("this model needs the noise level sigma (it was trained without estimating it in context)")
-    else:
-        guess = torch.where(
-            linear_ok, estimate_noise(raw_moments, dims_lin).double(), estimate_noise_arms(counts, sums, rr, n)
-        )
-        sigma = torch.where(known, given, guess)
-    posts = [linear_posterior(raw_moments, x, dims_lin, sigma), arm_posterior(counts, sums, rr, n, sigma)]
-    valid = [linear_ok, fixed]
-    weights, mean, sd = model_average(posts, valid)
-    z = bayes_ucb_quantile(steps)
-    index = mean + z.unsqueeze(-1) * sd
-    scale = sd.mean(-1, keepdim=True)  # (B, Q, 1)
-
-    def relative(v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        return torch.asinh((v - v.max(-1, keepdim=True).values) / s)
-
-    per_prior = []
-    for post, ok in zip(posts, valid, strict=True):
-        on = ok[..., None, None]
-        sc = scale.unsqueeze(-2)
-        per_prior += [torch.where(on, relative(post.mean, sc), 0.0), torch.where(on, (post.sd / sc).log(), 0.0)]
-    per_arm = [p.transpose(-1, -2) for p in per_prior]  # (B, Q, A, J) each
-    t = steps.double()
-    pulls = [counts.log1p(), counts / t.clamp_min(1.0).unsqueeze(-1)]
-    bma = [relative(mean, scale), (sd / scale).log(), relative(index, scale)]
-    spare = (n - dims_lin.double()).clamp_min(0.0).log1p()
-    per_step = [
-        step_features(steps, horizon.view(-1, 1).expand_as(steps)).double(),
-        torch.stack(
-            [
-                z,
-                scale[..., 0].log(),
-                sigma.log(),
-                known.double(),
-                fixed.double(),
-                linear_ok.double(),
-                spare,
-                dims_lin.double() / dmax * linear_ok,
-                torch.full_like(z, math.log(na) / math.log(50.0)),
-            ],
-            -1,
-        ),
-        (weights + 1e-8).log(),
-    ]
-    step_part = torch.cat(per_step, -1).unsqueeze(-2).expand(b, nq, na, -1)
-    features = torch.cat([*per_arm, *(f.unsqueeze(-1) for f in bma + pulls), step_part], -1)
-    base = (index - index.max(-1, keepdim=True).values) / scale
-    return features.float(), base.float()
-
-
-class PosteriorArmNetwork(nn.Module):
-    """The second version's network: per-arm MLP, L blocks of [attention across arms, MLP], logit + skip.
-
-    logit_k = w^T LayerNorm(h_k) + b + alpha (u_k - max u) / S: with the head at zero (its initialisation) the
-    argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  Arms are exchangeable: no
-    positions anywhere, so permuting the arms permutes the logits.
-    """
+    features = "moments"
 
     def __init__(self, config: LinearGeneralistConfig) -> None:
-        super().__init__()
-        d, hidden = config.d_model, config.mlp_ratio * config.d_model
-        self.arm_in = nn.Sequential(nn.Linear(POSTERIOR_FEATURES, hidden), nn.GELU(), nn.Linear(hidden, d))
-        self.ln_attn = nn.ModuleList(nn.LayerNorm(d) for _ in range(config.n_layers))
-        self.attn = nn.ModuleList(ArmSelfAttention(config) for _ in range(config.n_layers))
-        self.ln_mlp = nn.ModuleList(nn.LayerNorm(d) for _ in range(config.n_layers))
-        self.mlp = nn.ModuleList(
-            nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d)) for _ in range(config.n_layers)
-        )
-        self.ln_out = nn.LayerNorm(d)
-        self.head = nn.Linear(d, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(4.0)))
-
-    def forward(self, features: torch.Tensor, base: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
-        """Inputs (B, Q, A, F) and skip index (B, Q, A) -> logits (B, Q, A)."""
-        h = self.arm_in(features)
-        for ln_a, attn, ln_m, mlp in zip(self.ln_attn, self.attn, self.ln_mlp, self.mlp, strict=True):
-            h = h + attn(ln_a(h), arm_mask)
-            h = h + mlp(ln_m(h))
-        return self.head(self.ln_out(h)).squeeze(-1) + self.log_alpha.exp() * base
-
-
-LinearGeneralistMark = tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"]
-"""A :class:`LinearGeneralistCache` before a step: steps, moments, counts, sums, fixed, last action sets."""
-
-
-class LinearGeneralistCache:
-    """The history of B runs as the linear attention's state: the raw moment matrices M_t (B, E, E) and t.
-
-    It also holds what every step reads: the horizon T, the noise level sigma and the arms' dimension
-    d of every run (``noise_std`` and ``dims``, (B,): from the :class:`EnvInfo`, per run where it
-    gives ``run_noise_std`` / ``run_dims``, as for a batch that mixes instances in training), and the
-    action sets of the latest step (from which the next step's ``prev_action`` is read).
-    """
-
-    def __init__(
-        self,
-        batch_size: int,
-        token_dim: int,
-        env_info: EnvInfo,
-        device: torch.device,
-        dtype: torch.dtype = torch.float32,
-    ) -> None:
-        if env_info.dim is None:
-            raise ValueError("the linear generalist needs the arms' dimension d (EnvInfo.dim), got None")
-        self.batch_size = batch_size
-        self.moments = torch.zeros(batch_size, token_dim, token_dim, device=device, dtype=dtype)
-        """The raw moments (float64 for the second version: its posterior inverts them at small sigma)."""
-        self.horizon = env_info.horizon
-        for name in ("run_noise_std", "run_dims"):
-            values = getattr(env_info, name)
-            if values is not None and len(values) != batch_size:
-                raise ValueError(f"EnvInfo.{name} has {len(values)} values for a cache of {batch_size} runs")
-        if env_info.run_noise_std is not None:
-            self.noise_std = torch.tensor(env_info.run_noise_std, dtype=torch.float32, device=device)
-        else:
-            sigma = float("nan") if env_info.noise_std is None else float(env_info.noise_std)
-            self.noise_std = torch.full((batch_size,), sigma, dtype=torch.float32, device=device)
-        """sigma (B,) of every run (NaN: unknown, estimated in context by a model trained to)."""
-        if env_info.run_dims is not None:
-            self.dims = torch.tensor(env_info.run_dims, dtype=torch.long, device=device)
-        else:
-            self.dims = torch.full((batch_size,), env_info.dim, dtype=torch.long, device=device)
-        """d (B,) of every run (its arms are zero-padded to ``d_max``)."""
-        self.last_action_set: torch.Tensor | None = None
-        """The action sets (B, A, d) of the latest step."""
-        self.steps = 0
-        """Steps in the history (the next decision is at step ``steps``)."""
-        self.counts = torch.zeros(batch_size, env_info.num_actions, device=device)
-        """Pulls of every arm (B, A), by position in the action set (read by the second version)."""
-        self.sums = torch.zeros(batch_size, env_info.num_actions, device=device, dtype=dtype)
-        """Reward sums of every arm (B, A)."""
-        self.fixed = torch.ones(batch_size, dtype=torch.bool, device=device)
-        """Whether the action set has been the same at every step so far (B,)."""
-
-    def append(self, tokens: torch.Tensor) -> None:
-        """Add raw history tokens e_s = [x, r, 1] (B, E) of one step."""
-        tokens = tokens.to(self.moments.dtype)
-        self.moments += tokens.unsqueeze(-1) * tokens.unsqueeze(-2)
-        self.steps += 1
-
-    def count(self, action: torch.Tensor, reward: torch.Tensor) -> None:
-        """Add one pull per run to the per-arm statistics: arm positions (B,) and rewards (B,)."""
-        rows = torch.arange(self.batch_size, device=action.device)
-        self.counts[rows, action] += 1.0
-        self.sums[rows, action] += reward.to(self.sums.dtype)
-
-    def see(self, action_set: torch.Tensor) -> None:
-        """Record the action sets (B, A, d) of the new step (``fixed`` turns False where they changed)."""
-        last = self.last_action_set
-        if last is not None:
-            if last.shape != action_set.shape:
-                self.fixed.zero_()
-                self.counts = torch.zeros(action_set.shape[:2], device=self.counts.device)
-                self.sums = torch.zeros_like(self.counts, dtype=self.sums.dtype)
-            elif last is not action_set:
-                self.fixed &= (last == action_set).flatten(1).all(1)
-        self.last_action_set = action_set
-
-    def reset(self) -> None:
-        """Empty the history for new runs of the same environment."""
-        self.moments.zero_()
-        self.counts.zero_()
-        self.sums.zero_()
-        self.fixed.fill_(True)
-        self.last_action_set = None
-        self.steps = 0
-
-    def mark(self) -> LinearGeneralistMark:
-        """The cache before a step, for :meth:`rewind`: copies of what a step changes (O(B E^2), less than a step)."""
-        return (
-            self.steps,
-            self.moments.clone(),
-            self.counts.clone(),
-            self.sums.clone(),
-            self.fixed.clone(),
-            self.last_action_set,
-        )
-
-    def rewind(self, mark: LinearGeneralistMark) -> None:
-        """Take back the step after :meth:`mark`, exactly (restored from the copies: subtracting floats is inexact)."""
-        self.steps, moments, self.counts, self.sums, self.fixed, self.last_action_set = mark
-        self.moments.copy_(moments)
-
-
-def _per_run(
-    b: int,
-    device: torch.device,
-    horizon: torch.Tensor | int,
-    noise_std: torch.Tensor | float,
-    dim: torch.Tensor | int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """T, sigma (float32) and d as (B,) tensors from numbers or (B,) tensors."""
-    horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
-    noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
-    return horizon_t, noise, torch.as_tensor(dim, device=device).reshape(-1).expand(b)
-
-
-class LinearGeneralistTransformer(nn.Module):
-    """Per-arm query transformer over a raw linear-bandit trajectory (see the module docstring)."""
-
-    def __init__(self, config: LinearGeneralistConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.posterior: PosteriorArmNetwork | None = None
-        if config.features == "posterior":  # the second version has none of the first's modules
-            self.posterior = PosteriorArmNetwork(config)
-            return
+        super().__init__(config)
         d = config.d_model
         self.arm_in = nn.Linear(config.arm_features, d)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
@@ -620,15 +298,6 @@ class LinearGeneralistTransformer(nn.Module):
         self.head = nn.Linear(d, 1)
         self.readout_out = Readout(config, 1)
         self.encoder: HistoryEncoder | None = HistoryEncoder(config) if config.history_layers else None
-
-    def pad(self, arms: torch.Tensor) -> torch.Tensor:
-        """Zero-pad arms (..., d) to (..., d_max) (the second version: to (..., max(d, d_max)))."""
-        d = arms.shape[-1]
-        if self.posterior is not None:
-            return F.pad(arms.float(), (0, max(self.config.d_max - d, 0)))
-        if d > self.config.d_max:
-            raise ValueError(f"this model plays d <= {self.config.d_max}, got arms of dimension {d}")
-        return F.pad(arms.float(), (0, self.config.d_max - d))
 
     def _decide(
         self,
@@ -646,7 +315,7 @@ class LinearGeneralistTransformer(nn.Module):
         given one or, where it is NaN, the in-context estimate (:func:`noise_levels`).
         """
         b, nq, na, _ = arms.shape
-        horizon_t, noise, dims = _per_run(b, arms.device, horizon, noise_std, dim)
+        horizon_t, noise, dims = per_run(b, arms.device, horizon, noise_std, dim)
         sigma, known = noise_levels(raw_moments, dims, noise, self.config.noise_estimate)
         inv = (1.0 / sigma)[..., None, None]  # twice, not 1 / sigma^2: an empty history stays 0 for tiny sigma
         moments = raw_moments * inv * inv
@@ -667,138 +336,22 @@ class LinearGeneralistTransformer(nn.Module):
             logits = logits.masked_fill(~arm_mask.unsqueeze(1), float("-inf"))
         return logits
 
-    def forward(
+    def _decide_queries(
         self,
-        action_sets: torch.Tensor,
-        actions: torch.Tensor,
-        rewards: torch.Tensor,
+        history: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        moments: torch.Tensor,
         query_steps: torch.Tensor,
         horizon: torch.Tensor | int,
         noise_std: torch.Tensor | float,
-        dim: torch.Tensor | int | None = None,
-        arm_mask: torch.Tensor | None = None,
+        dims: torch.Tensor | int,
+        arm_mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Logits (B, Q, A) of the policy at steps ``query_steps`` (B, Q) of whole trajectories.
+        sets = history[0]
+        arms = sets[torch.arange(sets.shape[0], device=sets.device).view(-1, 1), query_steps]  # (B, Q, A, d_max)
+        return self._decide(arms, moments, query_steps, horizon, noise_std, dims, arm_mask)
 
-        action_sets (B, S, A, d) (per step; a fixed set may be an expanded view) or (B, A, d) (fixed),
-        actions (B, S) long, rewards (B, S): the trajectory; query step t (0-based, t steps done) sees
-        steps s < t only and scores the action set of step t (t < S, or t <= S with a fixed set).
-        ``horizon`` T, ``noise_std`` sigma (NaN: unknown, estimated in context) and ``dim`` d (default: the
-        arms' width) are ints/floats or (B,).
-        ``arm_mask`` (B, A): False marks padding arms (their logits are -inf; the others do not see them).
-        """
-        b, s = actions.shape
-        device = actions.device
-        sets = self.pad(action_sets)
-        if sets.dim() == 3:
-            sets = sets.unsqueeze(1).expand(b, s + 1, *sets.shape[1:])
-        rows = torch.arange(b, device=device).view(-1, 1)
-        chosen = sets[rows, torch.arange(s, device=device).view(1, -1), actions]  # (B, S, d_max)
-        tokens = history_tokens(chosen[..., : self.config.d_max], rewards.float())  # (B, S, E)
-        if self.posterior is not None:  # float64 moments, as the cache keeps them
-            tokens = tokens.double()
-        outer = tokens.unsqueeze(-1) * tokens.unsqueeze(-2)  # (B, S, E, E)
-        prefix = F.pad(outer.cumsum(dim=1), (0, 0, 0, 0, 1, 0))  # (B, S + 1, E, E): sum over s < t
-        moments = prefix[rows, query_steps]  # (B, Q, E, E)
-        arms = sets[rows, query_steps]  # (B, Q, A, d_max)
-        dims = action_sets.shape[-1] if dim is None else dim
-        if self.posterior is None:
-            return self._decide(arms, moments, query_steps, horizon, noise_std, dims, arm_mask)
-        pulls = F.one_hot(actions, sets.shape[2]).float()  # (B, S, A)
-        counts = F.pad(pulls.cumsum(1), (0, 0, 1, 0))[rows, query_steps]
-        sums = F.pad((pulls.double() * rewards.float().double().unsqueeze(-1)).cumsum(1), (0, 0, 1, 0))
-        sums = sums[rows, query_steps]
-        if sets.stride(1) == 0:  # one action set per run, expanded over the steps
-            fixed = torch.ones_like(query_steps, dtype=torch.bool)
-        else:
-            same = (sets == sets[:, :1]).flatten(2).all(-1).long().cummin(1).values.bool()  # (B, S or S + 1)
-            fixed = same[rows, query_steps]
-        return self._decide_posterior(arms, moments, counts, sums, fixed, query_steps, horizon, noise_std, dims)
-
-    def _decide_posterior(
-        self,
-        arms: torch.Tensor,
-        moments: torch.Tensor,
-        counts: torch.Tensor,
-        sums: torch.Tensor,
-        fixed: torch.Tensor,
-        steps: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dim: torch.Tensor | int,
+    def _decide_step(
+        self, cache: LinearGeneralistCache, arms: torch.Tensor, steps: torch.Tensor, arm_mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """The second version's logits (B, Q, A) (:func:`posterior_inputs`, :class:`PosteriorArmNetwork`)."""
-        if self.posterior is None:
-            raise TypeError("this model reads the moment matrix (features='moments'), not posterior features")
-        horizon_t, noise, dims = _per_run(arms.shape[0], arms.device, horizon, noise_std, dim)
-        with torch.no_grad():
-            features, base = posterior_inputs(
-                self.config, arms, moments, counts, sums, fixed, steps, horizon_t, noise, dims
-            )
-        return self.posterior(features, base, None)
-
-    def new_cache(
-        self, batch_size: int, env_info: EnvInfo, device: torch.device | str | None = None
-    ) -> LinearGeneralistCache:
-        """An empty cache (history of B runs) of the linear bandit ``env_info`` (T, sigma and d are read from it)."""
-        if self.posterior is None and env_info.dim is not None and env_info.dim > self.config.d_max:
-            raise ValueError(f"this model plays d <= {self.config.d_max}, got EnvInfo.dim={env_info.dim}")
-        device = next(self.parameters()).device if device is None else torch.device(device)
-        dtype = torch.float32 if self.posterior is None else torch.float64
-        return LinearGeneralistCache(batch_size, self.config.token_dim, env_info, device, dtype)
-
-    @torch.no_grad()
-    def append(self, cache: LinearGeneralistCache, chosen: torch.Tensor, rewards: torch.Tensor) -> None:
-        """Append one step: the chosen arms (B, d) and rewards (B,) to the cache (O(E^2) per run)."""
-        b = chosen.shape[0]
-        x = self.pad(chosen)[..., : self.config.d_max]
-        cache.append(history_tokens(x.unsqueeze(1), rewards.float().view(b, 1))[:, 0])
-
-    @torch.no_grad()
-    def step(
-        self,
-        cache: LinearGeneralistCache,
-        action_set: torch.Tensor,
-        prev_action: torch.Tensor | None,
-        prev_reward: torch.Tensor | None,
-        *,
-        arm_mask: torch.Tensor | None = None,
-    ) -> PolicyOutput:
-        """``PolicyOutput(logits (B, A), None)`` at step ``cache.steps`` for the action set (B, A, d) of that step.
-
-        The previous step's arm ``prev_action`` (B,) (its vector read from the previous action set)
-        and reward ``prev_reward`` (B,) are appended to the history first; both are None at step 0.
-        A run whose sigma is NaN (unknown) is played with the in-context estimate (``noise_estimate``).
-        """
-        first = cache.last_action_set is None
-        if (prev_action is None) != (prev_reward is None) or (prev_action is None) != first:
-            raise ValueError("prev_action and prev_reward must be None exactly at the first step")
-        if prev_action is not None and prev_reward is not None and cache.last_action_set is not None:
-            rows = torch.arange(cache.batch_size, device=prev_action.device)
-            self.append(cache, cache.last_action_set[rows, prev_action.long()], prev_reward)
-            if self.posterior is not None:
-                cache.count(prev_action.long(), prev_reward)
-        if cache.steps >= cache.horizon:
-            raise ValueError(f"the runs were started for T={cache.horizon} steps; there is no step {cache.steps + 1}")
-        b = action_set.shape[0]
-        if b != cache.batch_size:
-            raise ValueError(f"action_set has batch size {b} but the cache holds {cache.batch_size}")
-        cache.see(action_set)
-        arms = self.pad(action_set).unsqueeze(1)  # (B, 1, A, d_max)
-        steps = torch.full((b, 1), cache.steps, device=action_set.device)
         moments = cache.moments.unsqueeze(1)
-        if self.posterior is not None:
-            logits = self._decide_posterior(
-                arms,
-                moments,
-                cache.counts.unsqueeze(1),
-                cache.sums.unsqueeze(1),
-                cache.fixed.unsqueeze(1),
-                steps,
-                cache.horizon,
-                cache.noise_std,
-                cache.dims,
-            )[:, 0]
-            return PolicyOutput(logits, None)
-        logits = self._decide(arms, moments, steps, cache.horizon, cache.noise_std, cache.dims, arm_mask)[:, 0]
-        return PolicyOutput(logits, None)
+        return self._decide(arms, moments, steps, cache.horizon, cache.noise_std, cache.dims, arm_mask)

@@ -1,0 +1,239 @@
+"""The second version of the linear generalist (``features="posterior"``): posterior features, a per-arm network.
+
+The network no longer inverts the moment matrix.  Each step computes closed-form posterior features
+of a grid of Gaussian priors from the same moment matrix (float64) and from per-arm pull counts and
+reward sums (:mod:`icrl_gym.models.linear_posterior`, :func:`posterior_inputs`), and a per-arm network
+with attention across the arms (:class:`PosteriorArmNetwork`) turns them into logits, with the
+model-averaged Bayes-UCB index as a skip connection.  It plays d > d_max on a fixed action set as an
+A-armed bandit.  Same cache, same contract, a step cost independent of t as the first version's
+(:mod:`icrl_gym.models.linear_generalist`; both share :mod:`icrl_gym.models.linear_generalist_core`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
+from icrl_gym.models.linear_generalist_core import (
+    ArmSelfAttention,
+    LinearGeneralistCache,
+    LinearGeneralistConfig,
+    LinearGeneralistTransformer,
+    estimate_noise,
+    per_run,
+)
+from icrl_gym.models.linear_posterior import (
+    NUM_PRIORS,
+    arm_posterior,
+    bayes_ucb_quantile,
+    estimate_noise_arms,
+    linear_posterior,
+    model_average,
+)
+
+POSTERIOR_FEATURES = 2 * 2 * NUM_PRIORS + 3 + 2 + NUM_STEP_FEATURES + 9 + 2 * NUM_PRIORS
+"""Width of an arm's input to :class:`PosteriorArmNetwork` (:func:`posterior_inputs`)."""
+
+
+def posterior_inputs(
+    config: LinearGeneralistConfig,
+    arms: torch.Tensor,
+    raw_moments: torch.Tensor,
+    counts: torch.Tensor,
+    sums: torch.Tensor,
+    fixed: torch.Tensor,
+    steps: torch.Tensor,
+    horizon: torch.Tensor,
+    noise: torch.Tensor,
+    dims: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The second version's arm inputs (B, Q, A, F) and skip index (B, Q, A) (:mod:`~icrl_gym.models.linear_posterior`).
+
+    Arms (B, Q, A, W) (W >= d_max; coordinates from d_max on are read only by the arms model), raw moments
+    (B, Q, E, E), per-arm pull counts and reward sums (B, Q, A) by position in the action set, ``fixed``
+    (B, Q): the action set has not changed so far (else the arms model is off), steps t (B, Q), T, sigma
+    (NaN: unknown) and d (B,).  The linear model is off for runs with d > d_max.
+
+    Per arm: for each prior of both grids asinh((m_jk - max_k m_jk) / S) and log(sd_jk / S) (0 where the
+    model is off), the model average's same two and asinh((u_k - max u) / S) of its Bayes-UCB index u,
+    log(1 + n_k) and n_k / t; per step: phi(t, T), z_t, log S, log sigma, sigma given, fixed set, linear
+    model on, log(1 + max(n - d, 0)), d / d_max, log A / log 50, and the log posterior weights of the
+    priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S.
+    """
+    b, nq, na, _ = arms.shape
+    dmax = config.d_max
+    linear_ok = (dims <= dmax).view(b, 1).expand(b, nq)
+    if not bool((linear_ok | fixed).all()):
+        raise ValueError(
+            f"this model plays d > d_max={dmax} (the arms as a {na}-armed bandit) only on a fixed action set"
+        )
+    x = arms[..., :dmax]
+    dims_lin = dims.clamp(max=dmax).view(b, 1).expand(b, nq)
+    rr, n = raw_moments[..., dmax, dmax], raw_moments[..., -1, -1]
+    stat_mask = fixed.unsqueeze(-1).to(counts.dtype)
+    counts, sums = counts * stat_mask, sums * stat_mask
+    known = torch.isfinite(noise).view(b, 1).expand(b, nq)
+    given = noise.double().nan_to_num(1.0).view(b, 1).expand(b, nq)
+    if bool(known.all()):
+        sigma = given
+    elif not config.noise_estimate:
+        raise ValueError("this model needs the noise level sigma (it was trained without estimating it in context)")
+    else:
+        guess = torch.where(
+            linear_ok, estimate_noise(raw_moments, dims_lin).double(), estimate_noise_arms(counts, sums, rr, n)
+        )
+        sigma = torch.where(known, given, guess)
+    posts = [linear_posterior(raw_moments, x, dims_lin, sigma), arm_posterior(counts, sums, rr, n, sigma)]
+    valid = [linear_ok, fixed]
+    weights, mean, sd = model_average(posts, valid)
+    z = bayes_ucb_quantile(steps)
+    index = mean + z.unsqueeze(-1) * sd
+    scale = sd.mean(-1, keepdim=True)  # (B, Q, 1)
+
+    def relative(v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return torch.asinh((v - v.max(-1, keepdim=True).values) / s)
+
+    per_prior = []
+    for post, ok in zip(posts, valid, strict=True):
+        on = ok[..., None, None]
+        sc = scale.unsqueeze(-2)
+        per_prior += [torch.where(on, relative(post.mean, sc), 0.0), torch.where(on, (post.sd / sc).log(), 0.0)]
+    per_arm = [p.transpose(-1, -2) for p in per_prior]  # (B, Q, A, J) each
+    t = steps.double()
+    pulls = [counts.log1p(), counts / t.clamp_min(1.0).unsqueeze(-1)]
+    bma = [relative(mean, scale), (sd / scale).log(), relative(index, scale)]
+    spare = (n - dims_lin.double()).clamp_min(0.0).log1p()
+    per_step = [
+        step_features(steps, horizon.view(-1, 1).expand_as(steps)).double(),
+        torch.stack(
+            [
+                z,
+                scale[..., 0].log(),
+                sigma.log(),
+                known.double(),
+                fixed.double(),
+                linear_ok.double(),
+                spare,
+                dims_lin.double() / dmax * linear_ok,
+                torch.full_like(z, math.log(na) / math.log(50.0)),
+            ],
+            -1,
+        ),
+        (weights + 1e-8).log(),
+    ]
+    step_part = torch.cat(per_step, -1).unsqueeze(-2).expand(b, nq, na, -1)
+    features = torch.cat([*per_arm, *(f.unsqueeze(-1) for f in bma + pulls), step_part], -1)
+    base = (index - index.max(-1, keepdim=True).values) / scale
+    return features.float(), base.float()
+
+
+class PosteriorArmNetwork(nn.Module):
+    """The second version's network: per-arm MLP, L blocks of [attention across arms, MLP], logit + skip.
+
+    logit_k = w^T LayerNorm(h_k) + b + alpha (u_k - max u) / S: with the head at zero (its initialisation) the
+    argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  Arms are exchangeable: no
+    positions anywhere, so permuting the arms permutes the logits.
+    """
+
+    def __init__(self, config: LinearGeneralistConfig) -> None:
+        super().__init__()
+        d, hidden = config.d_model, config.mlp_ratio * config.d_model
+        self.arm_in = nn.Sequential(nn.Linear(POSTERIOR_FEATURES, hidden), nn.GELU(), nn.Linear(hidden, d))
+        self.ln_attn = nn.ModuleList(nn.LayerNorm(d) for _ in range(config.n_layers))
+        self.attn = nn.ModuleList(ArmSelfAttention(config) for _ in range(config.n_layers))
+        self.ln_mlp = nn.ModuleList(nn.LayerNorm(d) for _ in range(config.n_layers))
+        self.mlp = nn.ModuleList(
+            nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d)) for _ in range(config.n_layers)
+        )
+        self.ln_out = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(4.0)))
+
+    def forward(self, features: torch.Tensor, base: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
+        """Inputs (B, Q, A, F) and skip index (B, Q, A) -> logits (B, Q, A)."""
+        h = self.arm_in(features)
+        for ln_a, attn, ln_m, mlp in zip(self.ln_attn, self.attn, self.ln_mlp, self.mlp, strict=True):
+            h = h + attn(ln_a(h), arm_mask)
+            h = h + mlp(ln_m(h))
+        return self.head(self.ln_out(h)).squeeze(-1) + self.log_alpha.exp() * base
+
+
+class PosteriorLinearGeneralist(LinearGeneralistTransformer):
+    """The second version: :func:`posterior_inputs` read by a :class:`PosteriorArmNetwork` (module docstring).
+
+    Its weights are the network's (``posterior.*``), none of the first version's modules.
+    """
+
+    features = "posterior"
+    plays_wide = True
+    moments_dtype = torch.float64
+    counts_arms = True
+
+    def __init__(self, config: LinearGeneralistConfig) -> None:
+        super().__init__(config)
+        self.posterior = PosteriorArmNetwork(config)
+
+    def _decide_queries(
+        self,
+        history: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        moments: torch.Tensor,
+        query_steps: torch.Tensor,
+        horizon: torch.Tensor | int,
+        noise_std: torch.Tensor | float,
+        dims: torch.Tensor | int,
+        arm_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        sets, actions, rewards = history
+        rows = torch.arange(sets.shape[0], device=sets.device).view(-1, 1)
+        arms = sets[rows, query_steps]  # (B, Q, A, W)
+        pulls = F.one_hot(actions, sets.shape[2]).float()  # (B, S, A)
+        counts = F.pad(pulls.cumsum(1), (0, 0, 1, 0))[rows, query_steps]
+        sums = F.pad((pulls.double() * rewards.float().double().unsqueeze(-1)).cumsum(1), (0, 0, 1, 0))
+        sums = sums[rows, query_steps]
+        if sets.stride(1) == 0:  # one action set per run, expanded over the steps
+            fixed = torch.ones_like(query_steps, dtype=torch.bool)
+        else:
+            same = (sets == sets[:, :1]).flatten(2).all(-1).long().cummin(1).values.bool()  # (B, S or S + 1)
+            fixed = same[rows, query_steps]
+        return self._decide(arms, moments, counts, sums, fixed, query_steps, horizon, noise_std, dims)
+
+    def _decide_step(
+        self, cache: LinearGeneralistCache, arms: torch.Tensor, steps: torch.Tensor, arm_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        return self._decide(
+            arms,
+            cache.moments.unsqueeze(1),
+            cache.counts.unsqueeze(1),
+            cache.sums.unsqueeze(1),
+            cache.fixed.unsqueeze(1),
+            steps,
+            cache.horizon,
+            cache.noise_std,
+            cache.dims,
+        )
+
+    def _decide(
+        self,
+        arms: torch.Tensor,
+        moments: torch.Tensor,
+        counts: torch.Tensor,
+        sums: torch.Tensor,
+        fixed: torch.Tensor,
+        steps: torch.Tensor,
+        horizon: torch.Tensor | int,
+        noise_std: torch.Tensor | float,
+        dim: torch.Tensor | int,
+    ) -> torch.Tensor:
+        """The logits (B, Q, A) (:func:`posterior_inputs`, :class:`PosteriorArmNetwork`)."""
+        horizon_t, noise, dims = per_run(arms.shape[0], arms.device, horizon, noise_std, dim)
+        with torch.no_grad():
+            features, base = posterior_inputs(
+                self.config, arms, moments, counts, sums, fixed, steps, horizon_t, noise, dims
+            )
+        return self.posterior(features, base, None)

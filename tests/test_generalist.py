@@ -318,7 +318,7 @@ def test_shipped_generalist_loads_by_name_and_plays_any_size():
 
 def test_soft_label_loss_is_the_cross_entropy_to_the_targets_and_its_kl():
     """The shared loss against torch's soft-target cross-entropy and KL divergence, row by row."""
-    from icrl_gym.training.loop import soft_label_loss
+    from icrl_gym.training.generalist_task import soft_label_loss
 
     gen = torch.Generator().manual_seed(3)
     logits = torch.randn(5, 4, generator=gen, dtype=torch.float64)

@@ -63,13 +63,13 @@ from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
-from icrl_gym.training.loop import (
+from icrl_gym.training.generalist_task import (
     GeneralistLoopConfig,
     GeneralistTrainer,
-    Logger,
     soft_label_loss,
     train_generalist,
 )
+from icrl_gym.training.loop import Logger
 from icrl_gym.training.loop import main as run_main
 
 TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0}

@@ -59,14 +59,14 @@ from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
-from icrl_gym.training.linear_family import FamilyOptions, draw_family
-from icrl_gym.training.loop import (
+from icrl_gym.training.generalist_task import (
     GeneralistLoopConfig,
     GeneralistTrainer,
-    Logger,
     release_freed_memory,
     train_generalist,
 )
+from icrl_gym.training.linear_family import FamilyOptions, draw_family
+from icrl_gym.training.loop import Logger
 from icrl_gym.training.loop import main as run_main
 
 EXPERT_SCHEDULES = ("constant", "bayes_ucb")

@@ -1,8 +1,8 @@
 """The one training loop of every trainer: configuration fields and their checks, the step, the state, DDP.
 
 Pretraining (:mod:`icrl_gym.training.pretrain`), online fine-tuning
-(:mod:`icrl_gym.training.finetune`) and the two generalist trainers
-(:mod:`icrl_gym.training.generalist`, :mod:`icrl_gym.training.linear_generalist`) differ in their
+(:mod:`icrl_gym.training.finetune`) and the generalist trainers
+(:mod:`icrl_gym.training.generalist_task`) differ in their
 batch, their loss, their evaluation and their checkpoint record; everything else is here, once:
 
 - the fields every trainer has (:class:`TrainerConfig`: ``out_dir``, ``seed``, ``lr``,
@@ -19,31 +19,26 @@ batch, their loss, their evaluation and their checkpoint record; everything else
   :func:`global_means`): every rank draws the same global batch, keeps its share of the rows and
   scales its loss so that DDP's average of the gradients is the gradient of the global mean.
 
-The generalist trainers share more (:class:`GeneralistLoopConfig`, :func:`train_generalist`): every
-step's batch comes from ``default_rng([seed, step])`` (from ``dagger_start`` on, with probability
-``dagger_fraction``, rolled out by the model: DAgger), a log line every ``log_every`` steps, an
-evaluation every ``eval_every``, a committed state every ``checkpoint_every`` and at the end, under a
-wall-time budget ``time_budget_hours``.
+The run itself (folder, resume, commits, evaluation cadence) is the
+:class:`~icrl_gym.training.trainer.Trainer`'s; the generalist trainers' shared fields and loop are in
+:mod:`icrl_gym.training.generalist_task`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import json
 import math
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from icrl_gym.config import (
@@ -66,15 +61,11 @@ from icrl_gym.training.state import (
     RunState,
     TrainingState,
     check_config,
-    set_rng_state,
 )
 from icrl_gym.utils.cli import ConfigParser
-from icrl_gym.utils.command import portable, typed_command
+from icrl_gym.utils.command import portable
 from icrl_gym.utils.device import resolve_device
-from icrl_gym.utils.fileio import RunLog, atomic_write_bytes
 
-BatchT = TypeVar("BatchT")
-ModelT = TypeVar("ModelT", bound=torch.nn.Module)
 ConfigT = TypeVar("ConfigT", bound=DictConfig)
 R = TypeVar("R")
 
@@ -338,311 +329,6 @@ def global_means(ctx: DistContext, metrics: dict[str, float], local: int, total:
     values = torch.tensor([metrics[k] * local / total for k in metrics], dtype=torch.float64)
     dist.all_reduce(values)
     return {k: float(v) for k, v in zip(metrics, values.tolist(), strict=True)}
-
-
-# --- the generalist trainers --------------------------------------------------------------------
-
-
-@dataclass
-class GeneralistLoopConfig(ScheduleConfig):
-    """The fields both generalist trainers share; each trainer's configuration adds its own and its defaults."""
-
-    out_dir: str = "runs/generalist"
-    model: dict[str, Any] = field(default_factory=dict)
-    """The model configuration's fields (defaults where left out)."""
-    steps: int = 20_000
-    warmup_steps: int = 500
-    time_budget_hours: float = checked(3.5, POSITIVE)
-    """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
-    min_arms: int = checked(2, POSITIVE_INT)
-    """Smallest number of arms of a batch."""
-    max_arms: int = checked(20, POSITIVE_INT)
-    """Largest number of arms of a batch."""
-    min_horizon: int = checked(20, POSITIVE_INT)
-    """Smallest horizon T of a batch."""
-    max_horizon: int = checked(500, POSITIVE_INT)
-    """Largest horizon T of a batch."""
-    queries: int = checked(16, POSITIVE_INT)
-    """Query steps Q per trajectory at which the loss is computed."""
-    min_batch: int = checked(4, POSITIVE_INT)
-    """Fewest trajectories in a batch."""
-    max_batch: int = checked(256, POSITIVE_INT)
-    """Most trajectories in a batch."""
-    max_epsilon: float = checked(0.5, PROBABILITY)
-    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
-    dagger_start: int = checked(5_000, NONNEGATIVE_INT)
-    """Step from which batches may be rolled out by the model."""
-    dagger_fraction: float = checked(0.15, PROBABILITY)
-    """Probability that a batch (after dagger_start) is rolled out by the model."""
-    cost_per_batch: float = checked(2.0e6, POSITIVE)
-    """The compute budget of a batch; each trainer turns it into B (its docstring)."""
-    label_temperature: float = checked(0.0, NONNEGATIVE)
-    """0: hard targets (the expert's maximisers); > 0: softmax(index / label_temperature)."""
-    log_every: int = checked(50, POSITIVE_INT)
-    """Steps between log lines (averages over them)."""
-    checkpoint_every: int = checked(250, POSITIVE_INT)
-    """Steps between saved (resumable) states."""
-    eval_every: int = checked(1_000, NONNEGATIVE_INT)
-    """Steps between regret evaluations (0: never)."""
-    eval_instances: int = checked(200, Allowed(low=2, integer=True))
-    """Instances of the in-training regret evaluation (at least two: the standard error needs them)."""
-
-    resumable_changes: ClassVar[tuple[str, ...]] = (
-        "steps",
-        "time_budget_hours",
-        "log_every",
-        "checkpoint_every",
-        "eval_every",
-        "eval_instances",
-        "device",
-        "threads",
-    )
-    """The fields a resumed run may change: the loop's (its length and budget, logging, evaluation size, device
-    and threads) and those each trainer adds."""
-
-    def checkpoint_fields(self) -> dict[str, Any]:
-        """The trainer's fields of the checkpoint record: what the run trained on (env, trained_range, ...)."""
-        raise NotImplementedError(f"{type(self).__name__} does not say what its checkpoints record")
-
-    def check(self) -> None:
-        """The ranges are ordered."""
-        self.check_order(("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
-
-
-@dataclass
-class Progress:
-    """Where a run stands: steps done, training wall seconds (summed over resumes) and the history."""
-
-    step: int = 0
-    wall: float = 0.0
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
-
-    Batches of varied sizes leave freed blocks of many sizes in the heap, so without it the resident
-    memory climbs from ~1.5 GiB towards several GiB over a run; called every ``log_every`` steps it
-    keeps the process near its working set (one trim costs ~1 s of page faults, ~2% at 50 steps).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.malloc_trim(0)
-
-
-class ShardableBatch(Protocol):
-    """A generalist training batch: B trajectories that a rank can take a share of."""
-
-    @property
-    def size(self) -> int:
-        """B."""
-        ...
-
-    def rows(self, index: np.ndarray) -> Any:
-        """The batch of the trajectories ``index``."""
-        ...
-
-
-GBatchT = TypeVar("GBatchT", bound=ShardableBatch)
-
-
-SOFT_LABEL_METRICS = {"loss": ".4f", "kl": ".4f", "agree": ".3f"}
-"""The metrics of :func:`soft_label_loss` and their formats in the log line."""
-
-
-def soft_label_loss(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """The cross-entropy of ``logits`` (..., A) to the target distributions ``target`` (..., A), and its metrics.
-
-    loss = mean over rows of -sum_a p(a) log softmax(z)(a); ``kl``: loss minus the targets' entropy, the
-    KL divergence of the model's distribution from the target's (0 at a perfect imitation); ``agree``: the
-    fraction of rows whose argmax has positive target mass (an action the target could take).
-    """
-    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
-    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
-    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
-
-
-@dataclass
-class GeneralistTrainer(Generic[ModelT, GBatchT]):
-    """What a generalist trainer passes to :func:`train_generalist`: its model, batch, loss and evaluation.
-
-    What its checkpoints record and which fields a resumed run may change are its configuration's
-    (:meth:`GeneralistLoopConfig.checkpoint_fields`, :attr:`GeneralistLoopConfig.resumable_changes`);
-    the checkpoint kind is the model class's row of the kind table.
-    """
-
-    model: ModelT
-    """The model (built under ``torch.manual_seed(seed)``, on the run's device)."""
-    sample: Callable[[np.random.Generator, ModelT | None], GBatchT]
-    """``sample(rng, policy)``: the global batch of a step, rolled out by ``policy`` (the model, in eval mode and
-    without gradients) when it is not None, else by the trainer's behaviour policy."""
-    loss: Callable[[torch.nn.Module, GBatchT, torch.device], tuple[torch.Tensor, dict[str, float]]]
-    """``loss(net, batch, device)``: the mean loss over the batch's rows through ``net`` (the model or its DDP
-    wrapper), the rows moved to the run's ``device``."""
-    evaluate: Callable[[int, Logger], dict[str, Any]]
-    """``evaluate(step, log)``: a history entry of the in-training evaluation."""
-    metrics: Mapping[str, str] = field(default_factory=lambda: dict(SOFT_LABEL_METRICS))
-    """The metrics of the log line (name -> format spec; default: :func:`soft_label_loss`'s)."""
-    keep_every: int = 0
-    """Steps between the checkpoints that stay for the learning curve (0: none)."""
-    after_log: Callable[[], None] | None = None
-    """Called after every log line."""
-    init: Callable[[], tuple[float, str]] | None = None
-    """A new run's start (weights of another run): the training wall seconds it counts and a log line ('': none)."""
-
-
-def generalist_meta(cfg: GeneralistLoopConfig, progress: Progress, fields: Mapping[str, Any], device: str) -> dict:
-    """The checkpoint record: ``fields``, ``pretrain`` (the configuration) and ``training`` (steps, time, history)."""
-    return {
-        **fields,
-        "pretrain": cfg.to_dict(),
-        "training": {
-            "steps": progress.step,
-            "planned_steps": cfg.steps,
-            "wall_time_s": progress.wall,
-            "time_budget_hours": cfg.time_budget_hours,
-            "threads": torch.get_num_threads(),
-            "device": device,
-            "seed": cfg.seed,
-            "command": typed_command(),
-            "history": progress.history[-200:],
-        },
-    }
-
-
-def train_generalist(
-    cfg: GeneralistLoopConfig, echo: bool, build: Callable[[torch.device, DistContext], GeneralistTrainer]
-) -> torch.nn.Module:
-    """Train (or resume) a generalist run in ``cfg.out_dir``; returns the model.
-
-    ``build(device, ctx)`` makes the trainer's pieces (after the model is seeded).  On resume the
-    RNG states are restored before the first step; a new run commits step 0.  Every step: the
-    global batch ``sample(rng, use_model)`` with ``rng = default_rng([seed, step])``, this rank's
-    rows of it, ``loss`` scaled to the global mean, one optimiser step.  Every ``log_every`` steps a
-    line with the averages of ``metrics`` and the DAgger fraction; every ``eval_every`` steps (0:
-    never) an evaluation; every ``checkpoint_every`` steps and at the end a committed state.  Only
-    rank 0 logs, evaluates and writes; the folder is locked for the run (:class:`RunFolderLock`).
-    """
-
-    def body(ctx: DistContext, device: torch.device) -> torch.nn.Module:
-        if cfg.min_batch < ctx.world_size:
-            raise ValueError(f"min_batch={cfg.min_batch} must be >= the {ctx.world_size} processes (each takes rows)")
-        return _train_generalist(cfg, echo, build, ctx, device)
-
-    return run_in_folder(cfg, body)
-
-
-def _train_generalist(
-    cfg: GeneralistLoopConfig,
-    echo: bool,
-    build: Callable[[torch.device, DistContext], GeneralistTrainer],
-    ctx: DistContext,
-    device: torch.device,
-) -> torch.nn.Module:
-    torch.manual_seed(cfg.seed)
-    trainer = build(device, ctx)
-    model = trainer.model
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    store = RunState(cfg.out_dir, keep=2, keep_every=trainer.keep_every)
-    loaded, changes = resume(store, cfg, model, opt, cfg.resumable_changes)
-    progress = (
-        Progress() if loaded is None else Progress(loaded.step, loaded.record["wall_time_s"], loaded.record["history"])
-    )
-    started = trainer.init() if loaded is None and trainer.init is not None else (0.0, "")
-    progress.wall += started[0]
-    out = Path(cfg.out_dir)
-    log: Logger = RunLog(out / "train.log", echo) if ctx.is_main else no_log
-    if ctx.is_main:  # written once the run is accepted: a refused run changes no file
-        atomic_write_bytes(out / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
-    if loaded is None:
-        n_params = sum(p.numel() for p in model.parameters())
-        log(f"new run: {n_params} parameters, config {json.dumps(cfg.to_dict())}")
-        if started[1]:
-            log(started[1])
-    else:
-        log(f"resumed from {loaded.source} at step {progress.step} ({progress.wall / 3600:.2f} h of training so far)")
-        for change in changes:
-            log(f"changed on resume: {change}")
-    if ctx.enabled:
-        log(f"DDP: {ctx.world_size} processes share the rows of every batch")
-    net = wrap_ddp(model, ctx, device)
-
-    def save() -> None:
-        if ctx.is_main:
-            meta = generalist_meta(cfg, progress, cfg.checkpoint_fields(), str(next(model.parameters()).device))
-            record = {"wall_time_s": progress.wall, "history": progress.history}
-            save_state(
-                store,
-                progress.step,
-                model,
-                opt,
-                cfg,
-                record,
-                meta,
-                model_config=trainer.model.config.to_dict(),
-            )
-
-    if loaded is not None:  # the generators as they were after the saved step: the run continues exactly
-        set_rng_state(loaded.rng)
-    else:
-        save()  # step 0: a folder with a state is never a foreign one
-    budget = cfg.time_budget_hours * 3600
-    sums: dict[str, float] = {}
-    count, t_log = 0, time.time()
-
-    def loss_at(step: int) -> tuple[torch.Tensor, dict[str, float]]:
-        rng = np.random.default_rng([cfg.seed, step])
-        use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
-        if use_model:
-            model.eval()
-        with torch.no_grad():
-            batch = trainer.sample(rng, model if use_model else None)
-        model.train()
-        rows = shard_rows(ctx, batch.size)
-        local = batch.rows(rows) if ctx.enabled else batch
-        loss, values = trainer.loss(net, local, device)
-        values = global_means(ctx, values, rows.size, batch.size)
-        return scale_to_global_mean(loss, ctx, rows.size, batch.size), {**values, "dagger": float(use_model)}
-
-    def after_step(step: int, values: dict[str, float], seconds: float) -> None:
-        nonlocal count, t_log, sums
-        progress.step = step
-        progress.wall += seconds
-        for key, value in values.items():
-            sums[key] = sums.get(key, 0.0) + value
-        count += 1
-        if step % cfg.log_every == 0:
-            avg = {key: value / count for key, value in sums.items()}
-            shown = " ".join(f"{name} {avg[name]:{spec}}" for name, spec in trainer.metrics.items())
-            log(
-                f"step {step} {shown} dagger {avg['dagger']:.2f} lr {learning_rate(cfg, step - 1):.2e} "
-                f"{(time.time() - t_log) / count:.3f} s/step wall {progress.wall / 3600:.2f} h"
-            )
-            progress.history.append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
-            if trainer.after_log is not None:
-                trainer.after_log()
-            sums, count, t_log = {}, 0, time.time()
-        if cfg.eval_every and step % cfg.eval_every == 0 and ctx.is_main:
-            model.eval()
-            progress.history.append(trainer.evaluate(step, log))
-        if step % cfg.checkpoint_every == 0 or step >= cfg.steps or progress.wall >= budget:
-            save()
-
-    train_steps(
-        model,
-        opt,
-        progress.step,
-        lambda step: step < cfg.steps and progress.wall < budget,
-        loss_at,
-        lambda step: learning_rate(cfg, step),
-        cfg.grad_clip,
-        after_step,
-    )
-    log(f"done at step {progress.step} ({progress.wall / 3600:.2f} h of training)")
-    return model
 
 
 def main(argv: list[str] | None, doc: str | None, config: type[ConfigT], train: Callable[[ConfigT], Any]) -> None:

@@ -70,13 +70,13 @@ from icrl_gym.models.mdp_generalist import (
 )
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
-from icrl_gym.training.loop import (
+from icrl_gym.training.generalist_task import (
     GeneralistLoopConfig,
     GeneralistTrainer,
-    Logger,
     soft_label_loss,
     train_generalist,
 )
+from icrl_gym.training.loop import Logger
 from icrl_gym.training.loop import main as run_main
 
 DEFAULT_EVAL_CELLS = (

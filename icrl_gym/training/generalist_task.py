@@ -1,0 +1,365 @@
+"""The generalist trainers' loop as a :class:`~icrl_gym.training.trainer.TrainingTask`.
+
+The generalist trainers (:mod:`icrl_gym.training.generalist`, :mod:`icrl_gym.training.linear_generalist`,
+:mod:`icrl_gym.training.mdp_generalist`) share their configuration fields (:class:`GeneralistLoopConfig`)
+and their loop (:func:`train_generalist`, run by the :class:`~icrl_gym.training.trainer.Trainer`): every
+step's batch comes from ``default_rng([seed, step])`` (from ``dagger_start`` on, with probability
+``dagger_fraction``, rolled out by the model: DAgger), a log line every ``log_every`` steps, an
+evaluation every ``eval_every``, a committed state every ``checkpoint_every`` and at the end, under a
+wall-time budget ``time_budget_hours`` (the run's stop condition, with ``steps``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from icrl_gym.config import (
+    NONNEGATIVE,
+    NONNEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    PROBABILITY,
+    Allowed,
+    checked,
+)
+from icrl_gym.training.distributed import DistContext
+from icrl_gym.training.loop import (
+    Logger,
+    ScheduleConfig,
+    global_means,
+    learning_rate,
+    scale_to_global_mean,
+    shard_rows,
+)
+from icrl_gym.training.state import TrainingState
+from icrl_gym.training.trainer import Trainer, TrainingTask
+from icrl_gym.utils.command import typed_command
+from icrl_gym.utils.fileio import atomic_write_bytes
+
+ModelT = TypeVar("ModelT", bound=torch.nn.Module)
+
+
+@dataclass
+class GeneralistLoopConfig(ScheduleConfig):
+    """The fields both generalist trainers share; each trainer's configuration adds its own and its defaults."""
+
+    out_dir: str = "runs/generalist"
+    model: dict[str, Any] = field(default_factory=dict)
+    """The model configuration's fields (defaults where left out)."""
+    steps: int = 20_000
+    warmup_steps: int = 500
+    time_budget_hours: float = checked(3.5, POSITIVE)
+    """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
+    min_arms: int = checked(2, POSITIVE_INT)
+    """Smallest number of arms of a batch."""
+    max_arms: int = checked(20, POSITIVE_INT)
+    """Largest number of arms of a batch."""
+    min_horizon: int = checked(20, POSITIVE_INT)
+    """Smallest horizon T of a batch."""
+    max_horizon: int = checked(500, POSITIVE_INT)
+    """Largest horizon T of a batch."""
+    queries: int = checked(16, POSITIVE_INT)
+    """Query steps Q per trajectory at which the loss is computed."""
+    min_batch: int = checked(4, POSITIVE_INT)
+    """Fewest trajectories in a batch."""
+    max_batch: int = checked(256, POSITIVE_INT)
+    """Most trajectories in a batch."""
+    max_epsilon: float = checked(0.5, PROBABILITY)
+    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
+    dagger_start: int = checked(5_000, NONNEGATIVE_INT)
+    """Step from which batches may be rolled out by the model."""
+    dagger_fraction: float = checked(0.15, PROBABILITY)
+    """Probability that a batch (after dagger_start) is rolled out by the model."""
+    cost_per_batch: float = checked(2.0e6, POSITIVE)
+    """The compute budget of a batch; each trainer turns it into B (its docstring)."""
+    label_temperature: float = checked(0.0, NONNEGATIVE)
+    """0: hard targets (the expert's maximisers); > 0: softmax(index / label_temperature)."""
+    log_every: int = checked(50, POSITIVE_INT)
+    """Steps between log lines (averages over them)."""
+    checkpoint_every: int = checked(250, POSITIVE_INT)
+    """Steps between saved (resumable) states."""
+    eval_every: int = checked(1_000, NONNEGATIVE_INT)
+    """Steps between regret evaluations (0: never)."""
+    eval_instances: int = checked(200, Allowed(low=2, integer=True))
+    """Instances of the in-training regret evaluation (at least two: the standard error needs them)."""
+
+    resumable_changes: ClassVar[tuple[str, ...]] = (
+        "steps",
+        "time_budget_hours",
+        "log_every",
+        "checkpoint_every",
+        "eval_every",
+        "eval_instances",
+        "device",
+        "threads",
+    )
+    """The fields a resumed run may change: the loop's (its length and budget, logging, evaluation size, device
+    and threads) and those each trainer adds."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The trainer's fields of the checkpoint record: what the run trained on (env, trained_range, ...)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what its checkpoints record")
+
+    def check(self) -> None:
+        """The ranges are ordered."""
+        self.check_order(("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
+
+
+def release_freed_memory() -> None:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
+
+    Batches of varied sizes leave freed blocks of many sizes in the heap, so without it the resident
+    memory climbs from ~1.5 GiB towards several GiB over a run; called every ``log_every`` steps it
+    keeps the process near its working set (one trim costs ~1 s of page faults, ~2% at 50 steps).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.malloc_trim(0)
+
+
+class ShardableBatch(Protocol):
+    """A generalist training batch: B trajectories that a rank can take a share of."""
+
+    @property
+    def size(self) -> int:
+        """B."""
+        ...
+
+    def rows(self, index: np.ndarray) -> Any:
+        """The batch of the trajectories ``index``."""
+        ...
+
+
+GBatchT = TypeVar("GBatchT", bound=ShardableBatch)
+
+
+SOFT_LABEL_METRICS = {"loss": ".4f", "kl": ".4f", "agree": ".3f"}
+"""The metrics of :func:`soft_label_loss` and their formats in the log line."""
+
+
+def soft_label_loss(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """The cross-entropy of ``logits`` (..., A) to the target distributions ``target`` (..., A), and its metrics.
+
+    loss = mean over rows of -sum_a p(a) log softmax(z)(a); ``kl``: loss minus the targets' entropy, the
+    KL divergence of the model's distribution from the target's (0 at a perfect imitation); ``agree``: the
+    fraction of rows whose argmax has positive target mass (an action the target could take).
+    """
+    loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    entropy = -(target * torch.log(target.clamp_min(1e-30))).sum(-1).mean()
+    agree = target.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1) > 0
+    return loss, {"loss": loss.item(), "kl": (loss - entropy).item(), "agree": agree.float().mean().item()}
+
+
+@dataclass
+class GeneralistTrainer(Generic[ModelT, GBatchT]):
+    """What a generalist trainer passes to :func:`train_generalist`: its model, batch, loss and evaluation.
+
+    What its checkpoints record and which fields a resumed run may change are its configuration's
+    (:meth:`GeneralistLoopConfig.checkpoint_fields`, :attr:`GeneralistLoopConfig.resumable_changes`);
+    the checkpoint kind is the model class's row of the kind table.
+    """
+
+    model: ModelT
+    """The model (built under ``torch.manual_seed(seed)``, on the run's device)."""
+    sample: Callable[[np.random.Generator, ModelT | None], GBatchT]
+    """``sample(rng, policy)``: the global batch of a step, rolled out by ``policy`` (the model, in eval mode and
+    without gradients) when it is not None, else by the trainer's behaviour policy."""
+    loss: Callable[[torch.nn.Module, GBatchT, torch.device], tuple[torch.Tensor, dict[str, float]]]
+    """``loss(net, batch, device)``: the mean loss over the batch's rows through ``net`` (the model or its DDP
+    wrapper), the rows moved to the run's ``device``."""
+    evaluate: Callable[[int, Logger], dict[str, Any]]
+    """``evaluate(step, log)``: a history entry of the in-training evaluation."""
+    metrics: Mapping[str, str] = field(default_factory=lambda: dict(SOFT_LABEL_METRICS))
+    """The metrics of the log line (name -> format spec; default: :func:`soft_label_loss`'s)."""
+    keep_every: int = 0
+    """Steps between the checkpoints that stay for the learning curve (0: none)."""
+    after_log: Callable[[], None] | None = None
+    """Called after every log line."""
+    init: Callable[[], tuple[float, str]] | None = None
+    """A new run's start (weights of another run): the training wall seconds it counts and a log line ('': none)."""
+
+
+def generalist_meta(
+    cfg: GeneralistLoopConfig, record: Mapping[str, Any], fields: Mapping[str, Any], device: str
+) -> dict:
+    """The checkpoint record: ``fields``, ``pretrain`` (the configuration) and ``training`` (steps, time, history)."""
+    return {
+        **fields,
+        "pretrain": cfg.to_dict(),
+        "training": {
+            "steps": record["step"],
+            "planned_steps": cfg.steps,
+            "wall_time_s": record["wall_time_s"],
+            "time_budget_hours": cfg.time_budget_hours,
+            "threads": torch.get_num_threads(),
+            "device": device,
+            "seed": cfg.seed,
+            "command": typed_command(),
+            "history": record["history"][-200:],
+        },
+    }
+
+
+class GeneralistTask(TrainingTask):
+    """A generalist trainer (its :class:`GeneralistTrainer`, made by ``make(device, ctx)``) as a training task.
+
+    The record holds the steps done, the training wall seconds (summed over resumes) and the history (log
+    averages and evaluations).  A commit every ``checkpoint_every`` steps and at the end (``steps`` reached or
+    the ``time_budget_hours`` spent); no learning curves, no best checkpoint, no progress bar.
+    """
+
+    keep = 2
+    curves = False
+
+    def __init__(self, cfg: GeneralistLoopConfig, make: Callable[[torch.device, DistContext], GeneralistTrainer]):
+        self.cfg: GeneralistLoopConfig = cfg
+        self.make = make
+        self.commit_every = cfg.checkpoint_every
+        self.resumable = cfg.resumable_changes
+        self.budget = cfg.time_budget_hours * 3600
+
+    def build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """The trainer's pieces after ``torch.manual_seed(seed)``; AdamW over all parameters."""
+        cfg, ctx = self.cfg, self.ctx
+        if cfg.min_batch < ctx.world_size:
+            raise ValueError(f"min_batch={cfg.min_batch} must be >= the {ctx.world_size} processes (each takes rows)")
+        torch.manual_seed(cfg.seed)
+        self.pieces = self.make(self.device, ctx)
+        self.keep_every = self.pieces.keep_every
+        model = self.pieces.model
+        return model, torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def new_record(self) -> dict[str, Any]:
+        """Step 0, after the trainer's start (``init``: weights of another run and the wall seconds they count)."""
+        wall, line = self.pieces.init() if self.pieces.init is not None else (0.0, "")
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.log(f"new run: {n_params} parameters, config {json.dumps(self.cfg.to_dict())}")
+        if line:
+            self.log(line)
+        return {"step": 0, "wall_time_s": wall, "history": []}
+
+    def resumed(self, loaded: TrainingState, changes: list[str]) -> dict[str, Any]:
+        """The saved steps, wall seconds and history."""
+        wall = loaded.record["wall_time_s"]
+        self.log(f"resumed from {loaded.source} at step {loaded.step} ({wall / 3600:.2f} h of training so far)")
+        for change in changes:
+            self.log(f"changed on resume: {change}")
+        return {"step": loaded.step, "wall_time_s": wall, "history": loaded.record["history"]}
+
+    def setup(self) -> None:
+        """``config.json`` (rank 0: written once the run is accepted, so a refused run changes no file)."""
+        if self.ctx.is_main:
+            atomic_write_bytes(
+                Path(self.cfg.out_dir) / "config.json", json.dumps(self.cfg.to_dict(), indent=2).encode()
+            )
+        self.sums: dict[str, float] = {}
+        self.count, self.t_log = 0, time.time()
+
+    def keep_going(self, step: int) -> bool:
+        """``steps`` steps within the wall-time budget."""
+        return step < self.cfg.steps and self.record["wall_time_s"] < self.budget
+
+    def learning_rate(self, step: int) -> float:
+        """Warm-up then cosine (:func:`~icrl_gym.training.loop.learning_rate`)."""
+        return learning_rate(self.cfg, step)
+
+    def sample(self, step: int) -> tuple[ShardableBatch, bool]:
+        """The global batch of ``step`` from ``default_rng([seed, step])`` and whether the model rolled it out."""
+        cfg, model = self.cfg, self.model
+        rng = np.random.default_rng([cfg.seed, step])
+        use_model = step >= cfg.dagger_start and rng.random() < cfg.dagger_fraction
+        if use_model:
+            model.eval()
+        with torch.no_grad():
+            batch = self.pieces.sample(rng, model if use_model else None)
+        model.train()
+        return batch, use_model
+
+    def loss(self, batch: tuple[ShardableBatch, bool], step: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """The trainer's loss over this rank's rows, scaled to the global mean; the metrics with ``dagger``."""
+        whole, use_model = batch
+        ctx = self.ctx
+        rows = shard_rows(ctx, whole.size)
+        local = whole.rows(rows) if ctx.enabled else whole
+        loss, values = self.pieces.loss(self.net, local, self.device)
+        values = global_means(ctx, values, rows.size, whole.size)
+        return scale_to_global_mean(loss, ctx, rows.size, whole.size), {**values, "dagger": float(use_model)}
+
+    def after_step(self, step: int, metrics: dict[str, float], seconds: float) -> None:
+        """The steps and wall seconds; every ``log_every`` steps a log line and a history entry of the averages."""
+        record = self.record
+        record["step"] = step
+        record["wall_time_s"] += seconds
+        for key, value in metrics.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+        self.count += 1
+        if step % self.cfg.log_every == 0:
+            avg = {key: value / self.count for key, value in self.sums.items()}
+            shown = " ".join(f"{name} {avg[name]:{spec}}" for name, spec in self.pieces.metrics.items())
+            self.log(
+                f"step {step} {shown} dagger {avg['dagger']:.2f} lr {learning_rate(self.cfg, step - 1):.2e} "
+                f"{(time.time() - self.t_log) / self.count:.3f} s/step wall {record['wall_time_s'] / 3600:.2f} h"
+            )
+            record["history"].append({"step": step, **{k: round(v, 5) for k, v in avg.items()}})
+            if self.pieces.after_log is not None:
+                self.pieces.after_log()
+            self.sums, self.count, self.t_log = {}, 0, time.time()
+
+    def evaluate_now(self, step: int) -> bool:
+        """Every ``eval_every`` steps (0: never)."""
+        return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0
+
+    def evaluate(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
+        """The trainer's evaluation (the model in eval mode), appended to the history."""
+        self.model.eval()
+        entry = self.pieces.evaluate(step, self.log)
+        self.record["history"].append(entry)
+        return entry
+
+    def commit_now(self, step: int) -> bool:
+        """Every ``checkpoint_every`` steps and at the end (``steps`` reached or the budget spent)."""
+        return step % self.cfg.checkpoint_every == 0 or step >= self.cfg.steps or self.wall_seconds() >= self.budget
+
+    def wall_seconds(self) -> float:
+        """The training wall seconds, summed over resumes."""
+        return float(self.record["wall_time_s"])
+
+    def meta(self) -> dict[str, Any]:
+        """:func:`generalist_meta` with the trainer's checkpoint fields."""
+        device = str(next(self.model.parameters()).device)
+        return generalist_meta(self.cfg, self.record, self.cfg.checkpoint_fields(), device)
+
+    def save_options(self) -> dict[str, Any]:
+        """The model configuration."""
+        return {"model_config": self.pieces.model.config.to_dict()}
+
+    def finish(self) -> torch.nn.Module:
+        """The last log line; the model."""
+        self.log(f"done at step {self.record['step']} ({self.record['wall_time_s'] / 3600:.2f} h of training)")
+        return self.model
+
+
+def train_generalist(
+    cfg: GeneralistLoopConfig, echo: bool, build: Callable[[torch.device, DistContext], GeneralistTrainer]
+) -> torch.nn.Module:
+    """Train (or resume) a generalist run in ``cfg.out_dir``; returns the model.
+
+    ``build(device, ctx)`` makes the trainer's pieces (after the model is seeded); the
+    :class:`~icrl_gym.training.trainer.Trainer` runs them (:class:`GeneralistTask`): on resume the RNG
+    states are restored before the first step, a new run commits step 0.  Every step: the global batch
+    ``sample(rng, use_model)`` with ``rng = default_rng([seed, step])``, this rank's rows of it, ``loss``
+    scaled to the global mean, one optimiser step.  Only rank 0 logs, evaluates and writes.
+    """
+    return Trainer(cfg, GeneralistTask(cfg, build), echo).run()

@@ -80,7 +80,7 @@ TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "pr
 class GeneralistTrainConfig(GeneralistLoopConfig):
     """Everything that defines a pretraining run of the Bernoulli generalist transformer.
 
-    The shared fields (:class:`~icrl_gym.training.loop.GeneralistLoopConfig`) keep their defaults;
+    The shared fields (:class:`~icrl_gym.training.generalist_task.GeneralistLoopConfig`) keep their defaults;
     ``model`` holds :class:`GeneralistConfig` fields, T of a batch is log-uniform in
     [min_horizon, max_horizon], and the Gittins table is built for max_horizon.
     """

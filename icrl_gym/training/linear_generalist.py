@@ -82,7 +82,7 @@ PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     """Everything that defines a pretraining run of the linear generalist transformer.
 
-    The shared fields (:class:`~icrl_gym.training.loop.GeneralistLoopConfig`) with the defaults of
+    The shared fields (:class:`~icrl_gym.training.generalist_task.GeneralistLoopConfig`) with the defaults of
     this trainer; ``model`` holds :class:`LinearGeneralistConfig` fields and the evaluations run on
     ``eval_cells``.
     """

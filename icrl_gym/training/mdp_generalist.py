@@ -22,7 +22,7 @@ those steps to the labels, whose minimiser over all algorithms is the posterior 
 input is the counts of the history before step t (:class:`~icrl_gym.models.mdp_generalist.CountStats`,
 the same statistics its online cache keeps).
 
-The shared loop (:func:`icrl_gym.training.loop.train_generalist`) makes the run resumable (a
+The shared loop (:func:`icrl_gym.training.generalist_task.train_generalist`) makes the run resumable (a
 committed state every ``checkpoint_every`` steps, bit-exact continuation), bounded by
 ``time_budget_hours`` of training wall time summed over resumes, and logs every ``log_every`` steps;
 every ``eval_every`` steps the model (deployed as its agent's default: an exploring schedule on random MDPs, sampled

@@ -3,7 +3,7 @@
 The reference below is the definition written out head by head (Definition 1 for ReLU:
 ``(1/i) sum_{j<=i} ReLU(<q_i, k_j>/sqrt(hs)) v_j``; causal softmax otherwise), with no query
 blocking, no score recomputation and no folded scales, so that a bug in the blocked kernel of
-:func:`icrl_gym.models.transformer.relu_causal_attention` cannot hide in both.
+:func:`icrl_gym.models.decoder.relu_causal_attention` cannot hide in both.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import math
 import pytest
 import torch
 
-from icrl_gym.models import transformer as tf
+from icrl_gym.models import decoder as tf
+from icrl_gym.models.decoder import CausalSelfAttention
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
-from icrl_gym.models.transformer import BanditTransformer, CausalSelfAttention, TransformerConfig
+from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 
 
 def reference_attention(

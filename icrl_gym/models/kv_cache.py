@@ -22,7 +22,7 @@ from icrl_gym.config import Choice
 class Attention(Choice):
     """The attention of a decoder: ReLU normalised by the query position (Definition 1) or causal softmax.
 
-    It decides what a decode step reads of the cache (:attr:`~icrl_gym.models.transformer.DecoderConfig.attention`).
+    It decides what a decode step reads of the cache (:attr:`~icrl_gym.models.decoder.DecoderConfig.attention`).
     """
 
     RELU = "relu"
@@ -30,7 +30,7 @@ class Attention(Choice):
 
 
 class DecoderSizes(Protocol):
-    """What a cache needs of a decoder configuration (:class:`~icrl_gym.models.transformer.DecoderConfig`)."""
+    """What a cache needs of a decoder configuration (:class:`~icrl_gym.models.decoder.DecoderConfig`)."""
 
     n_layer: int
     n_head: int

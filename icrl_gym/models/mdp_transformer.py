@@ -25,10 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icrl_gym.models.decoder import Block, DecoderConfig, count_parameters, init_gpt_weights
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import new_kv_cache
 from icrl_gym.models.policy import EnvInfo, PolicyOutput, check_env_sizes
-from icrl_gym.models.transformer import Block, DecoderConfig, Positional, count_parameters, init_gpt_weights
+from icrl_gym.models.transformer import Positional
 
 
 @dataclass

@@ -1,7 +1,7 @@
 /* Cached decode step of causal ReLU attention (Definition 1 of the paper) on a CPU.
  *
  * Built on first use by icrl_gym/models/native.py with the system C compiler and called through
- * ctypes; the PyTorch path in transformer.py computes the same function where no compiler is found.
+ * ctypes; the PyTorch path in decoder.py computes the same function where no compiler is found.
  *
  * Layout ("lanes"): LANE consecutive trajectories are interleaved in the innermost dimension, so
  * that every multiply-add below is one vector instruction across LANE trajectories and a

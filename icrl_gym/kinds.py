@@ -80,6 +80,9 @@ class KindEntry:
     module never reads a checkpoint itself); None: ``model(config)`` + the weights."""
     plays: str = field(kw_only=True)
     """What the model plays, in words (the environments :func:`check_compatible`'s error says it needs)."""
+    finetune: str | None = field(default=None, kw_only=True)
+    """The name of the fine-tuning method that starts from a checkpoint of this kind (the training package's
+    table of methods, :data:`icrl_gym.training.finetune.FINETUNE_METHODS`); None: not fine-tunable."""
 
 
 BANDITS_OF_ITS_PRIOR: dict[str, Any] = {
@@ -98,6 +101,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         "icrl_gym.models.transformer:TransformerConfig",
         "transformer",
         **BANDITS_OF_ITS_PRIOR,
+        finetune="bandit",
     ),
     CheckpointKind.MDP_TRANSFORMER: KindEntry(
         "icrl_gym.models.mdp_transformer:MDPTransformer",
@@ -122,6 +126,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         EnvFamily.BANDIT,
         ("arms", "reward"),
         plays="Bernoulli bandits (one-hot arms, Bernoulli rewards) of any K and T",
+        finetune="generalist",
     ),
     CheckpointKind.LINEAR_GENERALIST_TRANSFORMER: KindEntry(
         "icrl_gym.models.linear_generalist:LinearGeneralistTransformer",
@@ -138,6 +143,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         EnvFamily.TABULAR_MDP,
         (),
         plays="tabular MDPs and dark rooms of any S, A, H and K within its record's playable_range",
+        finetune="mdp_generalist",
     ),
 }
 """The kind table: every checkpoint kind -> its model class, configuration class, agent and environment check.

@@ -8,7 +8,9 @@ import torch
 
 from icrl_gym.checkpoint import save_checkpoint
 from icrl_gym.envs import bernoulli_bandit_spec
-from icrl_gym.training.finetune import FinetuneConfig, advantages, finetune, policy_gradient_loss
+from icrl_gym.training.finetune import FinetuneConfig, finetune
+from icrl_gym.training.finetune_bandit import advantages, bandit_logits
+from icrl_gym.training.finetune_core import policy_gradient_loss
 from icrl_gym.training.pretrain import export, pretrain
 from icrl_gym.training.state import RunState
 from tests.helpers import TINY_DECODER, tiny_finetune_config, tiny_pretrain_config
@@ -41,7 +43,7 @@ def test_loss_uses_regret_to_go_and_a_leave_one_out_baseline(tiny_model):
         "best": np.ones((B, T)),
     }
     advantage, stats = advantages(runs)
-    loss, _ = policy_gradient_loss(model, None, runs, advantage, 0.0, torch.device("cpu"))
+    loss, _ = policy_gradient_loss(model, None, runs, advantage, 0.0, torch.device("cpu"), bandit_logits)
     # the same quantity with explicit loops
     logits, _ = model(*(torch.as_tensor(runs[k]) for k in ("action_sets", "actions", "rewards")))
     logp = torch.log_softmax(logits, -1).detach().numpy()
@@ -60,7 +62,7 @@ def test_policy_gradient_is_unbiased_against_exact_enumeration(tiny_model):
     import itertools
 
     from icrl_gym.checkpoint import load_checkpoint
-    from icrl_gym.training.finetune import rollout
+    from icrl_gym.training.finetune_bandit import rollout
 
     model, _ = load_checkpoint(tiny_model)
     spec = bernoulli_bandit_spec(num_arms=2, horizon=2)
@@ -77,7 +79,7 @@ def test_policy_gradient_is_unbiased_against_exact_enumeration(tiny_model):
     exact_grad = torch.autograd.grad(exact / 2, params)
     runs = rollout(model, spec, 40_000, np.random.default_rng(0), torch.device("cpu"), instance={"w_star": mu})
     assert runs["actions"].shape == (40_000, 2)
-    loss, _ = policy_gradient_loss(model, None, runs, advantages(runs)[0], 0.0, torch.device("cpu"))
+    loss, _ = policy_gradient_loss(model, None, runs, advantages(runs)[0], 0.0, torch.device("cpu"), bandit_logits)
     estimate = torch.autograd.grad(loss, params)
     flat = lambda grads: torch.cat([g.reshape(-1) for g in grads])  # noqa: E731
     e, g = flat(exact_grad), flat(estimate)
@@ -147,7 +149,7 @@ def tiny_mdp_model(tmp_path_factory):
 
 
 def test_the_leave_one_out_baseline_of_an_instance_is_the_mean_of_its_other_runs():
-    from icrl_gym.training.finetune import leave_one_out_advantages
+    from icrl_gym.training.finetune_core import leave_one_out_advantages
 
     gaps = np.random.default_rng(0).random((6, 4))  # 3 instances x M = 2 runs, T = 4
     advantage, stats = leave_one_out_advantages(gaps, 2)
@@ -168,7 +170,7 @@ def test_mdp_policy_gradient_is_unbiased_against_exact_enumeration():
     """
     from icrl_gym.envs.mdp_core import MDPSpec
     from icrl_gym.models.mdp_generalist import CountStats
-    from icrl_gym.training.finetune import MDPTask, mdp_rollout
+    from icrl_gym.training.finetune_mdp import MDPGeneralistFinetune, mdp_rollout
 
     model, tau, H = _mdp_model(), 2.0, 3
     spec = MDPSpec(num_states=2, num_actions=2, horizon=H, episodes=1)
@@ -200,7 +202,7 @@ def test_mdp_policy_gradient_is_unbiased_against_exact_enumeration():
 
     exact = v[0] - expected_return(0, 0, np.zeros((2, 2, 2)), np.zeros((2, 2)), np.zeros((2, 2)))
     cfg = FinetuneConfig(env=spec.to_dict(), rollouts_per_instance=4, temperature=tau, device="cpu")
-    task = MDPTask(spec, cfg)
+    task = MDPGeneralistFinetune(spec, cfg)
     instance = {"P": P[None, None], "R": R[None, None], "mu": np.array([[1.0, 0.0]])}
     runs = mdp_rollout(model, spec, (10_000, 4), tau, np.random.default_rng(0), torch.device("cpu"), instance)
     assert runs["actions"].shape == (40_000, H) and runs["n_sas"].shape == (40_000, H, 1, 2, 2, 2)
@@ -234,7 +236,7 @@ def test_mdp_finetuning_resumes_exactly_after_a_crash(tmp_path, tiny_mdp_model, 
     from icrl_gym.checkpoint import load_checkpoint
     from icrl_gym.envs.mdp_core import MDPSpec
     from icrl_gym.models.mdp_generalist import MDPGeneralist
-    from icrl_gym.training.finetune import MDPTask
+    from icrl_gym.training.finetune_mdp import MDPGeneralistFinetune
     from icrl_gym.training.state import RunState
 
     env = MDPSpec(num_states=3, num_actions=2, horizon=2, episodes=2).to_dict()
@@ -251,7 +253,7 @@ def test_mdp_finetuning_resumes_exactly_after_a_crash(tmp_path, tiny_mdp_model, 
     base, _ = load_checkpoint(tiny_mdp_model)
     assert any(not torch.equal(w, whole.weights[n]) for n, w in base.state_dict().items())  # it did train
 
-    real, calls = MDPTask.rollout, []
+    real, calls = MDPGeneralistFinetune.rollout, []
 
     def dying(self, *args):
         calls.append(1)
@@ -260,7 +262,7 @@ def test_mdp_finetuning_resumes_exactly_after_a_crash(tmp_path, tiny_mdp_model, 
         return real(self, *args)
 
     with monkeypatch.context() as patch:
-        patch.setattr(MDPTask, "rollout", dying)
+        patch.setattr(MDPGeneralistFinetune, "rollout", dying)
         with pytest.raises(_Crash):
             finetune(config("crashed"), echo=False)
     assert RunState(tmp_path / "crashed").load().step == 2
@@ -303,7 +305,7 @@ def test_generalist_policy_gradient_is_unbiased_against_exact_enumeration():
     E[regret] is summed over every history (a_1, r_1, a_2, r_2, a_3) with the policy from one
     forward pass per history prefix: no gap-to-go, no baseline, no rollout code.
     """
-    from icrl_gym.training.finetune import GeneralistTask, generalist_rollout
+    from icrl_gym.training.finetune_generalist import GeneralistFinetune, generalist_rollout
 
     model, tau, T = _tiny_generalist(), 2.0, 3
     means = np.array([0.8, 0.3])
@@ -325,7 +327,7 @@ def test_generalist_policy_gradient_is_unbiased_against_exact_enumeration():
         return total
 
     cfg = FinetuneConfig(env=spec.to_dict(), rollouts_per_instance=4, temperature=tau, device="cpu")
-    task = GeneralistTask(spec, cfg)
+    task = GeneralistFinetune(spec, cfg)
     runs = generalist_rollout(model, spec, (10_000, 4), tau, np.random.default_rng(0), torch.device("cpu"), means[None])
     _assert_estimate_is_the_exact_gradient(model, task, runs, expected_regret([], []), T, regret_tol=0.01)
 
@@ -333,7 +335,7 @@ def test_generalist_policy_gradient_is_unbiased_against_exact_enumeration():
 def test_generalist_task_scores_the_policy_it_sampled():
     """The forward pass's logits at every step equal the cached steps' logits the rollout sampled from."""
     from icrl_gym.models.policy import EnvInfo
-    from icrl_gym.training.finetune import generalist_logits, generalist_rollout
+    from icrl_gym.training.finetune_generalist import generalist_logits, generalist_rollout
 
     model = _tiny_generalist()
     spec = bernoulli_bandit_spec(num_arms=4, horizon=12, prior="beta_family")

@@ -52,8 +52,8 @@ class TrainingTask:
     """What one trainer supplies to :class:`Trainer`: its model, ``sample``, ``loss``, ``evaluate`` and record.
 
     The attributes ``ctx``, ``device``, ``log``, ``model``, ``optimizer``, ``net`` (the forward: the model or
-    its DDP wrapper) and ``record`` (the run's state, committed with every checkpoint) are set by the
-    :class:`Trainer` as the run goes.
+    its DDP wrapper), ``store`` (the run's committed states) and ``record`` (the run's state, committed with
+    every checkpoint) are set by the :class:`Trainer` as the run goes.
     """
 
     label: str | None = None
@@ -86,6 +86,7 @@ class TrainingTask:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     net: torch.nn.Module
+    store: RunState
     record: dict[str, Any]
 
     # --- the pieces every task supplies ----------------------------------------------------------
@@ -206,7 +207,7 @@ class Trainer:
         task.ctx, task.device = ctx, device
         task.log = RunLog(out / "train.log", self.echo) if ctx.is_main else no_log
         task.model, task.optimizer = task.build()
-        self.store = RunState(out, keep=task.keep, keep_every=task.keep_every)
+        self.store = task.store = RunState(out, keep=task.keep, keep_every=task.keep_every)
         loaded, changes = resume(self.store, self.cfg, task.model, task.optimizer, task.resumable)
         task.record = task.new_record() if loaded is None else task.resumed(loaded, changes)
         if ctx.enabled:

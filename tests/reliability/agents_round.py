@@ -221,13 +221,14 @@ surface("Training set-up: fine-tuning sizes, torchrun's variables")
 @probe("fine-tune tabular-mdp-generalist on S=200 (it plays S <= 144)", Section.LOST)
 def _finetune_beyond_playable(tmp: Path) -> Outcome:
     from icrl_gym.training import finetune as ft
+    from icrl_gym.training import trainer
 
     def run(num_states: int) -> Any:
         env = {"num_states": num_states, "num_actions": 3, "horizon": 5, "episodes": 2}
         cfg = ft.FinetuneConfig(
             base="tabular-mdp-generalist", env=env, out_dir=str(tmp / f"run-{num_states}"), iterations=1
         )
-        with replaced(ft, "resume", never_started):  # the run's first read: the check must come before it
+        with replaced(trainer, "resume", never_started):  # the run's first read: the check must come before it
             return ft.finetune(cfg, echo=False)
 
     try:

@@ -1,0 +1,154 @@
+"""What every fine-tuning method shares: the run's configuration, the advantages and the policy-gradient loss.
+
+A method (:class:`FinetuneMethod`) is one kind of model's rollouts, advantages, logits and validation;
+:mod:`icrl_gym.training.finetune` runs it on the :class:`~icrl_gym.training.trainer.Trainer` (the
+estimator is described there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
+from icrl_gym.envs.bandit_core import BanditSpec
+from icrl_gym.envs.mdp_core import MDPSpec
+from icrl_gym.training.loop import TrainerConfig
+
+
+@dataclass
+class FinetuneConfig(TrainerConfig):
+    """An online fine-tuning run (saved with every checkpoint).
+
+    The shared fields (``out_dir``, ``seed``: of the instances and of the sampling, ``lr``: Adam's,
+    ``grad_clip``, ``device``, ``threads``) are :class:`~icrl_gym.training.loop.TrainerConfig`'s.
+    """
+
+    name: str = "bernoulli-ad-ucb-finetuned"
+    """Name of the exported model."""
+    base: str = "bernoulli-ad-ucb"
+    """The pretrained checkpoint to start from (a path or a shipped name)."""
+    iterations: int = checked(300, POSITIVE_INT)
+    """Policy-gradient steps."""
+    runs_per_iteration: int = checked(128, Allowed(low=2, integer=True))
+    """Fresh instances N per step (at least two: with one run each, a run's leave-one-out baseline is the
+    mean over the N - 1 others)."""
+    rollouts_per_instance: int = checked(1, POSITIVE_INT)
+    """M runs of every instance, B = N M runs per step; M >= 2: a run's baseline is the mean of the M - 1
+    other runs of its instance (the generalists only; a bandit transformer takes M = 1)."""
+    temperature: float = checked(1.0, POSITIVE)
+    """tau: the rollouts sample softmax(logits / tau), and the loss scores that policy (the generalists
+    only; a bandit transformer samples its own softmax, tau = 1)."""
+    env: dict[str, Any] = field(default_factory=dict)
+    """The prior to fine-tune on: :class:`~icrl_gym.envs.mdp_core.MDPSpec` fields for the MDP generalist,
+    :class:`~icrl_gym.envs.bandit_core.BanditSpec` fields (Bernoulli arms) for the Bernoulli generalist
+    (both play every size, so the size is part of the prior); empty for a bandit transformer (its
+    checkpoint's own environment)."""
+    lr: float = 3e-5
+    kl_weight: float = checked(0.0, NONNEGATIVE)
+    """beta of the KL penalty to the pretrained policy (0: none)."""
+    val_runs: int = checked(1000, POSITIVE_INT)
+    """Validation instances (fixed seed) for choosing the checkpoint."""
+    eval_every: int = checked(25, POSITIVE_INT)
+    """Iterations between validations (and resumable checkpoints)."""
+    out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
+
+    def check(self) -> None:
+        """A given ``env`` is an MDP or a bandit prior (which one the base's kind needs is checked at the start)."""
+        if self.env:
+            errors = []
+            for spec in (MDPSpec, BanditSpec):
+                try:
+                    spec.from_dict(self.env)
+                    return
+                except (TypeError, ValueError) as err:
+                    errors.append(f"{spec.__name__}: {err}")
+            problem = f"FinetuneConfig.env={self.env!r} is neither an MDP nor a bandit prior ({'; '.join(errors)})"
+            raise ValueError(problem)
+
+
+VALIDATION_SEED = 777_000
+"""Validation instances use seed ``VALIDATION_SEED + seed`` (the harness uses 0 and 10**7)."""
+
+
+def leave_one_out_advantages(gaps: np.ndarray, group: int) -> tuple[np.ndarray, dict[str, float]]:
+    """Reg_t - b_t (B, T) from the per-step gaps g_t (B, T): the regret-to-go minus its leave-one-out mean.
+
+    The runs come in groups of ``group`` consecutive rows (the runs of one instance, or the whole
+    batch): b_t of a run is the mean of Reg_t over the other runs of its group (module docstring).
+    Computed on the whole batch before a data-parallel rank takes its rows; also the batch's mean regret.
+    """
+    to_go = np.flip(np.cumsum(np.flip(gaps, axis=1), axis=1), axis=1)  # Reg_t
+    B, T = to_go.shape
+    grouped = to_go.reshape(B // group, group, T)
+    baseline = (grouped.sum(axis=1, keepdims=True) - grouped) / (group - 1)  # leave-one-out mean
+    return (grouped - baseline).reshape(B, T), {"regret": float(gaps.sum(axis=1).mean())}
+
+
+def instance_advantages(gaps: np.ndarray, rollouts: int) -> tuple[np.ndarray, dict[str, float]]:
+    """The gaps' regret-to-go minus the baseline over an instance's M = ``rollouts`` runs (M >= 2), else the batch's."""
+    return leave_one_out_advantages(gaps, rollouts if rollouts >= 2 else gaps.shape[0])
+
+
+LogitsOf = Callable[[torch.nn.Module, dict[str, np.ndarray], torch.device], torch.Tensor]
+"""The logits (B, T, A) of the sampling policy at every step of ``runs`` (with gradient): model, runs, device."""
+
+
+def policy_gradient_loss(
+    model: torch.nn.Module,
+    base: torch.nn.Module | None,
+    runs: dict[str, np.ndarray],
+    advantage: np.ndarray,
+    kl_weight: float,
+    device: torch.device,
+    logits_of: LogitsOf,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The model's forward pass for training: the REINFORCE loss of ``advantage`` (B, T) (+ the KL penalty).
+
+    ``logits_of`` computes the sampling policy's logits (the method's ``logits``, e.g. a bandit transformer's
+    ``bandit_logits``); ``model`` may be a DistributedDataParallel wrapper.
+    """
+    actions = torch.as_tensor(runs["actions"], device=device)
+    logp_all = F.log_softmax(logits_of(model, runs, device), dim=-1)
+    logp = logp_all.gather(-1, actions[..., None])[..., 0]  # (B, T)
+    weight = torch.as_tensor(advantage.astype(np.float32), device=device)
+    loss = (weight * logp).sum(dim=1).mean() / advantage.shape[1]
+    stats = {}
+    if kl_weight > 0 and base is not None:
+        with torch.no_grad():
+            base_logp = F.log_softmax(logits_of(base, runs, device), dim=-1)
+        kl = (logp_all.exp() * (logp_all - base_logp)).sum(-1).mean()
+        loss = loss + kl_weight * kl
+        stats["kl"] = float(kl.detach())
+    stats["loss"] = float(loss.detach())
+    return loss, stats
+
+
+class FinetuneMethod(Protocol):
+    """What the fine-tuning trainer needs of one kind of model: its rollouts, advantages, logits and validation."""
+
+    def rollout(self, model: torch.nn.Module, rng: np.random.Generator, device: torch.device) -> dict[str, np.ndarray]:
+        """One iteration's runs (no gradient): arrays with the runs on the first axis."""
+        ...
+
+    def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+        """Reg_t - b_t (B, T) and the batch's mean regret."""
+        ...
+
+    def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
+        """The sampling policy's logits (B, T, A), with gradient (a :data:`LogitsOf`)."""
+        ...
+
+    def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
+        """Mean regret on the fixed validation instances."""
+        ...
+
+    @classmethod
+    def for_base(cls, cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneMethod:
+        """The method for the base record ``meta``, refusing the fields it does not take (``ValueError``)."""
+        ...

@@ -1,0 +1,107 @@
+"""Fine-tuning the Bernoulli generalist on a Bernoulli prior ``env`` (any K, T): M runs per instance at tau."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from agents.learned.generalist import GeneralistAgent
+from icrl_gym.algorithm import logits_action
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditReward, BanditSpec, sample_w_star
+from icrl_gym.models.generalist import GeneralistTransformer
+from icrl_gym.models.policy import EnvInfo
+from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages
+
+
+def generalist_rollout(
+    model: GeneralistTransformer,
+    spec: BanditSpec,
+    runs: tuple[int, int],
+    temperature: float,
+    rng: np.random.Generator,
+    device: torch.device,
+    instance: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Sample M runs of each of N Bernoulli instances of ``spec`` (``runs`` = (N, M)) from softmax(logits / tau).
+
+    The model plays through its grouped cache (no gradient); the runs of an instance are consecutive
+    rows.  ``instance`` may fix the arms' means (N or 1, K) instead of drawing them from the prior.
+    Returns actions, rewards, the pulled arm's mean and the best mean per run and step (B, T).
+    """
+    num_instances, rollouts = runs
+    B, K, T = num_instances * rollouts, spec.num_actions, spec.horizon
+    drawn = sample_w_star(spec, rng, num_instances) if instance is None else np.asarray(instance, dtype=np.float64)
+    means = np.repeat(np.broadcast_to(drawn, (num_instances, K)), rollouts, axis=0)  # (B, K)
+    bandits = BanditBatch(spec, B, rng, w_star=means)
+    cache = model.new_cache(B, EnvInfo(num_actions=K, horizon=T), device)
+    out = {name: np.zeros((B, T), np.float32) for name in ("rewards", "means", "best")}
+    out["actions"] = np.zeros((B, T), np.int64)
+    prev_action: torch.Tensor | None = None
+    prev_reward: torch.Tensor | None = None
+    for t in range(T):
+        logits = model.step(cache, None, prev_action, prev_reward).logits
+        actions = logits_action(logits.double().cpu().numpy(), temperature, rng)
+        step = bandits.step(actions)
+        out["actions"][:, t], out["rewards"][:, t] = actions, step["reward"]
+        out["means"][:, t], out["best"][:, t] = step["expected_reward"], step["best_expected_reward"]
+        prev_action = torch.as_tensor(actions, device=device)
+        prev_reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
+    return out
+
+
+def generalist_logits(model: torch.nn.Module, spec: BanditSpec, runs: dict[str, np.ndarray], device) -> torch.Tensor:
+    """The Bernoulli generalist's logits (B, T, K) at every step of ``runs`` (one forward pass, with gradient)."""
+    actions = torch.as_tensor(runs["actions"], device=device)
+    rewards = torch.as_tensor(runs["rewards"], device=device)
+    steps = torch.arange(actions.shape[1], device=device).expand_as(actions)
+    return model(actions, rewards, steps, spec.horizon, spec.num_actions)
+
+
+@dataclass
+class GeneralistFinetune:
+    """Fine-tuning the Bernoulli generalist on the prior ``env`` (any K, T): M runs per instance at tau."""
+
+    spec: BanditSpec
+    cfg: FinetuneConfig
+
+    def rollout(self, model: torch.nn.Module, rng: np.random.Generator, device: torch.device) -> dict[str, np.ndarray]:
+        """:func:`generalist_rollout` of ``runs_per_iteration`` instances, ``rollouts_per_instance`` runs each."""
+        cfg = self.cfg
+        runs = (cfg.runs_per_iteration, cfg.rollouts_per_instance)
+        return generalist_rollout(cast(GeneralistTransformer, model), self.spec, runs, cfg.temperature, rng, device)
+
+    def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
+        """:func:`instance_advantages` of the gaps mu* - mu_{a_t}."""
+        gaps = (runs["best"] - runs["means"]).astype(np.float64)
+        return instance_advantages(gaps, self.cfg.rollouts_per_instance)
+
+    def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
+        """:func:`generalist_logits` / tau (the sampled policy's logits)."""
+        return generalist_logits(model, self.spec, runs, device) / self.cfg.temperature
+
+    def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
+        """Mean regret of the agent's greedy play on ``val_runs`` instances, seed ``VALIDATION_SEED + seed``."""
+        model.eval()
+        agent = GeneralistAgent.from_model(cast(GeneralistTransformer, model))
+        regret = evaluate_regret(
+            self.spec, agent, self.cfg.val_runs, seed=VALIDATION_SEED + self.cfg.seed, batch_size=self.cfg.val_runs
+        )
+        return float(regret.sum(axis=1).mean())
+
+    @classmethod
+    def for_base(cls, cfg: FinetuneConfig, meta: dict[str, Any]) -> GeneralistFinetune:
+        """``env`` gives a Bernoulli bandit prior (BanditSpec fields, one-hot arms, Bernoulli rewards)."""
+        try:
+            spec = BanditSpec.from_dict(cfg.env) if cfg.env else None
+        except (TypeError, ValueError):
+            spec = None
+        if spec is None or spec.reward is not BanditReward.BERNOULLI or spec.arms is not BanditArms.ONE_HOT:
+            raise ValueError(
+                "FinetuneConfig.env must give a Bernoulli bandit prior (BanditSpec fields with reward='bernoulli', "
+                f"arms='one_hot') for the Bernoulli generalist, got {cfg.env!r}"
+            )
+        return cls(spec, cfg)

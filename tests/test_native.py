@@ -16,21 +16,21 @@ import torch
 
 from agents.learned.transformer import TransformerAgent
 from icrl_gym.envs import BernoulliBanditEnv
-from icrl_gym.models import native
+from icrl_gym.models import native, native_build
 from icrl_gym.models.kv_cache import KVCache
 from icrl_gym.models.native import LanesKVCache
 from icrl_gym.models.transformer import BanditTransformer, TransformerConfig
 from tests.helpers import play_steps
 from tests.reliability.commands_round import HALF_WRITING_COMPILER
 
-needs_compiler = pytest.mark.skipif(native.find_compiler() is None, reason="no C compiler")
+needs_compiler = pytest.mark.skipif(native_build.find_compiler() is None, reason="no C compiler")
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    if native.find_compiler() is None:
+    if native_build.find_compiler() is None:
         pytest.skip("no C compiler")
-    return native.build()
+    return native_build.build()
 
 
 def reference(q, k, v, n):
@@ -193,8 +193,8 @@ def test_disabled_by_environment(fresh, monkeypatch):
 def test_failing_compiler_falls_back_with_one_warning(fresh, monkeypatch):
     monkeypatch.setenv("CC", "false")
     with pytest.raises(RuntimeError, match="could not build") as err:
-        native.build()
-    assert "false -O3 -march=native" in str(err.value) and str(err.value).count("exit 1") == len(native.FLAG_SETS)
+        native_build.build()
+    assert "false -O3 -march=native" in str(err.value) and str(err.value).count("exit 1") == len(native_build.FLAG_SETS)
     kernel, messages = kernel_and_warnings()
     assert kernel is None and len(messages) == 1 and "PyTorch path" in messages[0] and "exit 1" in messages[0]
     assert type(small().new_cache(2, small().env_info())) is KVCache
@@ -204,12 +204,12 @@ def test_missing_compiler_is_named(fresh, monkeypatch):
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(fresh))  # no cc, gcc or clang
     with pytest.raises(RuntimeError, match="no C compiler found"):
-        native.build()
+        native_build.build()
 
 
 def first_library(folder):
     """Where the preferred flag set's library is kept in ``folder``."""
-    return next(iter(native.library_paths(native.find_compiler(), folder).values()))
+    return next(iter(native_build.library_paths(native_build.find_compiler(), folder).values()))
 
 
 def unusable_file_as_folder(folder):
@@ -235,7 +235,7 @@ def test_unusable_cache_folder_compiles_for_the_process_with_one_warning(fresh, 
     kernel, messages = kernel_and_warnings()
     assert kernel is not None and len(messages) == 1, messages
     assert "cache" in messages[0] and "unusable" in messages[0] and "Error" in messages[0]  # the OSError's class
-    native.self_test(kernel)
+    native_build.self_test(kernel)
 
 
 @needs_compiler
@@ -245,7 +245,7 @@ def test_read_only_cache_folder_compiles_for_the_process_with_one_warning(fresh,
     def refuse(path, data):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(native, "atomic_write_bytes", refuse)
+    monkeypatch.setattr(native_build, "atomic_write_bytes", refuse)
     kernel, messages = kernel_and_warnings()
     assert kernel is not None and len(messages) == 1 and "PermissionError" in messages[0]
     assert list(fresh.iterdir()) == []
@@ -265,16 +265,16 @@ def test_library_computing_garbage_is_not_used(fresh, monkeypatch):
     """A foreign library with the kernel's symbols and a matching sidecar fails the self-test: warning, PyTorch path."""
     source = fresh / "garbage.c"
     source.write_text(GARBAGE)
-    monkeypatch.setattr(native, "SOURCE", source)
-    cc = native.find_compiler()
-    monkeypatch.setattr(native, "library_paths", lambda cc_, folder: {("-O3",): folder / "relu_decode-x.so"})
-    native.store(fresh / "relu_decode-x.so", native._compile(cc, ("-O3",)))
+    monkeypatch.setattr(native_build, "SOURCE", source)
+    cc = native_build.find_compiler()
+    monkeypatch.setattr(native_build, "library_paths", lambda cc_, folder: {("-O3",): folder / "relu_decode-x.so"})
+    native_build.store(fresh / "relu_decode-x.so", native_build._compile(cc, ("-O3",)))
     kernel, messages = kernel_and_warnings()
     assert kernel is None and len(messages) == 1 and "failed its self-test" in messages[0]
     assert type(small().new_cache(2, small().env_info())) is KVCache
 
 
-BUILD = "from icrl_gym.models import native; k = native.build(); native.self_test(k); print(k.path, k.lane)"
+BUILD = "from icrl_gym.models import native_build as nb; k = nb.build(); nb.self_test(k); print(k.path, k.lane)"
 
 
 def build_in_subprocess(folder):
@@ -287,7 +287,7 @@ def build_in_subprocess(folder):
 
 def half_library(folder):
     """The first half of the library the system compiler builds, as a file in ``folder``."""
-    data = native._compile(native.find_compiler(), ("-O3",))
+    data = native_build._compile(native_build.find_compiler(), ("-O3",))
     path = folder / "half.so"
     path.write_bytes(data[: len(data) // 2])
     return path
@@ -301,10 +301,10 @@ def test_a_compiler_that_writes_half_a_library_and_exits_0_is_caught_in_a_child(
     compiler.write_text(HALF_WRITING_COMPILER.format(half=half_library(bin_dir)))
     compiler.chmod(0o755)
     monkeypatch.setenv("CC", str(compiler))
-    assert native.load_problem((bin_dir / "half.so").read_bytes()) is not None
+    assert native_build.load_problem((bin_dir / "half.so").read_bytes()) is not None
     kernel, messages = kernel_and_warnings()
     assert kernel is None and len(messages) == 1 and "PyTorch path" in messages[0], messages
-    assert messages[0].count("the compiler reported success") == len(native.FLAG_SETS)
+    assert messages[0].count("the compiler reported success") == len(native_build.FLAG_SETS)
     assert "neither stored nor loaded" in messages[0]
     assert list(fresh.iterdir()) == []  # nothing stored, so the next process is not poisoned either
     assert type(small().new_cache(2, small().env_info())) is KVCache
@@ -312,8 +312,8 @@ def test_a_compiler_that_writes_half_a_library_and_exits_0_is_caught_in_a_child(
 
 @needs_compiler
 def test_a_sound_library_passes_the_load_check():
-    assert native.load_problem(native._compile(native.find_compiler(), ("-O3",))) is None
-    assert "file too short" in native.load_problem(b"\x7fELF")
+    assert native_build.load_problem(native_build._compile(native_build.find_compiler(), ("-O3",))) is None
+    assert "file too short" in native_build.load_problem(b"\x7fELF")
 
 
 @needs_compiler
@@ -322,10 +322,10 @@ def test_a_half_library_an_earlier_version_stored_with_its_checksum_is_rebuilt(t
     half = half_library(tmp_path).read_bytes()
     lib = first_library(tmp_path)
     lib.write_bytes(half)
-    native.sidecar(lib).write_bytes(hashlib.sha256(half).hexdigest().encode() + b"\n")
-    assert native.read_verified(lib) is None
+    native_build.sidecar(lib).write_bytes(hashlib.sha256(half).hexdigest().encode() + b"\n")
+    assert native_build.read_verified(lib) is None
     assert build_in_subprocess(tmp_path) == lib  # the process lives: rebuilt, checked, stored
-    assert lib.read_bytes() != half and native.read_verified(lib) == lib.read_bytes()
+    assert lib.read_bytes() != half and native_build.read_verified(lib) == lib.read_bytes()
 
 
 @needs_compiler
@@ -333,14 +333,14 @@ def test_library_is_reused_and_a_corrupt_one_rebuilt(tmp_path):
     lib = build_in_subprocess(tmp_path)
     assert lib.parent == tmp_path and lib.name.startswith("relu_decode-")
     size, mtime = lib.stat().st_size, lib.stat().st_mtime_ns
-    assert native.read_verified(lib) == lib.read_bytes()  # the sidecar holds its hash
+    assert native_build.read_verified(lib) == lib.read_bytes()  # the sidecar holds its hash
     assert build_in_subprocess(tmp_path) == lib and lib.stat().st_mtime_ns == mtime  # reused, not rebuilt
     lib.write_bytes(lib.read_bytes()[:100])  # a torn file: loading it would kill the process (SIGBUS)
     assert build_in_subprocess(tmp_path) == lib and lib.stat().st_size == size  # rebuilt over
-    native.sidecar(lib).unlink()  # a library without its hash is not trusted either
+    native_build.sidecar(lib).unlink()  # a library without its hash is not trusted either
     mtime = lib.stat().st_mtime_ns
     assert build_in_subprocess(tmp_path) == lib and lib.stat().st_mtime_ns > mtime
-    assert native.read_verified(lib) is not None
+    assert native_build.read_verified(lib) is not None
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # atomic: no temporary left
 
 
@@ -348,20 +348,20 @@ FUZZ_WORKER = """
 import functools, json, random, sys, warnings
 from pathlib import Path
 import torch
-from icrl_gym.models import native
+from icrl_gym.models import native, native_build
 
 folder, seed, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-native._compile = functools.cache(native._compile)  # the real compiler, once per flag set: a rebuild is instant
+native_build._compile = functools.cache(native_build._compile)  # the real compiler, once per flag set
 stored = []
-store = native.store
-native.store = lambda path, data: (stored.append(path), store(path, data))
+store = native_build.store
+native_build.store = lambda path, data: (stored.append(path), store(path, data))
 rng = random.Random(seed)
 g = torch.Generator().manual_seed(seed)
 counts = {"rebuilt": 0, "fell_back": 0, "wrong": 0, "reused": 0}
-kernel = native.build(folder)
+kernel = native_build.build(folder)
 lib = kernel.path
 for i in range(count):
-    target = lib if rng.random() < 0.8 else native.sidecar(lib)  # mostly the library, sometimes its hash
+    target = lib if rng.random() < 0.8 else native_build.sidecar(lib)  # mostly the library, sometimes its hash
     corrupt = bytearray(target.read_bytes())
     if rng.random() < 0.5:
         del corrupt[rng.randrange(len(corrupt)) :]  # truncated at a random offset

@@ -330,10 +330,10 @@ def _kernel_in_process(cache: Path, **variables: str) -> subprocess.CompletedPro
 
 def _half_library(tmp: Path) -> bytes | None:
     """The first half of the kernel's library as the system compiler builds it (None: no compiler here)."""
-    from icrl_gym.models import native
+    from icrl_gym.models import native_build
 
-    cc = native.find_compiler()
-    compiled = None if cc is None else native._compile(cc, ("-O3",))
+    cc = native_build.find_compiler()
+    compiled = None if cc is None else native_build._compile(cc, ("-O3",))
     if not isinstance(compiled, bytes):
         return None
     return compiled[: len(compiled) // 2]
@@ -368,17 +368,17 @@ def _kernel_half_compiler(tmp: Path) -> Outcome:
 @probe("kernel cache: a half library stored with a matching checksum (by an earlier version)", Section.CRASH, slow=True)
 def _kernel_poisoned_cache(tmp: Path) -> Outcome:
     """The cache an earlier version left after such a compiler: the next processes must not die of it."""
-    from icrl_gym.models import native
+    from icrl_gym.models import native_build
 
     half = _half_library(tmp)
-    cc = native.find_compiler()
+    cc = native_build.find_compiler()
     if half is None or cc is None:
         return Outcome(Verdict.HANDLED, "no compiler here: nothing cached, nothing to probe")
     cache = tmp / "cache"
     cache.mkdir()
-    for path in native.library_paths(cc, cache).values():  # every flag set's library, the sidecar as it was written
+    for path in native_build.library_paths(cc, cache).values():  # every flag set's library, its sidecar as written
         path.write_bytes(half)
-        native.sidecar(path).write_bytes(hashlib.sha256(half).hexdigest().encode() + b"\n")
+        native_build.sidecar(path).write_bytes(hashlib.sha256(half).hexdigest().encode() + b"\n")
     shown = ""
     for attempt in ("the first process", "the next process"):
         done = _kernel_in_process(cache)
@@ -386,7 +386,9 @@ def _kernel_poisoned_cache(tmp: Path) -> Outcome:
         if outcome.verdict is Verdict.PROBLEM:
             return Outcome(Verdict.PROBLEM, f"{attempt}: {outcome.behaviour}")
         shown = shown or outcome.behaviour
-    trusted = [p.name for p in cache.glob("*.so") if p.read_bytes() == half and native.read_verified(p) is not None]
+    trusted = [
+        p.name for p in cache.glob("*.so") if p.read_bytes() == half and native_build.read_verified(p) is not None
+    ]
     if trusted:
         return Outcome(Verdict.PROBLEM, f"the half library is still trusted: {trusted}")
     return Outcome(Verdict.HANDLED, f"rebuilt; both processes live: {shown}")

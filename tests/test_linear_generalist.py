@@ -12,15 +12,8 @@ from icrl_gym.envs import bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.estimators.statistics import gaussian_index
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
-from icrl_gym.training.linear_generalist import (
-    LinearGeneralistTrainConfig,
-    draw_instances,
-    evaluate,
-    expert_statistics,
-    expert_z,
-    rollout,
-    train,
-)
+from icrl_gym.training.linear_expert import draw_instances, expert_statistics, expert_z, rollout
+from icrl_gym.training.linear_generalist import LinearGeneralistTrainConfig, evaluate, train
 from icrl_gym.training.state import RunState
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "mlp_ratio": 2, "readouts": 4}

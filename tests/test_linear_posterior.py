@@ -19,7 +19,8 @@ from icrl_gym.models.linear_posterior import (
     model_average,
 )
 from icrl_gym.models.policy import EnvInfo
-from icrl_gym.training.linear_generalist import LinearGeneralistTrainConfig, expert_z, train
+from icrl_gym.training.linear_expert import expert_z
+from icrl_gym.training.linear_generalist import LinearGeneralistTrainConfig, train
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "d_max": 5, "features": "posterior"}
 

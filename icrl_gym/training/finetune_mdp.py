@@ -13,7 +13,8 @@ from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.models.mdp_generalist import MDPGeneralist, playable_problems
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages
-from icrl_gym.training.mdp_generalist import flat_model_input, generalist_agent, play_cache, run_regret
+from icrl_gym.training.mdp_expert_rollout import flat_model_input, play_cache
+from icrl_gym.training.mdp_generalist import generalist_agent, run_regret
 
 COUNT_FIELDS = ("n_sas", "n_sa", "reward_sum", "starts")
 """The :class:`~icrl_gym.models.mdp_generalist.CountStats` an MDP rollout records at every step."""

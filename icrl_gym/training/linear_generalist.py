@@ -43,207 +43,192 @@ trajectories (:mod:`icrl_gym.training.loop`); rank 0 logs, evaluates and writes.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.special import ndtri
 
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
 from icrl_gym.envs.prior_family import sample_prior
-from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
-from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.generalist_task import (
+    GeneralistLoopConfig,
     GeneralistTrainer,
     release_freed_memory,
     train_generalist,
 )
-from icrl_gym.training.linear_family import FamilyOptions, draw_family
-from icrl_gym.training.linear_generalist_config import (
+from icrl_gym.training.linear_expert import (
     EXPERT_SCHEDULES,
     PRIOR_MEAN,
     PRIOR_VAR,
-    LinearGeneralistTrainConfig,
+    Batch,
+    Instances,
+    draw_instances,
+    rollout,
+    targets_from_index,
 )
+from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import Logger
 from icrl_gym.training.loop import main as run_main
 
+PRIORS = ("uniform", "family")
+"""The training priors (``prior``)."""
+
 
 @dataclass
-class Instances:
-    """B linear-bandit runs: w* (B, d_max), action sets (B, T or 1, A, d_max), noise (B, T), sigma (B,), d (B,).
+class LinearGeneralistTrainConfig(GeneralistLoopConfig):
+    """Everything that defines a pretraining run of the linear generalist transformer.
 
-    ``prior_mean``, ``prior_var`` (B, d_max): the expert's prior per run (None: N(1/2, I/12) for all);
-    ``noise_known`` (B,): whether the model is given sigma (None: always).
+    The shared fields (:class:`~icrl_gym.training.generalist_task.GeneralistLoopConfig`) with the defaults of
+    this trainer; ``model`` holds :class:`LinearGeneralistConfig` fields and the evaluations run on
+    ``eval_cells``.
     """
 
-    w: np.ndarray
-    sets: np.ndarray
-    noise: np.ndarray
-    sigma: np.ndarray
-    dim: np.ndarray
-    horizon: int
-    prior_mean: np.ndarray | None = None
-    prior_var: np.ndarray | None = None
-    noise_known: np.ndarray | None = None
+    out_dir: str = "runs/linear-generalist"
+    time_budget_hours: float = 3.9
+    queries: int = 32
+    min_batch: int = 8
+    dagger_start: int = 2_000
+    dagger_fraction: float = 0.2
+    warmup_steps: int = 300
+    checkpoint_every: int = 200
+    eval_every: int = 500
+    min_dim: int = checked(2, POSITIVE_INT)
+    """Smallest feature dimension d of a batch."""
+    max_dim: int = checked(8, POSITIVE_INT)
+    """Largest feature dimension d of a batch (the model's d_max)."""
+    min_noise: float = checked(0.4, POSITIVE)
+    """sigma is log-uniform in [min_noise, max_noise] per trajectory."""
+    max_noise: float = checked(2.5, POSITIVE)
+    """See min_noise."""
+    gaussian_arms_fraction: float = checked(0.3, PROBABILITY)
+    """Probability that a trajectory's arms are N(0, I/d) rows (else Unif[-1, 1]^d)."""
+    per_step_fraction: float = checked(0.3, PROBABILITY)
+    """Probability that a batch has a fresh action set every step (else one per run)."""
+    expert_z: float = checked(1.5, NONNEGATIVE)
+    """z of the expert's index <x, mu_t> + z * posterior std (module docstring), with ``expert_schedule`` 'constant'."""
+    expert_schedule: str = checked("constant", Allowed(choices=EXPERT_SCHEDULES))
+    """'constant': z = expert_z at every step; 'bayes_ucb': z_t = max(Phi^{-1}(1 - 1/t), 0) at step t >= 1, the
+    quantile of Bayes-UCB (c = 0), which keeps exploring as t grows (no lock-on onto a wrong arm)."""
+    cost_per_batch: float = 40_000.0
+    """Trajectories per batch B = cost_per_batch / (Q A + T / 2), within [min_batch, max_batch]."""
+    dagger_max_batch: int = checked(96, POSITIVE_INT)
+    """Most trajectories in a batch rolled out by the model (its rollout costs T forward steps)."""
+    prior: str = checked("uniform", Allowed(choices=PRIORS))
+    """'uniform': w* ~ U[0, 1]^d and the expert's prior N(1/2, I/12) (the first version); 'family': the prior
+    family of :mod:`icrl_gym.training.linear_family`, the expert told each instance's matched prior."""
+    sphere_arms_fraction: float = checked(0.0, PROBABILITY)
+    """Probability that a trajectory's arms are uniform on the unit sphere ('family' only)."""
+    one_hot_fraction: float = checked(0.0, PROBABILITY)
+    """Probability that a trajectory is a Gaussian multi-armed bandit, one-hot arms with d = A ('family' only)."""
+    unknown_noise_fraction: float = checked(0.0, PROBABILITY)
+    """Probability that the model is not given sigma (it sees NaN and estimates it; 'family' only)."""
+    labels: str = checked("expert", Allowed(choices=("expert", "optimal")))
+    """'expert': the expert's action (the matched Bayes-UCB); 'optimal': the instance's optimal arm
+    argmax_k <x_k, w*> of the query step's action set (DPT's labels: the cross-entropy optimum is the
+    posterior probability that each arm is optimal under the training family, played by sampling)."""
+    behaviour_prior: str = checked("matched", Allowed(choices=("matched", "resampled")))
+    """The prior the behaviour policy of the batches not rolled out by the model is told ('family' only):
+    'matched' (the expert itself), or 'resampled' (the matched prior of a fresh family draw of the same d, so
+    that the history's actions do not reveal the instance's prior, which the model would learn to copy)."""
+    eval_cells: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 1.5},
+            {"dim": 5, "num_actions": 10, "horizon": 200, "noise_std": 0.5},
+            {"dim": 8, "num_actions": 20, "horizon": 200, "noise_std": 1.5},
+        ]
+    )
+    """Evaluation settings (keys: dim, num_actions, horizon, noise_std, arms, action_set)."""
 
-    def model_noise(self) -> np.ndarray:
-        """Sigma as the model is given it (B,): NaN where it is unknown to the model."""
-        return self.sigma if self.noise_known is None else np.where(self.noise_known, self.sigma, np.nan)
+    resumable_changes: ClassVar[tuple[str, ...]] = (*GeneralistLoopConfig.resumable_changes, "eval_cells")
+    """Fields a resumed run may change: its length and budget, logging, evaluation, device and threads."""
 
-    def action_set(self, t: int) -> np.ndarray:
-        """The action sets (B, A, d_max) of step t."""
-        return self.sets[:, t if self.sets.shape[1] > 1 else 0]
-
-    def rows(self, index: np.ndarray) -> Instances:
-        """The runs ``index``."""
-        arrays = ("w", "sets", "noise", "sigma", "dim")
-        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
-
-
-def draw_instances(
-    rng: np.random.Generator,
-    batch: int,
-    num_arms: int,
-    horizon: int,
-    dim: np.ndarray,
-    sigma: np.ndarray,
-    gaussian_arms: np.ndarray,
-    per_step: bool,
-    d_max: int = 8,
-) -> Instances:
-    """Draw w* ~ U[0,1]^d, the arms (Unif[-1,1]^d or N(0, I/d) rows, zero-padded) and the noise."""
-    mask = np.arange(d_max)[None, :] < dim[:, None]  # (B, d_max)
-    w = rng.random((batch, d_max)) * mask
-    steps = horizon if per_step else 1
-    shape = (batch, steps, num_arms, d_max)
-    sets = rng.random(shape, dtype=np.float32) * 2.0 - 1.0  # float32: (B, T, A, d_max) may be large
-    sets *= mask[:, None, None, :]
-    normal = np.flatnonzero(gaussian_arms)
-    if normal.size:
-        scale = (mask[normal] / np.sqrt(dim[normal])[:, None]).astype(np.float32)
-        sets[normal] = rng.standard_normal((normal.size, *shape[1:]), dtype=np.float32) * scale[:, None, None, :]
-    noise = rng.standard_normal((batch, horizon))
-    return Instances(w, sets, noise, sigma.astype(np.float64), dim, horizon)
-
-
-def expert_statistics(
-    sigma: np.ndarray, d_max: int, prior_mean: np.ndarray | None = None, prior_var: np.ndarray | None = None
-) -> RidgeStatistics:
-    """The expert's posterior (module docstring) as ridge statistics of B runs with noise sigma (B,).
-
-    The prior is N(m, diag(v)) per run (``prior_mean``, ``prior_var`` (B, d_max)), N(1/2, I/12) when not
-    given: regulariser sigma^2 / v and centre m, so that the ridge estimate is the posterior mean and
-    sigma^2 V^{-1} the posterior covariance (:func:`icrl_gym.estimators.statistics.gaussian_index` reads the index).
-    """
-    var = PRIOR_VAR if prior_var is None else prior_var
-    mean = PRIOR_MEAN if prior_mean is None else prior_mean
-    return RidgeStatistics(sigma.shape[0], d_max, (sigma**2)[:, None] / var, center=mean)
-
-
-def expert_z(z: float, schedule: str, t: int) -> float:
-    """The expert's z at step t (0-based): ``z`` ('constant') or max(Phi^{-1}(1 - 1/(t + 1)), 0) ('bayes_ucb')."""
-    if schedule not in EXPERT_SCHEDULES:
-        raise ValueError(f"expert_schedule must be one of {EXPERT_SCHEDULES}, got {schedule!r}")
-    return z if schedule == "constant" else max(float(ndtri(1.0 - 1.0 / (t + 1))), 0.0)
-
-
-def rollout(
-    inst: Instances,
-    epsilon: np.ndarray,
-    rng: np.random.Generator,
-    z: float,
-    model: LinearGeneralistTransformer | None = None,
-    schedule: str = "constant",
-    behaviour: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Play eps-expert (``model`` None) or eps-greedy model on ``inst``.
-
-    ``behaviour`` (prior mean and variance (B, width)): without a model, play the same index policy told
-    this prior instead of the instance's (the labels stay the expert's).
-
-    Returns actions (B, T), rewards (B, T), the expert index (B, T, A) before every step and the
-    per-run pseudo-regret (B,).
-    """
-    b, horizon = inst.noise.shape
-    num_arms = inst.sets.shape[2]
-    width = inst.sets.shape[-1]
-    expert = expert_statistics(inst.sigma, width, inst.prior_mean, inst.prior_var)
-    actions = np.zeros((b, horizon), dtype=np.int64)
-    rewards = np.zeros((b, horizon))
-    index = np.zeros((b, horizon, num_arms), dtype=np.float32)
-    regret = np.zeros(b)
-    rows = np.arange(b)
-    actor = None if behaviour is None or model is not None else expert_statistics(inst.sigma, width, *behaviour)
-    cache = None
-    prev: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
-    if model is not None:
-        device = next(model.parameters()).device  # the model plays where its weights are
-        d_max = model.config.d_max
-        noise, dims = tuple(inst.model_noise().tolist()), tuple(inst.dim.tolist())  # per run
-        info = EnvInfo(num_actions=num_arms, horizon=horizon, dim=d_max, run_noise_std=noise, run_dims=dims)
-        cache = model.new_cache(b, info, device)
-    for t in range(horizon):
-        arms = inst.action_set(t).astype(np.float64)
-        index[:, t] = gaussian_index(expert, arms, inst.sigma, expert_z(z, schedule, t))
-        if actor is not None:
-            greedy = gaussian_index(actor, arms, inst.sigma, expert_z(z, schedule, t)).argmax(axis=1)
-        elif model is None or cache is None:
-            greedy = index[:, t].argmax(axis=1)
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The family, the trained ranges and the expert."""
+        if self.prior == "family":
+            env: dict[str, Any] = {
+                "reward": "gaussian",
+                "arms": "uniform|gaussian|sphere|one_hot",
+                "prior": "family",
+                "action_set": "fixed|per_step",
+            }
+            expert_prior: dict[str, Any] = {"prior": "matched Gaussian prior of each instance"}
         else:
-            arms_t = torch.as_tensor(arms, dtype=torch.float32, device=device)
-            greedy = model.step(cache, arms_t, *prev).logits.argmax(dim=1).cpu().numpy()
-        explore = rng.random(b) < epsilon if epsilon.any() else np.zeros(b, dtype=bool)
-        a = np.where(explore, rng.integers(0, num_arms, b), greedy) if explore.any() else greedy
-        x = arms[rows, a]
-        means = np.einsum("bad,bd->ba", arms, inst.w)
-        r = means[rows, a] + inst.sigma * inst.noise[:, t]
-        regret += means.max(axis=1) - means[rows, a]
-        expert.update(x, r)
-        if actor is not None:
-            actor.update(x, r)
-        if model is not None:
-            prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
-        actions[:, t], rewards[:, t] = a, r
-    return actions, rewards, index, regret
+            env = {
+                "reward": "gaussian",
+                "arms": "uniform|gaussian",
+                "prior": "uniform",
+                "prior_low": 0.0,
+                "prior_high": 1.0,
+                "action_set": "fixed|per_step",
+            }
+            expert_prior = {"prior_mean": PRIOR_MEAN, "prior_var": PRIOR_VAR}
+        return {
+            "family": "linear",
+            "env": env,
+            "trained_range": {
+                "dim": [self.min_dim, self.max_dim],
+                "num_actions": [self.min_arms, self.max_arms],
+                "horizon": [self.min_horizon, self.max_horizon],
+                "noise_std": [self.min_noise, self.max_noise],
+            },
+            "expert": {
+                "name": "gaussian_posterior_index",
+                "z": self.expert_z if self.expert_schedule == "constant" else "max(Phi^-1(1 - 1/t), 0)",
+                **expert_prior,
+            },
+        }
+
+    def check(self) -> None:
+        """The ranges are ordered, d fits the model (``d_max``), every evaluation cell is one the trainer plays."""
+        super().check()
+        self.check_order(("min_dim", "max_dim"), ("min_noise", "max_noise"))
+        try:
+            d_max = LinearGeneralistConfig.from_dict(self.model).d_max
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"LinearGeneralistTrainConfig.model={self.model!r} is not a model config: {err}") from err
+        if self.max_dim > d_max:
+            raise ValueError(
+                f"LinearGeneralistTrainConfig.max_dim={self.max_dim} must be <= the model's d_max={d_max} "
+                "(model.d_max): larger d cannot be fed to it"
+            )
+        for i, cell in enumerate(self.eval_cells if self.eval_every else []):  # cells are played only then
+            wide = LinearGeneralistConfig.from_dict(self.model).features == "posterior"
+            _check_cell(cell, f"LinearGeneralistTrainConfig.eval_cells[{i}]", d_max, wide)
 
 
-@dataclass
-class Batch:
-    """One training batch: B trajectories of one (A, T) and the expert targets at Q query steps."""
-
-    inst: Instances
-    actions: np.ndarray
-    rewards: np.ndarray
-    query_steps: np.ndarray
-    index: np.ndarray
-    """(B, Q, A) expert index at the query steps."""
-    targets: np.ndarray
-    """(B, Q, A) target distributions."""
-
-    @property
-    def size(self) -> int:
-        """B."""
-        return self.actions.shape[0]
-
-    def rows(self, index: np.ndarray) -> Batch:
-        """The batch of the trajectories ``index`` (a data-parallel rank's share)."""
-        arrays = ("actions", "rewards", "query_steps", "index", "targets")
-        return Batch(self.inst.rows(index), *(getattr(self, name)[index] for name in arrays))
+EVAL_CELL_FIELDS = {
+    "dim": POSITIVE_INT,
+    "num_actions": POSITIVE_INT,
+    "horizon": POSITIVE_INT,
+    "noise_std": POSITIVE,
+    "arms": Allowed(choices=("uniform", "gaussian", "sphere", "one_hot")),
+    "action_set": Allowed(choices=("fixed", "per_step")),
+    "prior": Allowed(choices=PRIORS),
+    "noise_known": Allowed(choices=(True, False)),  # type: ignore[arg-type]
+}
+"""The keys of an evaluation cell and their allowed values."""
 
 
-def targets_from_index(index: np.ndarray, temperature: float) -> np.ndarray:
-    """One-hot argmax (temperature 0) or softmax(index / temperature), (..., A)."""
-    if temperature > 0:
-        z = (index - index.max(axis=-1, keepdims=True)) / temperature
-        p = np.exp(z)
-        return p / p.sum(axis=-1, keepdims=True)
-    return np.eye(index.shape[-1])[index.argmax(axis=-1)]
+def _check_cell(cell: Any, where: str, d_max: int, wide: bool = False) -> None:
+    """A ``ValueError`` naming the first key of an evaluation cell that is unknown or out of range.
+
+    ``wide``: the model plays one-hot arms of any A (the second version).
+    """
+    if not isinstance(cell, dict):
+        raise ValueError(f"{where} must be a dict with keys {sorted(EVAL_CELL_FIELDS)}, got {cell!r}")
+    for key, value in cell.items():
+        rule = EVAL_CELL_FIELDS.get(key)
+        if rule is None:
+            raise ValueError(f"{where} has an unknown key {key!r}; keys: {sorted(EVAL_CELL_FIELDS)}")
+        if not rule.admits(value):
+            raise ValueError(f"{where}.{key} must be {rule}, got {value!r}")
+    if cell.get("dim", 5) > d_max and not (wide and cell.get("arms") == "one_hot"):
+        raise ValueError(f"{where}.dim={cell.get('dim', 5)} must be <= the model's d_max={d_max}")
 
 
 def family_options(cfg: LinearGeneralistTrainConfig) -> FamilyOptions:

@@ -44,114 +44,184 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 
 from agents.learned.mdp_generalist import MDPGeneralistAgent
 from agents.mdp.posterior_dpt import PosteriorOptimalAction
-from agents.mdp.psrl import PSRL, DarkRoomPSRL
-from icrl_gym.algorithm import MDPAgent, child_rng
+from agents.mdp.psrl import PSRL
+from icrl_gym.algorithm import MDPAgent
+from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
 from icrl_gym.data.mdp_rollout import rollout_mdp
-from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
-from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
-from icrl_gym.envs.mdp_env import reset_info
-from icrl_gym.estimators.statistics import TransitionCounts
+from icrl_gym.envs.dark_room import dark_room_spec
+from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.models.mdp_generalist import (
-    CountStats,
     MDPGeneralist,
-    MDPGeneralistCache,
     MDPGeneralistConfig,
-    known_move_counts,
 )
-from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.generalist_task import (
+    GeneralistLoopConfig,
     GeneralistTrainer,
     soft_label_loss,
     train_generalist,
 )
 from icrl_gym.training.loop import Logger
 from icrl_gym.training.loop import main as run_main
-from icrl_gym.training.mdp_generalist_config import MDPGeneralistTrainConfig, eval_spec
+from icrl_gym.training.mdp_expert_rollout import (
+    QueryBatch,
+    expert_name,
+    posterior_expert,
+    rollout_queries,
+)
+
+DEFAULT_EVAL_CELLS = (
+    {"num_states": 5, "num_actions": 3, "horizon": 10, "episodes": 20},
+    {"num_states": 10, "num_actions": 4, "horizon": 10, "episodes": 20},
+    {"kind": "dark_room", "size": 5, "horizon": 20, "episodes": 10},
+)
+"""The in-training evaluation: today's fixed size, a larger random MDP, a small dark room."""
 
 
 @dataclass
-class QueryBatch:
-    """One training batch: B runs of one prior, their counts and labels at Q query steps shared by the runs."""
+class MDPGeneralistTrainConfig(GeneralistLoopConfig):
+    """Everything that defines a pretraining run of the MDP generalist (the module docstring).
 
-    n_sas: np.ndarray
-    """(B, Q, H', S, A, S) N_h(s, a, s') before each query step."""
-    n_sa: np.ndarray
-    """(B, Q, H', S, A) N_h(s, a)."""
-    reward_sum: np.ndarray
-    """(B, Q, H', S, A) reward sums."""
-    starts: np.ndarray
-    """(B, Q, S) episodes started in s (the query step's own episode included)."""
-    states: np.ndarray
-    """(B, Q) s_t at the query steps."""
-    h: np.ndarray
-    """(Q,) step within the episode of each query."""
-    k: np.ndarray
-    """(Q,) episode of each query."""
-    targets: np.ndarray
-    """(B, Q, A) P(a* = a | D_{t-1}, s_t)."""
-    spec: MDPSpec
-    """The batch's prior."""
-
-    @property
-    def size(self) -> int:
-        """B."""
-        return self.states.shape[0]
-
-    def rows(self, index: np.ndarray) -> QueryBatch:
-        """The batch of the runs ``index`` (a data-parallel rank's share)."""
-        arrays = ("n_sas", "n_sa", "reward_sum", "starts", "states", "targets")
-        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
-
-    def model_input(self, device: torch.device) -> tuple[CountStats, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The B Q problems flattened (run-major): counts, states, h, k as the model's forward takes them."""
-        counts = (self.n_sas, self.n_sa, self.reward_sum, self.starts)
-        return flat_model_input(counts, self.states, self.h, self.k, device)
-
-
-def flat_model_input(
-    counts: Sequence[np.ndarray],
-    states: np.ndarray,
-    h: np.ndarray,
-    k: np.ndarray,
-    device: torch.device,
-) -> tuple[CountStats, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """B runs' counts at Q steps each, flattened (run-major) to the B Q problems of the model's forward.
-
-    ``counts``: (N_h(s, a, s'), N_h(s, a), R_h(s, a), N_start(s)), each (B, Q, ...); ``states`` (B, Q);
-    ``h``, ``k`` (Q,): the step and episode of each of the Q steps (shared by the runs).
+    The shared fields keep their meaning with the MDP's names: ``min_arms``/``max_arms`` bound A,
+    ``min_horizon``/``max_horizon`` bound H (steps per episode); ``model`` holds
+    :class:`~icrl_gym.models.mdp_generalist.MDPGeneralistConfig` fields.
     """
-    b, q = states.shape
 
-    def flat(x: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(x.reshape(b * q, *x.shape[2:]), dtype=torch.float32, device=device)
+    out_dir: str = "runs/mdp-generalist"
+    max_arms: int = 6
+    min_horizon: int = 2
+    max_horizon: int = 30
+    queries: int = 8
+    min_batch: int = 4
+    max_batch: int = 64
+    max_epsilon: float = 0.3
+    cost_per_batch: float = 3.0e7
+    """B = cost_per_batch / (queries H S A (S + 64)), within [min_batch, max_batch]: about constant
+    compute per step (the training forward costs ~ H S A (S + 2 d) per query)."""
+    min_states: int = checked(2, Allowed(low=2, integer=True))
+    """Smallest S of a random MDP."""
+    max_states: int = checked(20, POSITIVE_INT)
+    """Largest S of a random MDP."""
+    max_episodes: int = checked(50, POSITIVE_INT)
+    """Largest K of a random MDP."""
+    max_steps: int = checked(1000, POSITIVE_INT)
+    """Largest T = K H of a run (K is drawn in [1, min(max_episodes, max_steps // H)])."""
+    min_concentration: float = checked(0.1, POSITIVE)
+    """Smallest Dirichlet concentration c (sparse transitions); c is log-uniform."""
+    max_concentration: float = checked(5.0, POSITIVE)
+    """Largest Dirichlet concentration c (dense transitions)."""
+    random_start_fraction: float = checked(0.3, PROBABILITY)
+    """Probability that a batch's MDPs start from mu ~ Dirichlet(1) instead of state 0."""
+    nonstationary_fraction: float = checked(0.3, PROBABILITY)
+    """Probability that a batch's MDPs have one P_h, R_h per step h."""
+    dark_room_fraction: float = checked(0.15, PROBABILITY)
+    """Probability that a batch is dark rooms."""
+    min_room: int = checked(4, Allowed(low=2, integer=True))
+    """Smallest side of a dark room."""
+    max_room: int = checked(12, POSITIVE_INT)
+    """Largest side of a dark room."""
+    room_max_horizon: int = checked(30, POSITIVE_INT)
+    """Largest H of a dark room batch."""
+    room_max_episodes: int = checked(10, POSITIVE_INT)
+    """Largest K of a dark room batch."""
+    posterior_samples: int = checked(8, POSITIVE_INT)
+    """M, PSRL's posterior draws per label: the Monte-Carlo estimate of P(a* | D) of random MDPs.  The
+    loss is linear in the label, so an unbiased estimate leaves the expected gradient (and the
+    minimiser) unchanged: a few draws suffice, and the first draw of the posterior dominates a
+    batch's sampling time (M B H' S^2 A gamma variates)."""
+    eval_posterior_samples: int = checked(32, POSITIVE_INT)
+    """M of the greedy Bayes DPT reference of the evaluation (its argmax needs a sharper estimate)."""
+    dagger_start: int = 1000
+    dagger_fraction: float = 0.1
+    dagger_max_steps: int = checked(200, POSITIVE_INT)
+    """A DAgger batch (rolled out by the model, ~T (H - h) planning levels) keeps K <= dagger_max_steps // H."""
+    eval_every: int = 500
+    eval_instances: int = 100
+    eval_cells: list[dict[str, Any]] = field(default_factory=lambda: [dict(c) for c in DEFAULT_EVAL_CELLS])
+    """MDPSpec fields of the evaluation's priors (a dark room: kind, size, horizon, episodes)."""
+    playable_range: dict[str, list[int]] = field(
+        default_factory=lambda: {
+            "num_states": [2, 144],
+            "num_actions": [2, 8],
+            "horizon": [1, 100],
+            "episodes": [1, 100],
+        }
+    )
+    """The sizes the checkpoint's agent agrees to play (beyond the trained range: out-of-distribution use)."""
 
-    stats = CountStats(*(flat(x) for x in counts))
-    flat_states = torch.as_tensor(states.reshape(-1), dtype=torch.long, device=device)
-    flat_h = torch.as_tensor(np.tile(h, b), dtype=torch.long, device=device)
-    flat_k = torch.as_tensor(np.tile(k, b), dtype=torch.long, device=device)
-    return stats, flat_states, flat_h, flat_k
+    resumable_changes: ClassVar[tuple[str, ...]] = (
+        *GeneralistLoopConfig.resumable_changes,
+        "eval_cells",
+        "eval_posterior_samples",
+        "playable_range",
+    )
+    """Fields a resumed run may change: its length and budget, logging, evaluation and the playable range."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The priors, the trained range (per family and overall) and the playable range."""
+        families: dict[str, dict[str, list[float]]] = {
+            "random": {
+                "num_states": [self.min_states, self.max_states],
+                "num_actions": [self.min_arms, self.max_arms],
+                "horizon": [self.min_horizon, self.max_horizon],
+                "episodes": [1, self.max_episodes],
+                "steps": [1, self.max_steps],
+                "concentration": [self.min_concentration, self.max_concentration],
+            }
+        }
+        if self.dark_room_fraction > 0:
+            families["dark_room"] = {
+                "size": [self.min_room, self.max_room],
+                "num_states": [self.min_room**2, self.max_room**2],
+                "num_actions": [5, 5],
+                "horizon": [max(self.min_horizon, 2), self.room_max_horizon],
+                "episodes": [1, self.room_max_episodes],
+            }
+        overall = {
+            name: [min(f[name][0] for f in families.values()), max(f[name][1] for f in families.values())]
+            for name in ("num_states", "num_actions", "horizon", "episodes")
+        }
+        return {
+            "env": {"kind": sorted(families), "reward": "bernoulli"},
+            "trained_range": {**overall, **families},
+            "playable_range": self.playable_range,
+        }
+
+    def check(self) -> None:
+        """The ranges are ordered; the model's fields build an :class:`MDPGeneralistConfig`; T fits H."""
+        super().check()
+        self.check_order(
+            ("min_states", "max_states"),
+            ("min_concentration", "max_concentration"),
+            ("min_room", "max_room"),
+            ("min_horizon", "room_max_horizon"),
+            ("max_horizon", "max_steps"),
+        )
+        if self.min_arms < 2:
+            raise ValueError(f"MDPGeneralistTrainConfig.min_arms={self.min_arms} must be >= 2 (actions of an MDP)")
+        try:
+            MDPGeneralistConfig.from_dict(self.model)
+        except (TypeError, ValueError) as err:
+            problem = f"MDPGeneralistTrainConfig.model={self.model!r} is not an MDPGeneralistConfig: {err}"
+            raise ValueError(problem) from err
+        for cell in self.eval_cells:
+            eval_spec(cell)
 
 
-def play_cache(model: MDPGeneralist, spec: MDPSpec, batch_size: int, device: torch.device) -> MDPGeneralistCache:
-    """An empty cache of ``batch_size`` runs of ``spec`` as the agent sets it up at reset.
-
-    Counts pooled over h when the prior is stationary; in a dark room, the room's moves as counts.
-    """
-    S, A, H = spec.num_states, spec.num_actions, spec.horizon
-    moves = dark_room_successors(spec.size) if spec.kind == "dark_room" else None
-    known = None if moves is None else tuple(tuple(row) for row in moves.tolist())
-    info = EnvInfo(A, H, num_states=S, episodes=spec.episodes, stationary=spec.is_stationary, known_moves=known)
-    return model.new_cache(batch_size, info, device)
+def eval_spec(cell: dict[str, Any]) -> MDPSpec:
+    """The prior of an evaluation cell (a dark room from its side, else :class:`MDPSpec` fields)."""
+    cell = dict(cell)
+    if cell.get("kind") == "dark_room":
+        return dark_room_spec(int(cell["size"]), int(cell["horizon"]), int(cell["episodes"]))
+    return MDPSpec(**cell)
 
 
 def log_uniform_int(rng: np.random.Generator, low: int, high: int) -> int:
@@ -182,88 +252,6 @@ def batch_size_for(cfg: MDPGeneralistTrainConfig, spec: MDPSpec) -> int:
     """B of a batch of ``spec`` (``cost_per_batch``)."""
     S, A, H = spec.num_states, spec.num_actions, spec.horizon
     return int(np.clip(round(cfg.cost_per_batch / (cfg.queries * H * S * A * (S + 64))), cfg.min_batch, cfg.max_batch))
-
-
-def expert_name(spec: MDPSpec) -> str:
-    """The posterior-sampling expert of a prior: DarkRoom PSRL for dark rooms, PSRL otherwise."""
-    return DarkRoomPSRL.name if spec.kind == "dark_room" else PSRL.name
-
-
-def posterior_expert(spec: MDPSpec, posterior_samples: int | None = None) -> PSRL | DarkRoomPSRL:
-    """The expert of :func:`expert_name` (PSRL with ``posterior_samples``, its default when None)."""
-    if spec.kind == "dark_room":
-        return DarkRoomPSRL()
-    return PSRL() if posterior_samples is None else PSRL(posterior_samples=posterior_samples)
-
-
-def rollout_queries(
-    spec: MDPSpec,
-    batch_size: int,
-    queries: int,
-    max_epsilon: float,
-    posterior_samples: int,
-    rng: np.random.Generator,
-    model: MDPGeneralist | None = None,
-) -> QueryBatch:
-    """Roll out ``batch_size`` instances of ``spec`` and label them at ``queries`` shared steps (module docstring).
-
-    The expert (:func:`posterior_expert`) sees every transition; it acts unless ``model``
-    is given (then the greedy model acts, through its cache); each run takes a uniform action with
-    probability eps ~ U[0, max_epsilon] instead.
-    """
-    B, S, A, H, T = batch_size, spec.num_states, spec.num_actions, spec.horizon, spec.total_steps
-    env = MDPBatch(spec, B, rng)
-    expert = posterior_expert(spec, posterior_samples)
-    expert.reset(reset_info(spec, env), rng=child_rng(rng))
-    labeller = expert
-    counts = TransitionCounts(B, H, S, A, pooled=spec.is_stationary)
-    if spec.kind == "dark_room":  # the prior knows the moves: the model's input starts from them (as its cache does)
-        counts.n_sas += known_move_counts(dark_room_successors(spec.size))
-    starts = np.zeros((B, S))
-    query_steps = np.sort(rng.choice(T, size=min(queries, T), replace=False))
-    Q = len(query_steps)
-    hs = counts.n_sa.shape[1]
-    out = QueryBatch(
-        n_sas=np.zeros((B, Q, hs, S, A, S), np.float32),
-        n_sa=np.zeros((B, Q, hs, S, A), np.float32),
-        reward_sum=np.zeros((B, Q, hs, S, A), np.float32),
-        starts=np.zeros((B, Q, S), np.float32),
-        states=np.zeros((B, Q), np.int64),
-        h=query_steps % H,
-        k=query_steps // H,
-        targets=np.zeros((B, Q, A), np.float32),
-        spec=spec,
-    )
-    epsilon = rng.uniform(0.0, max_epsilon, B)
-    cache: MDPGeneralistCache | None = None
-    if model is not None:
-        device = next(model.parameters()).device  # the model plays where its weights are
-        cache = play_cache(model, spec, B, device)
-    prev: tuple[torch.Tensor, torch.Tensor] | None = None
-    rows, q = np.arange(B), 0
-    for t in range(T):
-        states, h = env.state.copy(), env.h
-        if h == 0:
-            starts[rows, states] += 1
-        if q < Q and query_steps[q] == t:
-            out.n_sas[:, q], out.n_sa[:, q], out.reward_sum[:, q] = counts.n_sas, counts.n_sa, counts.reward_sum
-            out.starts[:, q], out.states[:, q] = starts, states
-            out.targets[:, q] = labeller.optimal_action_probs(states, h)
-            q += 1
-        if model is None or cache is None:
-            actions = expert.act_batch(states, h)
-        else:
-            prev_a, prev_r = prev if prev is not None else (None, None)
-            logits = model.step(cache, torch.as_tensor(states, device=device), prev_a, prev_r).logits
-            actions = logits.argmax(dim=1).cpu().numpy()
-        actions = np.where(rng.random(B) < epsilon, rng.integers(0, A, B), actions)
-        step = env.step(actions)
-        expert.update_batch(states, h, actions, step["reward"], step["next_state"])
-        counts.update(states, h, actions, step["reward"], step["next_state"])
-        if model is not None:
-            reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
-            prev = (torch.as_tensor(actions, device=device), reward)
-    return out
 
 
 def sample_batch(

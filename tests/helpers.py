@@ -6,9 +6,11 @@ depends on (a longer run, another environment, a DAgger start), so what a test c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record
@@ -112,3 +114,8 @@ def slow_failure_fraction(totals: Any, reference: Any, factor: float = 3.0, floo
         if r > factor * ref and r > floor:
             failed += 1
     return failed / len(totals)
+
+
+def raises(kind: type[BaseException] | tuple[type[BaseException], ...], *fragments: str) -> Any:
+    """pytest.raises(kind) whose message contains every fragment (literally)."""
+    return pytest.raises(kind, match="(?s)" + "".join(f"(?=.*{re.escape(f)})" for f in fragments))

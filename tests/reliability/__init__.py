@@ -1,9 +1,10 @@
 """The reliability probes: every bad input and fault tried against the package, each with its verdict.
 
 :mod:`tests.reliability.framework` is the machinery (what a probe is, how a verdict is reached, the
-table); :mod:`tests.reliability.first_pass`, :mod:`tests.reliability.new_surfaces`,
+table); :mod:`tests.reliability.first_pass` (with ``first_pass_regressions``),
+:mod:`tests.reliability.new_surfaces` (with ``new_surfaces_runtime`` and ``new_surfaces_tools``),
 :mod:`tests.reliability.agents_round` and :mod:`tests.reliability.commands_round` register the
-probes.  ``tests/test_reliability_probes.py`` runs each as one pytest case, and
+probes. ``tests/test_reliability_probes.py`` runs each as one pytest case, and
 
     python -m tests.reliability [--out docs/reliability-probes.md] [--fast]
 
@@ -16,7 +17,10 @@ from tests.reliability import (  # noqa: F401  (register the probes)
     agents_round,
     commands_round,
     first_pass,
+    first_pass_regressions,
     new_surfaces,
+    new_surfaces_runtime,
+    new_surfaces_tools,
 )
 from tests.reliability.framework import PROBES
 

@@ -20,26 +20,11 @@ import numpy as np
 
 from agents import make_agent
 from icrl_gym.algorithm import Agent, MDPAgent
-from tests.reliability.framework import (
-    Accepted,
-    Outcome,
-    Section,
-    Verdict,
-    add_probe,
-    classify_error,
-    described,
-    never_started,
-    probe,
-    refused,
-    refused_by_each,
-    refused_naming,
-    replaced,
-    short,
-    surface,
-)
+from tests.reliability import framework as rp
+from tests.reliability.framework import Outcome, Section, Verdict, probe
 
 # ===================================================================================== learned agents
-surface("Learned agents: a second act() before update()")
+rp.surface("Learned agents: a second act() before update()")
 
 LEARNED = {
     "bernoulli-generalist": ("generalist", "ICRL-BernoulliBandit-v0"),
@@ -112,10 +97,10 @@ def _second_act(ckpt: str) -> Outcome:
         got = agent.act(other)
     except Exception as err:
         if isinstance(want, Exception) and type(err) is type(want) and str(err) == str(want):
-            return Outcome(Verdict.CLEAR, f"refused as a fresh agent: {described(err)}")
-        return classify_error(err, ("update()", "another observation"), (RuntimeError,))
+            return Outcome(Verdict.CLEAR, f"refused as a fresh agent: {rp.described(err)}")
+        return rp.classify_error(err, ("update()", "another observation"), (RuntimeError,))
     if isinstance(want, Exception):
-        return Outcome(Verdict.PROBLEM, f"answered {got} where a fresh agent refuses: {described(want)}")
+        return Outcome(Verdict.PROBLEM, f"answered {got} where a fresh agent refuses: {rp.described(want)}")
     if got != want:
         return Outcome(Verdict.PROBLEM, f"answered {got} (the first answer was {first}; a fresh agent plays {want})")
     return Outcome(Verdict.HANDLED, f"answered {got} for the new observation, as a fresh agent")
@@ -123,7 +108,9 @@ def _second_act(ckpt: str) -> Outcome:
 
 for _ckpt, (_name, _) in LEARNED.items():
     _what = "another state at the same step" if _name.startswith("mdp") else "permuted arms"
-    add_probe(f"{_ckpt} act() twice before update(), on {_what}", Section.SILENT, lambda tmp, c=_ckpt: _second_act(c))
+    rp.add_probe(
+        f"{_ckpt} act() twice before update(), on {_what}", Section.SILENT, lambda tmp, c=_ckpt: _second_act(c)
+    )
 
 
 def _stale_state(ckpt: str, acted_on_next: bool) -> Any:
@@ -147,11 +134,11 @@ def _stale_states(tmp: Path) -> Outcome:
         if name.startswith("mdp")
         for next_too in (False, True)
     }
-    return refused_by_each("stale observations", cases, "h=0", "h=1", "update()", kinds=(ValueError,))
+    return rp.refused_by_each("stale observations", cases, "h=0", "h=1", "update()", kinds=(ValueError,))
 
 
 # ===================================================================================== Bayes-optimal priors
-surface("Bernoulli Bayes-optimal agent: impossible priors")
+rp.surface("Bernoulli Bayes-optimal agent: impossible priors")
 
 
 def _bayes(**kwargs: Any) -> Any:
@@ -171,12 +158,12 @@ def _prior_cases(values: tuple[float, ...]) -> dict[str, tuple[Callable[[], Any]
 
 @probe("bernoulli_bayes_optimal with prior_a or prior_b NaN or infinite", Section.SILENT)
 def _bayes_nonfinite_prior(tmp: Path) -> Outcome:
-    return refused_naming("priors", _prior_cases((math.nan, math.inf)), kinds=(ValueError,))
+    return rp.refused_naming("priors", _prior_cases((math.nan, math.inf)), kinds=(ValueError,))
 
 
 @probe("bernoulli_bayes_optimal with prior_a or prior_b 0 or negative", Section.SILENT)
 def _bayes_nonpositive_prior(tmp: Path) -> Outcome:
-    return refused_naming("priors", _prior_cases((0.0, -2.0)), kinds=(ValueError,))
+    return rp.refused_naming("priors", _prior_cases((0.0, -2.0)), kinds=(ValueError,))
 
 
 @probe("bernoulli_bayes_optimal with a hyperprior entry NaN, infinite, 0 or negative", Section.SILENT)
@@ -186,7 +173,7 @@ def _bayes_bad_hyperprior_entry(tmp: Path) -> Outcome:
         for value in (math.inf, math.nan, 0.0, -1.0)
         for family in ([[1.0, 1.0], [2.0, value]],)
     }
-    return refused_naming("hyperpriors", cases, kinds=(ValueError,))
+    return rp.refused_naming("hyperpriors", cases, kinds=(ValueError,))
 
 
 @probe("bernoulli_bayes_optimal with hyperprior weights NaN, infinite, negative or all 0", Section.SILENT)
@@ -194,11 +181,11 @@ def _bayes_bad_weights(tmp: Path) -> Outcome:
     cases = {
         f"hyperprior_weights={weights}": (
             lambda weights=weights: _bayes(hyperprior=[[1.0, 1.0], [2.0, 2.0]], hyperprior_weights=weights),
-            ("hyperprior_weights", short(str(weights[-1]))),
+            ("hyperprior_weights", rp.short(str(weights[-1]))),
         )
         for weights in ([1.0, math.nan], [1.0, math.inf], [1.0, -0.5], [0.0, 0.0])
     }
-    return refused_naming("weights", cases, kinds=(ValueError,))
+    return rp.refused_naming("weights", cases, kinds=(ValueError,))
 
 
 @probe("bernoulli_bayes_optimal with a hyperprior of the wrong shape", Section.CRASH)
@@ -211,11 +198,11 @@ def _bayes_hyperprior_shape(tmp: Path) -> Outcome:
         lambda: _bayes(hyperprior=[[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]], hyperprior_weights=[0.5, 0.5]),
         ("hyperprior_weights", "3 numbers"),
     )
-    return refused_naming("shapes", cases, kinds=(ValueError,))
+    return rp.refused_naming("shapes", cases, kinds=(ValueError,))
 
 
 # ===================================================================================== training set-up
-surface("Training set-up: fine-tuning sizes, torchrun's variables")
+rp.surface("Training set-up: fine-tuning sizes, torchrun's variables")
 
 
 @probe("fine-tune tabular-mdp-generalist on S=200 (it plays S <= 144)", Section.LOST)
@@ -228,16 +215,16 @@ def _finetune_beyond_playable(tmp: Path) -> Outcome:
         cfg = ft.FinetuneConfig(
             base="tabular-mdp-generalist", env=env, out_dir=str(tmp / f"run-{num_states}"), iterations=1
         )
-        with replaced(trainer, "resume", never_started):  # the run's first read: the check must come before it
+        with rp.replaced(trainer, "resume", rp.never_started):  # the run's first read: the check must come before it
             return ft.finetune(cfg, echo=False)
 
     try:
         run(20)  # within the range: the check lets it through to the work
-    except Accepted:
+    except rp.Accepted:
         pass
     except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"an in-range env (S=20) was refused: {described(err)}")
-    outcome = refused(lambda: run(200), "num_states=200", "[2, 144]", kinds=(ValueError,))
+        return Outcome(Verdict.PROBLEM, f"an in-range env (S=20) was refused: {rp.described(err)}")
+    outcome = rp.refused(lambda: run(200), "num_states=200", "[2, 144]", kinds=(ValueError,))
     left = sorted(p.name for p in tmp.iterdir())
     if outcome.verdict is not Verdict.PROBLEM and left:
         return Outcome(Verdict.PROBLEM, f"{outcome.behaviour}; and left {left} behind")
@@ -274,13 +261,13 @@ def _join(**variables: str) -> Any:
 
 @probe("WORLD_SIZE=2 without RANK (and WORLD_SIZE=1 without RANK)", Section.CRASH)
 def _world_size_without_rank(tmp: Path) -> Outcome:
-    outcome = refused(lambda: _join(WORLD_SIZE="2"), "WORLD_SIZE", "RANK", "torchrun", kinds=(ValueError,))
+    outcome = rp.refused(lambda: _join(WORLD_SIZE="2"), "WORLD_SIZE", "RANK", "torchrun", kinds=(ValueError,))
     if outcome.verdict is Verdict.PROBLEM:
         return outcome
     try:
         single = _join(WORLD_SIZE="1")
     except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"WORLD_SIZE=1: raw {described(err)}")
+        return Outcome(Verdict.PROBLEM, f"WORLD_SIZE=1: raw {rp.described(err)}")
     if single.enabled or single.rank != 0:
         return Outcome(Verdict.PROBLEM, f"WORLD_SIZE=1 without RANK gave {single}, not one process")
     return Outcome(Verdict.CLEAR, f"{outcome.behaviour} (WORLD_SIZE=1 alone: one process)")
@@ -289,4 +276,4 @@ def _world_size_without_rank(tmp: Path) -> Outcome:
 @probe("WORLD_SIZE not an integer ('two', '', '2.5')", Section.CRASH)
 def _world_size_not_integer(tmp: Path) -> Outcome:
     cases = {repr(value): (lambda value=value: _join(WORLD_SIZE=value, RANK="0")) for value in ("two", "", "2.5")}
-    return refused_by_each("values", cases, "WORLD_SIZE", "integer", "torchrun", kinds=(ValueError,))
+    return rp.refused_by_each("values", cases, "WORLD_SIZE", "integer", "torchrun", kinds=(ValueError,))

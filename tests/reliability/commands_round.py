@@ -26,29 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from tests.reliability.first_pass import _bench_arguments
-from tests.reliability.framework import (
-    Accepted,
-    CommandLineExit,
-    Outcome,
-    Section,
-    Verdict,
-    classify_error,
-    command_line,
-    described,
-    never_started,
-    probe,
-    refused,
-    refused_by_each,
-    replaced,
-    short,
-    surface,
-    traced_peak,
-)
-from tests.reliability.new_surfaces import KERNEL_RUN, _kernel_outcome, snapshot, unchanged
+from tests.reliability import framework as rp
+from tests.reliability.first_pass_regressions import _bench_arguments
+from tests.reliability.framework import Outcome, Section, Verdict, probe
+from tests.reliability.new_surfaces import snapshot, unchanged
+from tests.reliability.new_surfaces_tools import KERNEL_RUN, _kernel_outcome
 
 # ===================================================================================== evaluation commands
-surface("Evaluation commands: --out, --seed, earlier results, sizes")
+rp.surface("Evaluation commands: --out, --seed, earlier results, sizes")
 
 EVALUATIONS: dict[str, tuple[str, ...]] = {
     "bernoulli_frontier": ("frontier", "uninformed_regrets"),
@@ -59,14 +44,14 @@ EVALUATIONS: dict[str, tuple[str, ...]] = {
 functions doing its work, stood in for by the probes."""
 
 
-def _evaluation(name: str, argv: list[str], work: Callable[..., Any] = never_started) -> Any:
+def _evaluation(name: str, argv: list[str], work: Callable[..., Any] = rp.never_started) -> Any:
     """``python -m benchmarks.evaluations.<name> ARGV`` with its work functions replaced by ``work``, stdout muted."""
     module = importlib.import_module(f"benchmarks.experiments.{name}.cli")
     with contextlib.ExitStack() as stack:
         for function in EVALUATIONS[name]:
-            stack.enter_context(replaced(module, function, work))
+            stack.enter_context(rp.replaced(module, function, work))
         stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
-        return command_line(module.main, argv)
+        return rp.command_line(module.main, argv)
 
 
 def _arguments(name: str, tmp: Path) -> list[str]:
@@ -83,7 +68,7 @@ def _each_evaluation(tmp: Path, argv: Callable[[str], list[str]]) -> dict[str, C
 def _out_on_file(tmp: Path) -> Outcome:
     (tmp / "results").write_text("mine\n")
     cases = _each_evaluation(tmp, lambda name: ["--out", str(tmp / "results")])
-    outcome = refused_by_each("commands", cases, "--out", "is a file", kinds=(CommandLineExit,))
+    outcome = rp.refused_by_each("commands", cases, "--out", "is a file", kinds=(rp.CommandLineExit,))
     return unchanged(outcome, {".": b"mine\n"}, tmp / "results")
 
 
@@ -91,14 +76,14 @@ def _out_on_file(tmp: Path) -> Outcome:
 def _out_below_file(tmp: Path) -> Outcome:
     (tmp / "results").write_text("mine\n")
     cases = _each_evaluation(tmp, lambda name: ["--out", str(tmp / "results" / name)])
-    outcome = refused_by_each("commands", cases, "--out", "lies below the file", kinds=(CommandLineExit,))
+    outcome = rp.refused_by_each("commands", cases, "--out", "lies below the file", kinds=(rp.CommandLineExit,))
     return unchanged(outcome, {".": b"mine\n"}, tmp / "results")
 
 
 @probe("evaluation commands with --seed -1", Section.CRASH)
 def _negative_seed(tmp: Path) -> Outcome:
     cases = _each_evaluation(tmp, lambda name: ["--seed", "-1", "--out", str(tmp / name)])
-    outcome = refused_by_each("commands", cases, "--seed", "-1", kinds=(CommandLineExit,))
+    outcome = rp.refused_by_each("commands", cases, "--seed", "-1", kinds=(rp.CommandLineExit,))
     created = sorted(name for name in EVALUATIONS if (tmp / name).exists())
     if outcome.verdict is not Verdict.PROBLEM and created:
         return Outcome(Verdict.PROBLEM, f"{outcome.behaviour}; and --out was created for {created}")
@@ -144,19 +129,19 @@ def _second_run(tmp: Path, name: str) -> Outcome:
     try:
         _evaluation(name, argv, result(1.0))
     except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"the first run failed: {described(err)}")
+        return Outcome(Verdict.PROBLEM, f"the first run failed: {rp.described(err)}")
     missing = [f for f in outputs if not (out / f).is_file()]
     if missing:
         return Outcome(Verdict.PROBLEM, f"the first run wrote no {missing}")
     before = snapshot(out)
-    outcome = refused(lambda: _evaluation(name, argv, result(2.0)), "--overwrite", kinds=(CommandLineExit,))
+    outcome = rp.refused(lambda: _evaluation(name, argv, result(2.0)), "--overwrite", kinds=(rp.CommandLineExit,))
     outcome = unchanged(outcome, before, out)
     if outcome.verdict is Verdict.PROBLEM:
         return outcome
     try:
         _evaluation(name, [*argv, "--overwrite"], result(2.0))
     except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"{outcome.behaviour}; and --overwrite failed: {described(err)}")
+        return Outcome(Verdict.PROBLEM, f"{outcome.behaviour}; and --overwrite failed: {rp.described(err)}")
     if snapshot(out) == before:
         return Outcome(Verdict.PROBLEM, f"{outcome.behaviour}; and --overwrite did not replace {list(outputs)}")
     return Outcome(Verdict.CLEAR, f"{outcome.behaviour} (--overwrite replaces them)")
@@ -194,11 +179,11 @@ def _frontier_too_big(tmp: Path) -> Outcome:
     shown = ""
     for label, (argv, fragments) in FRONTIER_SIZES.items():
         start = time.perf_counter()
-        result, peak = traced_peak(functools.partial(_evaluation, "bernoulli_frontier", [*argv, *base]))
+        result, peak = rp.traced_peak(functools.partial(_evaluation, "bernoulli_frontier", [*argv, *base]))
         seconds = time.perf_counter() - start
         if not isinstance(result, Exception):
             return Outcome(Verdict.PROBLEM, f"{label}: accepted silently")
-        outcome = classify_error(result, fragments, (CommandLineExit,))
+        outcome = rp.classify_error(result, fragments, (rp.CommandLineExit,))
         if outcome.verdict is Verdict.PROBLEM:
             return Outcome(Verdict.PROBLEM, f"{label}: {outcome.behaviour}")
         if peak > QUICK_BYTES or seconds > QUICK_SECONDS:
@@ -206,10 +191,10 @@ def _frontier_too_big(tmp: Path) -> Outcome:
         shown = shown or outcome.behaviour
     try:  # the module docstring's command, the model included: under the default limit
         _evaluation("bernoulli_frontier", ["--horizon", "200", "--model", "bernoulli-generalist", *base])
-    except Accepted:
+    except rp.Accepted:
         pass
     except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"the documented --horizon 200 --model ... was refused: {described(err)}")
+        return Outcome(Verdict.PROBLEM, f"the documented --horizon 200 --model ... was refused: {rp.described(err)}")
     if (tmp / "frontier").exists() and any((tmp / "frontier").iterdir()):
         return Outcome(Verdict.PROBLEM, "a refused run wrote into --out")
     return Outcome(Verdict.CLEAR, f"all {len(FRONTIER_SIZES)} sizes, before allocating: {shown}")
@@ -221,7 +206,7 @@ Cases = dict[str, tuple[Callable[[], Any], tuple[str, ...]]]
 
 def _refused_naming(cases: Cases, kinds: Any) -> Outcome:
     """:func:`refused` for every case with its own fragments; one PROBLEM makes the probe a PROBLEM, naming the case."""
-    outcomes = {label: refused(action, *fragments, kinds=kinds) for label, (action, fragments) in cases.items()}
+    outcomes = {label: rp.refused(action, *fragments, kinds=kinds) for label, (action, fragments) in cases.items()}
     for label, outcome in outcomes.items():
         if outcome.verdict is Verdict.PROBLEM:
             return Outcome(Verdict.PROBLEM, f"{label}: {outcome.behaviour}")
@@ -242,7 +227,7 @@ def _deployment_cells(tmp: Path) -> Outcome:
             ("--checkpoint", "no-such-model"),
         ),
     }
-    return _refused_naming(cases, kinds=(CommandLineExit,))
+    return _refused_naming(cases, kinds=(rp.CommandLineExit,))
 
 
 @probe("mdp_generalization with --shard 2/2, both --model-only and --references-only, or --device tpu", Section.CRASH)
@@ -256,17 +241,17 @@ def _grid_command_options(tmp: Path) -> Outcome:
         ),
         "--device tpu": (lambda: _evaluation("mdp_generalization", ["--device", "tpu", *out]), ("--device", "tpu")),
     }
-    return _refused_naming(cases, kinds=(CommandLineExit,))
+    return _refused_naming(cases, kinds=(rp.CommandLineExit,))
 
 
 # ===================================================================================== grid flags
-surface("Benchmark grid flags")
+rp.surface("Benchmark grid flags")
 
 
 @probe("benchmark --experiments generalization --grid-arms 1", Section.CRASH)
 def _grid_arms_1(tmp: Path) -> Outcome:
     argv = ["--experiments", "generalization", "--grid-arms", "1", "--out", str(tmp)]
-    return refused(lambda: _bench_arguments(argv), "--grid-arms", ">= 2", "got 1", kinds=(CommandLineExit,))
+    return rp.refused(lambda: _bench_arguments(argv), "--grid-arms", ">= 2", "got 1", kinds=(rp.CommandLineExit,))
 
 
 @probe("benchmark grid flags naming a value twice", Section.SILENT)
@@ -280,7 +265,7 @@ def _grid_flags_twice(tmp: Path) -> Outcome:
             ("--mdp-cells", "fixed,fixed"),
         )
     }
-    return refused_by_each("flags", cases, "more than once", kinds=(CommandLineExit,))
+    return rp.refused_by_each("flags", cases, "more than once", kinds=(rp.CommandLineExit,))
 
 
 @probe("generalization cell whose best reference has no regret (T=1, every draw right)", Section.CRASH)
@@ -297,14 +282,14 @@ def _best_reference_without_regret(tmp: Path) -> Outcome:
         ratio = result.stats()[MODEL]["ratio_to_best"]
         write_cells_csv(tmp / "cells.csv", [result], 2, 0)
     except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"raw {described(err)}")
+        return Outcome(Verdict.PROBLEM, f"raw {rp.described(err)}")
     if not math.isnan(ratio):
         return Outcome(Verdict.PROBLEM, f"the ratio to a best reference without regret is {ratio}, not NaN")
     return Outcome(Verdict.HANDLED, "cells.csv written; the model's ratio to the best reference is NaN (no regret)")
 
 
 # ===================================================================================== compiled kernel
-surface("Compiled decode kernel: a compiler that reports success after writing half a library")
+rp.surface("Compiled decode kernel: a compiler that reports success after writing half a library")
 
 HALF_WRITING_COMPILER = """#!/bin/sh
 # a C compiler that exits 0 after writing only the first half of the library (a full disk, a killed linker)
@@ -360,7 +345,7 @@ def _kernel_half_compiler(tmp: Path) -> Outcome:
         if stored:
             return Outcome(Verdict.PROBLEM, f"{attempt} stored the half library {stored}")
         if not done.stdout.startswith("fallback"):
-            return Outcome(Verdict.PROBLEM, f"{attempt} loaded a kernel from the half library: {short(done.stdout)}")
+            return Outcome(Verdict.PROBLEM, f"{attempt} loaded a kernel from the half library: {rp.short(done.stdout)}")
         shown = shown or outcome.behaviour
     return Outcome(Verdict.HANDLED, f"both processes live, nothing stored; {shown}")
 

@@ -7,8 +7,6 @@ file goes to the probe's temporary folder; nothing in ``runs/`` or ``results/`` 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 import zipfile
@@ -21,31 +19,15 @@ import numpy as np
 
 import icrl_gym  # noqa: F401  (registers the environments)
 from agents import make_agent
-from tests.reliability.framework import (
-    CommandLineExit,
-    Outcome,
-    Section,
-    Verdict,
-    add_probe,
-    classify_error,
-    command_line,
-    described,
-    input_probe,
-    never_started,
-    probe,
-    refused,
-    refused_by_each,
-    replaced,
-    surface,
-    traced_peak,
-)
+from tests.reliability import framework as rp
+from tests.reliability.framework import Outcome, Section, Verdict, probe
 
 NAN, INF = float("nan"), float("inf")
 MDP_AGENTS = ("mdp_uniform", "mdp_optimal", "ucbvi", "psrl", "posterior_optimal_action")
 """The registered algorithms for tabular MDPs (``dark_room_psrl`` needs a DarkRoom and is probed beside them)."""
 
 
-surface("First pass: environments and agents")
+rp.surface("First pass: environments and agents")
 
 
 def _linear(**kwargs: Any) -> Any:
@@ -73,7 +55,7 @@ def _each_mdp_agent(act: Callable[[Any, np.ndarray, dict[str, Any]], Any], dark_
 
 
 for _value in (NAN, INF):
-    input_probe(
+    rp.input_probe(
         f"linear prior='gaussian', prior_var={_value}",
         Section.SILENT,
         lambda value=_value: _linear(prior="gaussian", prior_var=value),
@@ -81,9 +63,11 @@ for _value in (NAN, INF):
         repr(_value),
         kinds=(ValueError,),
     )
-input_probe("linear horizon=2.5", Section.SILENT, lambda: _linear(horizon=2.5), "horizon", "2.5", kinds=(ValueError,))
+rp.input_probe(
+    "linear horizon=2.5", Section.SILENT, lambda: _linear(horizon=2.5), "horizon", "2.5", kinds=(ValueError,)
+)
 for _value in (NAN, INF):
-    input_probe(
+    rp.input_probe(
         f"TabularMDP concentration={_value}",
         Section.SILENT,
         lambda value=_value: gym.make("ICRL-TabularMDP-v0", concentration=value),
@@ -114,13 +98,13 @@ def _negative_mu(o: dict[str, np.ndarray]) -> None:
     mu[0], mu[1] = 1.5, -0.5
 
 
-input_probe(
+rp.input_probe(
     "MDP reset(options) with P < 0", Section.SILENT, lambda: _reset_with(_negative_p), "P", "-0.5", kinds=(ValueError,)
 )
-input_probe(
+rp.input_probe(
     "MDP reset(options) with R = nan", Section.SILENT, lambda: _reset_with(_nan_r), "R", "nan", kinds=(ValueError,)
 )
-input_probe(
+rp.input_probe(
     "MDP reset(options) with mu < 0",
     Section.SILENT,
     lambda: _reset_with(_negative_mu),
@@ -138,12 +122,12 @@ def _linucb_nan_reward() -> Any:
     return agent.update(agent.act(obs), NAN)
 
 
-input_probe("NaN reward to LinUCB", Section.SILENT, _linucb_nan_reward, "reward", "nan", kinds=(ValueError,))
+rp.input_probe("NaN reward to LinUCB", Section.SILENT, _linucb_nan_reward, "reward", "nan", kinds=(ValueError,))
 
 
 @probe("MDP agents given an all-zero observation", Section.SILENT)
 def _all_zero_obs(tmp: Path) -> Outcome:
-    return refused_by_each(
+    return rp.refused_by_each(
         "MDP agents",
         _each_mdp_agent(lambda agent, obs, info: agent.act(np.zeros_like(obs))),
         "one-hot",
@@ -160,7 +144,7 @@ def _foreign_obs(tmp: Path) -> Outcome:
         other[[H - 1, H + S - 1]] = 1.0  # its last state at its last step: nonzero at [H-1, H+S-1]
         return agent.act(other)
 
-    return refused_by_each("MDP agents", _each_mdp_agent(act), "one-hot", "nonzero entries", kinds=(ValueError,))
+    return rp.refused_by_each("MDP agents", _each_mdp_agent(act), "one-hot", "nonzero entries", kinds=(ValueError,))
 
 
 def _update_after_act(action: Any) -> Callable[[Any, np.ndarray, dict[str, Any]], Any]:
@@ -174,19 +158,19 @@ def _update_after_act(action: Any) -> Callable[[Any, np.ndarray, dict[str, Any]]
 
 @probe("MDP agents update(99)", Section.SILENT)
 def _update_99(tmp: Path) -> Outcome:
-    return refused_by_each(
+    return rp.refused_by_each(
         "MDP agents", _each_mdp_agent(_update_after_act(99), dark_room=True), "actions", "99", kinds=(ValueError,)
     )
 
 
 @probe("MDP agents update(1.7)", Section.SILENT)
 def _update_fraction(tmp: Path) -> Outcome:
-    return refused_by_each(
+    return rp.refused_by_each(
         "MDP agents", _each_mdp_agent(_update_after_act(1.7), dark_room=True), "actions", "1.7", kinds=(ValueError,)
     )
 
 
-input_probe(
+rp.input_probe(
     "dark_room_psrl on a TabularMDP",
     Section.SILENT,
     lambda: make_agent("dark_room_psrl").reset(_mdp()[2]),
@@ -196,7 +180,7 @@ input_probe(
 )
 
 
-surface("First pass: trajectory files")
+rp.surface("First pass: trajectory files")
 
 
 def _trajectory_file(tmp: Path) -> Path:
@@ -240,7 +224,7 @@ def _trajectory_header_edit(tmp: Path) -> Outcome:
     in_place.write_bytes(raw[:at] + edited + raw[at + len(member) :])
     rezipped = _rezip(tmp / "rezipped.npz", {**_members(path), "rewards.npy": edited})
     cases = {"in place": lambda: _load_trajectories(in_place), "rezipped": lambda: _load_trajectories(rezipped)}
-    return refused_by_each("edits (in place, rezipped)", cases, ".npz", kinds=(DatasetError,))
+    return rp.refused_by_each("edits (in place, rezipped)", cases, ".npz", kinds=(DatasetError,))
 
 
 @probe("trajectory file: 300 random byte flips in the npy headers", Section.SILENT)
@@ -268,7 +252,7 @@ def _trajectory_header_flips(tmp: Path) -> Outcome:
             counts["DatasetError"] += 1
             continue
         except Exception as err:
-            return Outcome(Verdict.PROBLEM, f"raw {described(err)} after {sum(counts.values())} clean flips")
+            return Outcome(Verdict.PROBLEM, f"raw {rp.described(err)} after {sum(counts.values())} clean flips")
         x, y = loaded.arrays(), reference.arrays()
         if x.keys() != y.keys() or loaded.meta != reference.meta or not all(np.array_equal(x[k], y[k]) for k in x):
             return Outcome(Verdict.PROBLEM, "a flipped file loaded different data without an error")
@@ -325,16 +309,16 @@ def _inconsistent_probe(case: str) -> Callable[[Path], Outcome]:
 
         edit, fragments = INCONSISTENT_RECORDS[case]
         path = _forged(tmp, "forged", edit)
-        return refused(lambda: _load_trajectories(path), str(path), *fragments, kinds=(DatasetError,))
+        return rp.refused(lambda: _load_trajectories(path), str(path), *fragments, kinds=(DatasetError,))
 
     return run
 
 
 for _case in INCONSISTENT_RECORDS:
-    add_probe(f"trajectory metadata inconsistent: {_case}", Section.SILENT, _inconsistent_probe(_case))
+    rp.add_probe(f"trajectory metadata inconsistent: {_case}", Section.SILENT, _inconsistent_probe(_case))
 
 
-surface("First pass: checkpoints")
+rp.surface("First pass: checkpoints")
 
 
 def _tiny_checkpoint(tmp: Path) -> Path:
@@ -370,7 +354,7 @@ def _record_edit(tmp: Path) -> Outcome:
         return load
 
     cases = {"attention": edited("attention", "softmax"), "n_head": edited("n_head", 1)}
-    return refused_by_each("edits (attention, n_head)", cases, ".json", kinds=(CheckpointError,))
+    return rp.refused_by_each("edits (attention, n_head)", cases, ".json", kinds=(CheckpointError,))
 
 
 def _linear_info(**kwargs: Any) -> dict[str, Any]:
@@ -386,10 +370,10 @@ def _checkpoint_error() -> tuple[type[BaseException], ...]:
 @probe("Bernoulli checkpoint on a linear bandit with A=5", Section.SILENT)
 def _bernoulli_on_linear(tmp: Path) -> Outcome:
     agent = make_agent({"name": "transformer", "checkpoint": "bernoulli-ad-ucb"})
-    return refused(lambda: agent.reset(_linear_info(num_actions=5)), "bernoulli-ad-ucb", kinds=_checkpoint_error())
+    return rp.refused(lambda: agent.reset(_linear_info(num_actions=5)), "bernoulli-ad-ucb", kinds=_checkpoint_error())
 
 
-surface("First pass: training (tiny pretraining runs)")
+rp.surface("First pass: training (tiny pretraining runs)")
 
 
 def _pretrain(out: Path, steps: int, command: str, **overrides: Any) -> dict[str, Any]:
@@ -442,7 +426,7 @@ def _resume_outcome(action: Callable[[], dict[str, Any]], *fragments: str) -> Ou
     try:
         training = action()
     except Exception as err:
-        return classify_error(err, fragments, _training_state_error())
+        return rp.classify_error(err, fragments, _training_state_error())
     if _resumed(training):
         return Outcome(Verdict.PROBLEM, f"resumed silently to step {training['step']} from the damaged state")
     return Outcome(Verdict.PROBLEM, "started again from step 0 over the saved run (work lost)")
@@ -474,7 +458,7 @@ for _label, _section, _damage in (
     ("missing", Section.CRASH, Path.unlink),
     ("byte-flipped", Section.SILENT, _flip_middle_byte),
 ):
-    add_probe(f"training: optimizer state {_label} on resume", _section, _damaged_optimizer_probe(_damage))
+    rp.add_probe(f"training: optimizer state {_label} on resume", _section, _damaged_optimizer_probe(_damage))
 
 
 @probe("training: stopped between the weights and the optimizer write", Section.SILENT)
@@ -499,289 +483,7 @@ def _record_missing(tmp: Path) -> Outcome:
     try:
         training = _pretrain(out, 2, "resume")
     except Exception as err:
-        return classify_error(err, (str(out),), _training_state_error())
+        return rp.classify_error(err, (str(out),), _training_state_error())
     if _resumed(training):
         return Outcome(Verdict.HANDLED, f"resumed from the remaining state to step {training['step']}")
     return Outcome(Verdict.PROBLEM, "started again from step 0 and overwrote the saved weights (work lost)")
-
-
-surface("First pass: inputs that used to crash")
-
-
-input_probe("linear dim=2.5", Section.CRASH, lambda: _linear(dim=2.5), "dim", "2.5", kinds=(ValueError,))
-input_probe("linear dim='5'", Section.CRASH, lambda: _linear(dim="5"), "dim", "'5'", kinds=(ValueError,))
-
-
-def _vector(num_envs: Any) -> Any:
-    return gym.make_vec("ICRL-LinearBandit-v0", num_envs=num_envs, vectorization_mode="vector_entry_point")
-
-
-input_probe("vector env num_envs=-1", Section.CRASH, lambda: _vector(-1), "num_envs", "-1", kinds=(ValueError,))
-input_probe("vector env num_envs=2.5", Section.CRASH, lambda: _vector(2.5), "num_envs", "2.5", kinds=(TypeError,))
-input_probe(
-    "linear prior_high=inf",
-    Section.CRASH,
-    lambda: _linear(prior_high=INF).reset(seed=0),
-    "prior_high",
-    "inf",
-    kinds=(ValueError,),
-)
-
-
-@probe("step(inf) on every environment", Section.CRASH)
-def _step_inf(tmp: Path) -> Outcome:
-    def step(env_id: str) -> Any:
-        env = gym.make(env_id).unwrapped
-        env.reset(seed=0)
-        return env.step(INF)
-
-    outcome = refused_by_each(
-        "environments", {e: (lambda e=e: step(e)) for e in icrl_gym.ENV_IDS}, "action", "inf", kinds=(ValueError,)
-    )
-    if "-9223372036854775808" in outcome.behaviour:
-        return Outcome(Verdict.PROBLEM, f"the message shows the wrapped integer: {outcome.behaviour}")
-    return outcome
-
-
-def _bandit_agent_act(obs: Any) -> Any:
-    _, info = _linear().unwrapped.reset(seed=0)
-    agent = make_agent("linucb")
-    agent.reset(info)
-    return agent.act(obs)
-
-
-def _mdp_agent_act(obs: Any) -> Any:
-    agent, _, _ = _mdp_agent("psrl")
-    return agent.act(obs)
-
-
-def _odd_observation(obs: Any, fragment: str, kind: type[Exception]) -> Callable[[Path], Outcome]:
-    def run(tmp: Path) -> Outcome:
-        agents = (("linucb", _bandit_agent_act), ("psrl", _mdp_agent_act))
-        cases = {name: (lambda act=act: act(obs)) for name, act in agents}
-        return refused_by_each("agents (linucb, psrl)", cases, fragment, kinds=(kind,))
-
-    return run
-
-
-add_probe(
-    "agents given a scalar observation", Section.CRASH, _odd_observation(3.0, "observation of shape ()", ValueError)
-)
-add_probe("agents given None as the observation", Section.CRASH, _odd_observation(None, "act() needs", TypeError))
-
-
-@probe("MDP agents given an observation of the wrong length", Section.CRASH)
-def _wrong_length(tmp: Path) -> Outcome:
-    return refused_by_each(
-        "MDP agents",
-        _each_mdp_agent(lambda agent, obs, info: agent.act(np.zeros(7))),
-        "observation",
-        "(7,)",
-        kinds=(ValueError,),
-    )
-
-
-@probe("MDP agents given bandit reset info", Section.CRASH)
-def _bandit_info(tmp: Path) -> Outcome:
-    info = _linear_info()
-    cases = {name: (lambda name=name: make_agent(name).reset(info)) for name in (*MDP_AGENTS, "dark_room_psrl")}
-    return refused_by_each("MDP agents", cases, "tabular-MDP", "v_star", kinds=(ValueError,))
-
-
-@probe("Bernoulli checkpoint on an MDP environment", Section.CRASH)
-def _bernoulli_on_mdp(tmp: Path) -> Outcome:
-    info = _mdp()[2]
-    cases = {
-        name: (lambda name=name: make_agent({"name": name, "checkpoint": "bernoulli-ad-ucb"}).reset(info))
-        for name in ("transformer", "mdp_transformer")
-    }
-    return refused_by_each(
-        "learned agents (transformer, mdp_transformer)", cases, "bernoulli-ad-ucb", kinds=_checkpoint_error()
-    )
-
-
-@probe("PPO checkpoint loaded with TransformerAgent", Section.CRASH)
-def _ppo_as_transformer(tmp: Path) -> Outcome:
-    from agents.learned.transformer import TransformerAgent
-
-    name = "bernoulli-ppo-statistics"
-    cases = {
-        "make_agent": lambda: make_agent({"name": "transformer", "checkpoint": name}),
-        "TransformerAgent.pretrained": lambda: TransformerAgent.pretrained(name),
-    }
-    return refused_by_each("ways (make_agent, TransformerAgent.pretrained)", cases, name, kinds=(ValueError,))
-
-
-@probe("device='cuda' without CUDA", Section.CRASH)
-def _cuda_without_cuda(tmp: Path) -> Outcome:
-    import torch
-
-    if torch.cuda.is_available():
-        return Outcome(Verdict.HANDLED, "CUDA is present here: nothing to refuse")
-    spec = {"name": "transformer", "checkpoint": "bernoulli-ad-ucb", "device": "cuda"}
-    return refused(
-        lambda: make_agent(spec).reset(gym.make("ICRL-BernoulliBandit-v0").reset(seed=0)[1]),
-        "cuda",
-        kinds=(ValueError,),
-    )
-
-
-def _pretrain_command_line(tmp: Path, *overrides: str) -> Any:
-    """``python -m icrl_gym.training.pretrain --set ...`` up to the point where training would start."""
-    from icrl_gym.training import pretrain as module
-
-    argv = ["--quiet", "--set", f"out_dir={tmp / 'cli-run'}", *overrides]
-    with replaced(module, "pretrain", never_started):
-        return command_line(module.main, argv)
-
-
-@probe("CLI --set steps=abc", Section.CRASH)
-def _set_steps_abc(tmp: Path) -> Outcome:
-    return refused(lambda: _pretrain_command_line(tmp, "steps=abc"), "steps", "abc", kinds=(CommandLineExit,))
-
-
-@probe("CLI --set eval_every=0", Section.CRASH)
-def _set_eval_every_zero(tmp: Path) -> Outcome:
-    return refused(lambda: _pretrain_command_line(tmp, "eval_every=0"), "eval_every", "0", kinds=(CommandLineExit,))
-
-
-def _bench_arguments(argv: list[str]) -> Any:
-    from benchmarks.harness.cli import parse_args
-
-    return command_line(parse_args, argv)
-
-
-@probe("benchmark CLI --runs 1", Section.CRASH)
-def _bench_runs_1(tmp: Path) -> Outcome:
-    return refused(
-        lambda: _bench_arguments(["--runs", "1", "--out", str(tmp)]), "--runs", "1", kinds=(CommandLineExit,)
-    )
-
-
-@probe("benchmark CLI unknown experiment", Section.CRASH)
-def _bench_unknown(tmp: Path) -> Outcome:
-    argv = ["--experiments", "no-such-experiment", "--out", str(tmp)]
-    return refused(lambda: _bench_arguments(argv), "no-such-experiment", kinds=(CommandLineExit,))
-
-
-@probe("benchmark CLI --plot-only on an empty folder", Section.CRASH)
-def _bench_plot_only(tmp: Path) -> Outcome:
-    empty = tmp / "empty"
-    empty.mkdir()
-    argv = ["--plot-only", "--out", str(empty)]
-    return refused(lambda: _bench_arguments(argv), "--plot-only", str(empty), kinds=(CommandLineExit,))
-
-
-@probe("A=10**9 arms (size guard)", Section.CRASH)
-def _billion_arms(tmp: Path) -> Outcome:
-    from icrl_gym.envs.validation import MemoryLimitError
-
-    result, peak = traced_peak(lambda: _linear(num_actions=10**9))
-    if not isinstance(result, Exception):
-        return Outcome(Verdict.PROBLEM, f"accepted ({peak / 2**30:.1f} GiB traced)")
-    outcome = classify_error(result, ("GiB",), kinds=(MemoryLimitError,))
-    if peak > 50 * 2**20:
-        return Outcome(Verdict.PROBLEM, f"{outcome.behaviour}, but only after allocating {peak / 2**20:.0f} MiB")
-    return Outcome(outcome.verdict, f"{outcome.behaviour} (peak {peak / 2**20:.1f} MiB traced)")
-
-
-@probe("10,000-instance DarkRoom vector env memory", Section.CRASH)
-def _ten_thousand_dark_rooms(tmp: Path) -> Outcome:
-    from icrl_gym.envs.dark_room import DarkRoomVectorEnv
-
-    def run() -> float:
-        env = DarkRoomVectorEnv(num_envs=10_000)
-        env.reset(seed=0)
-        return sum(float(env.step(np.full(10_000, 3))[1].sum()) for _ in range(5))
-
-    result, peak = traced_peak(run)
-    if isinstance(result, Exception):
-        return Outcome(Verdict.PROBLEM, f"raw {described(result)} ({peak / 2**20:.0f} MiB traced)")
-    verdict = Verdict.HANDLED if peak < 400 * 2**20 else Verdict.PROBLEM
-    return Outcome(verdict, f"reset and 5 steps of 10,000 instances, peak {peak / 2**20:.0f} MiB traced")
-
-
-surface("First pass: work that used to be lost")
-
-
-BENCH_FIRST, BENCH_SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
-"""Two cheap experiments of the harness (an expert-only MDP one, a linear one with a shipped transformer)."""
-
-
-def _bench(out: Path, experiments: str) -> list[str]:
-    """``python -m benchmarks`` with a few runs into ``out``; returns the experiments it computed (not reused)."""
-    from benchmarks.harness import cli, runner
-
-    computed: list[str] = []
-
-    def counting(exp: Any, *args: Any, **kwargs: Any) -> Any:
-        computed.append(exp.name)
-        return real(exp, *args, **kwargs)
-
-    real = runner.run_experiment
-    argv = ["--experiments", experiments, "--runs", "4", "--seed", "1", "--out", str(out), "--quiet"]
-    with replaced(runner, "run_experiment", counting), contextlib.redirect_stdout(io.StringIO()):
-        command_line(cli.main, argv)
-    return computed
-
-
-class Stop(BaseException):
-    """A stop in the middle of a run (as Ctrl-C would: not an ``Exception``)."""
-
-
-@probe("benchmark stopped mid-run, then resumed", Section.LOST, slow=True)
-def _bench_resume(tmp: Path) -> Outcome:
-    from benchmarks.harness import runner, store
-
-    out = tmp / "bench"
-    real = runner.run_experiment
-
-    def stop_in_second(exp: Any, *args: Any, **kwargs: Any) -> Any:
-        if exp.name == BENCH_SECOND:
-            raise Stop
-        return real(exp, *args, **kwargs)
-
-    with contextlib.suppress(Stop), replaced(runner, "run_experiment", stop_in_second):
-        _bench(out, f"{BENCH_FIRST},{BENCH_SECOND}")
-    stored = sorted(p.name for p in (out / store.STORE).glob("*.json")) if (out / store.STORE).is_dir() else []
-    if stored != [f"{BENCH_FIRST}.json"]:
-        return Outcome(Verdict.PROBLEM, f"after the stop the folder holds {stored or 'no stored result'} (work lost)")
-    computed = _bench(out, f"{BENCH_FIRST},{BENCH_SECOND}")
-    experiments = {row.split(",")[0] for row in (out / "regret.csv").read_text().splitlines()[1:]}
-    if computed != [BENCH_SECOND] or experiments != {BENCH_FIRST, BENCH_SECOND}:
-        return Outcome(Verdict.PROBLEM, f"the resumed run computed {computed}, its CSV holds {sorted(experiments)}")
-    return Outcome(
-        Verdict.HANDLED, "the finished experiment was stored at once; the resumed run computed only the other"
-    )
-
-
-@probe("benchmark subset into an existing folder (stale plots)", Section.LOST, slow=True)
-def _bench_stale_plots(tmp: Path) -> Outcome:
-    out = tmp / "bench"
-    _bench(out, f"{BENCH_FIRST},{BENCH_SECOND}")
-    _bench(out, BENCH_SECOND)
-    stale = sorted(p.name for p in out.glob(f"{BENCH_FIRST}*.png"))
-    experiments = {row.split(",")[0] for row in (out / "regret.csv").read_text().splitlines()[1:]}
-    if stale or experiments != {BENCH_SECOND}:
-        return Outcome(Verdict.PROBLEM, f"left {stale} beside a CSV of {sorted(experiments)}")
-    return Outcome(Verdict.HANDLED, f"the plots of {BENCH_FIRST} were removed; the outputs describe the subset only")
-
-
-@probe("training: run folder moved, then resumed", Section.LOST)
-def _moved_run(tmp: Path) -> Outcome:
-    _pretrain(tmp / "run", 1, "first")
-    moved = tmp / "moved"
-    (tmp / "run").rename(moved)
-    try:
-        training = _pretrain(moved, 2, "resume")
-    except Exception as err:
-        return Outcome(Verdict.PROBLEM, f"refused the moved folder: {described(err)}")
-    if _resumed(training):
-        return Outcome(Verdict.HANDLED, f"resumed in the new place to step {training['step']}")
-    return Outcome(Verdict.PROBLEM, "started again from step 0 in the moved folder (work lost)")
-
-
-@probe("training: config mismatch names the field", Section.LOST)
-def _config_mismatch(tmp: Path) -> Outcome:
-    _pretrain(tmp / "run", 1, "first")
-    return _resume_outcome(lambda: _pretrain(tmp / "run", 2, "resume", lr=5e-3), "lr")

@@ -72,6 +72,7 @@ from icrl_gym.models.linear_generalist_core import (
     LinearGeneralistConfig,
     LinearGeneralistMark,
     LinearGeneralistTransformer,
+    QueryInputs,
     estimate_noise,
     history_tokens,
     per_run,
@@ -336,16 +337,8 @@ class MomentsLinearGeneralist(LinearGeneralistTransformer):
             logits = logits.masked_fill(~arm_mask.unsqueeze(1), float("-inf"))
         return logits
 
-    def _decide_queries(
-        self,
-        history: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        moments: torch.Tensor,
-        query_steps: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dims: torch.Tensor | int,
-        arm_mask: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def _decide_queries(self, inputs: QueryInputs) -> torch.Tensor:
+        history, moments, query_steps, horizon, noise_std, dims, arm_mask = inputs
         sets = history[0]
         arms = sets[torch.arange(sets.shape[0], device=sets.device).view(-1, 1), query_steps]  # (B, Q, A, d_max)
         return self._decide(arms, moments, query_steps, horizon, noise_std, dims, arm_mask)

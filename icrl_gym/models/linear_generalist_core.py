@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -264,6 +264,18 @@ VERSIONS: dict[str, type[LinearGeneralistTransformer]] = {}
 """The versions by their ``features`` (each registers itself when its module is imported)."""
 
 
+class QueryInputs(NamedTuple):
+    """What a version decides from at the query steps (:meth:`LinearGeneralistTransformer._decide_queries`)."""
+
+    history: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    moments: torch.Tensor
+    query_steps: torch.Tensor
+    horizon: torch.Tensor | int
+    noise_std: torch.Tensor | float
+    dims: torch.Tensor | int
+    arm_mask: torch.Tensor | None
+
+
 class LinearGeneralistTransformer(nn.Module):
     """Per-arm query transformer over a raw linear-bandit trajectory: the frame both versions share.
 
@@ -345,22 +357,13 @@ class LinearGeneralistTransformer(nn.Module):
         moments = prefix[rows, query_steps]  # (B, Q, E, E)
         dims = action_sets.shape[-1] if dim is None else dim
         history = (sets, actions, rewards)
-        return self._decide_queries(history, moments, query_steps, horizon, noise_std, dims, arm_mask)
+        return self._decide_queries(QueryInputs(history, moments, query_steps, horizon, noise_std, dims, arm_mask))
 
-    def _decide_queries(
-        self,
-        history: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        moments: torch.Tensor,
-        query_steps: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dims: torch.Tensor | int,
-        arm_mask: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def _decide_queries(self, inputs: QueryInputs) -> torch.Tensor:
         """The version's logits (B, Q, A) at ``query_steps`` (B, Q) (:meth:`forward`).
 
-        ``history``: the padded action sets (B, S or S + 1, A, W), actions (B, S) and rewards (B, S);
-        ``moments`` (B, Q, E, E): the raw moments of the history before every query step.
+        ``inputs.history``: the padded action sets (B, S or S + 1, A, W), actions (B, S) and rewards (B, S);
+        ``inputs.moments`` (B, Q, E, E): the raw moments of the history before every query step.
         """
         raise NotImplementedError
 

@@ -23,6 +23,7 @@ from icrl_gym.models.linear_generalist_core import (
     LinearGeneralistCache,
     LinearGeneralistConfig,
     LinearGeneralistTransformer,
+    QueryInputs,
     estimate_noise,
     per_run,
 )
@@ -179,16 +180,8 @@ class PosteriorLinearGeneralist(LinearGeneralistTransformer):
         super().__init__(config)
         self.posterior = PosteriorArmNetwork(config)
 
-    def _decide_queries(
-        self,
-        history: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-        moments: torch.Tensor,
-        query_steps: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dims: torch.Tensor | int,
-        arm_mask: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def _decide_queries(self, inputs: QueryInputs) -> torch.Tensor:
+        history, moments, query_steps, horizon, noise_std, dims, arm_mask = inputs
         sets, actions, rewards = history
         rows = torch.arange(sets.shape[0], device=sets.device).view(-1, 1)
         arms = sets[rows, query_steps]  # (B, Q, A, W)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tests.reliability import framework as rp
-from tests.reliability.first_pass_regressions import _bench_arguments
+from tests.reliability.first_pass_regressions import _bench_arguments, _bench_refused
 from tests.reliability.framework import Outcome, Section, Verdict, probe
 from tests.reliability.new_surfaces import snapshot, unchanged
 from tests.reliability.new_surfaces_tools import KERNEL_RUN, _kernel_outcome
@@ -251,7 +251,7 @@ rp.surface("Benchmark grid flags")
 @probe("benchmark --experiments generalization --grid-arms 1", Section.CRASH)
 def _grid_arms_1(tmp: Path) -> Outcome:
     argv = ["--experiments", "generalization", "--grid-arms", "1", "--out", str(tmp)]
-    return rp.refused(lambda: _bench_arguments(argv), "--grid-arms", ">= 2", "got 1", kinds=(rp.CommandLineExit,))
+    return _bench_refused(argv, "--grid-arms", ">= 2", "got 1")
 
 
 @probe("benchmark grid flags naming a value twice", Section.SILENT)

@@ -177,17 +177,20 @@ def _bench_arguments(argv: list[str]) -> Any:
     return rp.command_line(parse_args, argv)
 
 
+def _bench_refused(argv: list[str], *fragments: str) -> Outcome:
+    """The benchmark command line given ``argv`` must exit with a message naming every fragment."""
+    return rp.refused(lambda: _bench_arguments(argv), *fragments, kinds=(rp.CommandLineExit,))
+
+
 @probe("benchmark CLI --runs 1", Section.CRASH)
 def _bench_runs_1(tmp: Path) -> Outcome:
-    return rp.refused(
-        lambda: _bench_arguments(["--runs", "1", "--out", str(tmp)]), "--runs", "1", kinds=(rp.CommandLineExit,)
-    )
+    return _bench_refused(["--runs", "1", "--out", str(tmp)], "--runs", "1")
 
 
 @probe("benchmark CLI unknown experiment", Section.CRASH)
 def _bench_unknown(tmp: Path) -> Outcome:
     argv = ["--experiments", "no-such-experiment", "--out", str(tmp)]
-    return rp.refused(lambda: _bench_arguments(argv), "no-such-experiment", kinds=(rp.CommandLineExit,))
+    return _bench_refused(argv, "no-such-experiment")
 
 
 @probe("benchmark CLI --plot-only on an empty folder", Section.CRASH)
@@ -195,7 +198,7 @@ def _bench_plot_only(tmp: Path) -> Outcome:
     empty = tmp / "empty"
     empty.mkdir()
     argv = ["--plot-only", "--out", str(empty)]
-    return rp.refused(lambda: _bench_arguments(argv), "--plot-only", str(empty), kinds=(rp.CommandLineExit,))
+    return _bench_refused(argv, "--plot-only", str(empty))
 
 
 @probe("A=10**9 arms (size guard)", Section.CRASH)

@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.reliability import framework as rp
 from tests.reliability import new_surfaces_runtime  # noqa: F401  (its surfaces come before these in the table)
-from tests.reliability.first_pass_regressions import _bench, _bench_arguments
+from tests.reliability.first_pass_regressions import _bench, _bench_refused
 from tests.reliability.framework import Outcome, Section, Verdict, probe
 from tests.reliability.new_surfaces import snapshot, unchanged
 
@@ -24,32 +24,24 @@ rp.surface("Benchmark harness: --out, --seed, --runs, --plot-only")
 @probe("benchmark --out pointing at a file", Section.CRASH)
 def _bench_out_file(tmp: Path) -> Outcome:
     (tmp / "results").write_text("mine\n")
-    outcome = rp.refused(
-        lambda: _bench_arguments(["--out", str(tmp / "results")]), "--out", kinds=(rp.CommandLineExit,)
-    )
+    outcome = _bench_refused(["--out", str(tmp / "results")], "--out")
     return unchanged(outcome, {".": b"mine\n"}, tmp / "results")
 
 
 @probe("benchmark --out below a file", Section.CRASH)
 def _bench_out_below_file(tmp: Path) -> Outcome:
     (tmp / "results").write_text("mine\n")
-    return rp.refused(
-        lambda: _bench_arguments(["--out", str(tmp / "results" / "x")]), "--out", kinds=(rp.CommandLineExit,)
-    )
+    return _bench_refused(["--out", str(tmp / "results" / "x")], "--out")
 
 
 @probe("benchmark --seed -1", Section.CRASH)
 def _bench_negative_seed(tmp: Path) -> Outcome:
-    return rp.refused(
-        lambda: _bench_arguments(["--seed", "-1", "--out", str(tmp)]), "--seed", "-1", kinds=(rp.CommandLineExit,)
-    )
+    return _bench_refused(["--seed", "-1", "--out", str(tmp)], "--seed", "-1")
 
 
 @probe("benchmark --runs 10**12", Section.CRASH)
 def _bench_huge_runs(tmp: Path) -> Outcome:
-    return rp.refused(
-        lambda: _bench_arguments(["--runs", str(10**12), "--out", str(tmp)]), "--runs", kinds=(rp.CommandLineExit,)
-    )
+    return _bench_refused(["--runs", str(10**12), "--out", str(tmp)], "--runs")
 
 
 SAVED = {"summary.md": b"# my summary\n", "tabular-mdp-nonstationary.png": b"\x89PNG\r\n\x1a\nmy plot"}

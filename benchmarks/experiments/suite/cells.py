@@ -42,6 +42,21 @@ MDP_GENERALIST_ROW = "MDP generalist (any size)"
 """Row label of the MDP generalist in the tabular-MDP experiments."""
 
 
+def dpt_rows(model: str, posterior: str) -> dict[str, dict[str, Any]]:
+    """The DPT rows of an MDP experiment (after its AD rows, before its references).
+
+    The shipped DPT model ``model`` (sampled and greedy), the MDP generalist, and the Bayes DPT policy on
+    the posterior of the ``agents`` name ``posterior`` (sampled and greedy).
+    """
+    return {
+        "TF (DPT, PSRL/uniform context)": mdp_transformer(model),
+        "TF (DPT, greedy)": mdp_transformer(model, greedy=True),
+        MDP_GENERALIST_ROW: mdp_generalist(),
+        "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt(posterior, greedy=False),
+        "Bayes DPT policy (greedy)": bayes_dpt(posterior, greedy=True),
+    }
+
+
 TABULAR_REFERENCES = {
     **TABULAR_EXPERTS,
     "UCB-VI (paper bonus)": {"name": "ucbvi"},
@@ -262,11 +277,7 @@ MDP_EXPERIMENTS = (
         spec=MDPSpec(),
         algorithms={
             "TF (AD soft UCB-VI)": mdp_transformer("tabular-mdp-ad-soft-ucbvi"),
-            "TF (DPT, PSRL/uniform context)": mdp_transformer("tabular-mdp-dpt-psrl-uniform"),
-            "TF (DPT, greedy)": mdp_transformer("tabular-mdp-dpt-psrl-uniform", greedy=True),
-            MDP_GENERALIST_ROW: mdp_generalist(),
-            "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt("psrl", greedy=False),
-            "Bayes DPT policy (greedy)": bayes_dpt("psrl", greedy=True),
+            **dpt_rows("tabular-mdp-dpt-psrl-uniform", "psrl"),
             **TABULAR_REFERENCES,
         },
         default=False,
@@ -286,11 +297,7 @@ MDP_EXPERIMENTS = (
         title="DarkRoom (10x10, H=100, K=4): regret per episode (V* - return)",
         spec=dark_room_spec(episodes=4),
         algorithms={
-            "TF (DPT, PSRL/uniform context)": mdp_transformer("dark-room-dpt-psrl-uniform"),
-            "TF (DPT, greedy)": mdp_transformer("dark-room-dpt-psrl-uniform", greedy=True),
-            MDP_GENERALIST_ROW: mdp_generalist(),
-            "Bayes DPT policy (posterior of a*, sampled)": bayes_dpt("dark_room_psrl", greedy=False),
-            "Bayes DPT policy (greedy)": bayes_dpt("dark_room_psrl", greedy=True),
+            **dpt_rows("dark-room-dpt-psrl-uniform", "dark_room_psrl"),
             "PSRL (DarkRoom prior)": {"name": "dark_room_psrl"},
             "PSRL (Dirichlet-Beta)": {"name": "psrl"},
             "UCB-VI": {"name": "ucbvi"},

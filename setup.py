@@ -35,6 +35,8 @@ setup(
     extras_require={
         "test": ["pytest>=7", "ruff>=0.4", "mypy>=1.10", "hypothesis>=6.80"],
         "tensorboard": ["tensorboard>=2.10"],
+        # the benchmark harness's Ray executor (python -m benchmarks --ray ADDRESS)
+        "ray": ["ray>=2.9"],
     },
     entry_points={
         "console_scripts": ["icrl-bench=benchmarks.harness.cli:main"],

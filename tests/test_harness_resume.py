@@ -27,7 +27,8 @@ FIRST, SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
 
 def argv(out: Path, experiments: str = f"{FIRST},{SECOND}", runs: int = 4, seed: int = 1) -> list[str]:
     """The harness command line of these tests."""
-    return ["--experiments", experiments, "--runs", str(runs), "--seed", str(seed), "--out", str(out), "--quiet"]
+    flags = ["--runs", str(runs), "--seed", str(seed), "--out", str(out), "--quiet"]
+    return ["--experiments", experiments, *flags, "--workers", "1"]  # the serial path, which the tests hook
 
 
 @pytest.fixture

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.command_checks import check_out_folder, check_seed
+from benchmarks.executor.ray_executor import MISSING
 from benchmarks.experiments.generalization.cells import FAMILIES, GRID_EXPERIMENTS, GridExperiment, grid_cells
 from benchmarks.experiments.mdp_generalization.cells import MDP_GRID_EXPERIMENTS, MDPGridExperiment, mdp_cells
 from benchmarks.experiments.suite.cells import EXPERIMENTS, Experiment
@@ -36,6 +38,13 @@ class BenchConfig:
     """torch CPU threads for the transformers.  The results do not depend on it.  One thread is the default:
     the models are small, so more threads mostly wait on each other, and lose time when other programs share
     the cores."""
+    workers: int = 0
+    """Worker processes that play the algorithm rows, each with one torch thread (0: the cores this process may
+    use; 1: every row in this process, one after another, with --threads).  The results do not depend on it."""
+    ray: str = ""
+    """Play the algorithm rows as tasks on a Ray cluster instead: 'auto' (the cluster this machine joined with
+    'ray start'), 'local' (one started on this machine with --workers CPUs) or an address HOST:PORT; needs the
+    'ray' extra (pip install -e ".[ray]")."""
     device: str = "cpu"
     """Device of the transformers: cpu, cuda or auto."""
     list: bool = False
@@ -106,6 +115,10 @@ class BenchConfig:
             raise ValueError(f"--retrain-steps must be >= 0, got {self.retrain_steps}")
         if self.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        if self.workers < 0:
+            raise ValueError(f"--workers must be >= 0 (0: the cores this process may use), got {self.workers}")
+        if self.ray and importlib.util.find_spec("ray") is None:
+            raise ValueError(f"--ray {self.ray}: {MISSING}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"--device must be cpu, cuda or auto, got {self.device!r}")
         self._names()

@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.executor.local import ProcessExecutor, available_cores
+from benchmarks.executor.ray_executor import RayExecutor
+from benchmarks.executor.tasks import Curves, Executor, experiment_tasks, merge
 from benchmarks.experiments.generalization.run import run_generalization
 from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
 from benchmarks.experiments.suite.cells import Experiment, steps
@@ -37,20 +40,102 @@ def stored_or_run(
     result made with another key is replaced; a corrupt one is reported and replaced, never used.
     """
     key = experiment_key(exp, runs, seed, device, checkpoints)
-    if not rerun:
-        try:
-            stored = load_result(store, key, steps(exp))
-        except StoredResultError as err:
-            log(f"warning: {exp.name}: stored result not used: {err}; running it again")
-        else:
-            if stored is not None:
-                return stored, True
-            if (store / f"{exp.name}.json").exists():
-                changed = ", ".join(_changed_fields(store, key)) or "the key"
-                log(f"{exp.name}: the stored result differs in {changed}; running it again")
+    stored = None if rerun else reusable(exp, key, store)
+    if stored is not None:
+        return stored, True
     curves = run_experiment(exp, runs, seed, device, checkpoints, progress)
     save_result(store, key, curves)
     return curves, False
+
+
+def reusable(exp: Experiment, key: dict[str, Any], store: Path) -> dict[str, Curves] | None:
+    """The stored curves of ``exp`` in ``store`` when their key is ``key`` (else ``None``, saying why)."""
+    try:
+        stored = load_result(store, key, steps(exp))
+    except StoredResultError as err:
+        log(f"warning: {exp.name}: stored result not used: {err}; running it again")
+        return None
+    if stored is None and (store / f"{exp.name}.json").exists():
+        changed = ", ".join(_changed_fields(store, key)) or "the key"
+        log(f"{exp.name}: the stored result differs in {changed}; running it again")
+    return stored
+
+
+def make_executor(cfg: BenchConfig) -> Executor | None:
+    """The executor of ``cfg``: Ray with ``--ray``, else worker processes with ``--workers`` > 1 (``None``: serial)."""
+    workers = cfg.workers or available_cores()
+    if cfg.ray:
+        return RayExecutor(cfg.ray, workers)
+    return ProcessExecutor(workers) if workers > 1 else None
+
+
+def run_serial(
+    cfg: BenchConfig, experiments: list[Experiment], checkpoints: dict[str, str], progress: Any
+) -> tuple[dict[str, dict[str, Curves]], list[str]]:
+    """Every experiment's curves, played here one row after another (stored results reused); and those reused."""
+    store = Path(cfg.out) / STORE
+    results: dict[str, dict[str, Curves]] = {}
+    reused: list[str] = []
+    for exp in experiments:
+        results[exp.name], was_stored = stored_or_run(
+            exp,
+            cfg.runs,
+            cfg.seed,
+            cfg.device,
+            store,
+            checkpoints,
+            cfg.rerun,
+            lambda label, exp=exp: progress(exp, label, 1),
+        )
+        if was_stored:
+            reused.append(exp.name)
+            progress(exp, f"reused the stored result {store / exp.name}.json (same settings)", len(exp.algorithms))
+    return results, reused
+
+
+def run_on_executor(
+    cfg: BenchConfig,
+    executor: Executor,
+    experiments: list[Experiment],
+    checkpoints: dict[str, str],
+    progress: Any,
+) -> tuple[dict[str, dict[str, Curves]], list[str]]:
+    """Every experiment's curves, playing the rows of those not stored as tasks of ``executor``; and those reused.
+
+    An experiment's result is stored as soon as its last row finishes, so a stopped sweep resumes
+    from its finished experiments.  ``progress(exp, text, rows)`` is told of every row and reuse.
+    """
+    store = Path(cfg.out) / STORE
+    results: dict[str, dict[str, Curves]] = {}
+    reused: list[str] = []
+    keys: dict[str, dict[str, Any]] = {}
+    tasks = []
+    for exp in experiments:
+        key = experiment_key(exp, cfg.runs, cfg.seed, cfg.device, checkpoints)
+        stored = None if cfg.rerun else reusable(exp, key, store)
+        if stored is not None:
+            results[exp.name] = stored
+            reused.append(exp.name)
+            progress(exp, f"reused the stored result {store / exp.name}.json (same settings)", len(exp.algorithms))
+            continue
+        keys[exp.name] = key
+        tasks += experiment_tasks(exp, cfg.runs, cfg.seed, cfg.device, checkpoints)
+    by_name = {exp.name: exp for exp in experiments}
+    finished: dict[int, Curves] = {}
+    rows: dict[str, dict[str, Curves]] = {}
+
+    def done(index: int, curves: Curves) -> None:
+        task = tasks[index]
+        finished[index] = curves
+        exp = by_name[task.experiment]
+        rows.setdefault(exp.name, {})[task.label] = curves
+        progress(exp, task.label, 1)
+        if len(rows[exp.name]) == len(exp.algorithms):  # the experiment's last row: store it, in row order
+            save_result(store, keys[exp.name], {label: rows[exp.name][label] for label in exp.algorithms})
+
+    executor.run(tasks, done)
+    played = merge(tasks, finished)
+    return {exp.name: results.get(exp.name) or played[exp.name] for exp in experiments}, reused
 
 
 def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
@@ -62,31 +147,25 @@ def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     experiments = cfg.selected()
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = retrain_models(out, experiments, cfg.device, cfg.retrain_steps) if cfg.retrain else {}
-    results: dict[str, dict[str, dict[str, np.ndarray]]] = {}
-    reused: list[str] = []
     start = time.perf_counter()
     total = sum(len(e.algorithms) for e in experiments)
     done = 0
     bar = progress_bar(total, "benchmarks", unit="algorithm")
-    for exp in experiments:
+    executor = make_executor(cfg)
 
-        def progress(label: str, exp: Experiment = exp) -> None:
-            nonlocal done
-            done += 1
-            bar.update(1)
-            elapsed = time.perf_counter() - start
-            log(f"[{done}/{total}] {exp.name}: {label} ({elapsed:.0f}s)")
+    def advance(exp: Experiment, text: str, rows: int) -> None:
+        nonlocal done
+        done += rows
+        bar.update(rows)
+        log(f"[{done}/{total}] {exp.name}: {text} ({time.perf_counter() - start:.0f}s)")
 
-        store = out / STORE
-        results[exp.name], was_stored = stored_or_run(
-            exp, cfg.runs, cfg.seed, cfg.device, store, checkpoints, cfg.rerun, progress
-        )
-        if was_stored:
-            reused.append(exp.name)
-            done += len(exp.algorithms)
-            bar.update(len(exp.algorithms))
-            log(f"[{done}/{total}] {exp.name}: reused the stored result {store / exp.name}.json (same settings)")
-    bar.close()
+    try:
+        if executor is None:
+            results, reused = run_serial(cfg, experiments, checkpoints, advance)
+        else:
+            results, reused = run_on_executor(cfg, executor, experiments, checkpoints, advance)
+    finally:
+        bar.close()
     elapsed = time.perf_counter() - start
     run_grids(cfg, out)
     if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none

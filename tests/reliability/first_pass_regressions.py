@@ -248,7 +248,7 @@ def _bench(out: Path, experiments: str) -> list[str]:
         return real(exp, *args, **kwargs)
 
     real = runner.run_experiment
-    argv = ["--experiments", experiments, "--runs", "4", "--seed", "1", "--out", str(out), "--quiet"]
+    argv = ["--experiments", experiments, "--runs", "4", "--seed", "1", "--out", str(out), "--quiet", "--workers", "1"]
     with rp.replaced(runner, "run_experiment", counting), contextlib.redirect_stdout(io.StringIO()):
         rp.command_line(cli.main, argv)
     return computed

@@ -47,15 +47,25 @@ def run_experiment(
     """Regret curves (per step for bandits, per episode for MDPs) of every algorithm on the same instances."""
     curves = {}
     for label, spec in played_specs(exp, device, checkpoints).items():
-        agent = make_agent(spec)  # a learned agent checks its checkpoint against the environment at reset
-        if isinstance(exp.spec, MDPSpec):  # regret per episode: V* - return of episode k
-            regret = rollout_mdp(exp.spec, agent, runs, seed=seed, batch_size=runs).episode_regret
-        else:  # regret per step: max_k <a_k, w*> - <a_t, w*>
-            regret = evaluate_regret(exp.spec, agent, runs, seed=seed, batch_size=runs)
-        curves[label] = _curves(regret)
+        curves[label] = play_row(exp.spec, spec, runs, seed)
         if progress is not None:
             progress(label)
     return curves
+
+
+def play_row(env: BanditSpec | MDPSpec, spec: dict[str, Any], runs: int, seed: int) -> dict[str, np.ndarray]:
+    """The curves of one row: the agent of ``spec`` (as played) on the experiment's ``runs`` instances under ``seed``.
+
+    A row depends on nothing but its arguments (the instances and noise are the common random
+    numbers of ``seed``, one batch of ``runs``), so the rows of an experiment can be played in any
+    order, in any process, and give the same curves.
+    """
+    agent = make_agent(spec)  # a learned agent checks its checkpoint against the environment at reset
+    if isinstance(env, MDPSpec):  # regret per episode: V* - return of episode k
+        regret = rollout_mdp(env, agent, runs, seed=seed, batch_size=runs).episode_regret
+    else:  # regret per step: max_k <a_k, w*> - <a_t, w*>
+        regret = evaluate_regret(env, agent, runs, seed=seed, batch_size=runs)
+    return _curves(regret)
 
 
 def run_memory_bytes(spec: BanditSpec | MDPSpec, runs: int) -> int:

@@ -43,7 +43,7 @@ from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.models.kv_cache import Attention
 from icrl_gym.models.transformer import BanditTransformer, Layout, Positional, TransformerConfig
 from icrl_gym.training.loop import optimizer_step, warmup_cosine
-from icrl_gym.training.pretrain import pretraining_loss, to_tensors
+from icrl_gym.training.pretrain import pretraining_loss, pretraining_optimizer, to_tensors
 
 EVAL_SEED_OFFSET = 700_000
 """Evaluation instances use seed 10**6 * seed + EVAL_SEED_OFFSET, never the seed of a training chunk."""
@@ -88,19 +88,11 @@ def model_config(args: argparse.Namespace) -> TransformerConfig:
     )
 
 
-def make_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
-    """AdamW; weight decay on the weight matrices only (not on embeddings, biases or norms)."""
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.98))
-
-
 def pretrain(args: argparse.Namespace, spec: BanditSpec) -> BanditTransformer:
     """Maximise sum_t log p_theta(a*_t | D_{t-1}) by AdamW on minibatches of trajectories."""
     torch.manual_seed(args.seed)  # the initialisation is the only torch randomness (no dropout)
     model = BanditTransformer(model_config(args))
-    optimizer = make_optimizer(model, args)
+    optimizer = pretraining_optimizer(model, args.lr, args.weight_decay)  # AdamW, no decay on embeddings and norms
     print(f"model: {model.num_parameters():,} parameters")
     context = ts_uniform_mixture(args.alpha)  # Alg_0: each run is TS (prob. alpha) or uniform
     steps_per_chunk = max(1, args.chunk // args.batch_size)  # one pass over a chunk, then fresh data

@@ -177,6 +177,14 @@ def build_model(config: TransformerConfig | MDPTransformerConfig) -> BanditTrans
     return MDPTransformer(config) if isinstance(config, MDPTransformerConfig) else BanditTransformer(config)
 
 
+def pretraining_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with betas (0.9, 0.98), decaying the weight matrices only (not embeddings, biases or norms)."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98))
+
+
 def collect(cfg: PretrainConfig, num: int, seed: int) -> TrajectoryData | MDPRollouts:
     """Collect ``num`` labelled trajectories for ``cfg`` with ``seed``."""
     return collect_runs(cfg.spec, cfg.context, num, cfg.labelling, seed=seed)
@@ -279,14 +287,7 @@ class PretrainTask(TrainingTask):
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model_config).to(self.device)
-        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-        no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr,
-            betas=(0.9, 0.98),
-        )
-        return model, optimizer
+        return model, pretraining_optimizer(model, cfg.lr, cfg.weight_decay)
 
     def new_record(self) -> dict[str, Any]:
         """Steps, history, wall time, trajectories seen, the commands and the process."""

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.executor import tasks
 from benchmarks.experiments.suite.cells import EXPERIMENTS
-from benchmarks.harness import cli, report, runner, store
+from benchmarks.harness import cli, report, store
 from benchmarks.plots import plot_files
 from icrl_gym.checkpoint import PRETRAINED_DIR
 
@@ -28,20 +29,25 @@ FIRST, SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
 def argv(out: Path, experiments: str = f"{FIRST},{SECOND}", runs: int = 4, seed: int = 1) -> list[str]:
     """The harness command line of these tests."""
     flags = ["--runs", str(runs), "--seed", str(seed), "--out", str(out), "--quiet"]
-    return ["--experiments", experiments, *flags, "--workers", "1"]  # the serial path, which the tests hook
+    return ["--experiments", experiments, *flags, "--workers", "1"]  # every task in this process, which the tests hook
+
+
+def rows(name: str) -> list[str]:
+    """The row tasks of an experiment, as the harness names them (``experiment/label``), in row order."""
+    return [f"{name}/{label}" for label in EXPERIMENTS[name].algorithms]
 
 
 @pytest.fixture
 def computed(monkeypatch) -> list[str]:
-    """The names of the experiments the harness actually runs (not reuses), in order."""
+    """The row tasks the harness actually plays (not reuses), in order, as ``experiment/label``."""
     names: list[str] = []
-    real = runner.run_experiment
+    real = tasks.run_task
 
-    def counting(exp, *args, **kwargs):
-        names.append(exp.name)
-        return real(exp, *args, **kwargs)
+    def counting(task):
+        names.append(task.name)
+        return real(task)
 
-    monkeypatch.setattr(runner, "run_experiment", counting)
+    monkeypatch.setattr(tasks, "run_task", counting)
     return names
 
 
@@ -55,22 +61,22 @@ def full(tmp_path_factory) -> Path:
 
 KILLER = """
 import os, signal, sys
-from benchmarks.harness import cli, runner
+from benchmarks.executor import tasks
+from benchmarks.harness import cli
 
-real = runner.run_experiment
-
-
-def run(exp, runs, seed, device, checkpoints=None, progress=None):
-    if exp.name != sys.argv[1]:
-        return real(exp, runs, seed, device, checkpoints, progress)
-
-    def kill(label):  # SIGKILL after the first algorithm of this experiment: no cleanup of any kind
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    return real(exp, runs, seed, device, checkpoints, kill)
+real = tasks.run_task
+played = []
 
 
-runner.run_experiment = run
+def run(task):  # SIGKILL when the second row of this experiment starts: no cleanup of any kind
+    if task.experiment == sys.argv[1]:
+        played.append(task.name)
+        if len(played) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(task)
+
+
+tasks.run_task = run
 cli.main(sys.argv[2:])
 """
 
@@ -89,7 +95,7 @@ def test_killed_run_resumes_to_the_same_csv(full, tmp_path, computed, capsys):
     first_bytes = (out / store.STORE / f"{FIRST}.json").read_bytes()
 
     cli.main(argv(out))
-    assert computed == [SECOND]  # the finished experiment was reused, not recomputed
+    assert computed == rows(SECOND)  # the finished experiment was reused, not recomputed
     assert f"{FIRST}: reused the stored result" in capsys.readouterr().err
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
     assert (out / store.STORE / f"{FIRST}.json").read_bytes() == first_bytes
@@ -106,14 +112,14 @@ def test_same_command_reuses_everything(full, computed):
 def test_rerun_flag_ignores_stored_results(tmp_path, computed):
     cli.main(argv(tmp_path, FIRST))
     cli.main([*argv(tmp_path, FIRST), "--rerun"])
-    assert computed == [FIRST, FIRST]
+    assert computed == rows(FIRST) * 2
 
 
 @pytest.mark.parametrize(("change", "field"), [({"runs": 5}, "runs"), ({"seed": 2}, "seed")])
 def test_changed_runs_or_seed_reruns(tmp_path, computed, capsys, change, field):
     cli.main(argv(tmp_path, FIRST))
     cli.main(argv(tmp_path, FIRST, **change))
-    assert computed == [FIRST, FIRST]
+    assert computed == rows(FIRST) * 2
     assert f"differs in {field}" in capsys.readouterr().err
     stored = json.loads((tmp_path / store.STORE / f"{FIRST}.json").read_text())
     assert stored["key"][field] == change[field]  # the stale stored result was replaced
@@ -208,7 +214,7 @@ def test_corrupt_stored_result_is_rerun_with_a_warning(full, tmp_path, computed,
     shutil.copytree(full, out)
     damage(out / store.STORE / f"{FIRST}.json")
     cli.main(argv(out))
-    assert computed == [FIRST]  # never used: run again
+    assert computed == rows(FIRST)  # never used: run again
     assert f"warning: {FIRST}: stored result not used" in capsys.readouterr().err
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
     assert (out / store.STORE / f"{FIRST}.json").read_bytes() == (full / store.STORE / f"{FIRST}.json").read_bytes()

@@ -1,10 +1,16 @@
-"""The default executor: worker processes on this machine, one torch thread each.
+"""The default executors: every task in this process (``--workers 1``), or on worker processes of this machine.
 
-``--workers N`` runs the tasks of a sweep on N processes of a :class:`ProcessPoolExecutor` started
-with ``spawn`` (a forked copy of a process that has used torch's thread pools can hang).  Each worker
-plays with one torch thread and one OpenMP thread, so N workers use N cores and never oversubscribe
-them.  A worker that dies (killed, out of memory) breaks the pool: the tasks that had not finished
-are run again, once, in a fresh pool; a task whose worker dies twice is an error naming it.
+``--workers 1`` plays the tasks here, one after another, in their order (with the caller's torch
+threads).  ``--workers N`` runs them on N processes of a :class:`ProcessPoolExecutor` started with
+``spawn`` (a forked copy of a process that has used torch's thread pools can hang), longest first
+(by each task's cost estimate), so that the last long task does not start when the others are
+done.  Each worker plays with one torch thread and one OpenMP thread, so N workers use N cores and
+never oversubscribe them; the pool is kept for every sweep of a run (the suite, then the grids), so
+a worker imports torch and the agents once.  A worker that dies (killed, out of memory) breaks the
+pool: the tasks that had not finished are run again, once, in a fresh pool; a task whose worker
+dies twice is an error naming it.  Ctrl-C stops the workers at once (they ignore the signal
+themselves, so that only this process decides); every task that finished before was already handed
+back, and stored by the sweep.
 """
 
 from __future__ import annotations
@@ -15,13 +21,19 @@ import signal
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from types import TracebackType
+from typing import Any
 
-from benchmarks.executor.tasks import Curves, Done, Task, run_task
+from benchmarks.executor import tasks as task_model
+from benchmarks.executor.tasks import Done, Task
 from icrl_gym.utils.progress import log, set_quiet
 
 KILL_ENV = "ICRL_BENCH_KILL_TASK"
-"""Fault injection for tests: a worker playing the task of this name (``experiment/label``) on its
-first attempt kills itself with SIGKILL, as the kernel's out-of-memory killer would."""
+"""Fault injection for tests: a worker playing the task of this name kills itself with SIGKILL (as the kernel's
+out-of-memory killer would), on its first attempt, or, with :data:`KILL_MARKER_ENV`, while that file does not exist."""
+
+KILL_MARKER_ENV = "ICRL_BENCH_KILL_MARKER"
+"""A file the fault injection creates before the kill: a retry (in another process, on Ray too) finds it and plays."""
 
 
 def available_cores() -> int:
@@ -33,34 +45,68 @@ def available_cores() -> int:
 
 
 def init_worker() -> None:
-    """A worker's setup: one thread for torch and OpenMP, no progress bars (the driver draws the one bar)."""
+    """A worker's setup: one thread for torch and OpenMP, no progress bars, Ctrl-C left to the driving process."""
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
     torch.set_num_threads(1)
     set_quiet(True)
 
 
-def _play(task: Task, attempt: int) -> Curves:
-    """A worker's task, with the test's fault injection on a first attempt."""
-    if attempt == 0 and os.environ.get(KILL_ENV) == task.name:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return run_task(task)
+def inject_fault(task: Task, attempt: int) -> None:
+    """The tests' fault injection (:data:`KILL_ENV`): SIGKILL this process before it plays ``task``."""
+    if os.environ.get(KILL_ENV) != task.name:
+        return
+    marker = os.environ.get(KILL_MARKER_ENV)
+    if marker:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    elif attempt:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _play(task: Task, attempt: int) -> Any:
+    """A worker's task, after the tests' fault injection."""
+    inject_fault(task, attempt)
+    return task_model.run_task(task)
+
+
+class InlineExecutor:
+    """Every task in this process, one after another in their order (``--workers 1``)."""
+
+    def run(self, tasks: Sequence[Task], done: Done) -> None:
+        """Play each task and hand its result to ``done`` before the next starts."""
+        for i, task in enumerate(tasks):
+            done(i, task_model.run_task(task))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> InlineExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class ProcessExecutor:
-    """The tasks on ``workers`` spawned processes; a task whose worker died is retried once in a fresh pool."""
+    """The tasks on ``workers`` spawned processes, longest first; a task whose worker died is retried once."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
 
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Run every task; ``done`` is called in this process as each finishes (in the order they finish)."""
         attempts = [0] * len(tasks)
-        todo = list(range(len(tasks)))
+        todo = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)  # longest first; ties in task order
         while todo:
             broken = self._run_pool(tasks, todo, attempts, done)
             twice = [tasks[i].name for i in broken if attempts[i] >= 1]
@@ -73,12 +119,18 @@ class ProcessExecutor:
                 log(f"a worker died; running its unfinished tasks again in a fresh pool: {names}")
             todo = broken
 
+    def _pool_for(self, tasks: int) -> ProcessPoolExecutor:
+        """The running pool, or a fresh one (of at most ``tasks`` workers when it is the first)."""
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            workers = min(self.workers, max(tasks, 1))
+            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker)
+        return self._pool
+
     def _run_pool(self, tasks: Sequence[Task], todo: list[int], attempts: list[int], done: Done) -> list[int]:
-        """Run the tasks ``todo`` in one pool; the indices of those lost to a broken pool, in order."""
-        context = multiprocessing.get_context("spawn")
-        workers = min(self.workers, len(todo))
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker)
-        futures: dict[Future[Curves], int] = {pool.submit(_play, tasks[i], attempts[i]): i for i in todo}
+        """Run the tasks ``todo`` (in that order) in the pool; the indices of those lost to a broken pool."""
+        pool = self._pool_for(len(todo))
+        futures: dict[Future[Any], int] = {pool.submit(_play, tasks[i], attempts[i]): i for i in todo}
         broken: list[int] = []
         try:
             pending = set(futures)
@@ -86,11 +138,44 @@ class ProcessExecutor:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in sorted(finished, key=futures.__getitem__):
                     try:
-                        curves = future.result()
+                        result = future.result()
                     except BrokenProcessPool:
                         broken.append(futures[future])
                         continue
-                    done(futures[future], curves)
-        finally:
-            pool.shutdown(wait=not broken, cancel_futures=True)
+                    done(futures[future], result)
+        except BaseException:  # Ctrl-C, or a failed task or ``done``: stop the workers, keep nothing running
+            self._stop()
+            raise
+        if broken:
+            self._stop()
         return sorted(broken)
+
+    def _stop(self) -> None:
+        """Kill the workers now and forget the pool (a later ``run`` starts a fresh one)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # the pool keeps no public list
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.join(timeout=10)
+
+    def close(self) -> None:
+        """Shut the pool down once its workers are idle (the end of a run)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> ProcessExecutor:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self._stop()

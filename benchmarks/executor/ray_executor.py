@@ -3,9 +3,10 @@
 ``--ray auto`` connects to the cluster this machine belongs to (``ray start``); ``--ray local``
 starts one on this machine with ``--workers`` CPUs and stops it at the end; any other value is a
 cluster address (``HOST:PORT`` or ``ray://HOST:PORT``).  Each task asks for one CPU and plays with
-one torch thread, so Ray places as many tasks on a machine as it has cores.  Every machine of the
-cluster needs this package and its shipped models installed (``pip install -e ".[ray]"``).
-Ray retries a task once when the process that ran it dies.
+one torch thread, so Ray places as many tasks on a machine as it has cores; tasks are submitted
+longest first.  Every machine of the cluster needs this package and its shipped models installed
+(``pip install -e ".[ray]"``).  Ray retries a task once when the process that ran it dies.  The
+connection is kept for every sweep of a run and closed at its end.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.executor.local import init_worker
-from benchmarks.executor.tasks import Curves, Done, Task, run_task
+from benchmarks.executor import tasks as task_model
+from benchmarks.executor.local import init_worker, inject_fault
+from benchmarks.executor.tasks import Done, Task
 
 MISSING = 'Ray is not installed; install the "ray" extra: pip install -e ".[ray]" (or pip install "ray>=2.9")'
 """The error when ``--ray`` is asked for without Ray."""
@@ -29,10 +31,11 @@ def import_ray() -> Any:
     return ray
 
 
-def _play(task: Task) -> Curves:
-    """A Ray worker's task: one thread, no progress bars, then the row."""
+def _play(task: Task) -> Any:
+    """A Ray worker's task: one thread, no progress bars, then the task."""
     init_worker()
-    return run_task(task)
+    inject_fault(task, 0)
+    return task_model.run_task(task)
 
 
 class RayExecutor:
@@ -41,24 +44,44 @@ class RayExecutor:
     def __init__(self, address: str, num_cpus: int) -> None:
         self.address = address
         self.num_cpus = num_cpus
+        self._started = False
 
-    def run(self, tasks: Sequence[Task], done: Done) -> None:
-        """Submit every task, then call ``done`` for each as it finishes."""
+    def _connect(self) -> Any:
+        """The ``ray`` module, connected (a cluster started or joined on the first call)."""
         ray = import_ray()
-        started = not ray.is_initialized()
-        if started:
+        if not ray.is_initialized():
             if self.address == "local":
                 ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
             else:
                 ray.init(address=self.address, log_to_driver=False)
+            self._started = True
+        return ray
+
+    def run(self, tasks: Sequence[Task], done: Done) -> None:
+        """Submit every task (longest first), then call ``done`` for each as it finishes."""
+        ray = self._connect()
+        play = ray.remote(num_cpus=1, max_retries=1)(_play)
+        order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)
+        refs = {play.remote(tasks[i]): i for i in order}
+        pending = list(refs)
         try:
-            play = ray.remote(num_cpus=1, max_retries=1)(_play)
-            refs = {play.remote(task): i for i, task in enumerate(tasks)}
-            pending = list(refs)
             while pending:
                 finished, pending = ray.wait(pending, num_returns=1)
                 for ref in finished:
                     done(refs[ref], ray.get(ref))
-        finally:
-            if started:
-                ray.shutdown()
+        except BaseException:  # Ctrl-C or a failed task: cancel what is still queued or running
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+
+    def close(self) -> None:
+        """Stop the cluster this executor started (or leave the one it joined)."""
+        if self._started:
+            import_ray().shutdown()
+            self._started = False
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

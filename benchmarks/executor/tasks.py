@@ -1,12 +1,13 @@
-"""The task model of a sweep: one independent task per (experiment, algorithm row), merged in a fixed order.
+"""The task model of a sweep: independent tasks, played anywhere, their results stored and merged in a fixed order.
 
-Every row of a curve experiment plays the same instances with the same noise: the common random
-numbers of the experiment's seed, drawn as one batch of ``runs`` (:mod:`icrl_gym.data.crn`).  A row's
-curves therefore depend on its environment, its agent specification as played, ``runs`` and
-``seed`` alone (:func:`~benchmarks.experiments.suite.run.play_row`), not on the other rows nor on
-the process that plays it.  A sweep is the list of its tasks; an executor runs them in any order, on
-any number of workers, and hands each result back with the task's index; the results are then
-placed by index into each experiment's row order, so the outputs do not depend on the executor.
+A sweep (the default suite, a grid, a deployment sweep, the frontier's Monte-Carlo rows) is a list
+of tasks.  A task holds everything it needs to play (it is pickled to a worker) and depends on
+nothing else: every row of a curve experiment plays the common random numbers of the experiment's
+seed, drawn as one batch of ``runs`` (:mod:`icrl_gym.data.crn`), and every slice of a grid's row
+plays the common-random-numbers batch of its index under the cell's seed.  An executor runs the
+tasks in any order, on any number of workers, and hands each result back with the task's index;
+:func:`run_sweep` stores each result as it arrives and returns them in task order, so the outputs
+do not depend on the executor, and a stopped sweep resumes from its stored tasks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from benchmarks.experiments.rows import LEARNED
 from benchmarks.experiments.suite.cells import Experiment
 from benchmarks.experiments.suite.run import play_row, played_specs
 from icrl_gym.envs import BanditSpec, MDPSpec
@@ -24,13 +26,98 @@ from icrl_gym.envs import BanditSpec, MDPSpec
 Curves = dict[str, np.ndarray]
 """One row's curves: mean, std and s.e. of cumulative regret and suboptimality per step."""
 
-Done = Callable[[int, Curves], None]
-"""Called in the driving process with a task's index and its curves as soon as the task finishes."""
+Done = Callable[[int, Any], None]
+"""Called in the driving process with a task's index and its result as soon as the task finishes."""
+
+LEARNED_COST = 20.0
+"""How much longer a learned row (a transformer's forward pass per step) takes than an expert's, roughly."""
+
+
+class Task(Protocol):
+    """One independent piece of a sweep: picklable, with a name for logs and a rough cost for scheduling."""
+
+    @property
+    def name(self) -> str:
+        """The task in log lines and errors (unique within its sweep)."""
+        ...
+
+    @property
+    def cost(self) -> float:
+        """A rough estimate of its run time (only its order matters: longer tasks are submitted first)."""
+        ...
+
+    def run(self) -> Any:
+        """Play the task and return its (picklable) result."""
+        ...
+
+
+def run_task(task: Task) -> Any:
+    """Play ``task`` in this process: the one place every executor plays a task (tests hook it)."""
+    return task.run()
+
+
+class Executor(Protocol):
+    """Runs a list of tasks, calling ``done(index, result)`` in the driving process as each one finishes."""
+
+    def run(self, tasks: Sequence[Task], done: Done) -> None:
+        """Run every task once (an executor may retry a task whose worker died); raise if one cannot finish."""
+        ...
+
+
+class TaskStore(Protocol):
+    """Where the results of a sweep's tasks are kept as they finish (a resumed sweep plays only the others)."""
+
+    def load(self, task: Any) -> Any | None:
+        """The stored result of ``task`` when one made with the same settings is stored (else ``None``)."""
+        ...
+
+    def save(self, task: Any, result: Any) -> None:
+        """Store the finished ``task``'s result atomically."""
+        ...
+
+
+def run_sweep(
+    executor: Executor,
+    tasks: Sequence[Task],
+    store: TaskStore | None = None,
+    done: Callable[[int, Any, bool], None] | None = None,
+) -> list[Any]:
+    """The results of ``tasks`` in their order: stored ones reused, the others played by ``executor``.
+
+    Each played result is saved to ``store`` the moment it arrives, before ``done(index, result,
+    reused)`` is told of it (also told of every reused result, first); a sweep stopped by an error,
+    Ctrl-C or a kill keeps every finished task.
+    """
+    results: dict[int, Any] = {}
+    todo: list[int] = []
+    for i, task in enumerate(tasks):
+        stored = None if store is None else store.load(task)
+        if stored is None:
+            todo.append(i)
+            continue
+        results[i] = stored
+        if done is not None:
+            done(i, stored, True)
+
+    def finished(j: int, result: Any) -> None:
+        i = todo[j]
+        if store is not None:
+            store.save(tasks[i], result)
+        results[i] = result
+        if done is not None:
+            done(i, result, False)
+
+    if todo:
+        executor.run([tasks[i] for i in todo], finished)
+    missing = [tasks[i].name for i in range(len(tasks)) if i not in results]
+    if missing:
+        raise RuntimeError(f"tasks without a result: {', '.join(missing)}")
+    return [results[i] for i in range(len(tasks))]
 
 
 @dataclass(frozen=True)
-class Task:
-    """One algorithm row of one experiment: everything needed to play it, and nothing else (picklable)."""
+class RowTask:
+    """One algorithm row of one curve experiment: everything needed to play it, and nothing else (picklable)."""
 
     experiment: str
     """The experiment's name."""
@@ -50,31 +137,32 @@ class Task:
         """``experiment/label``: the task in log lines and errors."""
         return f"{self.experiment}/{self.label}"
 
+    @property
+    def cost(self) -> float:
+        """Runs x steps, times :data:`LEARNED_COST` for a learned row."""
+        return self.runs * steps_of(self.env) * (LEARNED_COST if self.agent["name"] in LEARNED else 1.0)
 
-def run_task(task: Task) -> Curves:
-    """Play one task: exactly the curves the serial path produces for its row."""
-    return play_row(task.env, task.agent, task.runs, task.seed)
+    def run(self) -> Curves:
+        """Exactly the curves of the row (:func:`~benchmarks.experiments.suite.run.play_row`)."""
+        return play_row(self.env, self.agent, self.runs, self.seed)
+
+
+def steps_of(env: BanditSpec | MDPSpec) -> int:
+    """Steps of one run: T for a bandit, K H for an MDP."""
+    return env.total_steps if isinstance(env, MDPSpec) else env.horizon
 
 
 def experiment_tasks(
     exp: Experiment, runs: int, seed: int, device: str, checkpoints: dict[str, str] | None = None
-) -> list[Task]:
+) -> list[RowTask]:
     """The tasks of one experiment, in its row order."""
     return [
-        Task(exp.name, label, exp.spec, spec, runs, seed)
+        RowTask(exp.name, label, exp.spec, spec, runs, seed)
         for label, spec in played_specs(exp, device, checkpoints).items()
     ]
 
 
-class Executor(Protocol):
-    """Runs a list of tasks, calling ``done(index, curves)`` in the driving process as each one finishes."""
-
-    def run(self, tasks: Sequence[Task], done: Done) -> None:
-        """Run every task once (an executor may retry a task whose worker died); raise if one cannot finish."""
-        ...
-
-
-def merge(tasks: Sequence[Task], results: dict[int, Curves]) -> dict[str, dict[str, Curves]]:
+def merge(tasks: Sequence[RowTask], results: dict[int, Curves]) -> dict[str, dict[str, Curves]]:
     """The results by experiment, then row, in the order of ``tasks`` (whatever order they finished in)."""
     missing = [tasks[i].name for i in range(len(tasks)) if i not in results]
     if missing:

@@ -1,4 +1,9 @@
-"""Stored results: each finished experiment's curves in ``<out>/experiments/<name>.json``, with their key."""
+"""Stored results: each finished experiment's curves in ``<out>/experiments/<name>.json``, with their key.
+
+:class:`SuiteStore` is the default suite's task store (:class:`~benchmarks.executor.tasks.TaskStore`):
+a row task's curves come from its experiment's stored result when that matches, and an experiment's
+result is written the moment its last row finishes.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.experiments.suite.cells import CURVE_KEYS, Experiment
+from benchmarks.executor.tasks import Curves, RowTask
+from benchmarks.experiments.suite.cells import CURVE_KEYS, Experiment, steps
 from benchmarks.experiments.suite.run import played_specs
 from icrl_gym import __version__
 from icrl_gym.checkpoint import checkpoint_files, resolve_checkpoint
 from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.progress import log
 
 STORE = "experiments"
 """Subfolder of the results folder with one stored result per experiment (``<experiment>.json``)."""
@@ -108,3 +115,58 @@ def _changed_fields(store: Path, key: dict[str, Any]) -> list[str]:
         return [k for k in key if stored.get(k) != key[k]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
+
+
+def reusable(exp: Experiment, key: dict[str, Any], store: Path) -> dict[str, Curves] | None:
+    """The stored curves of ``exp`` in ``store`` when their key is ``key`` (else ``None``, saying why)."""
+    try:
+        stored = load_result(store, key, steps(exp))
+    except StoredResultError as err:
+        log(f"warning: {exp.name}: stored result not used: {err}; running it again")
+        return None
+    if stored is None and (store / f"{exp.name}.json").exists():
+        changed = ", ".join(_changed_fields(store, key)) or "the key"
+        log(f"{exp.name}: the stored result differs in {changed}; running it again")
+    return stored
+
+
+class SuiteStore:
+    """The stored results of the curve experiments of one run, as a task store of their row tasks.
+
+    An experiment whose stored result matches its key (:func:`experiment_key`) gives every row
+    (unless ``rerun``); otherwise its rows are played, and its result is written atomically as soon
+    as its last row finishes, so a stopped run resumes from its finished experiments.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        experiments: list[Experiment],
+        runs: int,
+        seed: int,
+        device: str,
+        checkpoints: dict[str, str] | None = None,
+        rerun: bool = False,
+    ) -> None:
+        self.folder = folder
+        self.experiments = {exp.name: exp for exp in experiments}
+        self.keys = {exp.name: experiment_key(exp, runs, seed, device, checkpoints) for exp in experiments}
+        self.stored = {exp.name: None if rerun else reusable(exp, self.keys[exp.name], folder) for exp in experiments}
+        self.rows: dict[str, dict[str, Curves]] = {}
+
+    def reused(self) -> list[str]:
+        """The experiments whose stored result is used whole, in order."""
+        return [name for name, curves in self.stored.items() if curves is not None]
+
+    def load(self, task: RowTask) -> Curves | None:
+        """The row's curves from its experiment's stored result, if that is used."""
+        stored = self.stored[task.experiment]
+        return None if stored is None else stored[task.label]
+
+    def save(self, task: RowTask, curves: Curves) -> None:
+        """Keep the row; store its experiment (rows in its order) once every row of it is in."""
+        rows = self.rows.setdefault(task.experiment, {})
+        rows[task.label] = curves
+        exp = self.experiments[task.experiment]
+        if len(rows) == len(exp.algorithms):
+            save_result(self.folder, self.keys[exp.name], {label: rows[label] for label in exp.algorithms})

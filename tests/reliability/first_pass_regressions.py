@@ -239,17 +239,19 @@ BENCH_FIRST, BENCH_SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
 
 def _bench(out: Path, experiments: str) -> list[str]:
     """``python -m benchmarks`` with a few runs into ``out``; returns the experiments it computed (not reused)."""
-    from benchmarks.harness import cli, runner
+    from benchmarks.executor import tasks
+    from benchmarks.harness import cli
 
     computed: list[str] = []
 
-    def counting(exp: Any, *args: Any, **kwargs: Any) -> Any:
-        computed.append(exp.name)
-        return real(exp, *args, **kwargs)
+    def counting(task: Any) -> Any:
+        if task.experiment not in computed:
+            computed.append(task.experiment)
+        return real(task)
 
-    real = runner.run_experiment
+    real = tasks.run_task
     argv = ["--experiments", experiments, "--runs", "4", "--seed", "1", "--out", str(out), "--quiet", "--workers", "1"]
-    with rp.replaced(runner, "run_experiment", counting), contextlib.redirect_stdout(io.StringIO()):
+    with rp.replaced(tasks, "run_task", counting), contextlib.redirect_stdout(io.StringIO()):
         rp.command_line(cli.main, argv)
     return computed
 
@@ -260,17 +262,18 @@ class Stop(BaseException):
 
 @probe("benchmark stopped mid-run, then resumed", Section.LOST, slow=True)
 def _bench_resume(tmp: Path) -> Outcome:
-    from benchmarks.harness import runner, store
+    from benchmarks.executor import tasks
+    from benchmarks.harness import store
 
     out = tmp / "bench"
-    real = runner.run_experiment
+    real = tasks.run_task
 
-    def stop_in_second(exp: Any, *args: Any, **kwargs: Any) -> Any:
-        if exp.name == BENCH_SECOND:
+    def stop_in_second(task: Any) -> Any:
+        if task.experiment == BENCH_SECOND:
             raise Stop
-        return real(exp, *args, **kwargs)
+        return real(task)
 
-    with contextlib.suppress(Stop), rp.replaced(runner, "run_experiment", stop_in_second):
+    with contextlib.suppress(Stop), rp.replaced(tasks, "run_task", stop_in_second):
         _bench(out, f"{BENCH_FIRST},{BENCH_SECOND}")
     stored = sorted(p.name for p in (out / store.STORE).glob("*.json")) if (out / store.STORE).is_dir() else []
     if stored != [f"{BENCH_FIRST}.json"]:

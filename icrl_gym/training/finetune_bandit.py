@@ -10,6 +10,7 @@ import torch
 
 from agents.learned.transformer import TransformerAgent
 from icrl_gym.algorithm import BanditAgent
+from icrl_gym.data.rollout import play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.models.transformer import BanditTransformer
@@ -36,20 +37,24 @@ def rollout(
     agent = _agent_from_model(model, seed=rng)  # the agent's cached rollout around our model
     batch = BanditBatch(spec, num_runs, rng, **(instance or {}))
     agent.reset(batch_size=num_runs, dim=spec.dim, num_actions=spec.num_actions)
-    T = spec.horizon
-    sets = np.zeros((num_runs, T, spec.num_actions, spec.dim), np.float32)
-    actions = np.zeros((num_runs, T), np.int64)
-    rewards = np.zeros((num_runs, T), np.float32)
-    means = np.zeros((num_runs, T))
-    best = np.zeros((num_runs, T))
-    for t in range(T):
+    sets = np.zeros((num_runs, spec.horizon, spec.num_actions, spec.dim), np.float32)
+
+    def choose(t: int) -> np.ndarray:
         sets[:, t] = batch.action_sets
-        a = agent.act_batch(sets[:, t])
-        out = batch.step(a)
-        agent.update_batch(sets[:, t], a, out["reward"])
-        actions[:, t], rewards[:, t] = a, out["reward"]
-        means[:, t], best[:, t] = out["expected_reward"], out["best_expected_reward"]
-    return {"action_sets": sets, "actions": actions, "rewards": rewards, "means": means, "best": best}
+        return agent.act_batch(sets[:, t])
+
+    def on_step(t: int, actions: np.ndarray, step: dict[str, np.ndarray]) -> None:
+        agent.update_batch(sets[:, t], actions, step["reward"])
+
+    runs = play(batch, spec.horizon, choose, on_step, keep=("expected_reward", "best_expected_reward"))
+    means, best = runs.kept["expected_reward"], runs.kept["best_expected_reward"]
+    return {
+        "action_sets": sets,
+        "actions": runs.actions,
+        "rewards": runs.rewards.astype(np.float32),
+        "means": means,
+        "best": best,
+    }
 
 
 def advantages(runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from agents.learned.generalist import GeneralistAgent
-from icrl_gym.algorithm import logits_action
+from icrl_gym.data.rollout import ModelPlay, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditReward, BanditSpec, sample_w_star
 from icrl_gym.models.generalist import GeneralistTransformer
@@ -37,20 +37,20 @@ def generalist_rollout(
     drawn = sample_w_star(spec, rng, num_instances) if instance is None else np.asarray(instance, dtype=np.float64)
     means = np.repeat(np.broadcast_to(drawn, (num_instances, K)), rollouts, axis=0)  # (B, K)
     bandits = BanditBatch(spec, B, rng, w_star=means)
-    cache = model.new_cache(B, EnvInfo(num_actions=K, horizon=T), device)
-    out = {name: np.zeros((B, T), np.float32) for name in ("rewards", "means", "best")}
-    out["actions"] = np.zeros((B, T), np.int64)
-    prev_action: torch.Tensor | None = None
-    prev_reward: torch.Tensor | None = None
-    for t in range(T):
-        logits = model.step(cache, None, prev_action, prev_reward).logits
-        actions = logits_action(logits.double().cpu().numpy(), temperature, rng)
-        step = bandits.step(actions)
-        out["actions"][:, t], out["rewards"][:, t] = actions, step["reward"]
-        out["means"][:, t], out["best"][:, t] = step["expected_reward"], step["best_expected_reward"]
-        prev_action = torch.as_tensor(actions, device=device)
-        prev_reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
-    return out
+    player = ModelPlay(model, B, EnvInfo(num_actions=K, horizon=T), device)
+    played = play(
+        bandits,
+        T,
+        lambda t: player.sample(None, temperature, rng),
+        lambda t, actions, step: player.tell(actions, step["reward"]),
+        keep=("expected_reward", "best_expected_reward"),
+    )
+    return {
+        "rewards": played.rewards.astype(np.float32),
+        "means": played.kept["expected_reward"].astype(np.float32),
+        "best": played.kept["best_expected_reward"].astype(np.float32),
+        "actions": played.actions,
+    }
 
 
 def generalist_logits(model: torch.nn.Module, spec: BanditSpec, runs: dict[str, np.ndarray], device) -> torch.Tensor:

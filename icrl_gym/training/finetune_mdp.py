@@ -9,11 +9,12 @@ import numpy as np
 import torch
 
 from icrl_gym.algorithm import logits_action
+from icrl_gym.data.rollout import ModelPlay, play
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.models.mdp_generalist import MDPGeneralist, playable_problems
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages
-from icrl_gym.training.mdp_expert_rollout import flat_model_input, play_cache
+from icrl_gym.training.mdp_expert_rollout import flat_model_input, play_info
 from icrl_gym.training.mdp_generalist import generalist_agent, run_regret
 
 COUNT_FIELDS = ("n_sas", "n_sa", "reward_sum", "starts")
@@ -31,7 +32,7 @@ def mdp_rollout(
 ) -> dict[str, np.ndarray]:
     """Sample M runs of each of N instances of ``spec`` (``runs`` = (N, M)) from softmax(logits / tau).
 
-    The model plays through its cache (no gradient) as its agent would (:func:`play_cache`); the
+    The model plays through its cache (no gradient) as its agent would (:func:`play_info`); the
     runs of an instance are consecutive rows.  ``instance`` may fix P, R, mu (leading axis 1 or
     N) instead of drawing them from the prior.  Returns, per run and step (B, T, ...),
     the counts the step's logits were computed from (:data:`COUNT_FIELDS`), ``states``, ``actions``
@@ -48,22 +49,17 @@ def mdp_rollout(
     }
     B, T = num_instances * rollouts, spec.total_steps
     env = MDPBatch(spec, B, rng, instance=repeated)
-    cache = play_cache(model, spec, B, device)
-    out = {name: np.zeros((B, T, *getattr(cache.stats, name).shape[1:]), np.float32) for name in COUNT_FIELDS}
-    out.update(states=np.zeros((B, T), np.int64), actions=np.zeros((B, T), np.int64), gap=np.zeros((B, T)))
-    prev_action: torch.Tensor | None = None
-    prev_reward: torch.Tensor | None = None
-    for t in range(T):
-        states = env.state.copy()
-        logits = model.step(cache, torch.as_tensor(states, device=device), prev_action, prev_reward).logits
+    player = ModelPlay(model, B, play_info(spec), device)
+    out = {name: np.zeros((B, T, *getattr(player.cache.stats, name).shape[1:]), np.float32) for name in COUNT_FIELDS}
+
+    def choose(t: int) -> np.ndarray:
+        logits = player.logits(env.state.copy())
         for name in COUNT_FIELDS:  # after the step: the counts its logits were computed from
-            out[name][:, t] = getattr(cache.stats, name).cpu().numpy()
-        actions = logits_action(logits.double().cpu().numpy(), temperature, rng)
-        step = env.step(actions)
-        out["states"][:, t], out["actions"][:, t], out["gap"][:, t] = states, actions, step["gap"]
-        prev_action = torch.as_tensor(actions, device=device)
-        prev_reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
-    return out
+            out[name][:, t] = getattr(player.cache.stats, name).cpu().numpy()
+        return logits_action(logits.double().cpu().numpy(), temperature, rng)
+
+    played = play(env, T, choose, lambda t, actions, step: player.tell(actions, step["reward"]), keep=("gap",))
+    return {**out, "states": cast(np.ndarray, played.states), "actions": played.actions, "gap": played.kept["gap"]}
 
 
 def mdp_logits(

@@ -54,13 +54,14 @@ from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import read_checkpoint
 from icrl_gym.config import POSITIVE_INT, PROBABILITY, checked
+from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, sample_w_star
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
 from icrl_gym.estimators.statistics import ArmStatistics
-from icrl_gym.models.generalist import GeneralistCache, GeneralistConfig, GeneralistTransformer
+from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.generalist_task import (
@@ -202,30 +203,25 @@ def rollout(
     b, k = means.shape
     bandits = BanditBatch(bernoulli_bandit_spec(num_arms=k, horizon=horizon), b, rng, w_star=means)
     stats = ArmStatistics(b, k)
-    actions = np.zeros((b, horizon), dtype=np.int64)
-    rewards = np.zeros((b, horizon))
     index = np.zeros((b, horizon, k), dtype=np.float32)
-    cache: GeneralistCache | None = None
-    if model is not None:
-        device = next(model.parameters()).device  # the model plays where its weights are
-        cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=horizon), device)
-    prev: tuple[torch.Tensor, torch.Tensor] | None = None
-    for t in range(horizon):
+    player = None if model is None else ModelPlay(model, b, EnvInfo(num_actions=k, horizon=horizon))
+
+    def choose(t: int) -> np.ndarray:
         index[:, t] = gittins_indices(table, stats, horizon - t)
-        if model is None or cache is None:  # Gittins, ties broken at random (cache is None iff model is)
+        if player is None:  # Gittins, ties broken at random
             best = index[:, t] == index[:, t].max(axis=1, keepdims=True)
             greedy = (best * rng.random((b, k))).argmax(axis=1)
         else:
-            prev_a, prev_r = prev if prev is not None else (None, None)
-            greedy = model.step(cache, None, prev_a, prev_r).logits.argmax(dim=1).cpu().numpy()
-        explore = rng.random(b) < epsilon
-        a = np.where(explore, rng.integers(0, k, b), greedy)
-        r = bandits.step(a)["reward"]
-        stats.update(a, r)
-        actions[:, t], rewards[:, t] = a, r
-        if model is not None:
-            prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
-    return actions, rewards, index
+            greedy = player.greedy(None)
+        return epsilon_greedy(greedy, epsilon, k, rng)
+
+    def on_step(t: int, actions: np.ndarray, outcome: dict[str, Any]) -> None:
+        stats.update(actions, outcome["reward"])
+        if player is not None:
+            player.tell(actions, outcome["reward"])
+
+    runs = play(bandits, horizon, choose, on_step)
+    return runs.actions, runs.rewards, index
 
 
 def sample_prior(

@@ -1,19 +1,22 @@
 """The linear generalist's expert and its rollouts (:mod:`icrl_gym.training.linear_generalist`).
 
-The instances of a batch (:class:`Instances`), the Gaussian-posterior index expert with the matched
-prior (:func:`expert_statistics`, :func:`expert_z`), the behaviour's rollout (:func:`rollout`) and
-the batch it yields (:class:`Batch`, :func:`targets_from_index`).
+The Gaussian-posterior index expert with the matched prior (:func:`expert_statistics`,
+:func:`expert_z`), the behaviour's rollout on the instances of a batch (:func:`rollout`, played on
+:class:`~icrl_gym.envs.padded_linear.InstanceBatch` by :func:`icrl_gym.data.rollout.play`) and the
+batch it yields (:class:`Batch`, :func:`targets_from_index`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.special import ndtri
 
+from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
+from icrl_gym.envs.padded_linear import InstanceBatch, Instances
+from icrl_gym.envs.padded_linear import draw_instances as draw_instances  # the tests draw with the rollout
 from icrl_gym.estimators.statistics import RidgeStatistics, gaussian_index
 from icrl_gym.models.linear_generalist import LinearGeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
@@ -23,64 +26,6 @@ EXPERT_SCHEDULES = ("constant", "bayes_ucb")
 
 PRIOR_MEAN, PRIOR_VAR = 0.5, 1.0 / 12.0
 """The matched Gaussian prior N(1/2, I/12) of w* ~ U[0, 1]^d."""
-
-
-@dataclass
-class Instances:
-    """B linear-bandit runs: w* (B, d_max), action sets (B, T or 1, A, d_max), noise (B, T), sigma (B,), d (B,).
-
-    ``prior_mean``, ``prior_var`` (B, d_max): the expert's prior per run (None: N(1/2, I/12) for all);
-    ``noise_known`` (B,): whether the model is given sigma (None: always).
-    """
-
-    w: np.ndarray
-    sets: np.ndarray
-    noise: np.ndarray
-    sigma: np.ndarray
-    dim: np.ndarray
-    horizon: int
-    prior_mean: np.ndarray | None = None
-    prior_var: np.ndarray | None = None
-    noise_known: np.ndarray | None = None
-
-    def model_noise(self) -> np.ndarray:
-        """Sigma as the model is given it (B,): NaN where it is unknown to the model."""
-        return self.sigma if self.noise_known is None else np.where(self.noise_known, self.sigma, np.nan)
-
-    def action_set(self, t: int) -> np.ndarray:
-        """The action sets (B, A, d_max) of step t."""
-        return self.sets[:, t if self.sets.shape[1] > 1 else 0]
-
-    def rows(self, index: np.ndarray) -> Instances:
-        """The runs ``index``."""
-        arrays = ("w", "sets", "noise", "sigma", "dim")
-        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
-
-
-def draw_instances(
-    rng: np.random.Generator,
-    batch: int,
-    num_arms: int,
-    horizon: int,
-    dim: np.ndarray,
-    sigma: np.ndarray,
-    gaussian_arms: np.ndarray,
-    per_step: bool,
-    d_max: int = 8,
-) -> Instances:
-    """Draw w* ~ U[0,1]^d, the arms (Unif[-1,1]^d or N(0, I/d) rows, zero-padded) and the noise."""
-    mask = np.arange(d_max)[None, :] < dim[:, None]  # (B, d_max)
-    w = rng.random((batch, d_max)) * mask
-    steps = horizon if per_step else 1
-    shape = (batch, steps, num_arms, d_max)
-    sets = rng.random(shape, dtype=np.float32) * 2.0 - 1.0  # float32: (B, T, A, d_max) may be large
-    sets *= mask[:, None, None, :]
-    normal = np.flatnonzero(gaussian_arms)
-    if normal.size:
-        scale = (mask[normal] / np.sqrt(dim[normal])[:, None]).astype(np.float32)
-        sets[normal] = rng.standard_normal((normal.size, *shape[1:]), dtype=np.float32) * scale[:, None, None, :]
-    noise = rng.standard_normal((batch, horizon))
-    return Instances(w, sets, noise, sigma.astype(np.float64), dim, horizon)
 
 
 def expert_statistics(
@@ -122,46 +67,40 @@ def rollout(
     per-run pseudo-regret (B,).
     """
     b, horizon = inst.noise.shape
-    num_arms = inst.sets.shape[2]
-    width = inst.sets.shape[-1]
+    num_arms, width = inst.sets.shape[2], inst.sets.shape[-1]
+    runs = InstanceBatch(inst)
     expert = expert_statistics(inst.sigma, width, inst.prior_mean, inst.prior_var)
-    actions = np.zeros((b, horizon), dtype=np.int64)
-    rewards = np.zeros((b, horizon))
+    actor = None if behaviour is None or model is not None else expert_statistics(inst.sigma, width, *behaviour)
     index = np.zeros((b, horizon, num_arms), dtype=np.float32)
     regret = np.zeros(b)
-    rows = np.arange(b)
-    actor = None if behaviour is None or model is not None else expert_statistics(inst.sigma, width, *behaviour)
-    cache = None
-    prev: tuple[torch.Tensor, torch.Tensor] | tuple[None, None] = (None, None)
+    player = None
     if model is not None:
-        device = next(model.parameters()).device  # the model plays where its weights are
-        d_max = model.config.d_max
         noise, dims = tuple(inst.model_noise().tolist()), tuple(inst.dim.tolist())  # per run
-        info = EnvInfo(num_actions=num_arms, horizon=horizon, dim=d_max, run_noise_std=noise, run_dims=dims)
-        cache = model.new_cache(b, info, device)
-    for t in range(horizon):
-        arms = inst.action_set(t).astype(np.float64)
+        info = EnvInfo(num_arms, horizon, dim=model.config.d_max, run_noise_std=noise, run_dims=dims)
+        player = ModelPlay(model, b, info)
+
+    def choose(t: int) -> np.ndarray:
+        arms = runs.arms()
         index[:, t] = gaussian_index(expert, arms, inst.sigma, expert_z(z, schedule, t))
         if actor is not None:
             greedy = gaussian_index(actor, arms, inst.sigma, expert_z(z, schedule, t)).argmax(axis=1)
-        elif model is None or cache is None:
+        elif player is None:
             greedy = index[:, t].argmax(axis=1)
         else:
-            arms_t = torch.as_tensor(arms, dtype=torch.float32, device=device)
-            greedy = model.step(cache, arms_t, *prev).logits.argmax(dim=1).cpu().numpy()
-        explore = rng.random(b) < epsilon if epsilon.any() else np.zeros(b, dtype=bool)
-        a = np.where(explore, rng.integers(0, num_arms, b), greedy) if explore.any() else greedy
-        x = arms[rows, a]
-        means = np.einsum("bad,bd->ba", arms, inst.w)
-        r = means[rows, a] + inst.sigma * inst.noise[:, t]
-        regret += means.max(axis=1) - means[rows, a]
-        expert.update(x, r)
+            greedy = player.greedy(torch.as_tensor(arms, dtype=torch.float32, device=player.device))
+        return epsilon_greedy(greedy, epsilon, num_arms, rng, lazy=True)
+
+    def on_step(t: int, actions: np.ndarray, outcome: dict[str, np.ndarray]) -> None:
+        nonlocal regret
+        regret += outcome["best_expected_reward"] - outcome["expected_reward"]
+        expert.update(outcome["arm"], outcome["reward"])
         if actor is not None:
-            actor.update(x, r)
-        if model is not None:
-            prev = (torch.as_tensor(a, device=device), torch.as_tensor(r, dtype=torch.float32, device=device))
-        actions[:, t], rewards[:, t] = a, r
-    return actions, rewards, index, regret
+            actor.update(outcome["arm"], outcome["reward"])
+        if player is not None:
+            player.tell(actions, outcome["reward"])
+
+    played = play(runs, horizon, choose, on_step)
+    return played.actions, played.rewards, index, regret
 
 
 @dataclass

@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
+from icrl_gym.envs.padded_linear import Instances, draw_instances
 from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.training.distributed import DistContext
@@ -66,8 +67,6 @@ from icrl_gym.training.linear_expert import (
     PRIOR_MEAN,
     PRIOR_VAR,
     Batch,
-    Instances,
-    draw_instances,
     rollout,
     targets_from_index,
 )

@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from agents.mdp.psrl import PSRL, DarkRoomPSRL
 from icrl_gym.algorithm import child_rng
+from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.envs.dark_room import dark_room_successors
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
@@ -23,7 +25,6 @@ from icrl_gym.estimators.statistics import TransitionCounts
 from icrl_gym.models.mdp_generalist import (
     CountStats,
     MDPGeneralist,
-    MDPGeneralistCache,
     known_move_counts,
 )
 from icrl_gym.models.policy import EnvInfo
@@ -92,16 +93,15 @@ def flat_model_input(
     return stats, flat_states, flat_h, flat_k
 
 
-def play_cache(model: MDPGeneralist, spec: MDPSpec, batch_size: int, device: torch.device) -> MDPGeneralistCache:
-    """An empty cache of ``batch_size`` runs of ``spec`` as the agent sets it up at reset.
+def play_info(spec: MDPSpec) -> EnvInfo:
+    """What the MDP generalist is told of runs of ``spec``, as its agent tells it at reset.
 
     Counts pooled over h when the prior is stationary; in a dark room, the room's moves as counts.
     """
     S, A, H = spec.num_states, spec.num_actions, spec.horizon
     moves = dark_room_successors(spec.size) if spec.kind == "dark_room" else None
     known = None if moves is None else tuple(tuple(row) for row in moves.tolist())
-    info = EnvInfo(A, H, num_states=S, episodes=spec.episodes, stationary=spec.is_stationary, known_moves=known)
-    return model.new_cache(batch_size, info, device)
+    return EnvInfo(A, H, num_states=S, episodes=spec.episodes, stationary=spec.is_stationary, known_moves=known)
 
 
 def expert_name(spec: MDPSpec) -> str:
@@ -155,13 +155,13 @@ def rollout_queries(
         spec=spec,
     )
     epsilon = rng.uniform(0.0, max_epsilon, B)
-    cache: MDPGeneralistCache | None = None
+    player = None
     if model is not None:
-        device = next(model.parameters()).device  # the model plays where its weights are
-        cache = play_cache(model, spec, B, device)
-    prev: tuple[torch.Tensor, torch.Tensor] | None = None
+        player = ModelPlay(model, B, play_info(spec))
     rows, q = np.arange(B), 0
-    for t in range(T):
+
+    def choose(t: int) -> np.ndarray:
+        nonlocal q
         states, h = env.state.copy(), env.h
         if h == 0:
             starts[rows, states] += 1
@@ -170,17 +170,15 @@ def rollout_queries(
             out.starts[:, q], out.states[:, q] = starts, states
             out.targets[:, q] = labeller.optimal_action_probs(states, h)
             q += 1
-        if model is None or cache is None:
-            actions = expert.act_batch(states, h)
-        else:
-            prev_a, prev_r = prev if prev is not None else (None, None)
-            logits = model.step(cache, torch.as_tensor(states, device=device), prev_a, prev_r).logits
-            actions = logits.argmax(dim=1).cpu().numpy()
-        actions = np.where(rng.random(B) < epsilon, rng.integers(0, A, B), actions)
-        step = env.step(actions)
-        expert.update_batch(states, h, actions, step["reward"], step["next_state"])
-        counts.update(states, h, actions, step["reward"], step["next_state"])
-        if model is not None:
-            reward = torch.as_tensor(step["reward"], dtype=torch.float32, device=device)
-            prev = (torch.as_tensor(actions, device=device), reward)
+        actions = expert.act_batch(states, h) if player is None else player.greedy(states)
+        return epsilon_greedy(actions, epsilon, A, rng)
+
+    def on_step(t: int, actions: np.ndarray, step: dict[str, Any]) -> None:
+        transition = (step["state"], step["h"], actions, step["reward"], step["next_state"])
+        expert.update_batch(*transition)
+        counts.update(*transition)
+        if player is not None:
+            player.tell(actions, step["reward"])
+
+    play(env, T, choose, on_step)
     return out

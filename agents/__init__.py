@@ -26,6 +26,7 @@ from agents.bandit.index_agent import IndexAgent
 from agents.bandit.kl_ucb import KLUCB
 from agents.bandit.linear_posterior import PosteriorMeanGreedy
 from agents.bandit.linucb import LinUCB, SoftLinUCB
+from agents.bandit.model_average import ModelAveragedBayesUCB
 from agents.bandit.optimal import Optimal
 from agents.bandit.thompson import BernoulliThompson, LinearThompson
 from agents.bandit.ucb import UCB
@@ -36,6 +37,7 @@ from agents.mdp.psrl import PSRL, DarkRoomPSRL, PosteriorMeanPlanner
 from agents.mdp.ucbvi import UCBVI
 from agents.mdp.uniform import MDPUniform
 from agents.mixture import MDPMixture, Mixture
+from agents.safety_net import SafetyNet
 from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 from icrl_gym.registry import make_agent, register_agent
 
@@ -49,6 +51,7 @@ for _algorithm in (
     KLUCB,
     BayesUCB,
     LinearBayesUCB,
+    ModelAveragedBayesUCB,
     PosteriorMeanGreedy,
     BoxPosteriorMC,
     BernoulliBayesOptimal,
@@ -65,6 +68,8 @@ for _algorithm in (
     PosteriorOptimalAction,
     # either kind: the mixture builds an MDP mixture when every component is an MDP algorithm
     Mixture,
+    # a robust index's guard around any linear-bandit algorithm
+    SafetyNet,
 ):
     register_agent(_algorithm.name, _algorithm)
 register_agent(SoftLinUCB.name, SoftLinUCB, defaults={"temperature": 0.1})  # the paper's soft LinUCB (App. E.2)
@@ -79,7 +84,9 @@ register_agent("linear_generalist", "agents.learned.linear_generalist:LinearGene
 register_agent("mdp_generalist", "agents.learned.mdp_generalist:MDPGeneralistAgent")
 
 
-def pretrained(name: str | os.PathLike, seed: int | None = None, **kwargs: Any) -> Agent[Any]:
+def pretrained(
+    name: str | os.PathLike, seed: int | None = None, safety_net: bool | dict[str, Any] = False, **kwargs: Any
+) -> Agent[Any]:
     """A ready agent for a shipped model by name, or for your own by path (:func:`agents.learned.pretrained`).
 
     A path may be a training run's folder (``runs/NAME``), a checkpoint stem or a Hub-layout folder.
@@ -87,7 +94,7 @@ def pretrained(name: str | os.PathLike, seed: int | None = None, **kwargs: Any) 
     """
     from agents.learned import pretrained as load
 
-    return load(name, seed=seed, **kwargs)
+    return load(name, seed=seed, safety_net=safety_net, **kwargs)
 
 
 def ts_uniform_mixture(alpha: float, thompson: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -5,9 +5,9 @@ cache -- the linear attention's state, O(1) per step whatever t -- and scores th
 current action set.  It needs the horizon T (:func:`~icrl_gym.algorithm.resolve_horizon`) and the
 noise level sigma of the environment, read from the reset info or its ``info["model"]`` (each
 instance's own where the environment draws them, ``info["model"]["instance"]``), or given to the
-constructor / ``reset`` (``horizon=``, ``noise_std=``); d and A come from the action sets.  An
-environment that marks sigma unknown (``noise_known=False``) is played without it: a model trained
-to (``noise_estimate``) estimates sigma in context, any other refuses.
+constructor / ``reset`` (``horizon=``, ``noise_std=``); d and A come from the action sets.  Where sigma
+is not stated (no ``noise_std``, or an environment that marks it unknown, ``noise_known=False``) the model
+estimates it in context (a model trained with sigma always given reads the estimate as if it were given).
 ``greedy=True`` (default; the model imitates a deterministic index policy) takes the argmax.  The
 shipped model was trained on Gaussian rewards, w* ~ U[0, 1]^d, d in 2..8, A in 2..20, T <= 500,
 sigma in [0.4, 2.5] (its record's ``trained_range``); it refuses d > d_max and Bernoulli bandits
@@ -37,6 +37,20 @@ class LinearGeneralistAgent(BanditRollout):
     greedy_default = True
     default_fields = ("horizon", "noise_std")
 
+    def trained_prior(self) -> tuple[float, float] | None:
+        """(mean, variance) of every coordinate of w* under the training prior its record names (None: unnamed).
+
+        U[lo, hi]^d gives ((lo + hi) / 2, (hi - lo)^2 / 12), a Gaussian N(m, v I) gives (m, v): the anchor of
+        the :class:`~agents.safety_net.SafetyNet` around this model.
+        """
+        env = self.record.meta.get("env", {})
+        if env.get("prior") == "uniform":
+            low, high = float(env.get("prior_low", 0.0)), float(env.get("prior_high", 1.0))
+            return 0.5 * (low + high), (high - low) ** 2 / 12.0
+        if env.get("prior") == "gaussian":
+            return float(env.get("prior_mean", 0.0)), float(env.get("prior_var", 1.0))
+        return None
+
     def _noise_known(self, info: dict[str, Any]) -> bool:
         """False for an environment that marks its sigma unknown (and no sigma given to ``reset``)."""
         spec = None if self.env_model is None else self.env_model.bandit
@@ -65,16 +79,6 @@ class LinearGeneralistAgent(BanditRollout):
         per_run = self._per_run_noise(info)
         if not self._noise_known(info) or per_run is not None:
             noise = None  # unknown (estimated in context), or given per run
-        elif noise is None:
-            raise ValueError(
-                "the linear generalist transformer needs the noise level sigma: reset with the environment's info "
-                "(info['model']) or pass noise_std= to reset or to its constructor"
-            )
-        if noise is None and per_run is None and not getattr(self.model.config, "noise_estimate", 0):
-            raise ValueError(
-                "this linear generalist transformer needs the noise level sigma (it was trained without estimating "
-                "it in context); the environment marks it unknown"
-            )
         sigma = None if noise is None else check_number("noise_std", noise, low=0.0, strict=True, max_abs=1e6)
         run_noise = None if per_run is None else tuple(per_run.tolist())
         return EnvInfo(

@@ -117,14 +117,14 @@ def noise_levels(
 
     From raw moments (B, Q, E, E), d (B,) and the given sigma (B,).
 
-    sigma is the given one where finite; NaN means unknown: then the in-context estimate (``estimate``) or an error.
+    sigma is the given one where finite; NaN means unknown: then the in-context estimate
+    (:func:`estimate_noise`).  A model trained to estimate it (``estimate``) also reads whether sigma was
+    given; one trained with sigma always given is handed the estimate as if it were given (a plug-in).
     """
     known = torch.isfinite(noise_std)
     shape = moments.shape[:2]
     if bool(known.all()):
         return noise_std.view(-1, 1).expand(shape), torch.ones(shape, device=moments.device)
-    if not estimate:
-        raise ValueError("this model needs the noise level sigma (it was trained without estimating it in context)")
     guess = estimate_noise(moments, dim.view(-1, 1))
     sigma = torch.where(known.view(-1, 1), noise_std.view(-1, 1).nan_to_num(1.0), guess)
     return sigma, known.view(-1, 1).expand(shape).float()

@@ -1,0 +1,246 @@
+"""Model-averaged Bayes-UCB: a linear-bandit index that is told neither the prior nor the noise level.
+
+The agent keeps the exact posterior of a grid of M Gaussian models of the rewards
+r_t = <x_t, w*> + eps_t and averages them with their posterior weights (Bayesian model averaging, the
+evidence of every model computed in context).  Model m = (s, tau) is the prior, in units of the noise
+variance sigma^2,
+
+    w* | sigma^2 ~ N(0, sigma^2 P_m),   P_m = s^2 I + tau^2 1 1^T,
+
+a common random centre c ~ N(0, sigma^2 tau^2) on every coordinate plus independent deviations (tau = 0:
+the zero-centred ridge prior; tau > 0 learns an intercept-like centre, as in a box prior or the Gaussian
+multi-armed bandit's U[0, 1] means).  Every model's posterior is kept as a Kalman filter, one rank-one
+update per step (Sherman-Morrison) instead of a solve:
+
+    q = x^T V x,  e = r - x^T mu,  mu <- mu + V x e / (1 + q),  V <- V - V x x^T V / (1 + q),
+
+with V = (P_m^{-1} + sum_s x_s x_s^T)^{-1}, so w* | D ~ N(mu, sigma^2 V).  Its log evidence grows by the
+log predictive density of each reward (the chain rule of the marginal likelihood):
+
+- **sigma known** (the environment's, or ``noise_std=``): r_t | D ~ N(x^T mu, sigma^2 (1 + q)), and the
+  grid is absolute, P_m = (s^2 I + tau^2 1 1^T) / sigma^2 with s in :data:`PRIOR_SCALES`, tau in
+  :data:`CENTRE_SCALES`;
+- **sigma unknown**: sigma^2 ~ InvGamma(a, b) (normal-inverse-gamma, conjugate), a <- a + 1/2,
+  b <- b + e^2 / (2 (1 + q)), and r_t | D is Student-t with 2a degrees of freedom, location x^T mu and
+  scale^2 (b / a)(1 + q); the grid is relative to the noise, s in :data:`RELATIVE_SCALES`.
+
+**An anchor prior** (``anchor=(m0, v0)``, e.g. the prior a pretrained model was trained on) adds the model
+w* ~ N(m0 1, v0 I) to the grid with prior mass ``anchor_mass`` (the grid shares the rest): its posterior
+weight (:meth:`ModelAveragedBayesUCB.anchor_weight`) is the in-context evidence that the bandit comes from
+that prior.  With sigma unknown it enters once per noise level sigma_i of :data:`ANCHOR_NOISES`, each a
+model with that noise level fixed (Gaussian predictive, P = v0 I / sigma_i^2 in its noise units), and the
+evidence picks the level; its prior variance does not scale with the grid's inferred sigma.
+
+Each arm k reads per model the posterior mean m_mk = x_k^T mu_m and variance v_mk = sigma_m^2 x_k^T V_m x_k
+of its reward (sigma_m^2 = b_m / a when unknown).  With the posterior weights
+w_m = softmax_m(log prior mass + log evidence), the prior mass uniform over the grid, the average is
+
+    m_k = sum_m w_m m_mk,   var_k = sum_m w_m (v_mk + (m_mk - m_k)^2),
+
+and the index is Bayes-UCB's (Kaufmann et al., 2012) u_k = m_k + z_t sqrt(var_k), z_t = Phi^{-1}(1 - 1/t)
+at step t >= 1.  It is the uninformed reference of the linear generalist's acceptance and the robust index
+of its safety net (:mod:`agents.safety_net`).  On one-hot arms (a K-armed Gaussian bandit)
+x_k^T mu = mu_k and x_k^T V x_k = V_kk, so scoring costs O(M K) and an update O(M K^2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.special import gammaln, ndtri
+
+from agents.bandit.bayes_ucb import quantile_level
+from agents.bandit.index_agent import IndexAgent
+from icrl_gym.envs.validation import MAX_SCALE, check_number
+
+PRIOR_SCALES = tuple(float(s) for s in np.geomspace(0.03, 3.0, 6))
+"""Absolute prior scales s of the grid when sigma is known (0.03 to 3, log-spaced)."""
+CENTRE_SCALES = (0.0, 1.0)
+"""Absolute centre scales tau when sigma is known."""
+RELATIVE_SCALES = tuple(float(s) for s in np.geomspace(0.01, 100.0, 9))
+"""Prior scales s in units of sigma when sigma is unknown (0.01 to 100, log-spaced)."""
+RELATIVE_CENTRES = (0.0, 10.0)
+"""Centre scales tau in units of sigma when sigma is unknown (none, or a nearly flat intercept)."""
+ANCHOR_NOISES = tuple(float(s) for s in np.geomspace(0.05, 3.2, 7))
+"""The noise levels at which an anchor prior enters the grid when sigma is unknown (0.05 to 3.2, doubling)."""
+NOISE_PRIOR_SHAPE, NOISE_PRIOR_SCALE = 1.0, 0.25
+"""sigma^2 ~ InvGamma(a0, b0) when unknown: a0 = 1 (one pseudo-observation), b0 = 0.25 (a guess sigma ~ 0.5)."""
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+def prior_grid(dim: int, scales: tuple[float, ...], centres: tuple[float, ...]) -> np.ndarray:
+    """The prior covariances P_m = s^2 I + tau^2 1 1^T (M, d, d), m running over centres, then scales."""
+    eye, ones = np.eye(dim), np.ones((dim, dim))
+    return np.stack([s * s * eye + tau * tau * ones for tau in centres for s in scales])
+
+
+def student_t_logpdf(x: np.ndarray, df: float, scale2: np.ndarray) -> np.ndarray:
+    """The log density of a centred Student-t with ``df`` degrees of freedom and squared scale ``scale2`` at ``x``."""
+    half = 0.5 * (df + 1.0)
+    return (
+        gammaln(half)
+        - gammaln(0.5 * df)
+        - 0.5 * (np.log(df * np.pi) + np.log(scale2))
+        - half * np.log1p(x * x / (df * scale2))
+    )
+
+
+class ModelAveragedBayesUCB(IndexAgent):
+    """Bayes-UCB under the evidence-weighted average of a grid of Gaussian priors (module docstring).
+
+    ``noise_std``: sigma, or None to read it from the environment (its reset ``info["model"]``, per run
+    where the environment draws it) and to estimate it in context when the environment does not state it
+    (``noise_known=False``, or no environment model).
+    """
+
+    name = "model_averaged_bayes_ucb"
+    ridge_statistics = True
+
+    def __init__(
+        self,
+        noise_std: float | None = None,
+        anchor: tuple[float, float] | list[float] | None = None,
+        anchor_mass: float = 0.5,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(temperature=0.0, seed=seed)
+        if noise_std is not None:
+            check_number("noise_std (or None: the environment's, else estimated)", noise_std, 0.0, True, MAX_SCALE)
+        if anchor is not None:
+            if len(anchor) != 2:
+                raise ValueError(f"anchor is (mean, variance) of every coordinate of w*, got {anchor!r}")
+            check_number("anchor mean", anchor[0], max_abs=MAX_SCALE)
+            check_number("anchor variance", anchor[1], 0.0, True, MAX_SCALE)
+            anchor = (float(anchor[0]), float(anchor[1]))
+        self.noise_std, self.anchor = noise_std, anchor
+        self.anchor_mass = check_number("anchor_mass", anchor_mass, 0.0, True)
+        if self.anchor_mass >= 1.0:
+            raise ValueError(f"anchor_mass is the anchor's prior probability, in (0, 1), got {anchor_mass}")
+        self.noise: np.ndarray | None = None
+        """sigma (B,) when known; None while it is estimated."""
+
+    # ------------------------------------------------------------------ the noise level
+    def _known_noise(self) -> np.ndarray | None:
+        """The noise level (B,): the constructor's, else the environment's where it states it, else None."""
+        if self.noise_std is not None:
+            return np.full(self.batch_size, float(self.noise_std))
+        if "noise_std" in self.reset_info:
+            return np.full(self.batch_size, float(self.reset_info["noise_std"]))
+        spec = None if self.env_model is None else self.env_model.bandit
+        if spec is None or not spec.noise_known:
+            return None
+        instance = self.env_model.instance if self.env_model is not None else None
+        if instance is not None and "noise_std" in instance:
+            return np.broadcast_to(np.asarray(instance["noise_std"], dtype=np.float64).reshape(-1), (self.batch_size,))
+        return np.full(self.batch_size, float(spec.noise_std))
+
+    def _memory_bytes(self) -> int:
+        """The M posterior covariances (B, M, d, d) and the per-model scores (B, M, A) on top of the base's."""
+        models = len(RELATIVE_SCALES) * len(RELATIVE_CENTRES) + len(ANCHOR_NOISES)
+        return super()._memory_bytes() + 8 * self.batch_size * models * (
+            self.dim * (self.dim + 2) + 3 * self.num_actions
+        )
+
+    def _reset(self, w_star: np.ndarray | None) -> None:
+        known = self._known_noise()
+        self.noise = None if known is None else np.asarray(known, dtype=np.float64).copy()
+        b, d = self.batch_size, self.dim
+        if self.noise is not None:
+            if not (np.all(self.noise > 0) and np.all(np.isfinite(self.noise))):
+                raise ValueError(f"the noise level sigma must be positive and finite, got {self.noise}")
+            grid = prior_grid(d, PRIOR_SCALES, CENTRE_SCALES)[None]  # absolute, to noise units per run
+            anchor_noise = self.noise[:, None]  # (B, 1): the anchor once, at the known sigma
+        else:
+            grid = prior_grid(d, RELATIVE_SCALES, RELATIVE_CENTRES)[None]
+            anchor_noise = np.broadcast_to(np.asarray(ANCHOR_NOISES), (b, len(ANCHOR_NOISES)))
+        unit = 1.0 if self.noise is None else np.square(self.noise)[:, None, None, None]
+        covs, means = [np.broadcast_to(grid / unit, (b, *grid.shape[1:]))], [np.zeros((b, grid.shape[1], d))]
+        self.is_anchor = np.zeros(grid.shape[1], dtype=bool)
+        log_prior = [np.full(grid.shape[1], -np.log(grid.shape[1]))]
+        if self.anchor is not None:
+            m0, v0 = self.anchor
+            k = anchor_noise.shape[1]
+            covs.append(v0 / np.square(anchor_noise)[:, :, None, None] * np.eye(d))
+            means.append(np.full((b, k, d), m0))
+            self.is_anchor = np.concatenate([self.is_anchor, np.ones(k, dtype=bool)])
+            rest = np.log1p(-self.anchor_mass)
+            log_prior = [lp + rest for lp in log_prior] + [np.full(k, np.log(self.anchor_mass / k))]
+        known_var = np.nan if self.noise is None else np.square(self.noise)[:, None]
+        noise_var = [np.broadcast_to(known_var, (b, grid.shape[1]))]
+        if self.anchor is not None:
+            noise_var.append(np.square(anchor_noise))
+        self.model_noise = np.broadcast_to(np.concatenate(noise_var, axis=1), (b, len(self.is_anchor))).copy()
+        """sigma_m^2 (B, M) of the models with a fixed noise level; NaN for the normal-inverse-gamma ones."""
+        self.cov = np.concatenate(covs, axis=1)
+        self.mean = np.concatenate(means, axis=1)
+        models = self.cov.shape[1]
+        self.log_evidence = np.broadcast_to(np.concatenate(log_prior), (b, models)).copy()
+        self.shape = NOISE_PRIOR_SHAPE
+        self.rate = np.full((self.batch_size, models), NOISE_PRIOR_SCALE)
+
+    # ------------------------------------------------------------------ posterior and index
+    def weights(self) -> np.ndarray:
+        """The models' posterior weights (B, M) = softmax(log evidence)."""
+        z = self.log_evidence - self.log_evidence.max(axis=1, keepdims=True)
+        w = np.exp(z)
+        return w / w.sum(axis=1, keepdims=True)
+
+    def anchor_weight(self) -> np.ndarray:
+        """The posterior weight (B,) of the anchor prior (0 without one)."""
+        return self.weights()[:, self.is_anchor].sum(axis=1)
+
+    def noise_variance(self) -> np.ndarray:
+        """sigma_m^2 (B, M): the known sigma^2, or the inverse-gamma's b_m / a."""
+        return np.where(np.isnan(self.model_noise), self.rate / self.shape, self.model_noise)
+
+    def arm_posterior(self, action_sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The model-averaged posterior mean (B, A) and standard deviation (B, A) of every arm's mean reward."""
+        if self.one_hot_arms:
+            means = self.mean  # (B, M, K): x_k = e_k
+            quad = np.diagonal(self.cov, axis1=2, axis2=3)
+        else:
+            means = np.einsum("bad,bmd->bma", action_sets, self.mean)
+            quad = np.einsum("bad,bmde,bae->bma", action_sets, self.cov, action_sets, optimize=True)
+        var = self.noise_variance()[:, :, None] * np.maximum(quad, 0.0)
+        w = self.weights()[:, :, None]
+        mean = (w * means).sum(axis=1)
+        spread = (w * (var + np.square(means - mean[:, None, :]))).sum(axis=1)
+        return mean, np.sqrt(spread)
+
+    def quantile(self) -> float:
+        """z_t = Phi^{-1}(1 - 1/t) at step t = self.t + 1 (0 at the first step)."""
+        return float(max(ndtri(quantile_level(self.t + 1, 1, 0.0)), 0.0))
+
+    def index(self, action_sets: np.ndarray) -> np.ndarray:
+        """u_k = m_k + z_t sd_k, shape (B, A)."""
+        mean, sd = self.arm_posterior(action_sets)
+        return mean + self.quantile() * sd
+
+    def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        x = action_sets[np.arange(self.batch_size), actions]  # (B, d)
+        vx = np.einsum("bmde,be->bmd", self.cov, x)
+        q = np.maximum(np.einsum("bmd,bd->bm", vx, x), 0.0)
+        err = rewards[:, None] - np.einsum("bmd,bd->bm", self.mean, x)
+        spread = 1.0 + q
+        fixed = ~np.isnan(self.model_noise)
+        var = np.where(fixed, self.model_noise, 1.0) * spread
+        gaussian = -0.5 * (LOG_2PI + np.log(var) + err * err / var)
+        self.log_evidence += np.where(
+            fixed, gaussian, student_t_logpdf(err, 2.0 * self.shape, self.rate / self.shape * spread)
+        )
+        self.rate = self.rate + 0.5 * err * err / spread  # read only by the normal-inverse-gamma models
+        self.shape += 0.5
+        self.mean += vx * (err / spread)[:, :, None]
+        self.cov -= np.einsum("bmd,bme->bmde", vx, vx / spread[:, :, None])
+
+    def noise_estimate(self) -> np.ndarray:
+        """The model-averaged posterior mean of sigma^2, square-rooted (B,): the known sigma when given."""
+        if self.noise is not None:
+            return self.noise.copy()
+        mean_var = np.where(np.isnan(self.model_noise), self.rate / max(self.shape - 1.0, 0.5), self.model_noise)
+        return np.sqrt((self.weights() * mean_var).sum(axis=1))
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters: sigma (None: the environment's, else estimated) and the anchor prior."""
+        return {**super().config(), "noise_std": self.noise_std, "anchor": self.anchor, "anchor_mass": self.anchor_mass}

@@ -254,7 +254,7 @@ def test_missing_model_file_is_an_error_not_a_size_limit(checkpoint, tmp_path):
     store = tmp_path / "cells"
     with pytest.raises(CheckpointError, match="does not exist"):
         gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
-    assert not list(store.glob(f"*/{grid_run._slug(MODEL)}.json"))
+    assert not list(store.glob(f"*/{grid_run.slug(MODEL)}.json"))
 
 
 def test_tail_statistics_equal_a_plain_loop():

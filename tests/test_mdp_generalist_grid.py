@@ -1,4 +1,4 @@
-"""The MDP generalist on the mdp grid experiment: paired rows, bounds, reruns, shards, and its deployment schedules."""
+"""The MDP generalist on the mdp grid experiment: paired rows, bounds, reruns, split rows, its deployment schedules."""
 
 from __future__ import annotations
 
@@ -75,9 +75,9 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     calls: list[str] = []
     real = grid_run.total_regret
 
-    def counted(spec, agent, runs, seed):
+    def counted(spec, agent, runs, seed, **kwargs):
         calls.append(agent["name"])
-        return real(spec, agent, runs, seed)
+        return real(spec, agent, runs, seed, **kwargs)
 
     monkeypatch.setattr(grid_run, "total_regret", counted)
     again = run_mdp_generalization(exp, out, 4, checkpoint=str(path), groups=("fixed", "dark"))
@@ -90,7 +90,7 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
     assert calls == ["mdp_generalist", "mdp_generalist"]
     # the command line reaches every option: a second checkpoint, model only, re-plays only its row
-    cli = ["--cells", "fixed", "--runs", "2", "--out", str(tmp_path / "cli")]
+    cli = ["--cells", "fixed", "--runs", "2", "--out", str(tmp_path / "cli"), "--workers", "1"]  # counted here
     grid_main(["--checkpoint", str(path), *cli])
     before = len(calls)
     grid_main(["--checkpoint", str(other), *cli, "--model-only", "--reverse"])
@@ -103,7 +103,7 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     assert "| dark rooms; 3x3; H=4, K=2 | n/a |" in (tmp_path / "fresh" / exp.name / "summary.md").read_text()
 
 
-def test_shards_and_a_references_only_process_fill_one_store_that_a_stored_only_run_reads(tmp_path, monkeypatch):
+def test_a_references_only_and_a_model_only_run_fill_one_store_that_a_stored_only_run_reads(tmp_path, monkeypatch):
     from dataclasses import replace
 
     from benchmarks.experiments.grid.cells import MODEL
@@ -117,12 +117,8 @@ def test_shards_and_a_references_only_process_fill_one_store_that_a_stored_only_
     groups = ("fixed", "dark")
     whole = run_mdp_generalization(exp, tmp_path / "whole", 4, checkpoint=str(path), groups=groups)
     shared = tmp_path / "shared"
-    first = run_mdp_generalization(
-        exp, shared, 4, checkpoint=str(path), groups=groups, shard=(0, 2), references_only=True
-    )
-    assert [r.cell for r in first] == [whole[0].cell] and MODEL not in first[0].totals
-    second = run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(1, 2))
-    assert [r.cell for r in second] == [whole[1].cell] and MODEL in second[0].totals
+    first = run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, references_only=True)
+    assert [r.cell for r in first] == [r.cell for r in whole] and all(MODEL not in r.totals for r in first)
     run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, model_only=True, device="cpu")
     final = run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, stored_only=True)
     for alone, pieced in zip(whole, final, strict=True):
@@ -131,17 +127,15 @@ def test_shards_and_a_references_only_process_fill_one_store_that_a_stored_only_
             assert np.array_equal(pieced.totals[label], totals), label
     row = json.loads(next((shared / exp.name / "cells").glob("*/generalist.json")).read_text())
     assert row["device"] == "cpu" and "device" not in row["key"]["agent"]
-    with pytest.raises(ValueError, match="shard must be"):
-        run_mdp_generalization(exp, shared, 4, checkpoint=str(path), groups=groups, shard=(2, 2))
     with pytest.raises(ValueError, match="exclude each other"):
         run_mdp_generalization(exp, shared, 4, groups=groups, model_only=True, references_only=True)
-    # the command line passes the shard, the rows and the device through, and refuses a malformed shard
+    # the command line passes the workers, the rows and the device through, and refuses negative workers
     seen: dict = {}
     monkeypatch.setattr(grid_cli, "run_mdp_generalization", lambda *args, **kwargs: seen.update(kwargs))
-    grid_main(["--shard", "3/8", "--references-only", "--device", "auto", "--out", str(tmp_path / "cli")])
-    assert seen["shard"] == (3, 8) and seen["references_only"] and seen["device"] == "auto"
+    grid_main(["--workers", "3", "--references-only", "--device", "auto", "--out", str(tmp_path / "cli")])
+    assert seen["executor"].workers == 3 and seen["references_only"] and seen["device"] == "auto"
     with pytest.raises(SystemExit):
-        grid_main(["--shard", "three"])
+        grid_main(["--workers", "-1"])
 
 
 def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_samples_in_dark_rooms():

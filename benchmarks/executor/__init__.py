@@ -8,7 +8,19 @@ that runs the same tasks on a Ray cluster.  :func:`make_executor` picks one from
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 from typing import Any
+
+WORKERS_HELP = (
+    "worker processes that play the tasks, each with one torch thread (0: the cores this process may use; "
+    "1: every task in this process, one after another).  The results do not depend on it."
+)
+RAY_HELP = (
+    "play the tasks on a Ray cluster instead: 'auto' (the cluster this machine joined with 'ray start'), "
+    "'local' (one started here with --workers CPUs) or an address HOST:PORT; needs the 'ray' extra "
+    '(pip install -e ".[ray]")'
+)
 
 
 def make_executor(workers: int, ray: str = "") -> Any:
@@ -25,3 +37,19 @@ def make_executor(workers: int, ray: str = "") -> Any:
 
         return RayExecutor(ray, count)
     return ProcessExecutor(count) if count > 1 else InlineExecutor()
+
+
+def add_executor_flags(parser: argparse.ArgumentParser, workers: int = 0) -> None:
+    """``--workers`` and ``--ray`` on an evaluation's command line (``workers``: the default)."""
+    parser.add_argument("--workers", type=int, default=workers, help=WORKERS_HELP)
+    parser.add_argument("--ray", default="", help=RAY_HELP)
+
+
+def check_executor_flags(workers: int, ray: str) -> None:
+    """Refuse a negative ``--workers``, or ``--ray`` without Ray (``ValueError`` naming the flag)."""
+    if workers < 0:
+        raise ValueError(f"--workers must be >= 0 (0: the cores this process may use), got {workers}")
+    if ray and importlib.util.find_spec("ray") is None:
+        from benchmarks.executor.ray_executor import MISSING
+
+        raise ValueError(f"--ray {ray}: {MISSING}")

@@ -39,10 +39,11 @@ class BenchConfig:
     the models are small, so more threads mostly wait on each other, and lose time when other programs share
     the cores."""
     workers: int = 0
-    """Worker processes that play the algorithm rows, each with one torch thread (0: the cores this process may
-    use; 1: every row in this process, one after another, with --threads).  The results do not depend on it."""
+    """Worker processes that play the tasks (the algorithm rows; the grids' rows in slices of runs), each with one
+    torch thread (0: the cores this process may use; 1: every task in this process, one after another, with
+    --threads).  The results do not depend on it."""
     ray: str = ""
-    """Play the algorithm rows as tasks on a Ray cluster instead: 'auto' (the cluster this machine joined with
+    """Play the tasks on a Ray cluster instead: 'auto' (the cluster this machine joined with
     'ray start'), 'local' (one started on this machine with --workers CPUs) or an address HOST:PORT; needs the
     'ray' extra (pip install -e ".[ray]")."""
     device: str = "cpu"

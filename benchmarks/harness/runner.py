@@ -107,6 +107,7 @@ def run_grids(cfg: BenchConfig, out: Path, executor: Executor) -> None:
             arms=cfg.grid_arms or None,
             horizons=cfg.grid_horizons or None,
             progress=lambda label, name=grid.name: log(f"{name}: {label}"),
+            executor=executor,
         )
         print(f"{grid.name}: results in {out / grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")
     for mdp_grid in cfg.selected_mdp_grids():
@@ -118,5 +119,6 @@ def run_grids(cfg: BenchConfig, out: Path, executor: Executor) -> None:
             checkpoint=cfg.mdp_generalist or None,
             groups=cfg.mdp_cells,
             progress=lambda label, name=mdp_grid.name: log(f"{name}: {label}"),
+            executor=executor,
         )
         print(f"{mdp_grid.name}: results in {out / mdp_grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")

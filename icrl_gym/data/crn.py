@@ -49,11 +49,20 @@ class CRNBatch:
         return np.random.default_rng(np.random.SeedSequence([self.seed, self.index, 1], spawn_key=(j,)))
 
 
-def crn_batches(num_runs: int, batch_size: int, seed: int = 0) -> Iterator[CRNBatch]:
-    """The batches of ``num_runs`` runs in groups of ``batch_size`` under ``seed`` (module docstring)."""
-    if num_runs < 1 or batch_size < 1:
-        raise ValueError(f"need num_runs >= 1 and batch_size >= 1, got {num_runs} and {batch_size}")
-    for i, start in enumerate(range(0, num_runs, batch_size)):
+def crn_batches(num_runs: int, batch_size: int, seed: int = 0, first: int = 0) -> Iterator[CRNBatch]:
+    """The batches of ``num_runs`` runs in groups of ``batch_size`` under ``seed`` (module docstring).
+
+    ``first`` numbers the batches from ``first`` on (their generators are those of batches
+    ``first``, ``first`` + 1, ... of a longer loop; the rows still count from 0): a slice of a
+    sweep, batch i played alone with ``first=i``, meets exactly the instances and noise it meets in
+    the whole loop, so slices played apart and joined in order equal the whole.
+    """
+    if num_runs < 1 or batch_size < 1 or first < 0:
+        raise ValueError(
+            f"need num_runs >= 1, batch_size >= 1 and first >= 0, got {num_runs}, {batch_size} and {first}"
+        )
+    for k, start in enumerate(range(0, num_runs, batch_size)):
+        i = first + k
         yield CRNBatch(
             index=i,
             rows=slice(start, min(start + batch_size, num_runs)),

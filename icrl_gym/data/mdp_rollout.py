@@ -113,16 +113,21 @@ def rollout_mdp(
     label: LabelMode | str = LabelMode.NONE,
     store_probs: bool = False,
     posterior: AgentSpec | None = None,
+    first_batch: int = 0,
 ) -> MDPRollouts:
     """Run ``agent`` for K episodes on ``num_runs`` fresh instances (labelled when ``label`` is "ad" or "dpt").
 
     :func:`icrl_gym.data.pipeline.run_collection` on an :class:`MDPRecorder`.  ``posterior`` (with
     ``label="dpt"`` and ``store_probs``) is an agent with ``optimal_action_probs`` (e.g. PSRL): it
     sees the same transitions as ``agent``, never acts, and its P(a* = a | D) are the soft labels.
+    ``first_batch``: the batches played are those from this index on of a longer loop (a slice).
     """
     labelling = Labelling(LabelMode.parse(label), posterior=posterior, store_probs=store_probs)
     labelling.check_environment(mdp=True)
-    return run_collection(MDPRecorder(spec, num_runs), agent, num_runs, labelling, seed=seed, batch_size=batch_size)
+    recorder = MDPRecorder(spec, num_runs)
+    return run_collection(
+        recorder, agent, num_runs, labelling, seed=seed, batch_size=batch_size, first_batch=first_batch
+    )
 
 
 def optimal_values(

@@ -93,6 +93,7 @@ class CollectionOptions(TypedDict, total=False):
     batch_size: int | None
     approx_dpt_lam: float
     progress: Callable[[int], Any] | None
+    first_batch: int
 
 
 def run_collection(
@@ -104,6 +105,7 @@ def run_collection(
     batch_size: int | None = None,
     approx_dpt_lam: float = 1.0,
     progress: Callable[[int], Any] | None = None,
+    first_batch: int = 0,
 ) -> DataT:
     """Run Alg_0 ``context`` on ``num_runs`` instances under ``seed`` and label them (module docstring).
 
@@ -111,6 +113,8 @@ def run_collection(
     ``labelling.posterior`` (when given) are observers 0, 1, ... of :meth:`CRNBatch.observer_rng`
     in that order.  ``batch_size`` defaults to the recorder's; ``approx_dpt_lam`` is the ridge
     parameter of approximate-DPT labels; ``progress`` is called with the number of runs finished.
+    ``first_batch`` plays the batches from that index on (a slice of a longer loop, played alone;
+    recorded in the meta only when it is not 0).
     """
     labelling = labelling or Labelling()
     context = build_agent(context)
@@ -136,7 +140,7 @@ def run_collection(
     )
     observers = [agent for agent in (expert, posterior) if agent is not None]
     bar = progress_bar(n * t_max, f"collect {type(context).__name__}", unit="step")
-    for batch in crn_batches(n, batch_size, seed):
+    for batch in crn_batches(n, batch_size, seed, first_batch):
         rows = batch.rows
         recorder.begin(batch)
         recorder.reset(context, batch.agent_rng)
@@ -176,6 +180,7 @@ def run_collection(
         "store_probs": labelling.store_probs,
         "store_values": labelling.store_values,
         "approx_dpt_lam": approx_dpt_lam if label is LabelMode.APPROX_DPT else None,
+        **({"first_batch": first_batch} if first_batch else {}),
     }
     return recorder.result(out, meta)
 

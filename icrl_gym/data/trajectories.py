@@ -445,6 +445,7 @@ def collect_trajectories(
     batch_size: int = BanditRecorder.default_batch_size,
     approx_dpt_lam: float = 1.0,
     progress: Callable[[int], Any] | None = None,
+    first_batch: int = 0,
 ) -> TrajectoryData:
     """Run Alg_0 on ``num_trajectories`` fresh bandit instances and label every step (``label``, a :class:`LabelMode`).
 
@@ -453,7 +454,8 @@ def collect_trajectories(
     :mod:`icrl_gym.data.crn`: every algorithm run with the same seed and batch size faces the same
     instances and the same noise.  ``store_probs`` keeps the labeller's action distribution;
     ``store_values`` keeps an index labeller's per-arm index values.  ``progress`` is an optional
-    callable taking the number of runs finished.
+    callable taking the number of runs finished.  ``first_batch``: the batches played are those
+    from this index on of a longer loop (a slice played alone, :func:`~icrl_gym.data.crn.crn_batches`).
     """
     labelling = Labelling(LabelMode.parse(label), expert=expert, store_probs=store_probs, store_values=store_values)
     return run_collection(
@@ -465,6 +467,7 @@ def collect_trajectories(
         batch_size=batch_size,
         approx_dpt_lam=approx_dpt_lam,
         progress=progress,
+        first_batch=first_batch,
     )
 
 
@@ -474,6 +477,10 @@ def evaluate_regret(
     num_runs: int,
     seed: int = 0,
     batch_size: int = BanditRecorder.default_batch_size,
+    first_batch: int = 0,
 ) -> np.ndarray:
-    """Per-step pseudo-regret (num_runs, T) of ``agent`` on fresh instances drawn with ``seed``."""
-    return collect_trajectories(spec, agent, num_runs, seed=seed, batch_size=batch_size).regret
+    """Per-step pseudo-regret (num_runs, T) of ``agent`` on fresh instances drawn with ``seed``.
+
+    ``first_batch``: the batches from this index on of a longer loop (:func:`collect_trajectories`).
+    """
+    return collect_trajectories(spec, agent, num_runs, seed=seed, batch_size=batch_size, first_batch=first_batch).regret

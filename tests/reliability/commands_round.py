@@ -104,7 +104,7 @@ def _frontier_result(value: float) -> Callable[..., Any]:
 def _deployment_result(value: float) -> Callable[..., Any]:
     """A stand-in for :func:`~benchmarks.experiments.mdp_deployment.run.play_deployments`: one row of ``value``."""
 
-    def play(cells: Any, runs: int, seed: int, checkpoint: str | None = None) -> list[dict[str, Any]]:
+    def play(cells: Any, runs: int, seed: int, checkpoint: str | None = None, *args: Any) -> list[dict[str, Any]]:
         row = {"cell": "(3, 2, 5, 50)", "row": "PSRL", "mean": value, "se": 0.1, "ratio_psrl": 1.0}
         return [{**row, "p99": value, "p99_ratio_psrl": 1.0, "failures": 0.0}]
 
@@ -230,11 +230,11 @@ def _deployment_cells(tmp: Path) -> Outcome:
     return _refused_naming(cases, kinds=(rp.CommandLineExit,))
 
 
-@probe("mdp_generalization with --shard 2/2, both --model-only and --references-only, or --device tpu", Section.CRASH)
+@probe("mdp_generalization with --workers -1, both --model-only and --references-only, or --device tpu", Section.CRASH)
 def _grid_command_options(tmp: Path) -> Outcome:
     out = ["--out", str(tmp / "grid")]
     cases: Cases = {
-        "--shard 2/2": (lambda: _evaluation("mdp_generalization", ["--shard", "2/2", *out]), ("--shard", "2/2")),
+        "--workers -1": (lambda: _evaluation("mdp_generalization", ["--workers", "-1", *out]), ("--workers", "-1")),
         "--model-only --references-only": (
             lambda: _evaluation("mdp_generalization", ["--model-only", "--references-only", *out]),
             ("--model-only", "--references-only"),

@@ -20,6 +20,10 @@ MONTE_CARLO_OUTPUTS = ("uninformed.csv", "uninformed.json")
 """The files the Monte-Carlo rows write to ``--out``."""
 
 
+SLICES = "monte-carlo-slices"
+"""The folder in ``--out`` that keeps the Monte-Carlo rows' finished slices until the rows are written."""
+
+
 MODEL_CHUNK = 65_536
 """Count states the Bernoulli generalist scores at once when it is evaluated exactly (``run.generalist_policy``)."""
 

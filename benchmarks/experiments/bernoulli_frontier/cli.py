@@ -45,11 +45,17 @@ C(T + 2K - 1, 2K - 1), times what each holds) and of the Monte-Carlo rows: beyon
 the default limit K = 2 reaches about T = 230 (with ``--model``), K = 3 about T = 43.  A folder that
 already holds the files this run would write (``frontier.csv`` and ``frontier.json``, or
 ``uninformed.csv`` and ``uninformed.json``) is refused unless ``--overwrite`` is given.
+
+The Monte-Carlo rows are played in slices of runs per prior, the tasks of ``--workers`` processes
+(default: one per core) or of a Ray cluster (``--ray``), and joined in a fixed order: the numbers do
+not depend on either.  Each finished slice is kept in ``--out``/``monte-carlo-slices/`` until the
+rows are written, so a stopped run resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from pathlib import Path
 
@@ -60,12 +66,14 @@ from benchmarks.command_checks import (
     check_seed,
     refuse_unless,
 )
+from benchmarks.executor import add_executor_flags, check_executor_flags, make_executor
 from benchmarks.experiments.bernoulli_frontier.cells import (
     BETA_GRID,
     DEFAULT_MEMORY_GIB,
     EXACT_OUTPUTS,
     MONTE_CARLO_OUTPUTS,
     MONTE_CARLO_SEED,
+    SLICES,
 )
 from benchmarks.experiments.bernoulli_frontier.checks import check_limit, check_memory_of
 from benchmarks.experiments.bernoulli_frontier.report import write_frontier, write_uninformed
@@ -97,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         f"else {DEFAULT_MEMORY_GIB:g})",
     )
     add_overwrite_flag(parser)
+    add_executor_flags(parser)
     args = parser.parse_args(argv)
     if args.arms < 2 or args.horizon < 1 or args.searches < 0 or args.runs < 2:
         parser.error("--arms >= 2, --horizon >= 1, --searches >= 0 and --runs >= 2 are needed")
@@ -107,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     refuse_unless(
         parser,
         lambda: check_seed(args.seed),
+        lambda: check_executor_flags(args.workers, args.ray),
         lambda: check_limit(args.max_memory_gib),
         lambda: check_memory_of(args, len(BETA_GRID)),
         lambda: check_out_folder(out),
@@ -121,14 +131,18 @@ def main(argv: list[str] | None = None) -> None:
         model.eval()
     out.mkdir(parents=True, exist_ok=True)
     if args.monte_carlo_arms:
-        start = time.perf_counter()
-        mc = [
-            row
-            for k in args.monte_carlo_arms
-            for row in uninformed_regrets(k, args.horizon, BETA_GRID, args.runs, args.seed, args.cache, model)
-        ]
+        start, store = time.perf_counter(), out / SLICES
+        with make_executor(args.workers, args.ray) as executor:
+            mc = [
+                row
+                for k in args.monte_carlo_arms
+                for row in uninformed_regrets(
+                    k, args.horizon, BETA_GRID, args.runs, args.seed, args.cache, args.model, executor, store
+                )
+            ]
         run = {"arms": args.monte_carlo_arms, "horizon": args.horizon, "runs": args.runs, "seed": args.seed}
         write_uninformed(out, mc, {**run, "model": args.model, "seconds": time.perf_counter() - start})
+        shutil.rmtree(store, ignore_errors=True)  # the rows are written: their slices are no longer needed
     if not args.exact:
         return
     start = time.perf_counter()

@@ -1,9 +1,16 @@
-"""The frontier's computations: exact policy values over count states, the certificate, Monte-Carlo rows."""
+"""The frontier's computations: exact policy values over count states, the certificate, Monte-Carlo rows.
+
+The Monte-Carlo rows are tasks (:class:`UninformedTask`): each prior's runs in slices, played
+anywhere, stored as they finish and joined in order.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from math import comb
 from pathlib import Path
 from typing import Any
@@ -20,8 +27,15 @@ from agents.bandit.bernoulli_bayes_optimal import (
     family_bayes_table,
     successors,
 )
+from benchmarks.executor.local import InlineExecutor
+from benchmarks.executor.store import FileTaskStore
+from benchmarks.executor.tasks import LEARNED_COST, Executor, run_sweep
 from benchmarks.experiments.bernoulli_frontier.cells import MODEL_CHUNK
+from benchmarks.experiments.grid.cells import SLICE_RUNS
+from benchmarks.experiments.grid.tasks import slice_sizes
+from icrl_gym.checkpoint import checkpoint_files, load_checkpoint, resolve_checkpoint
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
+from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
 
 Policy = Callable[[int, np.ndarray], np.ndarray]
@@ -216,6 +230,136 @@ def uninformed_indices(
     }
 
 
+def uninformed_slice(
+    num_arms: int,
+    horizon: int,
+    priors: Sequence[Sequence[float]],
+    j: int,
+    runs: int,
+    seed: int,
+    index: int,
+    cache_dir: str | Path,
+    generalist: GeneralistTransformer | None = None,
+) -> dict[str, np.ndarray]:
+    """Per-run regret of every policy of :func:`uninformed_regrets` on slice ``index`` (``runs`` runs) of prior ``j``.
+
+    The slice's means and reward draws come from ``default_rng([seed, j, 0, index])``, its ties from
+    ``default_rng([seed, j, 1, index])``: for slice 0 these are the generators ``[seed, j]`` and
+    ``[seed, j, 1]`` (NumPy pads a seed's words with zeros), so a prior of one slice plays as before
+    slices; the slices are independent of each other and of the order they are played in.
+    """
+    grid = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
+    a, b = grid[j]
+    tables = [cached_gittins_table(horizon, cache_dir, a_, b_) for a_, b_ in grid]
+    uniform = cached_gittins_table(horizon, cache_dir, 1.0, 1.0)
+    family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
+    names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index"]
+    names += [] if generalist is None else ["model (greedy)"]
+    rng = np.random.default_rng([seed, j, 0, index])
+    means = rng.beta(a, b, (runs, num_arms))
+    draws = rng.random((horizon, runs))
+    regrets: dict[str, np.ndarray] = {}
+    for name in names:
+        ties = np.random.default_rng([seed, j, 1, index])
+        s = np.zeros((runs, num_arms), np.int64)
+        f = np.zeros((runs, num_arms), np.int64)
+        regret = np.zeros(runs)
+        rows_ = np.arange(runs)
+        for t in range(horizon):
+            if name == "told Gittins":
+                score = tables[j].lookup(s, f, horizon - t)
+            elif name == "Gittins told U[0, 1]":
+                score = uniform.lookup(s, f, horizon - t)
+            elif name == "model (greedy)" and generalist is not None:
+                score = generalist_logits_at(generalist, s, f, t, horizon)
+            else:
+                score = uninformed_indices(tables, family, s, f, horizon - t)[name]
+            best = score >= score.max(axis=1, keepdims=True) - 1e-12
+            arm = (best * ties.random(best.shape)).argmax(axis=1)
+            win = draws[t] < means[rows_, arm]
+            s[rows_, arm] += win
+            f[rows_, arm] += ~win
+            regret += means.max(axis=1) - means[rows_, arm]
+        regrets[name] = regret
+    return regrets
+
+
+@functools.lru_cache(maxsize=2)
+def load_generalist(name: str) -> GeneralistTransformer:
+    """The Bernoulli generalist of a checkpoint (a shipped name or a path), loaded once per process."""
+    model, _ = load_checkpoint(resolve_checkpoint(name), kind=CheckpointKind.GENERALIST_TRANSFORMER)
+    model.eval()
+    return model
+
+
+@functools.lru_cache(maxsize=8)
+def weights_sha256(name: str) -> str:
+    """sha256 of a checkpoint's weights file (a stored slice is reused only for the same weights)."""
+    weights, _ = checkpoint_files(resolve_checkpoint(name))
+    return hashlib.sha256(Path(weights).read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class UninformedTask:
+    """Slice ``index`` (``runs`` runs) of prior ``j`` of the Monte-Carlo rows (:func:`.run.uninformed_slice`)."""
+
+    num_arms: int
+    horizon: int
+    priors: tuple[tuple[float, ...], ...]
+    """The family of Beta priors (every task holds all of them: the uninformed policies mix them)."""
+    j: int
+    """The prior the instances come from."""
+    runs: int
+    seed: int
+    index: int
+    cache_dir: str
+    """The folder of Gittins tables."""
+    generalist: GeneralistTransformer | str | None = None
+    """The Bernoulli generalist (a model, or a checkpoint's name or path, loaded in the worker)."""
+
+    @property
+    def name(self) -> str:
+        """``K=k, T=t, Beta(a, b)/slice i``."""
+        a, b = self.priors[self.j]
+        return f"K={self.num_arms}, T={self.horizon}, Beta({a:g}, {b:g})/slice {self.index}"
+
+    @property
+    def cost(self) -> float:
+        """Runs x steps x priors mixed (the model's rows: :data:`LEARNED_COST` more)."""
+        return self.runs * self.horizon * len(self.priors) * (1.0 if self.generalist is None else LEARNED_COST)
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """What a stored slice must match: sizes, priors, prior, runs, seed, slice and the model's weights."""
+        model: str | None = None
+        if isinstance(self.generalist, str):
+            model = weights_sha256(self.generalist)
+        elif self.generalist is not None:
+            model = "a model in memory"
+        return {
+            "num_arms": self.num_arms,
+            "horizon": self.horizon,
+            "priors": [list(p) for p in self.priors],
+            "prior": self.j,
+            "runs": self.runs,
+            "seed": self.seed,
+            "slice": self.index,
+            "model_weights_sha256": model,
+        }
+
+    @property
+    def store_path(self) -> Path:
+        """``K<k>-T<t>/prior<j>-slice<i>.json`` in the store."""
+        return Path(f"K{self.num_arms}-T{self.horizon}") / f"prior{self.j}-slice{self.index}.json"
+
+    def run(self) -> dict[str, np.ndarray]:
+        """Every policy's per-run regret on the slice."""
+        model = load_generalist(self.generalist) if isinstance(self.generalist, str) else self.generalist
+        return uninformed_slice(
+            self.num_arms, self.horizon, self.priors, self.j, self.runs, self.seed, self.index, self.cache_dir, model
+        )
+
+
 def uninformed_regrets(
     num_arms: int,
     horizon: int,
@@ -223,48 +367,30 @@ def uninformed_regrets(
     runs: int,
     seed: int,
     cache_dir: str | Path,
-    generalist: GeneralistTransformer | None = None,
+    generalist: GeneralistTransformer | str | None = None,
+    executor: Executor | None = None,
+    store: Path | None = None,
+    slice_runs: int = SLICE_RUNS,
 ) -> list[dict[str, Any]]:
     """Monte-Carlo regret per prior of told Gittins and of policies not told it (the docstring of ``cli.py``).
 
     Every policy of a prior's cell plays the same means and the same uniform draws u_t (the reward
     of the pulled arm is 1[u_t < p_a]); ties are broken at random from a separate stream.  With
-    ``generalist`` a row "model (greedy)" plays its argmax from the counts (:func:`generalist_logits_at`).
+    ``generalist`` (a model, or a checkpoint's name or path) a row "model (greedy)" plays its argmax
+    from the counts (:func:`generalist_logits_at`).  The runs of each prior are played in slices of
+    ``slice_runs`` (:func:`uninformed_slice`), the tasks of ``executor`` (default: this process),
+    each stored in ``store`` as it finishes (a stopped run resumes), and joined in slice order.
     """
-    grid = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
-    tables = [cached_gittins_table(horizon, cache_dir, a, b) for a, b in grid]
-    uniform = cached_gittins_table(horizon, cache_dir, 1.0, 1.0)
-    family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
-    names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index"]
-    names += [] if generalist is None else ["model (greedy)"]
+    tasks = [
+        UninformedTask(num_arms, horizon, tuple(map(tuple, priors)), j, n, seed, index, str(cache_dir), generalist)
+        for j in range(len(priors))
+        for index, n in enumerate(slice_sizes(runs, slice_runs))
+    ]
+    results = run_sweep(executor or InlineExecutor(), tasks, None if store is None else FileTaskStore(store))
     rows = []
-    for j, (a, b) in enumerate(grid):
-        rng = np.random.default_rng([seed, j])
-        means = rng.beta(a, b, (runs, num_arms))
-        draws = rng.random((horizon, runs))
-        regrets: dict[str, np.ndarray] = {}
-        for name in names:
-            ties = np.random.default_rng([seed, j, 1])
-            s = np.zeros((runs, num_arms), np.int64)
-            f = np.zeros((runs, num_arms), np.int64)
-            regret = np.zeros(runs)
-            rows_ = np.arange(runs)
-            for t in range(horizon):
-                if name == "told Gittins":
-                    score = tables[j].lookup(s, f, horizon - t)
-                elif name == "Gittins told U[0, 1]":
-                    score = uniform.lookup(s, f, horizon - t)
-                elif name == "model (greedy)" and generalist is not None:
-                    score = generalist_logits_at(generalist, s, f, t, horizon)
-                else:
-                    score = uninformed_indices(tables, family, s, f, horizon - t)[name]
-                best = score >= score.max(axis=1, keepdims=True) - 1e-12
-                arm = (best * ties.random(best.shape)).argmax(axis=1)
-                win = draws[t] < means[rows_, arm]
-                s[rows_, arm] += win
-                f[rows_, arm] += ~win
-                regret += means.max(axis=1) - means[rows_, arm]
-            regrets[name] = regret
+    for j, (a, b) in enumerate(np.asarray(priors, dtype=np.float64).reshape(-1, 2)):
+        parts = [r for task, r in zip(tasks, results, strict=True) if task.j == j]
+        regrets = {name: np.concatenate([np.asarray(p[name], dtype=np.float64) for p in parts]) for name in parts[0]}
         ref = regrets["told Gittins"]
         for name, regret in regrets.items():
             rows.append(

@@ -22,7 +22,7 @@ U[0, 1] and the DP, Bayes-optimal only for that prior, is left out.  The cell's 
 matched-prior Gittins, the reference of the acceptance threshold (<= 1.05 x its mean in every cell).
 In every cell each row plays the same instances with the same noise (common random numbers,
 :func:`icrl_gym.data.crn.crn_batches` through :func:`~icrl_gym.data.trajectories.evaluate_regret`
-with one batch of all runs), so per-run regret differences are paired.  For every row: the mean and
+in the same batches), so per-run regret differences are paired.  For every row: the mean and
 standard error of the cumulative regret R_T over the runs, the paired difference R_T(row) -
 R_T(best reference) with its standard error, and the ratio of the means; the best reference is the
 reference with the lowest mean in the cell (of the compared ones).  Tails, per row: the 99th
@@ -33,10 +33,14 @@ and the fraction of runs whose regret exceeds both 3x the best reference's on th
 
 Outputs in ``<out>/generalization/``: ``cells.csv`` (one line per cell and row), ``checks.csv``,
 ``summary.md``, ``heatmap-<family>.png`` (ratio generalist / best reference, out-of-range cells
-hatched) and ``config.json``.  A missing checkpoint leaves its rows out and says so.  Each finished
-cell is also written at once to ``cells/<cell>.npz`` (per-run totals of every row) and
-``cells/<cell>.json`` (what made it: environment, rows, runs, seed, model weights' sha256); running
-the same command again reuses every matching cell, so a stopped grid resumes at the cell it was in.
+hatched) and ``config.json``.  A missing checkpoint leaves its rows out and says so.  Every row of
+every cell is played in slices of ``slice_runs`` runs (one common-random-numbers batch of the cell's
+seed each; ``benchmarks.experiments.grid.tasks``), the tasks of the harness's executor (``--workers``,
+``--ray``), and joined in a fixed order, so the outputs do not depend on the number of workers.  Each
+finished slice is written at once to ``cells/<cell>/slices/``, each finished row to
+``cells/<cell>/<row>.json`` (per-run totals with what made them: environment, agent, runs, seed,
+slice size, model weights' sha256); running the same command again reuses every matching row and
+slice, so a stopped grid resumes where it was.
 The tables, checks and heatmaps are rebuilt from the cells of the current run only (a heatmap of a
 family not in the run is removed).
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.experiments.grid.cells import Cell, GridSettings
+from benchmarks.experiments.grid.cells import SLICE_RUNS, Cell, GridSettings
 from icrl_gym.envs import ActionSet, BanditArms, BanditPrior, bernoulli_bandit_spec, linear_bandit_spec
 
 
@@ -92,6 +92,8 @@ class GridExperiment(GridSettings):
     seed_offset: int = 30_000_000
     """Evaluation seeds start here, disjoint from every training seed."""
     default: bool = False
+    slice_runs: int = SLICE_RUNS
+    """Runs per task of a row (a cell's runs are played in slices of this many, one CRN batch each)."""
 
 
 MATCHED_AND_LINUCB = {

@@ -8,10 +8,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.executor.local import InlineExecutor
+from benchmarks.executor.tasks import Executor
 from benchmarks.experiments.generalization.cells import MODEL_OF, GridExperiment, grid_cells
 from benchmarks.experiments.generalization.report import cell_fields, write_report
 from benchmarks.experiments.grid.cells import Cell, CellResult
-from benchmarks.experiments.grid.run import play_cells, run_identity, run_rows
+from benchmarks.experiments.grid.run import run_identity
+from benchmarks.experiments.grid.tasks import plan_rows, play_plans, run_rows
 from benchmarks.experiments.models import model_available, model_record
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import BanditPrior, BanditSpec
@@ -66,6 +69,15 @@ def told_beta_prior(spec: BanditSpec) -> tuple[float, float]:
     return (spec.prior_a, spec.prior_b) if spec.prior is BanditPrior.BETA else (1.0, 1.0)
 
 
+def cell_rows(
+    exp: GridExperiment, cell: Cell, cache_dir: Path
+) -> tuple[dict[str, dict[str, Any]], set[str], tuple[str, ...] | None]:
+    """A bandit cell's references, those of them that may refuse the size, and those compared for its best."""
+    refs = _reference_specs(exp, cell, cache_dir)
+    optional = {label for label, agent in refs.items() if agent["name"] == "bernoulli_bayes_optimal"}
+    return refs, optional, _compared(exp, cell)
+
+
 def run_cell(
     exp: GridExperiment,
     cell: Cell,
@@ -75,16 +87,18 @@ def run_cell(
     cache_dir: Path,
     store: Path | None = None,
     model_id: str | None = None,
+    executor: Executor | None = None,
 ) -> CellResult:
     """Every row of a bandit ``cell`` (the experiment's references, then the model) on the same ``runs`` instances.
 
     The Bayes-optimal DP, the model, and every reference of a cell beyond the trained range (e.g. the
     Gittins table for T=1000: ~5 GiB and ~40 min to build) may refuse a size
-    (:func:`~benchmarks.experiments.grid.run.run_rows`).
+    (:func:`~benchmarks.experiments.grid.tasks.plan_rows`).
     """
-    refs = _reference_specs(exp, cell, cache_dir)
-    optional = {label for label, agent in refs.items() if agent["name"] == "bernoulli_bayes_optimal"}
-    return run_rows(cell, refs, model, runs, seed, store, model_id, optional, _compared(exp, cell))
+    refs, optional, compared = cell_rows(exp, cell, cache_dir)
+    return run_rows(
+        cell, refs, model, runs, seed, store, model_id, optional, compared, executor=executor, slice_runs=exp.slice_runs
+    )
 
 
 def run_generalization(
@@ -98,6 +112,7 @@ def run_generalization(
     arms: tuple[int, ...] | None = None,
     horizons: tuple[int, ...] | None = None,
     progress: Callable[[str], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[CellResult]:
     """Run the grid experiment into ``out/<exp.name>/`` (the package's docstring); returns the cells' results.
 
@@ -105,6 +120,8 @@ def run_generalization(
     in-family priors are played by the linear generalist).  ``checkpoint``/``linear_checkpoint``
     default to the experiment's shipped model names; ``arms`` and ``horizons`` replace the Bernoulli
     K and T lists (cells beyond the trained range stay marked).  Every cell uses the seed ``exp.seed_offset + seed``.
+    Every row of every cell is played in slices of ``exp.slice_runs`` runs, the tasks of ``executor``
+    (default: this process), and merged in the cells' and rows' order.
     """
     folder = out / exp.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,15 +145,20 @@ def run_generalization(
             models[kind] = None
             missing[kind] = f"no checkpoint {name!r}"
     start = time.perf_counter()
-
-    def play(cell: Cell) -> CellResult:
+    store = folder / "cells"
+    plans = []
+    for cell in cells:
         kind = MODEL_OF[cell.family]
         model_id = weights[kind] if models[kind] else None
-        return run_cell(exp, cell, models[kind], runs, eval_seed, cache_dir, folder / "cells", model_id)
-
-    results = play_cells(cells, play, progress)
+        refs, optional, compared = cell_rows(exp, cell, cache_dir)
+        plans.append(
+            plan_rows(
+                cell, refs, models[kind], runs, eval_seed, store, model_id, optional, compared, False, exp.slice_runs
+            )
+        )
+    results = play_plans(plans, executor or InlineExecutor(), store, exp.slice_runs, progress)
     config = {
-        **run_identity(exp.name, runs, eval_seed, exp.seed_offset),
+        **run_identity(exp.name, runs, eval_seed, exp.seed_offset, exp.slice_runs),
         "families": list(families),
         "models": {f: models[MODEL_OF[f]] for f in families},
         "model_records": records,

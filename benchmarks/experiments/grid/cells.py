@@ -14,6 +14,10 @@ MODEL = "generalist"
 """Row name of the learned agent in every cell."""
 
 
+SLICE_RUNS = 100
+"""Runs per slice of a grid's row (``tasks.py``): fixed, so the numbers do not depend on the number of workers."""
+
+
 TAIL_LEVEL = 0.99
 """The quantile of per-run regret reported as a row's tail (its p99)."""
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.command_checks import check_out_folder, check_outputs_free, check_seed, refuse_unless
+from benchmarks.executor import check_executor_flags
 from benchmarks.experiments.mdp_deployment.cells import OUTPUTS
 from benchmarks.experiments.models import model_available
 from icrl_gym.envs import MDPSpec
@@ -42,6 +43,7 @@ def check_arguments(
     refuse_unless(
         parser,
         lambda: check_seed(args.seed),
+        lambda: check_executor_flags(args.workers, args.ray),
         lambda: check_cells(cells, args.runs),
         lambda: check_out_folder(out),
         lambda: check_outputs_free(out, OUTPUTS, args.overwrite),

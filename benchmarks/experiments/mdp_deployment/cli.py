@@ -11,7 +11,10 @@ standard error, ratio to PSRL; the tails: the 99th percentile of per-run regret,
 PSRL's, and the fraction of runs with more than 3x PSRL's regret on the same instance and more than
 20) and ``config.json`` to ``--out``.  Every argument (the cells' sizes, the runs' memory, the seed,
 the checkpoint, ``--out``) is checked before the first cell is played, and a folder that already
-holds these two files of an earlier run is refused unless ``--overwrite`` is given.
+holds these two files of an earlier run is refused unless ``--overwrite`` is given.  Every row is
+played in slices of runs, the tasks of ``--workers`` processes (default: one per core) or of a Ray
+cluster (``--ray``), joined in a fixed order (the numbers do not depend on either); each finished
+slice and row is kept in ``--out``/``cells/``, so a stopped sweep resumes.
 
 The default seed, 5e7, is neither a training seed (small integers) nor the ``mdp-generalization``
 grid's evaluation seed (4e7): the schedule's parameters were chosen on it, and the grid checks them
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 from benchmarks.command_checks import add_overwrite_flag
+from benchmarks.executor import add_executor_flags, make_executor
 from benchmarks.experiments.mdp_deployment.cells import CELLS, SEED
 from benchmarks.experiments.mdp_deployment.checks import check_arguments
 from benchmarks.experiments.mdp_deployment.report import write_deployment
@@ -42,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", default=None, help="an MDP generalist checkpoint (default: the shipped one)")
     parser.add_argument("--out", default="runs/mdp-deployment")
     add_overwrite_flag(parser)
+    add_executor_flags(parser)
     args = parser.parse_args(argv)
     try:
         cells = tuple((int(S), int(A), int(H), int(K)) for S, A, H, K in (cell.split(",") for cell in args.cells))
@@ -49,5 +54,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--cells takes S,A,H,K (four integers each), got {args.cells}")
     check_arguments(parser, args, cells)
     out, start = Path(args.out), time.perf_counter()
-    rows = play_deployments(cells, args.runs, args.seed, args.checkpoint)
+    with make_executor(args.workers, args.ray) as executor:
+        rows = play_deployments(cells, args.runs, args.seed, args.checkpoint, executor, out / "cells")
     write_deployment(out, rows, cells, args.runs, args.seed, args.checkpoint, time.perf_counter() - start)

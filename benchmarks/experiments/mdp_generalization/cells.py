@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.experiments.grid.cells import Cell, GridSettings
+from benchmarks.experiments.grid.cells import SLICE_RUNS, Cell, GridSettings
 from benchmarks.experiments.rows import SOFT_UCBVI, bayes_dpt, mdp_generalist
 from icrl_gym.envs import MDPKind, MDPSpec, dark_room_spec
 
@@ -57,6 +57,8 @@ class MDPGridExperiment(GridSettings):
     seed_offset: int = 40_000_000
     """Evaluation seeds start here, disjoint from every training seed."""
     default: bool = False
+    slice_runs: int = SLICE_RUNS
+    """Runs per task of a row (a cell's runs are played in slices of this many, one CRN batch each)."""
 
 
 MDP_GENERALIZATION = MDPGridExperiment(

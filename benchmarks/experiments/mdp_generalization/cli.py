@@ -10,9 +10,9 @@ Cell groups (``--cells``, any of; :data:`benchmarks.experiments.MDP_GENERALIZATI
 - ``beyond``: S in {30, 50}, A=3, H=50, K=100 (beyond the trained range).  The Bayes DPT rows are
   left out there: they solve 32 posterior MDPs at every step (hours per cell at S=50).
 
-In a cell every row plays the same instances with the same noise (common random numbers: one
-:func:`~icrl_gym.data.mdp_rollout.rollout_mdp` batch of all runs under the cell's seed, disjoint
-from training seeds), so per-run regret differences are paired.  Rows: the model (its agent's
+In a cell every row plays the same instances with the same noise (common random numbers: the
+:func:`~icrl_gym.data.mdp_rollout.rollout_mdp` batches of one slice of runs each under the cell's
+seed, disjoint from training seeds), so per-run regret differences are paired.  Rows: the model (its agent's
 default deployment: tempered draws then the argmax on random MDPs, sampled in rooms), PSRL (DarkRoom PSRL in dark
 rooms), the greedy Bayes DPT policy on the same posterior (also the sampled one at the fixed size and
 in dark rooms), UCB-VI and soft UCB-VI (bonus x0.01), uniform and optimal play.  For every row: the
@@ -27,8 +27,11 @@ Outputs in ``<out>/mdp-generalization/``: ``cells.csv``, ``checks.csv`` (the acc
 the range hatched) and ``config.json``.  Every finished row is written at once under ``cells/`` with
 what made it (environment, agent, runs, seed, the model's weights' sha256), so a stopped grid
 resumes, and a new checkpoint re-runs only the model's rows (a second run into the same ``--out`` keeps
-every row it stored).  The command line checks its arguments (``--seed``, ``--shard``, ``--device``,
-the runs' memory in every cell, ``--out``) before the first cell is played.  Run as::
+every row it stored).  Every row is played in slices of runs, the tasks of ``--workers`` processes
+(default: one per core) or of a Ray cluster (``--ray``), and merged in a fixed order: the outputs do
+not depend on either.  A stopped grid resumes from its finished slices.  The command line checks
+its arguments (``--seed``, ``--workers``, ``--ray``, ``--device``, the runs' memory in every cell,
+``--out``) before the first cell is played.  Run as::
 
     OMP_NUM_THREADS=1 python -m benchmarks.evaluations.mdp_generalization --checkpoint CKPT --cells fixed dark
 """
@@ -38,6 +41,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.command_checks import check_out_folder, check_seed, refuse_unless
+from benchmarks.executor import add_executor_flags, check_executor_flags, make_executor
 from benchmarks.experiments.mdp_generalization.cells import MDP_GENERALIZATION, MDPGridExperiment, cell_runs, mdp_cells
 from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
 from icrl_gym.envs import MDPSpec
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=500, help="instances per cell")
     parser.add_argument("--seed", type=int, default=0, help="added to the evaluation seeds")
     parser.add_argument("--out", default="runs")
-    parser.add_argument("--reverse", action="store_true", help="play the cells last first (see run_mdp_generalization)")
+    parser.add_argument("--reverse", action="store_true", help="list the cells last first (see run_mdp_generalization)")
     parser.add_argument("--stored-only", action="store_true", help="play nothing: tables from the stored rows")
     parser.add_argument(
         "--model-only", action="store_true", help="play only the model's rows (see run_mdp_generalization)"
@@ -84,41 +88,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--references-only", action="store_true", help="play only the references (see run_mdp_generalization)"
     )
-    parser.add_argument(
-        "--shard", default="0/1", help="I/N: play every N-th cell from the I-th (see run_mdp_generalization)"
-    )
     parser.add_argument("--device", default="cpu", help="where the model plays: cpu, cuda, auto (CUDA when present)")
+    add_executor_flags(parser)
     args = parser.parse_args(argv)
-    try:
-        index, count = (int(part) for part in args.shard.split("/"))
-    except ValueError:
-        parser.error(f"--shard must be I/N with integers, got {args.shard!r}")
     if args.runs < 2:
         parser.error(f"--runs must be >= 2 (the standard error needs two), got {args.runs}")
-    if not 0 <= index < count:
-        parser.error(f"--shard must be I/N with 0 <= I < N, got {args.shard!r}")
     if args.model_only and args.references_only:
         parser.error("--model-only and --references-only exclude each other: nothing would be played")
     out = Path(args.out)
     refuse_unless(
         parser,
         lambda: check_seed(args.seed),
+        lambda: check_executor_flags(args.workers, args.ray),
         lambda: None if args.references_only else _check_device(args.device),
         lambda: check_cells_memory(exp, tuple(args.cells), args.runs),
         lambda: check_out_folder(out),
     )
-    run_mdp_generalization(
-        exp,
-        out,
-        args.runs,
-        args.seed,
-        args.checkpoint or None,
-        tuple(args.cells),
-        progress=lambda text: print(text, flush=True),
-        model_only=args.model_only,
-        reverse=args.reverse,
-        stored_only=args.stored_only,
-        references_only=args.references_only,
-        shard=(index, count),
-        device=args.device,
-    )
+    with make_executor(args.workers, args.ray) as executor:
+        run_mdp_generalization(
+            exp,
+            out,
+            args.runs,
+            args.seed,
+            args.checkpoint or None,
+            tuple(args.cells),
+            progress=lambda text: print(text, flush=True),
+            model_only=args.model_only,
+            reverse=args.reverse,
+            stored_only=args.stored_only,
+            references_only=args.references_only,
+            device=args.device,
+            executor=executor,
+        )

@@ -1,0 +1,126 @@
+"""The grids and sweeps as tasks (cell x row x slice of runs): the same outputs in process, on processes and on Ray.
+
+At tiny sizes with slices of 2 runs (so every row is several tasks, the last slice smaller), the
+bandit generalization grid and the MDP grid write the same ``cells.csv``, byte for byte, and the
+MDP deployment sweep and the Bernoulli frontier's Monte-Carlo rows give the same numbers, whether
+their tasks run in this process, on two worker processes (one pool for all four sweeps) or on a Ray
+cluster started here (skipped without Ray).  The joined slices of a row are the row played in
+common-random-numbers batches of the slice size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.executor.local import InlineExecutor, ProcessExecutor
+from benchmarks.experiments.bernoulli_frontier.run import uninformed_regrets
+from benchmarks.experiments.generalization.cells import GENERALIZATION
+from benchmarks.experiments.generalization.run import run_generalization
+from benchmarks.experiments.grid.cells import MODEL
+from benchmarks.experiments.grid.tasks import slice_sizes
+from benchmarks.experiments.mdp_deployment.run import play_deployments
+from benchmarks.experiments.mdp_generalization.cells import MDP_GENERALIZATION
+from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
+from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from tests.test_mdp_generalist import _saved
+
+SLICE = 2
+BANDIT = dataclasses.replace(
+    GENERALIZATION,
+    arms=(2,),
+    horizons=(6,),
+    ood_arms=(3,),
+    ood_horizons=(),
+    prior_shifts=((2.0, 2.0),),
+    shift_horizon=6,
+    trained_arms=(2, 2),
+    linear_dims=(2,),
+    linear_actions=(3,),
+    linear_horizon=6,
+    linear_variants={"sigma=0.5": {"noise_std": 0.5}},
+    slice_runs=SLICE,
+)
+"""The generalization grid at K in {2, 3}, T=6, one Beta prior, one linear cell and one variant; slices of 2 runs."""
+
+MDP = dataclasses.replace(MDP_GENERALIZATION, fixed=(3, 2, 3, 2), rooms=((3, 4, 2),), slice_runs=SLICE)
+"""The MDP grid's fixed-size cell (twice the runs) and one dark room, tiny; slices of 2 runs."""
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    """A tiny Bernoulli generalist and a tiny MDP generalist, saved."""
+    folder = tmp_path_factory.mktemp("models")
+    torch.manual_seed(0)
+    config = GeneralistConfig(d_model=16, n_heads=2, n_layers=1, mlp_ratio=2, same_arm_bias=(0.0, 8.0))
+    meta = {"training": {"steps": 0, "seed": 0}, "trained_range": {"num_arms": [2, 2], "horizon": [6, 6]}}
+    bandit = save_checkpoint(
+        folder / "bernoulli",
+        GeneralistTransformer(config),
+        meta,
+        config=config.to_dict(),
+        kind=CheckpointKind.GENERALIST_TRANSFORMER,
+    )
+    mdp, _ = _saved(folder)
+    return {"bernoulli": str(bandit), "mdp": str(mdp)}
+
+
+def sweeps(executor, out: Path, models: dict[str, str]) -> dict[str, object]:
+    """The four sweeps at tiny sizes into ``out`` with ``executor``: the grids' cells.csv bytes, the others' numbers."""
+    run_generalization(BANDIT, out, runs=5, seed=1, checkpoint=models["bernoulli"], executor=executor)
+    run_mdp_generalization(MDP, out, 3, checkpoint=models["mdp"], groups=("fixed", "dark"), executor=executor)
+    deployments = play_deployments(((3, 2, 3, 4),), 5, 7, models["mdp"], executor, out / "deployment", SLICE)
+    frontier = uninformed_regrets(2, 6, [(2.0, 1.0), (1.0, 1.0)], 5, 3, out / "gittins", models["bernoulli"], executor)
+    return {
+        "generalization": (out / BANDIT.name / "cells.csv").read_bytes(),
+        "mdp-generalization": (out / MDP.name / "cells.csv").read_bytes(),
+        "deployments": repr(deployments),  # repr: a NaN ratio compares equal to itself
+        "frontier": repr(frontier),
+    }
+
+
+@pytest.fixture(scope="module")
+def in_process(models, tmp_path_factory) -> dict[str, object]:
+    """Every task in this process, in order (``--workers 1``)."""
+    return sweeps(InlineExecutor(), tmp_path_factory.mktemp("inline"), models)
+
+
+def test_two_worker_processes_give_the_same_outputs(in_process, models, tmp_path):
+    with ProcessExecutor(2) as executor:
+        assert sweeps(executor, tmp_path, models) == in_process
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (the 'ray' extra)")
+def test_ray_gives_the_same_outputs(in_process, models, tmp_path):
+    from benchmarks.executor.ray_executor import RayExecutor
+
+    with RayExecutor("local", 2) as executor:
+        assert sweeps(executor, tmp_path, models) == in_process
+
+
+def test_joined_slices_are_the_row_played_in_batches_of_the_slice_size(tmp_path, models):
+    (result, *_) = run_generalization(BANDIT, tmp_path, runs=5, seed=1, checkpoint=models["bernoulli"])
+    assert slice_sizes(5, SLICE) == [2, 2, 1]
+    seed = BANDIT.seed_offset + 1
+    for label in ("TS", "UCB", MODEL):
+        agent = {**BANDIT.bernoulli_model, "checkpoint": models["bernoulli"]} if label == MODEL else None
+        agent = agent or BANDIT.bernoulli_references[label]
+        whole = evaluate_regret(result.cell.spec, agent, 5, seed=seed, batch_size=SLICE).sum(axis=1)
+        assert np.array_equal(result.totals[label], whole), label
+    # a finished row is one file; its slices were removed once joined
+    store = tmp_path / BANDIT.name / "cells"
+    assert not list(store.glob("*/slices/*.json")) and list(store.glob("*/TS.json"))
+
+
+def test_a_prior_of_one_slice_plays_the_generators_it_played_before_slices():
+    """Slice 0 of prior j draws from [seed, j, 0, 0] and [seed, j, 1, 0]: the generators [seed, j], [seed, j, 1]."""
+    for seed, j in ((31_000_000, 3), (0, 0), (5, 15)):
+        assert np.random.default_rng([seed, j, 0, 0]).random() == np.random.default_rng([seed, j]).random()
+        assert np.random.default_rng([seed, j, 1, 0]).random() == np.random.default_rng([seed, j, 1]).random()

@@ -1,22 +1,27 @@
-"""The rows of a sweep as independent tasks: the same regret.csv whatever executes them.
+"""The rows of a sweep as independent tasks: the same regret.csv whatever executes them, and nothing finished lost.
 
 A small subset of the default suite (two experiments, a learned row and experts in each) is played
-serially (``--workers 1``, today's in-process path), on two worker processes, on a Ray cluster
-started here (skipped without Ray), and on worker processes one of which is killed in the middle
-of a task: every run writes the same regret.csv and summary.md, byte for byte.
+in process (``--workers 1``), on two worker processes, on a Ray cluster started here (skipped
+without Ray), on worker processes one of which is killed in the middle of a task (also on Ray),
+and stopped by Ctrl-C while a worker hangs, then resumed: every run writes the same regret.csv and
+summary.md, byte for byte, and the resumed run plays only the row that had not finished.
 """
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from benchmarks.executor.local import KILL_ENV
+from benchmarks.executor import tasks
+from benchmarks.executor.local import KILL_ENV, KILL_MARKER_ENV, STALL_ENV
 from benchmarks.executor.tasks import experiment_tasks, merge
 from benchmarks.experiments.suite.cells import EXPERIMENTS
+from benchmarks.harness import cli, store
 from benchmarks.harness.config import BenchConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,11 +30,15 @@ KILLED = "generalist-linear-d3-a5/LinUCB"
 OUTPUTS = ("regret.csv", "summary.md")
 
 
+def argv(out: Path) -> list[str]:
+    """The flags of ``python -m benchmarks`` on the subset with 20 runs into ``out``."""
+    return ["--experiments", SUBSET, "--runs", "20", "--out", str(out), "--quiet"]
+
+
 def bench(out: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m benchmarks`` on the subset with 20 runs into ``out`` (a fresh process, as a user runs it)."""
-    argv = [sys.executable, "-m", "benchmarks", "--experiments", SUBSET, "--runs", "20", "--out", str(out), "--quiet"]
     proc = subprocess.run(
-        [*argv, *flags],
+        [sys.executable, "-m", "benchmarks", *argv(out), *flags],
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
         capture_output=True,
@@ -69,6 +78,66 @@ def test_a_killed_worker_is_retried_and_the_outputs_are_unchanged(serial, tmp_pa
     proc = bench(tmp_path, "--workers", "2", env={KILL_ENV: KILLED})
     assert "a worker died" in proc.stderr and KILLED in proc.stderr
     assert_same_outputs(tmp_path, serial)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (the 'ray' extra)")
+def test_a_killed_ray_worker_is_retried_and_the_outputs_are_unchanged(serial, tmp_path):
+    """SIGKILL from inside one Ray task: Ray runs it again (the marker file makes the second attempt play)."""
+    env = {KILL_ENV: KILLED, KILL_MARKER_ENV: str(tmp_path / "killed-once")}
+    bench(tmp_path / "out", "--ray", "local", "--workers", "2", env=env)
+    assert (tmp_path / "killed-once").exists()
+    assert_same_outputs(tmp_path / "out", serial)
+
+
+def stored_rows(out: Path) -> int:
+    """Rows stored in ``out``: those of stored experiments and the row files of unfinished ones."""
+    folder = out / store.STORE
+    whole = sum(len(EXPERIMENTS[p.stem].algorithms) for p in folder.glob("*.json"))
+    return whole + len(list(folder.glob(f"{store.ROWS}/*/*.json")))
+
+
+def test_ctrl_c_stops_the_workers_at_once_and_a_resumed_run_plays_only_the_unfinished_row(
+    serial, tmp_path, monkeypatch
+):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while a worker hangs in one task.
+
+    The run stops within seconds (the hung worker is stopped, not waited for), leaves no process
+    behind, and has stored every other row; the same command then plays only the hung task's row.
+    """
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", *argv(out), "--workers", "2"],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", STALL_ENV: KILLED},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    total = sum(len(EXPERIMENTS[name].algorithms) for name in SUBSET.split(","))
+    deadline = time.monotonic() + 300
+    while stored_rows(out) < total - 1:  # every row but the hung one
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    start = time.monotonic()
+    proc.wait(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - start < 30
+    for _ in range(100):  # the workers are gone too (the group empties once the last one has exited)
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("a process of the stopped run is still alive")
+    assert stored_rows(out) == total - 1 and not (out / "regret.csv").exists()
+
+    played: list[str] = []
+    real = tasks.run_task
+    monkeypatch.setattr(tasks, "run_task", lambda task: played.append(task.name) or real(task))
+    cli.main([*argv(out), "--workers", "1"])
+    assert played == [KILLED]
+    assert_same_outputs(out, serial)
 
 
 def test_results_merge_in_row_order_whatever_order_they_finish_in():

@@ -82,7 +82,10 @@ cli.main(sys.argv[2:])
 
 
 def test_killed_run_resumes_to_the_same_csv(full, tmp_path, computed, capsys):
-    """SIGKILL inside the second experiment: the first is stored; resuming runs only the second."""
+    """SIGKILL in the second experiment's second row: the first experiment and the finished row are stored.
+
+    Resuming plays only the rows not finished.
+    """
     out = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
@@ -90,12 +93,15 @@ def test_killed_run_resumes_to_the_same_csv(full, tmp_path, computed, capsys):
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     stored = sorted(p.name for p in (out / store.STORE).iterdir())
-    assert stored == [f"{FIRST}.json"]  # the finished experiment, and no temporary file
+    assert stored == sorted([f"{FIRST}.json", store.ROWS])  # the finished experiment, and no temporary file
+    assert next(iter(EXPERIMENTS[SECOND].algorithms)) == "TF (AD LinUCB)"  # its finished row was kept:
+    assert [p.name for p in (out / store.STORE / store.ROWS / SECOND).iterdir()] == ["00-TF_AD_LinUCB.json"]
     assert not (out / "regret.csv").exists()
     first_bytes = (out / store.STORE / f"{FIRST}.json").read_bytes()
 
     cli.main(argv(out))
-    assert computed == rows(SECOND)  # the finished experiment was reused, not recomputed
+    assert computed == rows(SECOND)[1:]  # the finished experiment and row were reused, not recomputed
+    assert not (out / store.STORE / store.ROWS).exists()  # the rows are in the experiment's stored result
     assert f"{FIRST}: reused the stored result" in capsys.readouterr().err
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
     assert (out / store.STORE / f"{FIRST}.json").read_bytes() == first_bytes

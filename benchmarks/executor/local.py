@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -55,8 +56,14 @@ def init_worker() -> None:
     set_quiet(True)
 
 
+STALL_ENV = "ICRL_BENCH_STALL_TASK"
+"""Fault injection for tests: a worker playing the task of this name hangs (an hour's sleep), as a stuck one would."""
+
+
 def inject_fault(task: Task, attempt: int) -> None:
-    """The tests' fault injection (:data:`KILL_ENV`): SIGKILL this process before it plays ``task``."""
+    """The tests' fault injection: SIGKILL this process (:data:`KILL_ENV`), or hang it (:data:`STALL_ENV`)."""
+    if os.environ.get(STALL_ENV) == task.name:
+        time.sleep(3600)
     if os.environ.get(KILL_ENV) != task.name:
         return
     marker = os.environ.get(KILL_MARKER_ENV)

@@ -1,19 +1,22 @@
 """Stored results: each finished experiment's curves in ``<out>/experiments/<name>.json``, with their key.
 
 :class:`SuiteStore` is the default suite's task store (:class:`~benchmarks.executor.tasks.TaskStore`):
-a row task's curves come from its experiment's stored result when that matches, and an experiment's
-result is written the moment its last row finishes.
+a row task's curves come from its experiment's stored result when that matches, else from the
+row's own file in ``<out>/experiments/rows/<name>/`` (written the moment the row finished); an
+experiment's result is written as soon as its last row is in, and its row files are then removed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.executor.store import FileTaskStore
 from benchmarks.executor.tasks import Curves, RowTask
 from benchmarks.experiments.suite.cells import CURVE_KEYS, Experiment, steps
 from benchmarks.experiments.suite.run import played_specs
@@ -130,12 +133,18 @@ def reusable(exp: Experiment, key: dict[str, Any], store: Path) -> dict[str, Cur
     return stored
 
 
+ROWS = "rows"
+"""Subfolder of the store with the finished rows of experiments not yet finished (``rows/<experiment>/``)."""
+
+
 class SuiteStore:
     """The stored results of the curve experiments of one run, as a task store of their row tasks.
 
     An experiment whose stored result matches its key (:func:`experiment_key`) gives every row
-    (unless ``rerun``); otherwise its rows are played, and its result is written atomically as soon
-    as its last row finishes, so a stopped run resumes from its finished experiments.
+    (unless ``rerun``); otherwise each row comes from its row file when that holds the row under
+    the experiment's key, or is played and its row file written atomically the moment it finishes.
+    The experiment's result is written as soon as its last row is in, and its row files removed, so
+    a stopped run (an error, Ctrl-C, a kill) resumes with the rows it has not finished.
     """
 
     def __init__(
@@ -153,20 +162,45 @@ class SuiteStore:
         self.keys = {exp.name: experiment_key(exp, runs, seed, device, checkpoints) for exp in experiments}
         self.stored = {exp.name: None if rerun else reusable(exp, self.keys[exp.name], folder) for exp in experiments}
         self.rows: dict[str, dict[str, Curves]] = {}
+        self.rerun = rerun
+        self.partial = FileTaskStore(folder / ROWS)
 
     def reused(self) -> list[str]:
         """The experiments whose stored result is used whole, in order."""
         return [name for name, curves in self.stored.items() if curves is not None]
 
+    def _row(self, experiment: str, label: str) -> tuple[Path, dict[str, Any]]:
+        """The file of a row (numbered by its place in the experiment's rows) and the key it is stored under."""
+        place = list(self.experiments[experiment].algorithms).index(label)
+        name = f"{place:02d}-{re.sub(r'[^A-Za-z0-9.=-]+', '_', label).strip('_')}.json"
+        return Path(experiment) / name, {**self.keys[experiment], "row": label}
+
     def load(self, task: RowTask) -> Curves | None:
-        """The row's curves from its experiment's stored result, if that is used."""
+        """The row's curves from its experiment's stored result if that is used, else from its row file."""
         stored = self.stored[task.experiment]
-        return None if stored is None else stored[task.label]
+        if stored is not None:
+            return stored[task.label]
+        curves = None if self.rerun else self.partial.read(*self._row(task.experiment, task.label))
+        if curves is not None:
+            self._keep(task, curves)
+        return curves
 
     def save(self, task: RowTask, curves: Curves) -> None:
-        """Keep the row; store its experiment (rows in its order) once every row of it is in."""
+        """Write the row's file; store its experiment (rows in its order) once every row of it is in."""
+        self.partial.write(*self._row(task.experiment, task.label), curves)
+        self._keep(task, curves)
+
+    def _keep(self, task: RowTask, curves: Curves) -> None:
+        """Hold the row; with the experiment's last row, write the experiment and remove its row files."""
         rows = self.rows.setdefault(task.experiment, {})
         rows[task.label] = curves
         exp = self.experiments[task.experiment]
-        if len(rows) == len(exp.algorithms):
-            save_result(self.folder, self.keys[exp.name], {label: rows[label] for label in exp.algorithms})
+        if len(rows) < len(exp.algorithms):
+            return
+        save_result(self.folder, self.keys[exp.name], {label: rows[label] for label in exp.algorithms})
+        for label in exp.algorithms:
+            self.partial.remove(self._row(exp.name, label)[0])
+        try:
+            (self.folder / ROWS).rmdir()
+        except OSError:
+            pass  # other experiments' rows are still there

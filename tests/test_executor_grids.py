@@ -4,7 +4,8 @@ At tiny sizes with slices of 2 runs (so every row is several tasks, the last sli
 bandit generalization grid and the MDP grid write the same ``cells.csv``, byte for byte, and the
 MDP deployment sweep and the Bernoulli frontier's Monte-Carlo rows give the same numbers, whether
 their tasks run in this process, on two worker processes (one pool for all four sweeps) or on a Ray
-cluster started here (skipped without Ray).  The joined slices of a row are the row played in
+cluster started here (skipped without Ray); a worker killed in the middle of a slice changes
+nothing.  The joined slices of a row are the row played in
 common-random-numbers batches of the slice size.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.executor.local import InlineExecutor, ProcessExecutor
+from benchmarks.executor.local import KILL_ENV, InlineExecutor, ProcessExecutor
 from benchmarks.experiments.bernoulli_frontier.run import uninformed_regrets
 from benchmarks.experiments.generalization.cells import GENERALIZATION
 from benchmarks.experiments.generalization.run import run_generalization
@@ -103,6 +104,19 @@ def test_ray_gives_the_same_outputs(in_process, models, tmp_path):
 
     with RayExecutor("local", 2) as executor:
         assert sweeps(executor, tmp_path, models) == in_process
+
+
+def test_a_worker_killed_in_a_slice_is_retried_and_cells_csv_is_unchanged(
+    in_process, models, tmp_path, monkeypatch, capfd
+):
+    """SIGKILL from inside one slice on its first attempt: the pool breaks, its unfinished slices run again."""
+    killed = "means ~ U[0, 1]; K=2; T=6/TS/slice 1"
+    monkeypatch.setenv(KILL_ENV, killed)
+    with ProcessExecutor(2) as executor:
+        run_generalization(BANDIT, tmp_path, runs=5, seed=1, checkpoint=models["bernoulli"], executor=executor)
+    err = capfd.readouterr().err
+    assert "a worker died" in err and killed in err
+    assert (tmp_path / BANDIT.name / "cells.csv").read_bytes() == in_process["generalization"]
 
 
 def test_joined_slices_are_the_row_played_in_batches_of_the_slice_size(tmp_path, models):

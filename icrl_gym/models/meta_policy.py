@@ -262,21 +262,14 @@ class MetaRLConfig(DictConfig):
         return kwargs
 
 
+SB3_FIELDS = ("n_steps", "batch_size", "n_epochs", "learning_rate", "gamma", "gae_lambda", "ent_coef", "seed")
+"""The :class:`MetaRLConfig` fields that SB3's PPO and RecurrentPPO take under the same names."""
+
+
 def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlgorithm:
     """The SB3 algorithm of ``cfg`` on ``env`` (fresh weights)."""
-    common: dict[str, Any] = dict(
-        n_steps=cfg.n_steps,
-        batch_size=cfg.batch_size,
-        n_epochs=cfg.n_epochs,
-        learning_rate=cfg.learning_rate,
-        gamma=cfg.gamma,
-        gae_lambda=cfg.gae_lambda,
-        ent_coef=cfg.ent_coef,
-        policy_kwargs=cfg.policy_kwargs(),
-        seed=cfg.seed,
-        device=resolve_device(cfg.device),
-        verbose=verbose,
-    )
+    common: dict[str, Any] = {name: getattr(cfg, name) for name in SB3_FIELDS}
+    common.update(policy_kwargs=cfg.policy_kwargs(), device=resolve_device(cfg.device), verbose=verbose)
     if cfg.algo == "recurrent_ppo":
         from sb3_contrib import RecurrentPPO
 

@@ -23,19 +23,11 @@ uniform over the maximisers of G(s_k, f_k, T - t) (``label_temperature = 0``) or
 softmax(G / label_temperature).  The loss is the cross-entropy; the log also reports the KL to the
 target (0 at a perfect imitation) and the fraction of queries whose argmax is a Gittins action.
 
-Resumable bit for bit: every step's randomness is ``default_rng([seed, step])``, and every
-``checkpoint_every`` steps the training state (the weights as the checkpoint
-``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration and the
-history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
-``resume.json``; the last two checkpoints stay); a restarted run continues from it, also from a
-moved ``out_dir``.  Resuming with other values of the fields that define the training is refused,
-naming them; those of :attr:`GeneralistTrainConfig.resumable_changes` may change.  Run as::
+Resumable bit for bit (the fields of :attr:`GeneralistTrainConfig.resumable_changes` may change) and
+data-parallel under ``torchrun``, as every generalist trainer (:mod:`icrl_gym.training.generalist_task`).
+Run as::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.generalist icrl_gym/pretrained/configs/bernoulli-generalist.json
-
-or under ``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.generalist bernoulli-generalist.json``
-with DistributedDataParallel: every rank draws the same batch and trains on its share of the
-trajectories (:mod:`icrl_gym.training.loop`); rank 0 logs, evaluates and writes.
 """
 
 from __future__ import annotations

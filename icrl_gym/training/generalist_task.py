@@ -7,6 +7,19 @@ step's batch comes from ``default_rng([seed, step])`` (from ``dagger_start`` on,
 ``dagger_fraction``, rolled out by the model: DAgger), a log line every ``log_every`` steps, an
 evaluation every ``eval_every``, a committed state every ``checkpoint_every`` and at the end, under a
 wall-time budget ``time_budget_hours`` (the run's stop condition, with ``steps``).
+
+Resumable bit for bit: every ``checkpoint_every`` steps the training state (the weights as the checkpoint
+``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration and the history)
+is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest ``resume.json``; the last two
+checkpoints stay); a restarted run (the same command) continues from it, also from a moved ``out_dir``.
+Resuming with other values of the fields that define the training is refused, naming them; those of the
+configuration's ``resumable_changes`` may change.  The training wall time is summed over resumes (recorded
+in every checkpoint).
+
+Each trainer runs as ``python -m icrl_gym.training.TRAINER CONFIG.json``, or the same module under
+``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.TRAINER CONFIG.json`` with
+DistributedDataParallel: every rank draws the same batch and trains on its share of the trajectories
+(:mod:`icrl_gym.training.loop`); rank 0 logs, evaluates and writes.
 """
 
 from __future__ import annotations

@@ -25,20 +25,12 @@ history (hard, or softmax(index / label_temperature)); the loss is the cross-ent
 reports ``agree`` (argmax equal to the expert's) and ``gap`` (the expert index lost by the model's
 argmax, in reward units).
 
-Resumable bit for bit: every ``checkpoint_every`` steps the training state (the weights as the
-checkpoint ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration
-and the history) is committed as one verified unit (:mod:`icrl_gym.training.state`, manifest
-``resume.json``); the last two checkpoints and every 1,000th (the learning curve) stay.  A restarted
-run continues from it, also from a moved ``out_dir``; a folder of an older layout is refused, its
-files kept.  Resuming with other values of the fields that define the training is refused, naming
-them; those of :attr:`LinearGeneralistTrainConfig.resumable_changes` may change.  Capped at
-``time_budget_hours`` of training wall time summed over resumes (recorded in every checkpoint)::
+Resumable bit for bit (the fields of :attr:`LinearGeneralistTrainConfig.resumable_changes` may change),
+capped at ``time_budget_hours`` and data-parallel under ``torchrun``, as every generalist trainer
+(:mod:`icrl_gym.training.generalist_task`); besides the last two checkpoints, every 1,000th (the learning
+curve) stays, and a folder of an older layout is refused, its files kept.  Run as::
 
     OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist icrl_gym/pretrained/configs/linear-generalist.json
-
-or under ``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.linear_generalist linear-generalist.json``
-with DistributedDataParallel: every rank draws the same batch and trains on its share of the
-trajectories (:mod:`icrl_gym.training.loop`); rank 0 logs, evaluates and writes.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ The shipped ``tabular-mdp-generalist`` ran this config (15,000 planned steps) to
 step 7,900, then resumed with ``steps=9000`` (the cosine schedule's last 1,100 steps, from lr 4.3e-5
 down to 2.5e-5) to the end: 2.78 h of one CPU thread (docs/mdp-generalist.md).
 
-(resume: the same command; ``torchrun --standalone --nproc_per_node=N -m icrl_gym.training.mdp_generalist``
-shares every batch's runs between the ranks, as for the other generalists).
+(resume: the same command; under ``torchrun``, data-parallel: :mod:`icrl_gym.training.generalist_task`).
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_ban
 from icrl_gym.envs.bandit_env import BanditVectorEnv
 from icrl_gym.envs.mdp_env import TabularMDPVectorEnv
 from icrl_gym.kinds import KINDS
+from icrl_gym.models.mdp_generalist import MDPGeneralist, MDPGeneralistConfig
 from icrl_gym.training.finetune import FinetuneConfig
 from icrl_gym.training.generalist import GeneralistTrainConfig
+from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig
 from icrl_gym.training.pretrain import PretrainConfig
 
 TINY_DECODER = {"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"}
@@ -27,6 +29,9 @@ TINY_DECODER = {"n_layer": 1, "n_head": 1, "n_embd": 8, "layout": "compact"}
 
 TINY_GENERALIST = {"d_model": 8, "n_heads": 2, "n_layers": 1, "mlp_ratio": 2, "same_arm_bias": [0.0, 8.0]}
 """A one-block Bernoulli generalist of width 8 with two heads."""
+
+TINY_MDP_GENERALIST = {"d_model": 8, "mlp_ratio": 1}
+"""An MDP generalist of width 8 whose MLPs are as wide."""
 
 LINEAR_EXPERTS = (
     "linucb",
@@ -57,6 +62,16 @@ def tiny_generalist_config(out_dir: str | Path, table_cache: str | Path, /, **ov
     return GeneralistTrainConfig(**{"model": TINY_GENERALIST, **prior, **batches, **schedule, **folders, **overrides})
 
 
+def tiny_mdp_generalist_config(out_dir: str | Path, /, **overrides: Any) -> MDPGeneralistTrainConfig:
+    """The MDP generalist trainer on S <= 4, A <= 3, H <= 4 and dark rooms of side 2 or 3: 6 steps, DAgger at 2."""
+    sizes = dict(max_states=4, max_arms=3, max_horizon=4, max_episodes=3, max_steps=12)
+    rooms = dict(min_room=2, max_room=3, room_max_horizon=4, room_max_episodes=2, dark_room_fraction=0.3)
+    batches = dict(queries=3, max_batch=4, dagger_start=2, dagger_fraction=0.5)
+    schedule = dict(steps=6, warmup_steps=2, log_every=2, checkpoint_every=3, eval_every=0)
+    learner = {"model": TINY_MDP_GENERALIST, **sizes, **rooms, **batches, **schedule}
+    return MDPGeneralistTrainConfig(**{**learner, "out_dir": str(out_dir), **overrides})
+
+
 def tiny_finetune_config(base: str | Path, out_dir: str | Path, /, **overrides: Any) -> FinetuneConfig:
     """Fine-tuning the checkpoint ``base``: 6 iterations of 4 runs, validated on 8 runs every 2 iterations."""
     schedule = dict(iterations=6, runs_per_iteration=4, lr=1e-2, val_runs=8, eval_every=2, device="cpu")
@@ -71,6 +86,19 @@ def random_weights(model: torch.nn.Module) -> torch.nn.Module:
             if "ln_" not in name:
                 p.normal_(0, 0.3)
     return model.eval()
+
+
+def tiny_mdp_generalist(seed: int = 0, dtype: torch.dtype = torch.float32) -> MDPGeneralist:
+    """:data:`TINY_MDP_GENERALIST` in eval mode with N(0, 0.3^2) noise (seed ``seed``) added to every weight.
+
+    A non-zero bonus and head, so that every path of the network reaches the logits.
+    """
+    torch.manual_seed(seed)
+    model = MDPGeneralist(MDPGeneralistConfig(**TINY_MDP_GENERALIST)).to(dtype).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model
 
 
 def play_steps(agent: Any, env: Any, steps: int, obs: Any) -> tuple[list[Any], Any]:

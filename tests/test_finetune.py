@@ -13,7 +13,13 @@ from icrl_gym.training.finetune_bandit import advantages, bandit_logits
 from icrl_gym.training.finetune_core import policy_gradient_loss
 from icrl_gym.training.pretrain import export, pretrain
 from icrl_gym.training.state import RunState
-from tests.helpers import TINY_DECODER, tiny_finetune_config, tiny_pretrain_config
+from tests.helpers import (
+    TINY_DECODER,
+    TINY_MDP_GENERALIST,
+    tiny_finetune_config,
+    tiny_mdp_generalist,
+    tiny_pretrain_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -123,20 +129,6 @@ def test_a_run_saved_before_a_field_was_added_resumes_with_the_fields_default(tm
 
 # --- the MDP generalist ---------------------------------------------------------------------------
 
-MDP_TINY = {"d_model": 8, "mlp_ratio": 1}
-
-
-def _mdp_model(seed: int = 0):
-    """A tiny MDP generalist with weights far from their initial ones (every path reaches the logits)."""
-    from icrl_gym.models.mdp_generalist import MDPGeneralist, MDPGeneralistConfig
-
-    torch.manual_seed(seed)
-    model = MDPGeneralist(MDPGeneralistConfig(**MDP_TINY)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return model
-
 
 @pytest.fixture(scope="module")
 def tiny_mdp_model(tmp_path_factory):
@@ -144,8 +136,12 @@ def tiny_mdp_model(tmp_path_factory):
     from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig
 
     tmp = tmp_path_factory.mktemp("mdp-base")
-    cfg = MDPGeneralistTrainConfig(out_dir=str(tmp / "run"), model=MDP_TINY, max_states=6, dark_room_fraction=0.0)
-    return save_checkpoint(tmp / "mdpg", _mdp_model(), cfg.checkpoint_fields(), kind=CheckpointKind.MDP_GENERALIST)
+    cfg = MDPGeneralistTrainConfig(
+        out_dir=str(tmp / "run"), model=TINY_MDP_GENERALIST, max_states=6, dark_room_fraction=0.0
+    )
+    return save_checkpoint(
+        tmp / "mdpg", tiny_mdp_generalist(), cfg.checkpoint_fields(), kind=CheckpointKind.MDP_GENERALIST
+    )
 
 
 def test_the_leave_one_out_baseline_of_an_instance_is_the_mean_of_its_other_runs():
@@ -172,7 +168,7 @@ def test_mdp_policy_gradient_is_unbiased_against_exact_enumeration():
     from icrl_gym.models.mdp_generalist import CountStats
     from icrl_gym.training.finetune_mdp import MDPGeneralistFinetune, mdp_rollout
 
-    model, tau, H = _mdp_model(), 2.0, 3
+    model, tau, H = tiny_mdp_generalist(), 2.0, 3
     spec = MDPSpec(num_states=2, num_actions=2, horizon=H, episodes=1)
     # action 0 leads to state 0 (where the actions are almost the same), action 1 to state 1 (far apart):
     # the step-2 action sets the size of the step-3 mistake, which only the regret-to-go credits it with

@@ -16,20 +16,10 @@ from icrl_gym.envs.dark_room import dark_room_spec, dark_room_successors
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.kinds import KINDS
-from icrl_gym.models.mdp_generalist import KNOWN_MOVE_COUNT, CountStats, MDPGeneralist, MDPGeneralistConfig
+from icrl_gym.models.mdp_generalist import KNOWN_MOVE_COUNT, CountStats, MDPGeneralist
 from icrl_gym.registry import make_agent
 from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig, rollout_queries, train
-
-TINY = {"d_model": 8, "mlp_ratio": 1}
-
-
-def _model(seed: int = 0, dtype: torch.dtype = torch.float64) -> MDPGeneralist:
-    torch.manual_seed(seed)
-    model = MDPGeneralist(MDPGeneralistConfig(**TINY)).to(dtype).eval()
-    with torch.no_grad():  # a non-zero bonus and head, so that every path of the network reaches the logits
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return model
+from tests.helpers import TINY_MDP_GENERALIST, tiny_mdp_generalist, tiny_mdp_generalist_config
 
 
 def _slow_counts(spec: MDPSpec, states, actions, rewards, t: int) -> CountStats:
@@ -67,7 +57,7 @@ def _queries(spec: MDPSpec, runs: int = 3, queries: int = 6, seed: int = 1):
 def test_logits_are_equivariant_to_state_and_action_labels(stationary):
     spec = MDPSpec(num_states=6, num_actions=4, horizon=5, episodes=4, stationary=stationary, random_start=True)
     _, c, states, h, k = _queries(spec)
-    model = _model()
+    model = tiny_mdp_generalist(dtype=torch.float64)
     with torch.no_grad():
         logits = model(c, states, h, k, spec.horizon, spec.episodes)
         gen = torch.Generator().manual_seed(3)
@@ -87,7 +77,7 @@ def test_logits_are_equivariant_to_state_and_action_labels(stationary):
 def test_a_batch_of_problems_equals_each_problem_alone():
     spec = MDPSpec(num_states=4, num_actions=3, horizon=6, episodes=3, stationary=False)
     _, c, states, h, k = _queries(spec)
-    model = _model()
+    model = tiny_mdp_generalist(dtype=torch.float64)
     with torch.no_grad():
         together = model(c, states, h, k, spec.horizon, spec.episodes)
         alone = [model(c.rows(torch.tensor([i])), states[[i]], h[[i]], k[[i]], 6, 3) for i in range(len(states))]
@@ -104,7 +94,7 @@ def test_a_batch_of_problems_equals_each_problem_alone():
     ids=["nonstationary", "stationary", "dark_room"],
 )
 def test_the_agents_cached_steps_equal_counts_recomputed_from_scratch(spec):
-    model = _model()
+    model = tiny_mdp_generalist(dtype=torch.float64)
     agent = MDPGeneralistAgent.from_model(model, greedy=False, seed=2)
     B, T = 3, spec.total_steps
     env = MDPBatch(spec, B, np.random.default_rng(5))
@@ -205,36 +195,10 @@ def test_dark_room_labels_are_the_exact_goal_posterior():
             assert np.allclose(batch.targets[b, q], exact), (b, q, k)
 
 
-def _train_cfg(run_dir, steps: int) -> MDPGeneralistTrainConfig:
-    return MDPGeneralistTrainConfig(
-        out_dir=str(run_dir),
-        model=TINY,
-        steps=steps,
-        max_states=4,
-        max_arms=3,
-        max_horizon=4,
-        max_episodes=3,
-        max_steps=12,
-        min_room=2,
-        max_room=3,
-        room_max_horizon=4,
-        room_max_episodes=2,
-        dark_room_fraction=0.3,
-        queries=3,
-        max_batch=4,
-        dagger_start=2,
-        dagger_fraction=0.5,
-        warmup_steps=2,
-        log_every=2,
-        checkpoint_every=3,
-        eval_every=0,
-    )
-
-
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
-    whole = train(_train_cfg(tmp_path / "whole", 6), echo=False)
-    train(_train_cfg(tmp_path / "split", 3), echo=False)  # "interrupted" after a saved state at 3
-    resumed = train(_train_cfg(tmp_path / "split", 6), echo=False)
+    whole = train(tiny_mdp_generalist_config(tmp_path / "whole"), echo=False)
+    train(tiny_mdp_generalist_config(tmp_path / "split", steps=3), echo=False)  # "interrupted" after a saved state at 3
+    resumed = train(tiny_mdp_generalist_config(tmp_path / "split"), echo=False)
     assert "resumed from" in (tmp_path / "split" / "train.log").read_text()
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
@@ -253,10 +217,12 @@ def test_the_configuration_refuses_unordered_ranges_and_a_bad_model():
 
 
 def _saved(tmp_path, playable=None):
-    cfg = MDPGeneralistTrainConfig(out_dir=str(tmp_path / "run"), model=TINY, max_states=6, dark_room_fraction=0.0)
+    cfg = MDPGeneralistTrainConfig(
+        out_dir=str(tmp_path / "run"), model=TINY_MDP_GENERALIST, max_states=6, dark_room_fraction=0.0
+    )
     if playable is not None:
         cfg.playable_range = playable
-    model = _model(dtype=torch.float32)
+    model = tiny_mdp_generalist()
     return save_checkpoint(tmp_path / "mdpg", model, cfg.checkpoint_fields(), kind=CheckpointKind.MDP_GENERALIST), model
 
 

@@ -1,0 +1,164 @@
+"""The linear generalist against uninformed references: held-out priors, Gaussian MABs, sigma withheld.
+
+The cells are the held-out priors of w*, the Gaussian multi-armed bandit and the paper's cell, the
+first and last also with sigma withheld.
+
+Rows of every cell, all on the same instances and noise (common random numbers, one seed per cell):
+
+- uninformed references: LinUCB (alpha in {0.5, 1, 2}), linear TS and linear Bayes-UCB with a fixed
+  N(0, I) prior (sigma told), the model-averaged Bayes-UCB (:mod:`agents.bandit.model_average`);
+  the cell's "best uninformed" is the lowest mean of these;
+- told references (columns only): Bayes-UCB and TS told the instance's prior (matched);
+- the shipped ``linear-generalist`` alone, and inside the safety net (:mod:`agents.safety_net`).
+
+A cell "sigma unknown" marks the noise level unknown (``noise_known=False``): the model and the
+model-averaged index estimate it in context; the references that need sigma are still told it.
+The runs are 1,000 per cell at T <= 200 and 300 at T = 1,000 (``--runs`` / ``--long-runs``), seeds
+``--seed`` + the cell's index, never used in training.  Every cell's per-run totals are stored in
+``OUT/cells/NAME.json`` as it finishes (a stopped run resumes), then ``OUT/table.md`` and
+``OUT/cells.csv`` are written with the configuration.  ``python -m benchmarks.evaluations.linear_uninformed
+--out DIR``
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import agents
+from icrl_gym.algorithm import BanditAgent
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs import BanditSpec, linear_bandit_spec
+from icrl_gym.utils.cli import doc_parser
+from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
+
+UNINFORMED: dict[str, dict[str, Any]] = {
+    **{f"LinUCB (alpha={a:g})": {"name": "linucb", "alpha": a} for a in (0.5, 1.0, 2.0)},
+    "TS, N(0, I)": {"name": "linear_ts", "prior_mean": 0.0, "prior_var": 1.0},
+    "Bayes-UCB, N(0, I)": {"name": "linear_bayes_ucb", "prior_mean": 0.0, "prior_var": 1.0},
+    "model-averaged Bayes-UCB": {"name": "model_averaged_bayes_ucb"},
+}
+TOLD: dict[str, dict[str, Any]] = {
+    "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
+    "TS (matched)": {"name": "linear_ts"},
+}
+MODELS = {"linear-generalist": False, "linear-generalist + safety net": True}
+HELD_OUT: dict[str, dict[str, Any]] = {
+    "N(0, I)": {"prior": "gaussian", "prior_var": 1.0},
+    "unit sphere": {"prior": "sphere"},
+    "s e_i, s ~ N(0, 1)": {"prior": "one_coordinate", "prior_var": 1.0},
+}
+MAB_PRIORS: dict[str, dict[str, Any]] = {
+    "U[0, 1]": {"prior": "uniform"},
+    "N(0, 1)": {"prior": "gaussian", "prior_var": 1.0},
+}
+
+
+def cells() -> dict[str, BanditSpec]:
+    """The cells by name: the paper's and the held-out priors (sigma told and withheld), the Gaussian MAB grid."""
+    out: dict[str, BanditSpec] = {}
+    for known in (True, False):
+        tag = "" if known else ", sigma unknown"
+        out[f"paper U[0, 1]^5{tag}"] = linear_bandit_spec(5, 10, 200, 1.5, noise_known=known)
+        for name, prior in HELD_OUT.items():
+            out[f"held-out {name}{tag}"] = linear_bandit_spec(5, 10, 200, 1.5, noise_known=known, **prior)
+    for name, prior in MAB_PRIORS.items():
+        for k in (2, 5, 20, 50):
+            for t in (200, 1000):
+                spec = linear_bandit_spec(k, k, t, 0.5, arms="one_hot", **prior)
+                out[f"Gaussian MAB {name}, K={k}, T={t}"] = spec
+    return out
+
+
+def play_cell(spec: BanditSpec, runs: int, seed: int) -> dict[str, Any]:
+    """Per-run total regrets of every row on the cell (None and the reason where a row cannot play it)."""
+    totals: dict[str, Any] = {}
+    batch = max(1, min(runs, 2_000_000 // (spec.dim * spec.dim * 24 + 1)))  # the index's (B, M, d, d) state
+    rows: dict[str, Any] = {**UNINFORMED, **TOLD}
+    for name, spec_row in rows.items():
+        totals[name] = evaluate_regret(spec, spec_row, runs, seed=seed, batch_size=batch).sum(1)
+    for name, net in MODELS.items():
+        try:
+            agent = agents.pretrained("linear-generalist", safety_net=net)
+            assert isinstance(agent, BanditAgent)
+            totals[name] = evaluate_regret(spec, agent, runs, seed=seed, batch_size=batch).sum(1)
+        except ValueError as err:  # outside what the model plays (d > d_max)
+            totals[name] = str(err)
+    return {name: (v.tolist() if isinstance(v, np.ndarray) else v) for name, v in totals.items()}
+
+
+def summary(name: str, totals: dict[str, Any]) -> dict[str, Any]:
+    """One CSV row: every row's mean, the best uninformed reference, the models' ratios, p99 ratios, tails."""
+    played = {k: np.asarray(v) for k, v in totals.items() if not isinstance(v, str)}
+    best = min(UNINFORMED, key=lambda k: played[k].mean())
+    row: dict[str, Any] = {"cell": name, "best uninformed": best, "best mean": round(float(played[best].mean()), 3)}
+    for key, values in played.items():
+        row[key] = round(float(values.mean()), 3)
+        row[f"{key} s.e."] = round(float(values.std(ddof=1) / np.sqrt(len(values))), 3)
+    for key in MODELS:
+        if key in played:
+            ratio = played[key].mean() / played[best].mean()
+            p99 = np.percentile(played[key], 99) / np.percentile(played[best], 99)
+            fail = np.mean(played[key] > np.maximum(3 * played[best].mean(), 20))
+            row[f"{key} ratio"], row[f"{key} p99 ratio"] = round(float(ratio), 3), round(float(p99), 3)
+            row[f"{key} failures"] = round(float(fail), 4)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Play every cell (resuming from ``OUT/cells``), then write the table and the CSV."""
+    parser = doc_parser(__doc__)
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--runs", type=int, default=1000, help="instances per cell at T <= 200")
+    parser.add_argument("--long-runs", type=int, default=300, help="instances per cell at T = 1,000")
+    parser.add_argument("--seed", type=int, default=31_000_000, help="the first cell's seed (never a training seed)")
+    parser.add_argument("--cells", default="", help="semicolon-separated substrings of the cell names (default all)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    rows = []
+    for index, (name, spec) in enumerate(cells().items()):
+        if args.cells and not any(w in name for w in args.cells.split(";")):
+            continue
+        path = out / "cells" / f"{name.replace('/', '-').replace(' ', '_')}.json"
+        runs = args.long_runs if spec.horizon > 200 else args.runs
+        record = json.loads(path.read_text()) if path.exists() else None
+        if record is None or record["runs"] != runs or record["seed"] != args.seed + index:
+            start = time.time()
+            totals = play_cell(spec, runs, args.seed + index)
+            record = {"cell": name, "runs": runs, "seed": args.seed + index, "totals": totals}
+            atomic_write_bytes(path, json.dumps(record).encode())
+            print(f"{name}: {time.time() - start:.0f} s", flush=True)
+        rows.append(summary(name, record["totals"]))
+    fields = sorted({k for r in rows for k in r}, key=lambda k: (k != "cell", k))
+    atomic_write_csv(out / "cells.csv", rows, fields)
+    lines = [
+        f"Configuration: {json.dumps(config)}",
+        "",
+        "| cell | best uninformed | model | ratio | p99 ratio | failures "
+        "| + safety net | ratio | p99 ratio | failures |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        best = f"{r['best uninformed']} {r['best mean']:.2f}"
+        parts = []
+        for key in MODELS:
+            if f"{key} ratio" in r:
+                parts.append(
+                    f"{r[key]:.2f} +- {r[key + ' s.e.']:.2f} | {r[key + ' ratio']:.2f} | "
+                    f"{r[key + ' p99 ratio']:.2f} | {r[key + ' failures']:.3f}"
+                )
+            else:
+                parts.append("cannot play | | |")
+        lines.append(f"| {r['cell']} | {best} | " + " | ".join(parts) + " |")
+    atomic_write_bytes(out / "table.md", ("\n".join(lines) + "\n").encode())
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""The uninformed-reference evaluation of the linear generalist: its summary against the stored totals."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.evaluations import linear_uninformed
+
+
+def test_small_run_writes_consistent_tables(tmp_path) -> None:
+    """Two tiny cells: the CSV's means, best reference and ratios are those of the stored per-run totals."""
+    out = tmp_path / "lu"
+    linear_uninformed.main(["--out", str(out), "--runs", "6", "--long-runs", "3", "--cells", "K=2, T=200"])
+    rows = list(csv.DictReader((out / "cells.csv").open()))
+    assert [r["cell"] for r in rows] == ["Gaussian MAB U[0, 1], K=2, T=200", "Gaussian MAB N(0, 1), K=2, T=200"]
+    for row in rows:
+        name = row["cell"].replace(" ", "_")
+        stored = json.loads((out / "cells" / f"{name}.json").read_text())["totals"]
+        totals = {k: np.asarray(v) for k, v in stored.items()}
+        best = min(linear_uninformed.UNINFORMED, key=lambda k: totals[k].mean())
+        assert row["best uninformed"] == best
+        for key in linear_uninformed.MODELS:
+            ratio = totals[key].mean() / totals[best].mean()
+            assert float(row[f"{key} ratio"]) == pytest.approx(ratio, abs=1e-3)
+    assert "Configuration:" in (out / "table.md").read_text()

@@ -57,11 +57,16 @@ def dpt_rows(model: str, posterior: str) -> dict[str, dict[str, Any]]:
     }
 
 
+MDP_BOUNDS = {
+    "Uniform": {"name": "mdp_uniform"},
+    "Optimal": {"name": "mdp_optimal"},
+}
+"""The last rows of every MDP experiment: uniform play and the optimal policy (the regret's two ends)."""
+
 TABULAR_REFERENCES = {
     **TABULAR_EXPERTS,
     "UCB-VI (paper bonus)": {"name": "ucbvi"},
-    "Uniform": {"name": "mdp_uniform"},
-    "Optimal": {"name": "mdp_optimal"},
+    **MDP_BOUNDS,
 }
 """The algorithm rows of both tabular-MDP experiments (the rows after the transformers)."""
 
@@ -301,8 +306,7 @@ MDP_EXPERIMENTS = (
             "PSRL (DarkRoom prior)": {"name": "dark_room_psrl"},
             "PSRL (Dirichlet-Beta)": {"name": "psrl"},
             "UCB-VI": {"name": "ucbvi"},
-            "Uniform": {"name": "mdp_uniform"},
-            "Optimal": {"name": "mdp_optimal"},
+            **MDP_BOUNDS,
         },
         default=False,
     ),

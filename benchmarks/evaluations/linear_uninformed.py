@@ -1,7 +1,8 @@
 """The linear generalist against uninformed references: held-out priors, Gaussian MABs, sigma withheld.
 
 The cells are the held-out priors of w*, the Gaussian multi-armed bandit and the paper's cell, the
-first and last also with sigma withheld.
+first and last also with sigma withheld; ``--family`` plays the in-family grid instead (w* from the
+prior family, d in {2, 5, 8, 16}, A in {2, 10, 50}, T in {50, 200, 1000}).
 
 Rows of every cell, all on the same instances and noise (common random numbers, one seed per cell):
 
@@ -16,8 +17,9 @@ model-averaged index estimate it in context; the references that need sigma are 
 The runs are 1,000 per cell at T <= 200 and 300 at T = 1,000 (``--runs`` / ``--long-runs``), seeds
 ``--seed`` + the cell's index, never used in training.  Every cell's per-run totals are stored in
 ``OUT/cells/NAME.json`` as it finishes (a stopped run resumes), then ``OUT/table.md`` and
-``OUT/cells.csv`` are written with the configuration.  ``python -m benchmarks.evaluations.linear_uninformed
---out DIR``
+``OUT/cells.csv`` are written with the configuration.  Run as::
+
+    python -m benchmarks.evaluations.linear_uninformed --out DIR
 """
 
 from __future__ import annotations
@@ -56,6 +58,19 @@ MAB_PRIORS: dict[str, dict[str, Any]] = {
     "U[0, 1]": {"prior": "uniform"},
     "N(0, 1)": {"prior": "gaussian", "prior_var": 1.0},
 }
+
+
+def family_cells() -> dict[str, BanditSpec]:
+    """The in-family grid: w* from the prior family, d x A x T at sigma = 0.5, then sigma x T at d = 5, A = 10."""
+    out: dict[str, BanditSpec] = {}
+    for t in (50, 200, 1000):
+        for d in (2, 5, 8, 16):
+            for a in (2, 10, 50):
+                out[f"family d={d}, A={a}, T={t}, sigma=0.5"] = linear_bandit_spec(d, a, t, 0.5, prior="family")
+    for sigma in (0.1, 2.0):
+        for t in (50, 200, 1000):
+            out[f"family d=5, A=10, T={t}, sigma={sigma:g}"] = linear_bandit_spec(5, 10, t, sigma, prior="family")
+    return out
 
 
 def cells() -> dict[str, BanditSpec]:
@@ -116,13 +131,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=1000, help="instances per cell at T <= 200")
     parser.add_argument("--long-runs", type=int, default=300, help="instances per cell at T = 1,000")
     parser.add_argument("--seed", type=int, default=31_000_000, help="the first cell's seed (never a training seed)")
+    parser.add_argument("--family", action="store_true", help="the in-family grid instead of the default cells")
     parser.add_argument("--cells", default="", help="semicolon-separated substrings of the cell names (default all)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if k != "out"}
     rows = []
-    for index, (name, spec) in enumerate(cells().items()):
+    for index, (name, spec) in enumerate((family_cells() if args.family else cells()).items()):
         if args.cells and not any(w in name for w in args.cells.split(";")):
             continue
         path = out / "cells" / f"{name.replace('/', '-').replace(' ', '_')}.json"

@@ -3,7 +3,7 @@
 The experiment is the folder ``benchmarks/experiments/mdp_deployment/``; its flags and help: ``cli.py`` there.
 """
 
-from benchmarks.experiments.mdp_deployment.cli import main
+if __name__ == "__main__":  # imported here only: a spawned worker imports this module again and needs none of it
+    from benchmarks.experiments.mdp_deployment.cli import main
 
-if __name__ == "__main__":
     main()

@@ -3,12 +3,14 @@
 ``--workers 1`` plays the tasks here, one after another, in their order (with the caller's torch
 threads).  ``--workers N`` runs them on N processes of a :class:`ProcessPoolExecutor` started with
 ``spawn`` (a forked copy of a process that has used torch's thread pools can hang), longest first
-(by each task's cost estimate), so that the last long task does not start when the others are
-done.  Each worker plays with one torch thread and one OpenMP thread, so N workers use N cores and
-never oversubscribe them; the pool is kept for every sweep of a run (the suite, then the grids), so
-a worker imports torch and the agents once.  A worker that dies (killed, out of memory) breaks the
-pool: the tasks that had not finished are run again, once, in a fresh pool; a task whose worker
-dies twice is an error naming it.  Ctrl-C stops the workers at once (they ignore the signal
+(by each task's cost estimate, :func:`~benchmarks.executor.tasks.schedule`), so that the last long
+task does not start when the others are done.  Each worker plays with one torch thread and one
+OpenMP thread, so N workers use N cores and never oversubscribe them.  The pool is kept for every
+sweep of a run (the suite, then the grids), so a worker imports torch and the agents once
+(:meth:`ProcessExecutor.start` starts the workers while the driver prepares the tasks), and its
+Gittins tables go to a disk cache the workers share.  A worker that dies (killed, out of memory)
+breaks the pool: the tasks that had not finished are run again, once, in a fresh pool; a task whose
+worker dies twice is an error naming it.  Ctrl-C stops the workers at once (they ignore the signal
 themselves, so that only this process decides); every task that finished before was already handed
 back, and stored by the sweep.
 """
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -27,6 +31,7 @@ from typing import Any
 
 from benchmarks.executor import tasks as task_model
 from benchmarks.executor.tasks import Done, Task
+from icrl_gym.estimators.gittins import CACHE_ENV
 from icrl_gym.utils.progress import log, set_quiet
 
 KILL_ENV = "ICRL_BENCH_KILL_TASK"
@@ -45,15 +50,28 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def init_worker() -> None:
-    """A worker's setup: one thread for torch and OpenMP, no progress bars, Ctrl-C left to the driving process."""
+def init_worker(gittins_cache: str | None = None) -> None:
+    """A worker's setup: one thread for torch and OpenMP, no progress bars, Ctrl-C left to the driving process.
+
+    It imports torch and the task model once, here, for every task the worker will play.  With
+    ``gittins_cache`` (unless the user set one) the Gittins agents keep their tables in that folder,
+    shared by the run's workers: a table one worker built is loaded by the others, not built again.
+    """
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
+    if gittins_cache is not None:
+        os.environ.setdefault(CACHE_ENV, gittins_cache)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
+    import benchmarks.executor.tasks  # noqa: F401  (the agents and the suite's rows, before the first task)
+
     torch.set_num_threads(1)
     set_quiet(True)
+
+
+def _ready() -> None:
+    """A task that does nothing: submitted once per worker, it starts the workers while the driver prepares."""
 
 
 STALL_ENV = "ICRL_BENCH_STALL_TASK"
@@ -86,6 +104,9 @@ def _play(task: Task, attempt: int) -> Any:
 class InlineExecutor:
     """Every task in this process, one after another in their order (``--workers 1``)."""
 
+    def start(self) -> None:
+        """Nothing to start."""
+
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Play each task and hand its result to ``done`` before the next starts."""
         for i, task in enumerate(tasks):
@@ -109,11 +130,18 @@ class ProcessExecutor:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
+        self._cache: str | None = None
+
+    def start(self) -> None:
+        """Start the workers now (they import torch and the agents while the driver prepares the tasks)."""
+        pool = self._pool_for(self.workers)
+        for _ in range(self.workers):
+            pool.submit(_ready)
 
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Run every task; ``done`` is called in this process as each finishes (in the order they finish)."""
         attempts = [0] * len(tasks)
-        todo = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)  # longest first; ties in task order
+        todo = task_model.schedule(tasks)  # longest first
         while todo:
             broken = self._run_pool(tasks, todo, attempts, done)
             twice = [tasks[i].name for i in broken if attempts[i] >= 1]
@@ -131,7 +159,10 @@ class ProcessExecutor:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
             workers = min(self.workers, max(tasks, 1))
-            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker)
+            self._cache = self._cache or tempfile.mkdtemp(prefix="icrl-bench-gittins-")
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=init_worker, initargs=(self._cache,)
+            )
         return self._pool
 
     def _run_pool(self, tasks: Sequence[Task], todo: list[int], attempts: list[int], done: Done) -> list[int]:
@@ -171,10 +202,16 @@ class ProcessExecutor:
             process.join(timeout=10)
 
     def close(self) -> None:
-        """Shut the pool down once its workers are idle (the end of a run)."""
+        """Shut the pool down once its workers are idle (the end of a run), and remove the Gittins cache."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self._remove_cache()
+
+    def _remove_cache(self) -> None:
+        cache, self._cache = self._cache, None
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
 
     def __enter__(self) -> ProcessExecutor:
         return self
@@ -186,3 +223,4 @@ class ProcessExecutor:
             self.close()
         else:
             self._stop()
+            self._remove_cache()

@@ -57,11 +57,15 @@ class RayExecutor:
             self._started = True
         return ray
 
+    def start(self) -> None:
+        """Join or start the cluster now."""
+        self._connect()
+
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Submit every task (longest first), then call ``done`` for each as it finishes."""
         ray = self._connect()
         play = ray.remote(num_cpus=1, max_retries=1)(_play)
-        order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)
+        order = task_model.schedule(tasks)
         refs = {play.remote(tasks[i]): i for i in order}
         pending = list(refs)
         try:

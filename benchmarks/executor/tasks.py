@@ -29,8 +29,11 @@ Curves = dict[str, np.ndarray]
 Done = Callable[[int, Any], None]
 """Called in the driving process with a task's index and its result as soon as the task finishes."""
 
-LEARNED_COST = 20.0
+LEARNED_COST = 8.0
 """How much longer a learned row (a transformer's forward pass per step) takes than an expert's, roughly."""
+
+GITTINS_SETUP_COST = 0.01
+"""The cost of building a Gittins table for horizon T is about this times T^3 (in runs x steps of an expert row)."""
 
 
 class Task(Protocol):
@@ -46,9 +49,43 @@ class Task(Protocol):
         """A rough estimate of its run time (only its order matters: longer tasks are submitted first)."""
         ...
 
+    @property
+    def setup(self) -> tuple[str, float] | None:
+        """A preparation it shares with other tasks, kept by a worker once made (a Gittins table): key, cost."""
+        ...
+
     def run(self) -> Any:
         """Play the task and return its (picklable) result."""
         ...
+
+
+def schedule(tasks: Sequence[Task]) -> list[int]:
+    """The order to submit ``tasks`` in: longest first (ties in task order), so no long task starts last.
+
+    A preparation that several tasks share (their ``setup``) counts once, on the costliest of them:
+    that one goes early and makes it (a worker keeps a Gittins table in memory and on the run's
+    disk cache), while the others, cheap once it exists, follow by their own cost.
+    """
+    cost = [task.cost for task in tasks]
+    first: dict[str, int] = {}
+    for i, task in enumerate(tasks):
+        if task.setup is not None:
+            key, extra = task.setup
+            j = first.get(key)
+            if j is None or cost[i] + extra > cost[j] + tasks[j].setup[1]:  # type: ignore[index]
+                first[key] = i
+    for i in first.values():
+        cost[i] += tasks[i].setup[1]  # type: ignore[index]
+    return sorted(range(len(tasks)), key=lambda i: -cost[i])
+
+
+def gittins_setup(env: BanditSpec | MDPSpec, agent: dict[str, Any]) -> tuple[str, float] | None:
+    """The Gittins table a row needs (keyed by its prior), and the cost of building it for the row's horizon."""
+    if agent["name"] != "gittins" or isinstance(env, MDPSpec):
+        return None
+    horizon = agent.get("horizon") or env.horizon
+    prior = (agent.get("prior_a", env.prior_a), agent.get("prior_b", env.prior_b))
+    return f"gittins table, Beta{prior}", GITTINS_SETUP_COST * horizon**3
 
 
 def run_task(task: Task) -> Any:
@@ -58,6 +95,10 @@ def run_task(task: Task) -> Any:
 
 class Executor(Protocol):
     """Runs a list of tasks, calling ``done(index, result)`` in the driving process as each one finishes."""
+
+    def start(self) -> None:
+        """Get ready (start workers, join a cluster) before the first tasks are known."""
+        ...
 
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Run every task once (an executor may retry a task whose worker died); raise if one cannot finish."""
@@ -141,6 +182,11 @@ class RowTask:
     def cost(self) -> float:
         """Runs x steps, times :data:`LEARNED_COST` for a learned row."""
         return self.runs * steps_of(self.env) * (LEARNED_COST if self.agent["name"] in LEARNED else 1.0)
+
+    @property
+    def setup(self) -> tuple[str, float] | None:
+        """The Gittins table of a Gittins row (:func:`gittins_setup`)."""
+        return gittins_setup(self.env, self.agent)
 
     def run(self) -> Curves:
         """Exactly the curves of the row (:func:`~benchmarks.experiments.suite.run.play_row`)."""

@@ -72,6 +72,7 @@ def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
         log(f"[{done}/{total}] {exp.name}: {text} ({time.perf_counter() - start:.0f}s)")
 
     with make_executor(cfg.workers, cfg.ray) as executor:
+        executor.start()  # the workers start while the stored results and the tasks are prepared
         try:
             results, reused = run_experiments(cfg, executor, experiments, checkpoints, advance)
         finally:

@@ -329,6 +329,11 @@ class UninformedTask:
         return self.runs * self.horizon * len(self.priors) * (1.0 if self.generalist is None else LEARNED_COST)
 
     @property
+    def setup(self) -> tuple[str, float] | None:
+        """None: its Gittins tables are built before the tasks (:func:`uninformed_regrets`), every slice loads them."""
+        return None
+
+    @property
     def key(self) -> dict[str, Any]:
         """What a stored slice must match: sizes, priors, prior, runs, seed, slice and the model's weights."""
         model: str | None = None
@@ -381,6 +386,8 @@ def uninformed_regrets(
     ``slice_runs`` (:func:`uninformed_slice`), the tasks of ``executor`` (default: this process),
     each stored in ``store`` as it finishes (a stopped run resumes), and joined in slice order.
     """
+    for a, b in [*priors, (1.0, 1.0)]:  # built once here and cached in cache_dir: every slice loads them
+        cached_gittins_table(horizon, cache_dir, a, b)
     tasks = [
         UninformedTask(num_arms, horizon, tuple(map(tuple, priors)), j, n, seed, index, str(cache_dir), generalist)
         for j in range(len(priors))

@@ -22,7 +22,7 @@ import numpy as np
 
 from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.store import FileTaskStore
-from benchmarks.executor.tasks import LEARNED_COST, Executor, run_sweep, steps_of
+from benchmarks.executor.tasks import LEARNED_COST, Executor, gittins_setup, run_sweep, steps_of
 from benchmarks.experiments.grid import run as grid_run
 from benchmarks.experiments.grid.cells import MODEL, SLICE_RUNS, Cell, CellResult
 from benchmarks.experiments.rows import LEARNED
@@ -68,6 +68,11 @@ class SliceTask:
     def cost(self) -> float:
         """Runs x steps, times :data:`LEARNED_COST` for a learned row."""
         return self.runs * steps_of(self.cell.spec) * (LEARNED_COST if self.agent["name"] in LEARNED else 1.0)
+
+    @property
+    def setup(self) -> tuple[str, float] | None:
+        """The Gittins table of a Gittins row (:func:`~benchmarks.executor.tasks.gittins_setup`)."""
+        return gittins_setup(self.cell.spec, self.agent)
 
     @property
     def key(self) -> dict[str, Any]:

@@ -1,0 +1,180 @@
+"""Scaling of the executor: ``python -m benchmarks`` with one worker and with several, side by side.
+
+For each of ``repeats`` rounds this script runs, in turn, the default suite (``--runs runs``) and a
+small MDP grid (``--experiments mdp-generalization --mdp-cells fixed --runs mdp_runs``: one cell,
+every row in slices of runs) with ``--workers 1`` and with ``--workers workers``, each a fresh
+subprocess into a fresh ``--out`` (a folder holding stored results would reuse them).  Per run it
+records the wall time and the peak memory of the whole process tree (the command and every worker
+it started), sampled every ``sample_seconds`` from ``/proc``: the peak of the summed resident set
+sizes (RSS, which counts pages shared between the processes, such as torch's libraries, once per
+process) and the peak of the summed proportional set sizes (PSS, which splits a shared page
+between the processes that map it).  It checks that ``regret.csv`` and the grid's ``cells.csv`` are
+byte-identical across the worker counts, then prints the median time ratio (several workers / one;
+acceptance: at most 0.6) and the median peak-memory ratio (acceptance: at most 1.5, on RSS and on
+PSS).  Run it on a quiet machine: other jobs on the cores distort the time ratio.  Usage::
+
+    python -m benchmarks.speed.executor_scaling [CONFIG.json] [--set runs=200 mdp_runs=200 repeats=3 workers=2]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.speed.timing import parse_config
+from icrl_gym.config import POSITIVE, POSITIVE_INT, Allowed, DictConfig, check_fields, checked
+
+TARGET_TIME_RATIO = 0.6
+TARGET_MEMORY_RATIO = 1.5
+
+
+@dataclass
+class ExecutorScalingConfig(DictConfig):
+    """What :func:`main` compares."""
+
+    runs: int = checked(200, Allowed(low=2, integer=True))
+    """Instances per algorithm of the default suite (the harness's ``--runs``)."""
+    mdp_runs: int = checked(200, Allowed(low=2, integer=True))
+    """Runs of the small MDP grid (its fixed-size cell plays twice as many)."""
+    workers: int = checked(2, Allowed(low=2, integer=True))
+    """The worker count compared with one."""
+    repeats: int = checked(3, POSITIVE_INT)
+    """Rounds (each runs every command once per worker count); the ratios are their medians."""
+    sample_seconds: float = checked(0.05, POSITIVE)
+    """Interval of the memory samples."""
+    out: str = "/tmp/executor-scaling"
+    """Folder of the runs' results (each run gets a fresh subfolder)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from ``/proc/<pid>/stat`` (the parent pid is the fourth field)."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # the process exited
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        tree.setdefault(parent, []).append(int(entry))
+    return tree
+
+
+def _kib(path: str, field: str) -> int:
+    """The value in KiB of ``field`` in a ``/proc`` status-like file (0 when the process is gone)."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_memory(root: int) -> tuple[int, int]:
+    """Summed RSS and PSS (bytes) of ``root`` and all its descendants now."""
+    tree, todo, rss, pss = _children(), [root], 0, 0
+    while todo:
+        pid = todo.pop()
+        rss += _kib(f"/proc/{pid}/status", "VmRSS:")
+        pss += _kib(f"/proc/{pid}/smaps_rollup", "Pss:")
+        todo += tree.get(pid, [])
+    return rss * 1024, pss * 1024
+
+
+def measured_run(argv: list[str], interval: float) -> tuple[float, int, int]:
+    """Wall seconds and peak summed RSS and PSS (bytes) of the command ``argv`` and its process tree."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = [0, 0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            rss, pss = tree_memory(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
+            stop.wait(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    seconds = time.perf_counter() - start
+    stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+    return seconds, peak[0], peak[1]
+
+
+def commands(args: ExecutorScalingConfig) -> dict[str, tuple[list[str], str]]:
+    """The compared commands (without ``--workers`` and ``--out``), and the output compared across worker counts."""
+    harness = [sys.executable, "-m", "benchmarks", "--quiet"]
+    return {
+        "suite": ([*harness, "--runs", str(args.runs)], "regret.csv"),
+        "mdp grid": (
+            [*harness, "--experiments", "mdp-generalization", "--mdp-cells", "fixed", "--runs", str(args.mdp_runs)],
+            "mdp-generalization/cells.csv",
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Run the comparison; return per command the median time ratio and peak-memory ratios."""
+    args = parse_config(ExecutorScalingConfig, argv)
+    out = Path(args.out)
+    counts = (1, args.workers)
+    print(f"cores: {os.cpu_count()}; load average: {'/'.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    results: dict[str, dict[str, float]] = {}
+    for name, (command, output) in commands(args).items():
+        seconds: dict[int, list[float]] = {n: [] for n in counts}
+        rss: dict[int, list[int]] = {n: [] for n in counts}
+        pss: dict[int, list[int]] = {n: [] for n in counts}
+        for round_ in range(args.repeats):
+            made: dict[int, bytes] = {}
+            for n in counts:  # the worker counts take turns, so a change of the machine's load hits both
+                folder = out / name.replace(" ", "-") / f"workers-{n}"
+                shutil.rmtree(folder, ignore_errors=True)
+                t, r, p = measured_run([*command, "--workers", str(n), "--out", str(folder)], args.sample_seconds)
+                seconds[n].append(t)
+                rss[n].append(r)
+                pss[n].append(p)
+                made[n] = (folder / output).read_bytes()
+                print(
+                    f"{name:8s} round {round_ + 1} --workers {n}: {t:7.1f} s, peak RSS {r / 2**20:7.0f} MiB, "
+                    f"peak PSS {p / 2**20:7.0f} MiB",
+                    flush=True,
+                )
+            if made[1] != made[args.workers]:
+                raise SystemExit(f"{name}: {output} differs between --workers 1 and --workers {args.workers}")
+        one, many = counts
+        ratios = {
+            "time": statistics.median(a / b for a, b in zip(seconds[many], seconds[one], strict=True)),
+            "rss": statistics.median(a / b for a, b in zip(rss[many], rss[one], strict=True)),
+            "pss": statistics.median(a / b for a, b in zip(pss[many], pss[one], strict=True)),
+        }
+        results[name] = ratios
+        time_verdict = "pass" if ratios["time"] <= TARGET_TIME_RATIO else "FAIL"
+        memory_verdict = "pass" if max(ratios["rss"], ratios["pss"]) <= TARGET_MEMORY_RATIO else "FAIL"
+        print(
+            f"{name}: {output} byte-identical; --workers {many} / --workers 1: time {ratios['time']:.2f} "
+            f"(target <= {TARGET_TIME_RATIO}: {time_verdict}), peak memory RSS {ratios['rss']:.2f}, "
+            f"PSS {ratios['pss']:.2f} (target <= {TARGET_MEMORY_RATIO}: {memory_verdict})",
+            flush=True,
+        )
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,11 @@
 """Where the tasks of a sweep are played: in this process, on local worker processes, or on Ray.
 
 :mod:`tasks` holds the task model (a task, the sweep that stores each result as it finishes and
-returns them in task order, the default suite's row tasks), :mod:`local` the executors of this
-machine (in process for ``--workers 1``, else worker processes) and :mod:`ray_executor` the one
-that runs the same tasks on a Ray cluster.  :func:`make_executor` picks one from the flags.
+returns them in task order, the order tasks are submitted in, the default suite's row tasks),
+:mod:`local` the executors of this machine (in process for ``--workers 1``, else worker processes),
+:mod:`ray_executor` the one that runs the same tasks on a Ray cluster, :mod:`store` a task store of
+one file per task, and :mod:`collection` pretraining data collected batch by batch on an executor.
+:func:`make_executor` picks an executor from the flags.
 """
 
 from __future__ import annotations

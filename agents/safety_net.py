@@ -25,6 +25,10 @@ trained on).  The widths s_{a_t} are those of the arms pulled, so their sum grow
 c = c_trusted = 0 is the robust index itself; a larger margin leaves the inner agent more room to use
 what it learned (exploit sooner) at a proportionally looser bound.  How often the net overrode the
 inner agent is kept per run (:attr:`SafetyNet.overrides`).
+
+Where the inner agent refuses a bandit at reset (a model asked for d beyond its ``d_max``) the net plays
+the robust index alone when ``fallback`` is true (:attr:`SafetyNet.inner_plays` is then False and
+:attr:`SafetyNet.fallback_reason` says why); otherwise the refusal is raised.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ class SafetyNet(BanditAgent):
     ``inner``: an agent or its specification (``make_agent``); ``margin``: c; ``trusted_margin``: c_trusted
     (None: c); ``anchor``: (mean, variance) of every coordinate of w* under the inner agent's training
     prior (None: the inner agent's ``trained_prior()`` where it has one); ``noise_std``: the robust index's
-    sigma (None: the environment's where it states it, else estimated in context).
+    sigma (None: the environment's where it states it, else estimated in context); ``fallback``: play the
+    robust index alone where the inner agent refuses the bandit (else raise its error).
     """
 
     name = "safety_net"
@@ -58,6 +63,7 @@ class SafetyNet(BanditAgent):
         trusted_margin: float | None = 4.0,
         anchor: tuple[float, float] | None = None,
         noise_std: float | None = None,
+        fallback: bool = True,
         seed: int | None = None,
     ) -> None:
         super().__init__(seed=seed)
@@ -73,6 +79,10 @@ class SafetyNet(BanditAgent):
         self.robust = ModelAveragedBayesUCB(noise_std=noise_std, anchor=anchor)
         self.overrides = np.zeros(0, dtype=np.int64)
         """Per run, the steps at which the net pulled the robust index's arm instead of the inner agent's."""
+        self.fallback = bool(fallback)
+        self.inner_plays = True
+        """False after a reset that the inner agent refused (with ``fallback``): the robust index plays alone."""
+        self.fallback_reason = ""
 
     def _memory_bytes(self) -> int:
         return self.robust._memory_bytes() if self.robust.batch_size else super()._memory_bytes()
@@ -81,8 +91,14 @@ class SafetyNet(BanditAgent):
         sizes = {"batch_size": self.batch_size, "dim": self.dim, "num_actions": self.num_actions, "w_star": w_star}
         if self.one_hot_arms and "num_arms" in self.reset_info:
             sizes = {"batch_size": self.batch_size, "num_arms": self.num_actions, "w_star": w_star}
-        for part in (self.robust, self.inner):
-            part.reset(self.reset_info, rng=np.random.default_rng(self.rng.integers(2**63)), **sizes)
+        self.robust.reset(self.reset_info, rng=np.random.default_rng(self.rng.integers(2**63)), **sizes)
+        self.inner_plays, self.fallback_reason = True, ""
+        try:
+            self.inner.reset(self.reset_info, rng=np.random.default_rng(self.rng.integers(2**63)), **sizes)
+        except ValueError as err:
+            if not self.fallback:
+                raise
+            self.inner_plays, self.fallback_reason = False, f"{type(self.inner).__name__} refused the bandit: {err}"
         self.overrides = np.zeros(self.batch_size, dtype=np.int64)
 
     def allowed(self, action_sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,12 +113,16 @@ class SafetyNet(BanditAgent):
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:
         keep, best = self.allowed(action_sets)
+        if not self.inner_plays:
+            return one_hot(best, self.num_actions)
         probs = self.inner.policy_batch(action_sets)
         moved = np.where(keep, 0.0, probs).sum(axis=1, keepdims=True)
         return np.where(keep, probs, 0.0) + moved * one_hot(best, self.num_actions)
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
         keep, best = self.allowed(action_sets)
+        if not self.inner_plays:
+            return best
         proposed = self.inner.act_batch(action_sets)
         passed = keep[np.arange(self.batch_size), proposed]
         self.overrides += ~passed
@@ -110,7 +130,8 @@ class SafetyNet(BanditAgent):
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         self.robust.update_batch(action_sets, actions, rewards)
-        self.inner.update_batch(action_sets, actions, rewards)
+        if self.inner_plays:
+            self.inner.update_batch(action_sets, actions, rewards)
 
     def config(self) -> dict[str, Any]:
         """The margin, the robust index's and the inner agent's configurations."""
@@ -120,5 +141,6 @@ class SafetyNet(BanditAgent):
             "trusted_margin": self.trusted_margin,
             "anchor": self.robust.anchor,
             "noise_std": self.robust.noise_std,
+            "fallback": self.fallback,
             "inner": self.inner.config(),
         }

@@ -121,3 +121,15 @@ def test_config_and_bad_margins() -> None:
         SafetyNet({"name": "linucb"}, margin=-1.0)
     with pytest.raises(ValueError, match="anchor"):
         make_agent("model_averaged_bayes_ucb", anchor=(0.5, -1.0))
+
+
+def test_fallback_where_the_model_refuses_the_bandit() -> None:
+    """d = 20 > d_max: the net plays the robust index alone (same regret), or raises without ``fallback``."""
+    spec = linear_bandit_spec(20, 20, 100, 0.5, arms="one_hot")
+    net = SafetyNet(agents.pretrained("linear-generalist"))
+    netted = evaluate_regret(spec, net, 20, seed=2, batch_size=20)
+    robust = evaluate_regret(spec, make_agent("model_averaged_bayes_ucb", anchor=net.robust.anchor), 20, seed=2)
+    assert not net.inner_plays and "d <= 8" in net.fallback_reason
+    np.testing.assert_array_equal(netted, robust)
+    with pytest.raises(ValueError, match="d <= 8"):
+        evaluate_regret(spec, SafetyNet(agents.pretrained("linear-generalist"), fallback=False), 2, seed=2)

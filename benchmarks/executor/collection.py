@@ -166,7 +166,9 @@ def collect_on_executor(
         else:
             parts = [s[name] for s in slices]
             joined[name] = None if parts[0] is None else np.concatenate(parts, axis=0)
-    data: TrajectoryData | MDPRollouts = MDPRollouts(**joined, spec=spec) if mdp else TrajectoryData(**joined)
+    data: TrajectoryData | MDPRollouts = (
+        MDPRollouts(**joined, spec=spec) if isinstance(spec, MDPSpec) else TrajectoryData(**joined)
+    )
     if store is not None:
         shutil.rmtree(store, ignore_errors=True)  # joined: the slices are no longer needed
     return data

@@ -15,8 +15,8 @@ from icrl_gym.envs.dark_room import dark_room_spec
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig
-from tests.helpers import slow_failure_fraction, slow_quantile
-from tests.test_mdp_generalist import TINY, _model, _saved
+from tests.helpers import TINY_MDP_GENERALIST, slow_failure_fraction, slow_quantile, tiny_mdp_generalist
+from tests.test_mdp_generalist import _saved
 
 
 def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_model(tmp_path, monkeypatch):
@@ -85,7 +85,8 @@ def test_the_mdp_grid_pairs_the_rows_checks_the_bounds_and_reruns_only_a_new_mod
     # new weights: only the model's rows run again
     with torch.no_grad():
         model.count_in.bias.add_(0.5)
-    record = MDPGeneralistTrainConfig(model=TINY, max_states=6, dark_room_fraction=0.0).checkpoint_fields()
+    trained = MDPGeneralistTrainConfig(model=TINY_MDP_GENERALIST, max_states=6, dark_room_fraction=0.0)
+    record = trained.checkpoint_fields()
     other = save_checkpoint(tmp_path / "other", model, record, kind=CheckpointKind.MDP_GENERALIST)
     run_mdp_generalization(exp, out, 4, checkpoint=str(other), groups=("fixed", "dark"))
     assert calls == ["mdp_generalist", "mdp_generalist"]
@@ -139,7 +140,7 @@ def test_a_references_only_and_a_model_only_run_fill_one_store_that_a_stored_onl
 
 
 def test_the_default_deployment_explores_then_exploits_on_random_mdps_and_samples_in_dark_rooms():
-    model = _model(dtype=torch.float32)
+    model = tiny_mdp_generalist(dtype=torch.float32)
     room, random = dark_room_spec(3, horizon=4, episodes=2), MDPSpec(num_states=3, num_actions=2, horizon=3)
     for greedy, expected in ((None, {"random": True, "dark_room": False}), (True, None), (False, None)):
         agent = MDPGeneralistAgent.from_model(model, greedy=greedy)

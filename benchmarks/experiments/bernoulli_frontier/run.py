@@ -10,7 +10,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import comb
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from benchmarks.experiments.bernoulli_frontier.cells import MODEL_CHUNK
 from benchmarks.experiments.grid.cells import SLICE_RUNS
 from benchmarks.experiments.grid.tasks import slice_sizes
 from icrl_gym.checkpoint import checkpoint_files, load_checkpoint, resolve_checkpoint
+from icrl_gym.data.rollout import play
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
@@ -258,30 +259,73 @@ def uninformed_slice(
     rng = np.random.default_rng([seed, j, 0, index])
     means = rng.beta(a, b, (runs, num_arms))
     draws = rng.random((horizon, runs))
-    regrets: dict[str, np.ndarray] = {}
-    for name in names:
-        ties = np.random.default_rng([seed, j, 1, index])
-        s = np.zeros((runs, num_arms), np.int64)
-        f = np.zeros((runs, num_arms), np.int64)
-        regret = np.zeros(runs)
-        rows_ = np.arange(runs)
-        for t in range(horizon):
-            if name == "told Gittins":
-                score = tables[j].lookup(s, f, horizon - t)
-            elif name == "Gittins told U[0, 1]":
-                score = uniform.lookup(s, f, horizon - t)
-            elif name == "model (greedy)" and generalist is not None:
-                score = generalist_logits_at(generalist, s, f, t, horizon)
-            else:
-                score = uninformed_indices(tables, family, s, f, horizon - t)[name]
-            best = score >= score.max(axis=1, keepdims=True) - 1e-12
-            arm = (best * ties.random(best.shape)).argmax(axis=1)
-            win = draws[t] < means[rows_, arm]
-            s[rows_, arm] += win
-            f[rows_, arm] += ~win
-            regret += means.max(axis=1) - means[rows_, arm]
-        regrets[name] = regret
-    return regrets
+
+    def scores(name: str) -> Scorer:
+        if name == "told Gittins":
+            return lambda s, f, t: tables[j].lookup(s, f, horizon - t)
+        if name == "Gittins told U[0, 1]":
+            return lambda s, f, t: uniform.lookup(s, f, horizon - t)
+        if name == "model (greedy)" and generalist is not None:
+            return lambda s, f, t: generalist_logits_at(generalist, s, f, t, horizon)
+        return lambda s, f, t: uninformed_indices(tables, family, s, f, horizon - t)[name]
+
+    return {name: play_index(scores(name), means, draws, np.random.default_rng([seed, j, 1, index])) for name in names}
+
+
+Scorer = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+"""An index policy's scores (B, K) from the successes and failures (B, K) before step t."""
+
+
+def play_index(scores: Scorer, means: np.ndarray, draws: np.ndarray, ties: np.random.Generator) -> np.ndarray:
+    """Per-run regret (B,) of the argmax of ``scores`` (ties broken by ``ties``) on arms ``means`` and ``draws``.
+
+    Played through :func:`icrl_gym.data.rollout.play` on a :class:`DrawnBernoulli`; the counts are the
+    label hook's.
+    """
+    runs, num_arms = means.shape
+    s = np.zeros((runs, num_arms), np.int64)
+    f = np.zeros((runs, num_arms), np.int64)
+    regret = np.zeros(runs)
+    rows = np.arange(runs)
+
+    def choose(t: int) -> np.ndarray:
+        score = scores(s, f, t)
+        best = score >= score.max(axis=1, keepdims=True) - 1e-12
+        return (best * ties.random(best.shape)).argmax(axis=1)
+
+    def count(t: int, arm: np.ndarray, outcome: dict[str, Any]) -> None:
+        win = outcome["reward"].astype(bool)
+        s[rows, arm] += win
+        f[rows, arm] += ~win
+        regret[:] += outcome["regret"]
+
+    play(DrawnBernoulli(means, draws), draws.shape[0], choose, count)
+    return regret
+
+
+@dataclass
+class DrawnBernoulli:
+    """Bernoulli arms whose reward draws are fixed in advance: step t pays 1 where ``draws[t] < p_arm``.
+
+    Every policy of a slice faces the same means (B, K) and the same uniforms (T, B) (common random
+    numbers down to the draws), played through :func:`icrl_gym.data.rollout.play`.
+    """
+
+    means: np.ndarray
+    draws: np.ndarray
+    t: int = 0
+    batch_size: int = field(init=False)
+    """B, from the means."""
+
+    def __post_init__(self) -> None:
+        self.batch_size = self.means.shape[0]
+
+    def step(self, arms: np.ndarray) -> dict[str, Any]:
+        """The rewards (B,) of ``arms`` (B,) at the next step, and their regret max_k p_k - p_arm."""
+        pulled = self.means[np.arange(self.batch_size), arms]
+        reward = (self.draws[self.t] < pulled).astype(np.float64)
+        self.t += 1
+        return {"reward": reward, "regret": self.means.max(axis=1) - pulled}
 
 
 @functools.lru_cache(maxsize=2)

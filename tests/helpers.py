@@ -6,6 +6,7 @@ depends on (a longer run, another environment, a DAgger start), so what a test c
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 import pytest
 import torch
 
-from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record
+from benchmarks.experiments.generalization.cells import GENERALIZATION, GridExperiment
+from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record, save_checkpoint
 from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_bandit_spec
 from icrl_gym.envs.bandit_env import BanditVectorEnv
 from icrl_gym.envs.mdp_env import TabularMDPVectorEnv
 from icrl_gym.kinds import KINDS
+from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.mdp_generalist import MDPGeneralist, MDPGeneralistConfig
 from icrl_gym.training.finetune import FinetuneConfig
 from icrl_gym.training.generalist import GeneralistTrainConfig
@@ -99,6 +102,27 @@ def tiny_mdp_generalist(seed: int = 0, dtype: torch.dtype = torch.float32) -> MD
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
     return model
+
+
+def tiny_generalization(**overrides: Any) -> GridExperiment:
+    """The generalization grid, tiny: K=2 in range, K=3 out of it, T=6; one Beta prior; one linear cell and one variant.
+
+    ``overrides``: other fields of :class:`GridExperiment` (a test's own references, a slice size).
+    """
+    sizes = dict(arms=(2,), horizons=(6,), ood_arms=(3,), ood_horizons=(), prior_shifts=((2.0, 2.0),), shift_horizon=6)
+    linear = dict(
+        linear_dims=(2,), linear_actions=(3,), linear_horizon=6, linear_variants={"sigma=0.5": {"noise_std": 0.5}}
+    )
+    return dataclasses.replace(GENERALIZATION, **{**sizes, "trained_arms": (2, 2), **linear, **overrides})
+
+
+def save_tiny_generalist(path: str | Path) -> str:
+    """A one-block Bernoulli generalist of width 16 (initial weights, seed 0) saved at ``path``; its range: K=2, T=6."""
+    torch.manual_seed(0)
+    config = GeneralistConfig(d_model=16, n_heads=2, n_layers=1, mlp_ratio=2, same_arm_bias=(0.0, 8.0))
+    meta = {"training": {"steps": 0, "seed": 0}, "trained_range": {"num_arms": [2, 2], "horizon": [6, 6]}}
+    kind = CheckpointKind.GENERALIST_TRANSFORMER
+    return str(save_checkpoint(path, GeneralistTransformer(config), meta, config=config.to_dict(), kind=kind))
 
 
 def play_steps(agent: Any, env: Any, steps: int, obs: Any) -> tuple[list[Any], Any]:

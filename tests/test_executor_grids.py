@@ -18,38 +18,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from benchmarks.executor.local import KILL_ENV, InlineExecutor, ProcessExecutor
 from benchmarks.experiments.bernoulli_frontier.run import uninformed_regrets
-from benchmarks.experiments.generalization.cells import GENERALIZATION
 from benchmarks.experiments.generalization.run import run_generalization
 from benchmarks.experiments.grid.cells import MODEL
 from benchmarks.experiments.grid.tasks import slice_sizes
 from benchmarks.experiments.mdp_deployment.run import play_deployments
 from benchmarks.experiments.mdp_generalization.cells import MDP_GENERALIZATION
 from benchmarks.experiments.mdp_generalization.run import run_mdp_generalization
-from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from tests.helpers import save_tiny_generalist, tiny_generalization
 from tests.test_mdp_generalist import _saved
 
 SLICE = 2
-BANDIT = dataclasses.replace(
-    GENERALIZATION,
-    arms=(2,),
-    horizons=(6,),
-    ood_arms=(3,),
-    ood_horizons=(),
-    prior_shifts=((2.0, 2.0),),
-    shift_horizon=6,
-    trained_arms=(2, 2),
-    linear_dims=(2,),
-    linear_actions=(3,),
-    linear_horizon=6,
-    linear_variants={"sigma=0.5": {"noise_std": 0.5}},
-    slice_runs=SLICE,
-)
+BANDIT = tiny_generalization(slice_runs=SLICE)
 """The generalization grid at K in {2, 3}, T=6, one Beta prior, one linear cell and one variant; slices of 2 runs."""
 
 MDP = dataclasses.replace(MDP_GENERALIZATION, fixed=(3, 2, 3, 2), rooms=((3, 4, 2),), slice_runs=SLICE)
@@ -60,18 +43,9 @@ MDP = dataclasses.replace(MDP_GENERALIZATION, fixed=(3, 2, 3, 2), rooms=((3, 4, 
 def models(tmp_path_factory) -> dict[str, str]:
     """A tiny Bernoulli generalist and a tiny MDP generalist, saved."""
     folder = tmp_path_factory.mktemp("models")
-    torch.manual_seed(0)
-    config = GeneralistConfig(d_model=16, n_heads=2, n_layers=1, mlp_ratio=2, same_arm_bias=(0.0, 8.0))
-    meta = {"training": {"steps": 0, "seed": 0}, "trained_range": {"num_arms": [2, 2], "horizon": [6, 6]}}
-    bandit = save_checkpoint(
-        folder / "bernoulli",
-        GeneralistTransformer(config),
-        meta,
-        config=config.to_dict(),
-        kind=CheckpointKind.GENERALIST_TRANSFORMER,
-    )
+    bandit = save_tiny_generalist(folder / "bernoulli")
     mdp, _ = _saved(folder)
-    return {"bernoulli": str(bandit), "mdp": str(mdp)}
+    return {"bernoulli": bandit, "mdp": str(mdp)}
 
 
 def sweeps(executor, out: Path, models: dict[str, str]) -> dict[str, object]:

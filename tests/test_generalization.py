@@ -6,48 +6,26 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import icrl_gym.estimators.gittins
+from benchmarks.executor.local import InlineExecutor
 from benchmarks.experiments.generalization.cells import GENERALIZATION
-from benchmarks.experiments.generalization.run import run_generalization
+from benchmarks.experiments.generalization.run import plan_cell, run_generalization
 from benchmarks.experiments.grid.cells import MODEL, failure_fraction, regret_quantile, tail_stats
+from benchmarks.experiments.grid.tasks import play_plans
 from benchmarks.harness.cli import main, parse_args
-from icrl_gym.checkpoint import CheckpointKind, save_checkpoint
 from icrl_gym.envs import BanditArms, BanditPrior
-from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
-from tests.helpers import slow_failure_fraction, slow_quantile
+from tests.helpers import save_tiny_generalist, slow_failure_fraction, slow_quantile, tiny_generalization
 
-TINY = dataclasses.replace(
-    GENERALIZATION,
-    arms=(2,),
-    horizons=(6,),
-    ood_arms=(3,),
-    ood_horizons=(),
-    prior_shifts=((2.0, 2.0),),
-    shift_horizon=6,
-    trained_arms=(2, 2),
-    bernoulli_references={
-        **GENERALIZATION.bernoulli_references,
-        "TS (second copy)": {"name": "bernoulli_ts"},
-    },
-    linear_dims=(2,),
-    linear_actions=(3,),
-    linear_horizon=6,
-    linear_variants={"sigma=0.5": {"noise_std": 0.5}},
+TINY = tiny_generalization(
+    bernoulli_references={**GENERALIZATION.bernoulli_references, "TS (second copy)": {"name": "bernoulli_ts"}}
 )
-"""K=2 in range, K=3 out of range (trained_arms=(2, 2)), T=6; one Beta prior; one linear cell and one variant."""
+"""The tiny grid (K=2 in range, K=3 out of range, T=6) with a second copy of TS among the Bernoulli references."""
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    torch.manual_seed(0)
-    config = GeneralistConfig(d_model=16, n_heads=2, n_layers=1, mlp_ratio=2, same_arm_bias=(0.0, 8.0))
-    model = GeneralistTransformer(config)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny-generalist"
-    meta = {"training": {"steps": 0, "seed": 0}, "trained_range": {"num_arms": [2, 2], "horizon": [6, 6]}}
-    save_checkpoint(path, model, meta, config=config.to_dict(), kind=CheckpointKind.GENERALIST_TRANSFORMER)
-    return str(path)
+    return save_tiny_generalist(tmp_path_factory.mktemp("ckpt") / "tiny-generalist")
 
 
 @pytest.fixture(scope="module")
@@ -200,16 +178,21 @@ def test_stopped_grid_resumes_from_finished_cells(checkpoint, tmp_path, monkeypa
     ).read_text()
 
 
+def _run_cell(cell, model, folder, model_id):
+    """Every row of one bandit cell of TINY (6 runs, seed 1) played in this process, stored in ``folder / "cells"``."""
+    store = folder / "cells"
+    plan = plan_cell(TINY, cell, model, 6, 1, folder, store, model_id)
+    return play_plans([plan], InlineExecutor(), store, TINY.slice_runs)[0]
+
+
 def test_new_model_reruns_only_its_own_rows(checkpoint, tmp_path, monkeypatch):
     """Rows are stored one by one: other weights (another model_id) re-run the model row, not the references."""
     from benchmarks.experiments.generalization import cells as gen_cells
-    from benchmarks.experiments.generalization import run as gen
     from benchmarks.experiments.grid import run as grid_run
 
     cell = gen_cells.bernoulli_cells(TINY)[0]
     model = {**TINY.bernoulli_model, "checkpoint": checkpoint}
-    store = tmp_path / "cells"
-    first = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
+    first = _run_cell(cell, model, tmp_path, model_id="weights-a")
     real, calls = grid_run.evaluate_regret, []
 
     def count(spec, agent, *args, **kwargs):
@@ -217,11 +200,11 @@ def test_new_model_reruns_only_its_own_rows(checkpoint, tmp_path, monkeypatch):
         return real(spec, agent, *args, **kwargs)
 
     monkeypatch.setattr(grid_run, "evaluate_regret", count)
-    again = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
+    again = _run_cell(cell, model, tmp_path, model_id="weights-a")
     assert calls == []  # everything reused
-    moved = gen.run_cell(TINY, cell, {**model, "checkpoint": "elsewhere"}, 6, 1, tmp_path, store, model_id="weights-a")
+    moved = _run_cell(cell, {**model, "checkpoint": "elsewhere"}, tmp_path, model_id="weights-a")
     assert calls == []  # the same weights under another path or name: reused too
-    other = gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-b")
+    other = _run_cell(cell, model, tmp_path, model_id="weights-b")
     assert calls == ["generalist"]  # only the model row ran again
     for result in (again, moved, other):
         for label, totals in first.totals.items():
@@ -241,7 +224,6 @@ def test_missing_model_file_is_an_error_not_a_size_limit(checkpoint, tmp_path):
     import shutil
 
     from benchmarks.experiments.generalization import cells as gen_cells
-    from benchmarks.experiments.generalization import run as gen
     from benchmarks.experiments.grid import run as grid_run
     from icrl_gym.checkpoint import CheckpointError, checkpoint_files
 
@@ -253,7 +235,7 @@ def test_missing_model_file_is_an_error_not_a_size_limit(checkpoint, tmp_path):
     copy.with_suffix(".safetensors").unlink()
     store = tmp_path / "cells"
     with pytest.raises(CheckpointError, match="does not exist"):
-        gen.run_cell(TINY, cell, model, 6, 1, tmp_path, store, model_id="weights-a")
+        _run_cell(cell, model, tmp_path, model_id="weights-a")
     assert not list(store.glob(f"*/{grid_run.slug(MODEL)}.json"))
 
 

@@ -14,7 +14,7 @@ from benchmarks.experiments.generalization.cells import MODEL_OF, GridExperiment
 from benchmarks.experiments.generalization.report import cell_fields, write_report
 from benchmarks.experiments.grid.cells import Cell, CellResult
 from benchmarks.experiments.grid.run import run_identity
-from benchmarks.experiments.grid.tasks import plan_rows, play_plans, run_rows
+from benchmarks.experiments.grid.tasks import CellPlan, plan_rows, play_plans
 from benchmarks.experiments.models import model_available, model_record
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import BanditPrior, BanditSpec
@@ -78,7 +78,7 @@ def cell_rows(
     return refs, optional, _compared(exp, cell)
 
 
-def run_cell(
+def plan_cell(
     exp: GridExperiment,
     cell: Cell,
     model: dict[str, Any] | None,
@@ -87,18 +87,15 @@ def run_cell(
     cache_dir: Path,
     store: Path | None = None,
     model_id: str | None = None,
-    executor: Executor | None = None,
-) -> CellResult:
-    """Every row of a bandit ``cell`` (the experiment's references, then the model) on the same ``runs`` instances.
+) -> CellPlan:
+    """The rows of a bandit ``cell`` (the experiment's references, then the model): those stored, and those to play.
 
     The Bayes-optimal DP, the model, and every reference of a cell beyond the trained range (e.g. the
     Gittins table for T=1000: ~5 GiB and ~40 min to build) may refuse a size
     (:func:`~benchmarks.experiments.grid.tasks.plan_rows`).
     """
     refs, optional, compared = cell_rows(exp, cell, cache_dir)
-    return run_rows(
-        cell, refs, model, runs, seed, store, model_id, optional, compared, executor=executor, slice_runs=exp.slice_runs
-    )
+    return plan_rows(cell, refs, model, runs, seed, store, model_id, optional, compared, False, exp.slice_runs)
 
 
 def run_generalization(
@@ -150,12 +147,7 @@ def run_generalization(
     for cell in cells:
         kind = MODEL_OF[cell.family]
         model_id = weights[kind] if models[kind] else None
-        refs, optional, compared = cell_rows(exp, cell, cache_dir)
-        plans.append(
-            plan_rows(
-                cell, refs, models[kind], runs, eval_seed, store, model_id, optional, compared, False, exp.slice_runs
-            )
-        )
+        plans.append(plan_cell(exp, cell, models[kind], runs, eval_seed, cache_dir, store, model_id))
     results = play_plans(plans, executor or InlineExecutor(), store, exp.slice_runs, progress)
     config = {
         **run_identity(exp.name, runs, eval_seed, exp.seed_offset, exp.slice_runs),

@@ -6,8 +6,7 @@ cell's runs): the common-random-numbers batch i of the cell's seed with batch si
 noise in every slice, the slices of a row joined in order are the row played in batches of S, and
 nothing depends on how many workers play them or in which order.  A cell of at most S runs is one
 slice: the one batch of all its runs, as a grid played before slices were.  A slice that refuses
-the size (a row that may refuse it, :func:`~benchmarks.experiments.grid.run.run_rows`) returns the
-reason instead of numbers.
+the size (a row that may refuse it, :func:`plan_rows`) returns the reason instead of numbers.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.store import FileTaskStore
 from benchmarks.executor.tasks import LEARNED_COST, Executor, gittins_setup, run_sweep, steps_of
 from benchmarks.experiments.grid import run as grid_run
@@ -131,7 +129,8 @@ def plan_rows(
     A stored row with the same environment, agent, runs, seed, slice size and model weights
     (``model_id``) is reused; with ``stored_only`` a row not stored is kept as missing ("n/a: not
     run yet").  A row that may refuse the size (the model, a reference in ``optional``, any
-    reference of a cell beyond the trained range) is kept with its reason instead of numbers.
+    reference of a cell beyond the trained range) is kept with its reason instead of numbers.  The
+    best reference of the cell is the best of ``compared`` (default: every reference).
     """
     rows = {**refs, **({MODEL: model} if model is not None else {})}
     plan = CellPlan(CellResult(cell, {}, references=tuple(refs) if compared is None else compared), runs, seed)
@@ -205,26 +204,3 @@ def play_plans(
             report(p)
     run_sweep(executor, tasks, slices, done)
     return [plan.result for plan in plans]
-
-
-def run_rows(
-    cell: Cell,
-    refs: dict[str, dict[str, Any]],
-    model: dict[str, Any] | None,
-    runs: int,
-    seed: int,
-    store: Path | None = None,
-    model_id: str | None = None,
-    optional: set[str] | frozenset[str] = frozenset(),
-    compared: tuple[str, ...] | None = None,
-    stored_only: bool = False,
-    executor: Executor | None = None,
-    slice_runs: int = SLICE_RUNS,
-) -> CellResult:
-    """The reference rows ``refs``, then ``model`` (if any), on the same ``runs`` instances of ``cell``.
-
-    One cell's :func:`plan_rows` played by :func:`play_plans` (``executor``: this process by
-    default).  The best reference of the cell is the best of ``compared`` (default: every reference).
-    """
-    plan = plan_rows(cell, refs, model, runs, seed, store, model_id, optional, compared, stored_only, slice_runs)
-    return play_plans([plan], executor or InlineExecutor(), store, slice_runs)[0]

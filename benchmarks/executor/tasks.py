@@ -156,8 +156,41 @@ def run_sweep(
     return [results[i] for i in range(len(tasks))]
 
 
+class PlayedRow(Protocol):
+    """What a task that plays one agent row has: ``runs`` runs of the environment ``env`` by ``agent``."""
+
+    @property
+    def env(self) -> BanditSpec | MDPSpec:
+        """The environment played."""
+        ...
+
+    @property
+    def agent(self) -> dict[str, Any]:
+        """The row's agent specification."""
+        ...
+
+    @property
+    def runs(self) -> int:
+        """Runs played."""
+        ...
+
+
+class RowCost:
+    """The :attr:`Task.cost` and :attr:`Task.setup` of a task that plays one agent row (a :class:`PlayedRow`)."""
+
+    @property
+    def cost(self: PlayedRow) -> float:
+        """Runs x steps, times :data:`LEARNED_COST` for a learned row."""
+        return self.runs * steps_of(self.env) * (LEARNED_COST if self.agent["name"] in LEARNED else 1.0)
+
+    @property
+    def setup(self: PlayedRow) -> tuple[str, float] | None:
+        """The Gittins table of a Gittins row (:func:`gittins_setup`)."""
+        return gittins_setup(self.env, self.agent)
+
+
 @dataclass(frozen=True)
-class RowTask:
+class RowTask(RowCost):
     """One algorithm row of one curve experiment: everything needed to play it, and nothing else (picklable)."""
 
     experiment: str
@@ -177,16 +210,6 @@ class RowTask:
     def name(self) -> str:
         """``experiment/label``: the task in log lines and errors."""
         return f"{self.experiment}/{self.label}"
-
-    @property
-    def cost(self) -> float:
-        """Runs x steps, times :data:`LEARNED_COST` for a learned row."""
-        return self.runs * steps_of(self.env) * (LEARNED_COST if self.agent["name"] in LEARNED else 1.0)
-
-    @property
-    def setup(self) -> tuple[str, float] | None:
-        """The Gittins table of a Gittins row (:func:`gittins_setup`)."""
-        return gittins_setup(self.env, self.agent)
 
     def run(self) -> Curves:
         """Exactly the curves of the row (:func:`~benchmarks.experiments.suite.run.play_row`)."""

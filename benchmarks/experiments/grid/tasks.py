@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.executor.store import FileTaskStore
-from benchmarks.executor.tasks import LEARNED_COST, Executor, gittins_setup, run_sweep, steps_of
+from benchmarks.executor.tasks import Executor, RowCost, run_sweep
 from benchmarks.experiments.grid import run as grid_run
 from benchmarks.experiments.grid.cells import MODEL, SLICE_RUNS, Cell, CellResult
-from benchmarks.experiments.rows import LEARNED
 from icrl_gym.checkpoint import CheckpointError
+from icrl_gym.envs import BanditSpec, MDPSpec
 
 SliceResult = tuple[np.ndarray | None, str | None]
 """A slice's per-run total regrets, or ``None`` and the reason the row refused the size."""
@@ -38,7 +38,7 @@ def slice_sizes(runs: int, size: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class SliceTask:
+class SliceTask(RowCost):
     """Slice ``index`` of one row of one cell: its ``runs`` runs of the CRN batch ``index`` under ``seed``."""
 
     cell: Cell
@@ -63,14 +63,9 @@ class SliceTask:
         return f"{self.cell.label}/{self.label}/slice {self.index}"
 
     @property
-    def cost(self) -> float:
-        """Runs x steps, times :data:`LEARNED_COST` for a learned row."""
-        return self.runs * steps_of(self.cell.spec) * (LEARNED_COST if self.agent["name"] in LEARNED else 1.0)
-
-    @property
-    def setup(self) -> tuple[str, float] | None:
-        """The Gittins table of a Gittins row (:func:`~benchmarks.executor.tasks.gittins_setup`)."""
-        return gittins_setup(self.cell.spec, self.agent)
+    def env(self) -> BanditSpec | MDPSpec:
+        """The cell's environment (its cost and setup: :class:`~benchmarks.executor.tasks.RowCost`)."""
+        return self.cell.spec
 
     @property
     def key(self) -> dict[str, Any]:

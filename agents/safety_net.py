@@ -11,7 +11,11 @@ and otherwise pulls argmax_k u_k.  Both the inner agent and the index then see t
 w_t is the in-context posterior weight of the prior the inner agent was trained on (the index's anchor
 prior, read from a pretrained model's record or given as ``anchor``; 0 without one).  On a bandit from
 that prior the evidence for it grows and the learned policy gets the wide margin c_trusted; on any other
-the evidence fades and the margin closes to c.
+the evidence fades and the margin closes to c.  The anchor only sets the margin: m_k, s_k and u_k are
+the grid's alone (its broad priors, with the anchor left out of the average).  A narrow prior in the
+index would break the guarantee below when it is wrong: on a bandit that looks like it along the one
+direction pulled so far, such an index can be confidently wrong and keep the net's own choice on a bad
+arm (measured: a run with regret 2,263 over T = 1,000 at sigma = 0.1, against 13 for the grid's index).
 
 **Guarantee, by construction.**  On the event that the index brackets every mean, theta_k in
 [m_k - z_t s_k, m_k + z_t s_k] for every arm and step, the pulled arm's gap is
@@ -102,8 +106,12 @@ class SafetyNet(BanditAgent):
         self.overrides = np.zeros(self.batch_size, dtype=np.int64)
 
     def allowed(self, action_sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The arms in play (B, A): u_k >= max u - c_t s_k; and the robust index's arm (B,)."""
-        mean, sd = self.robust.arm_posterior(action_sets)
+        """The arms in play (B, A): u_k >= max u - c_t s_k; and the robust index's arm (B,).
+
+        The index is the grid's alone: the anchor prior sets the margin but never the index, which a
+        narrow prior that does not hold could make confidently wrong (module docstring).
+        """
+        mean, sd = self.robust.arm_posterior(action_sets, anchor=False)
         index = mean + self.robust.quantile() * sd
         best = index.argmax(axis=1)
         margin = self.margin + (self.trusted_margin - self.margin) * self.robust.anchor_weight()[:, None]

@@ -180,9 +180,10 @@ class ModelAveragedBayesUCB(IndexAgent):
         self.rate = np.full((self.batch_size, models), NOISE_PRIOR_SCALE)
 
     # ------------------------------------------------------------------ posterior and index
-    def weights(self) -> np.ndarray:
-        """The models' posterior weights (B, M) = softmax(log evidence)."""
-        z = self.log_evidence - self.log_evidence.max(axis=1, keepdims=True)
+    def weights(self, anchor: bool = True) -> np.ndarray:
+        """The models' posterior weights (B, M) = softmax(log evidence); ``anchor=False``: the grid's alone."""
+        log_evidence = self.log_evidence if anchor else np.where(self.is_anchor, -np.inf, self.log_evidence)
+        z = log_evidence - log_evidence.max(axis=1, keepdims=True)
         w = np.exp(z)
         return w / w.sum(axis=1, keepdims=True)
 
@@ -194,8 +195,11 @@ class ModelAveragedBayesUCB(IndexAgent):
         """sigma_m^2 (B, M): the known sigma^2, or the inverse-gamma's b_m / a."""
         return np.where(np.isnan(self.model_noise), self.rate / self.shape, self.model_noise)
 
-    def arm_posterior(self, action_sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The model-averaged posterior mean (B, A) and standard deviation (B, A) of every arm's mean reward."""
+    def arm_posterior(self, action_sets: np.ndarray, anchor: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The model-averaged posterior mean (B, A) and standard deviation (B, A) of every arm's mean reward.
+
+        ``anchor=False`` averages the grid alone (the anchor prior left out, its weight still kept).
+        """
         if self.one_hot_arms:
             means = self.mean  # (B, M, K): x_k = e_k
             quad = np.diagonal(self.cov, axis1=2, axis2=3)
@@ -203,7 +207,7 @@ class ModelAveragedBayesUCB(IndexAgent):
             means = np.einsum("bad,bmd->bma", action_sets, self.mean)
             quad = np.einsum("bad,bmde,bae->bma", action_sets, self.cov, action_sets, optimize=True)
         var = self.noise_variance()[:, :, None] * np.maximum(quad, 0.0)
-        w = self.weights()[:, :, None]
+        w = self.weights(anchor)[:, :, None]
         mean = (w * means).sum(axis=1)
         spread = (w * (var + np.square(means - mean[:, None, :]))).sum(axis=1)
         return mean, np.sqrt(spread)

@@ -286,9 +286,18 @@ def render_page(
     )
 
 
-def write_page(out: Path, sections: list[Section], config: dict[str, Any], grid_folders: list[Path]) -> Path:
-    """Write ``out/index.html`` (atomically) from the experiments' sections, the grids' folders and the config."""
-    grids = [g for g in (grid_section(f) for f in grid_folders) if g is not None]
+def write_page(
+    out: Path,
+    sections: list[Section],
+    config: dict[str, Any],
+    grid_folders: list[Path],
+    extra: Sequence[Section] = (),
+) -> Path:
+    """Write ``out/index.html`` (atomically) from the experiments' sections, the grids' folders and the config.
+
+    ``extra``: sections shown after the grids' (the Bernoulli frontier's tables).
+    """
+    grids = [g for g in (grid_section(f) for f in grid_folders) if g is not None] + list(extra)
     reused = config.get("reused") or []
     stored = f" ({len(reused)} reused from the stored results of an earlier, identical run)" if reused else ""
     intro = (

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.experiments.bernoulli_frontier.report import FOLDER as FRONTIER
+from benchmarks.experiments.bernoulli_frontier.report import frontier_markdown
 from benchmarks.experiments.generalization.cells import GRID_EXPERIMENTS
 from benchmarks.experiments.mdp_generalization.cells import MDP_GRID_EXPERIMENTS
 from benchmarks.experiments.suite.cells import EXPERIMENTS
@@ -54,7 +56,10 @@ def write_figures(
 def write_results_page(out: Path, sections: list[Section], config: dict[str, Any]) -> Path:
     """``out/index.html``: the sections, the grid experiments' folders in ``out`` and the configuration."""
     grids = [out / name for name in (*GRID_EXPERIMENTS, *MDP_GRID_EXPERIMENTS) if (out / name).is_dir()]
-    return write_page(out, sections, config, grids)
+    frontier = frontier_markdown(out / FRONTIER) if (out / FRONTIER).is_dir() else None
+    title = "What a policy not told the prior can reach (bernoulli-frontier/)"
+    extra = [] if frontier is None else [Section(FRONTIER, title, frontier)]
+    return write_page(out, sections, config, grids, extra)
 
 
 def outputs(results: dict[str, Any]) -> set[str]:

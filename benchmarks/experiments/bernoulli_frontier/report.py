@@ -1,7 +1,13 @@
-"""The frontier's outputs: ``uninformed.csv`` / ``.json`` (Monte Carlo), ``frontier.csv`` / ``.json`` (exact)."""
+"""The frontier's outputs: ``uninformed.csv`` / ``.json`` (Monte Carlo), ``frontier.csv`` / ``.json`` (exact).
+
+:func:`frontier_markdown` reads them back as the results page's section (``python -m benchmarks`` shows a
+``bernoulli-frontier/`` folder of its output directory, written by
+``python -m benchmarks.evaluations.bernoulli_frontier --out OUT/bernoulli-frontier --model NAME``).
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -43,3 +49,73 @@ def write_frontier(out: Path, rows: list[dict[str, Any]], certificate: dict[str,
         )
     c = certificate["best"]["c"]
     print(f"certificate: every policy not told the prior is >= {c:.4f}x told Gittins in some cell")
+
+
+FOLDER = "bernoulli-frontier"
+"""The frontier's folder inside a benchmark output directory, shown on its results page."""
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def frontier_markdown(folder: Path) -> str | None:
+    """Markdown tables of the frontier's outputs in ``folder`` (``None`` when it holds neither).
+
+    Exact rows (``frontier.csv``): per Beta(a, b) prior the told Gittins, the family-Bayes DP (the
+    best policy not told the prior) and, when a model was evaluated, the model played greedily, with
+    the sums over the priors and the certificate c (every uninformed policy is >= c x told Gittins in
+    some cell).  Monte-Carlo rows (``uninformed.csv``): every policy's ratio to the told Gittins.
+    """
+    parts: list[str] = []
+    exact_csv, exact_json = folder / "frontier.csv", folder / "frontier.json"
+    if exact_csv.is_file() and exact_json.is_file():
+        rows, record = _read(exact_csv), json.loads(exact_json.read_text())
+        model = "model" in rows[0]
+        head = "| prior | told Gittins | family-Bayes DP | ratio to told |"
+        rule = "|---|---|---|---|"
+        if model:
+            head += f" {record.get('model')} | to family-Bayes |"
+            rule += "---|---|"
+        parts += [
+            f"**Exact, K = {record['arms']}, T = {record['horizon']}** (every value computed exactly, no sampling):",
+            "",
+            head,
+            rule,
+        ]
+        for r in rows:
+            line = f"| Beta({float(r['a']):g}, {float(r['b']):g}) | {float(r['told_gittins']):.3f} | "
+            line += f"{float(r['family_bayes']):.3f} | {float(r['family_bayes_ratio']):.3f} |"
+            if model:
+                line += f" {float(r['model']):.3f} | {float(r['model_to_family_bayes']):.3f} |"
+            parts.append(line)
+        told, family = (sum(float(r[k]) for r in rows) for k in ("told_gittins", "family_bayes"))
+        total = f"| sum | {told:.3f} | {family:.3f} | {family / told:.3f} |"
+        if model:
+            ours = sum(float(r["model"]) for r in rows)
+            total += f" {ours:.3f} | {ours / family:.3f} |"
+        c = record["certificate"]["best"]["c"]
+        parts += [
+            total,
+            "",
+            f"Certificate: every policy not told the prior is at least {c:.4f}x the told Gittins in some prior.",
+            "",
+        ]
+    mc_csv, mc_json = folder / "uninformed.csv", folder / "uninformed.json"
+    if mc_csv.is_file() and mc_json.is_file():
+        rows, run = _read(mc_csv), json.loads(mc_json.read_text())
+        policies = list(dict.fromkeys(r["policy"] for r in rows))
+        cells = list(dict.fromkeys((r["num_arms"], r["a"], r["b"]) for r in rows))
+        ratio = {(r["num_arms"], r["a"], r["b"], r["policy"]): float(r["ratio"]) for r in rows}
+        parts += [
+            f"**Monte Carlo, T = {run['horizon']}, {run['runs']} runs per prior, seed {run['seed']}** (ratio of mean "
+            "regret to the told Gittins, common random numbers):",
+            "",
+            "| K | prior | " + " | ".join(policies) + " |",
+            "|---|---|" + "---|" * len(policies),
+        ]
+        for k, a, b in cells:
+            values = " | ".join(f"{ratio.get((k, a, b, p), float('nan')):.2f}" for p in policies)
+            parts.append(f"| {k} | Beta({float(a):g}, {float(b):g}) | {values} |")
+    return "\n".join(parts) if parts else None

@@ -1,0 +1,43 @@
+"""The Bernoulli frontier on the results page: its exact and Monte-Carlo rows, read back from its CSVs."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from benchmarks.experiments.bernoulli_frontier.cli import main as frontier_main
+from benchmarks.experiments.bernoulli_frontier.report import FOLDER, frontier_markdown
+from benchmarks.harness.report import write_results_page
+
+
+@pytest.fixture(scope="module")
+def frontier_out(tmp_path_factory):
+    """A tiny frontier run (K = 2, T = 8 exact, K = 3 Monte Carlo) with the shipped generalist, in OUT/FOLDER."""
+    out = tmp_path_factory.mktemp("bench")
+    args = ["--horizon", "8", "--searches", "0", "--cache", str(out / "cache"), "--out", str(out / FOLDER)]
+    frontier_main([*args, "--monte-carlo-arms", "3", "--runs", "4", "--model", "bernoulli-generalist"])
+    return out
+
+
+def test_the_tables_carry_the_csv_values_and_the_sums(frontier_out) -> None:
+    """Every exact row, the sums over the priors and the certificate are those of frontier.csv / .json."""
+    text = frontier_markdown(frontier_out / FOLDER)
+    rows = list(csv.DictReader((frontier_out / FOLDER / "frontier.csv").open()))
+    assert text is not None and len(rows) == 16
+    for r in rows:
+        assert f"| Beta({float(r['a']):g}, {float(r['b']):g}) | {float(r['told_gittins']):.3f} |" in text
+        assert f"| {float(r['model']):.3f} | {float(r['model_to_family_bayes']):.3f} |" in text
+    family = sum(float(r["family_bayes"]) for r in rows)
+    model = sum(float(r["model"]) for r in rows)
+    assert f"| {model:.3f} | {model / family:.3f} |" in text
+    assert "Certificate: every policy not told the prior is at least" in text
+    mc = list(csv.DictReader((frontier_out / FOLDER / "uninformed.csv").open()))
+    assert "model (greedy)" in text and len(mc) == 16 * 5
+
+
+def test_the_results_page_shows_the_frontier_section(frontier_out) -> None:
+    """write_results_page adds the frontier's section when the output folder holds one."""
+    page = write_results_page(frontier_out, [], {"runs": 1, "seed": 0}).read_text()
+    assert 'id="bernoulli-frontier"' in page and "family-Bayes DP" in page and "bernoulli-generalist" in page
+    assert frontier_markdown(frontier_out / "missing") is None

@@ -230,9 +230,10 @@ SMALL = {
     "ICRL-TabularMDP-v0": {"num_states": 3, "num_actions": 2, "horizon": 3, "episodes": 3},
     "ICRL-DarkRoom-v0": {"size": 3, "horizon": 3, "episodes": 3},
 }
-LINEAR = {*LINEAR_EXPERTS, "optimal", "uniform"}
+LINEAR = {*LINEAR_EXPERTS, "optimal", "uniform", "model_averaged_bayes_ucb", "safety_net"}
 SPECS = {
     "gittins": {"name": "gittins", "horizon": 8},
+    "safety_net": {"name": "safety_net", "inner": {"name": "linucb"}},
     "mixture": {"name": "mixture", "components": [{"name": "bernoulli_ts"}, {"name": "ucb"}], "weights": [0.5, 0.5]},
     "posterior_optimal_action": {
         "name": "posterior_optimal_action",

@@ -52,6 +52,7 @@ from scipy.special import gammaln, ndtri
 
 from agents.bandit.bayes_ucb import quantile_level
 from agents.bandit.index_agent import IndexAgent
+from icrl_gym.envs.bandit_core import BanditReward
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 
 PRIOR_SCALES = tuple(float(s) for s in np.geomspace(0.03, 3.0, 6))
@@ -128,8 +129,8 @@ class ModelAveragedBayesUCB(IndexAgent):
         if "noise_std" in self.reset_info:
             return np.full(self.batch_size, float(self.reset_info["noise_std"]))
         spec = None if self.env_model is None else self.env_model.bandit
-        if spec is None or not spec.noise_known:
-            return None
+        if spec is None or not spec.noise_known or spec.reward is not BanditReward.GAUSSIAN:
+            return None  # not stated, or not Gaussian noise (Bernoulli rewards): estimated in context
         instance = self.env_model.instance if self.env_model is not None else None
         if instance is not None and "noise_std" in instance:
             return np.broadcast_to(np.asarray(instance["noise_std"], dtype=np.float64).reshape(-1), (self.batch_size,))

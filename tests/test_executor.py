@@ -105,18 +105,20 @@ def test_ctrl_c_stops_the_workers_at_once_and_a_resumed_run_plays_only_the_unfin
     behind, and has stored every other row; the same command then plays only the hung task's row.
     """
     out = tmp_path / "stopped"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks", *argv(out), "--workers", "2"],
-        cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1", STALL_ENV: KILLED},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    log = tmp_path / "stderr.log"  # a file, not a pipe: a full pipe nobody reads would block the run
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks", *argv(out), "--workers", "2"],
+            cwd=ROOT,
+            env={**os.environ, "OMP_NUM_THREADS": "1", STALL_ENV: KILLED},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     total = sum(len(EXPERIMENTS[name].algorithms) for name in SUBSET.split(","))
     deadline = time.monotonic() + 300
     while stored_rows(out) < total - 1:  # every row but the hung one
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)
     start = time.monotonic()

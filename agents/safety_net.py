@@ -111,8 +111,7 @@ class SafetyNet(BanditAgent):
         The index is the grid's alone: the anchor prior sets the margin but never the index, which a
         narrow prior that does not hold could make confidently wrong (module docstring).
         """
-        mean, sd = self.robust.arm_posterior(action_sets, anchor=False)
-        index = mean + self.robust.quantile() * sd
+        index, sd = self.robust.upper(action_sets, anchor=False)
         best = index.argmax(axis=1)
         margin = self.margin + (self.trusted_margin - self.margin) * self.robust.anchor_weight()[:, None]
         keep = index >= index.max(axis=1, keepdims=True) - margin * sd

@@ -217,10 +217,14 @@ class ModelAveragedBayesUCB(IndexAgent):
         """z_t = Phi^{-1}(1 - 1/t) at step t = self.t + 1 (0 at the first step)."""
         return float(max(ndtri(quantile_level(self.t + 1, 1, 0.0)), 0.0))
 
+    def upper(self, action_sets: np.ndarray, anchor: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The index u_k = m_k + z_t sd_k (B, A) and sd_k (B, A); ``anchor`` as in :meth:`arm_posterior`."""
+        mean, sd = self.arm_posterior(action_sets, anchor)
+        return mean + self.quantile() * sd, sd
+
     def index(self, action_sets: np.ndarray) -> np.ndarray:
         """u_k = m_k + z_t sd_k, shape (B, A)."""
-        mean, sd = self.arm_posterior(action_sets)
-        return mean + self.quantile() * sd
+        return self.upper(action_sets)[0]
 
     def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
         x = action_sets[np.arange(self.batch_size), actions]  # (B, d)

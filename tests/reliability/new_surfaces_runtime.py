@@ -37,9 +37,7 @@ rp.input_probe(
 def _vec_billion(tmp: Path) -> Outcome:
     from icrl_gym.envs.validation import MemoryLimitError
 
-    cases = {
-        env_id: (lambda env_id=env_id: rp.traced_peak(lambda: vec_env(env_id, 10**9))) for env_id in icrl_gym.ENV_IDS
-    }
+    cases = each_env(lambda env_id: rp.traced_peak(lambda: vec_env(env_id, 10**9)))
     shown = ""
     for env_id, run in cases.items():
         result, peak = run()

@@ -37,7 +37,11 @@ is (1 / (B T)) sum_{b, t} (Reg_t - b_t) log pi(a_t), B = N M runs.  An optional 
 beta * KL(Alg_theta || Alg_theta0) keeps the policy near the pretrained one.  Validation regret
 on a fixed set of instances picks the checkpoint (a bandit transformer sampling its policy, the
 MDP generalist in its agent's default deployment); the final comparison uses other fresh
-instances (the harness's seed).
+instances (the harness's seed).  For the Bernoulli generalist on a family of Beta priors,
+``validation="exact_family"`` picks it without noise instead: the model's greedy play is a
+count-state policy, so its Bayes regret under each of the 16 Beta(a, b) priors (a, b in
+{0.5, 1, 2, 5}) at K = 2, T = ``val_horizon`` is one backward pass over the count states, and the
+score is its sum as a multiple of the family-Bayes DP's (:mod:`~icrl_gym.training.exact_bernoulli`).
 
 Command line: ``python -m icrl_gym.training.finetune CONFIG.json [--set key=value ...] --export PATH`` (resumable
 from out_dir), e.g. the MDP generalist on one cell of random MDPs::
@@ -108,6 +112,10 @@ def method_for(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneMethod:
     """The method of the base checkpoint's kind, refusing the fields that kind does not take (``ValueError``)."""
     name = CheckpointKind(checkpoint_kind(meta)).entry.finetune
     assert name is not None  # _load_base admits only the kinds with a method
+    if cfg.validation == "exact_family" and name != "generalist":
+        raise ValueError(
+            f'validation="exact_family" is the Bernoulli generalist\'s only; {cfg.base!r} is a {name} model'
+        )
     return FINETUNE_METHODS[name].for_base(cfg, meta)
 
 
@@ -171,7 +179,8 @@ class FinetuneTask(TrainingTask):
         if not self.ctx.is_main:
             return
         start = self.method.validation_regret(self.model, self.device)
-        self.record["history"].append({"iteration": 0, "val_regret": start, "wall_seconds": 0.0})
+        details = getattr(self.method, "details", {})
+        self.record["history"].append({"iteration": 0, "val_regret": start, **details, "wall_seconds": 0.0})
         self.record["best"] = {"iteration": 0, "val_regret": start}
         self.log(f"pretrained model: validation regret {start:.3f}")
 
@@ -215,7 +224,7 @@ class FinetuneTask(TrainingTask):
         """The validation regret: a history entry with the iteration's metrics."""
         val = self.method.validation_regret(self.model, self.device)
         self.record["wall_seconds"] = time.perf_counter() - self.t_start
-        entry = {"iteration": step, "val_regret": val, **metrics}
+        entry = {"iteration": step, "val_regret": val, **getattr(self.method, "details", {}), **metrics}
         self.record["history"].append(entry)
         return entry
 
@@ -226,7 +235,8 @@ class FinetuneTask(TrainingTask):
     def evaluated(self, step: int, entry: dict[str, Any]) -> None:
         """The log line."""
         best = self.record["best"]["val_regret"]
-        self.log(f"iteration {step}: validation regret {entry['val_regret']:.3f} (best {best:.3f})")
+        worst = f", worst prior {entry['val_worst']:.4f}" if "val_worst" in entry else ""
+        self.log(f"iteration {step}: validation regret {entry['val_regret']:.4f}{worst} (best {best:.4f})")
 
     def meta(self) -> dict[str, Any]:
         """The base's record with the run's (``finetune``)."""

@@ -54,6 +54,13 @@ class FinetuneConfig(TrainerConfig):
     """beta of the KL penalty to the pretrained policy (0: none)."""
     val_runs: int = checked(1000, POSITIVE_INT)
     """Validation instances (fixed seed) for choosing the checkpoint."""
+    validation: str = checked("monte_carlo", Allowed(choices=("monte_carlo", "exact_family")))
+    """What picks the checkpoint: "monte_carlo", the mean regret on ``val_runs`` fixed instances of the
+    prior; "exact_family" (the Bernoulli generalist only), the exact K = 2 regret played greedily, summed
+    over the 16 Beta(a, b) priors (a, b in {0.5, 1, 2, 5}) at T = ``val_horizon``, as a multiple of the
+    family-Bayes DP's (:func:`~icrl_gym.training.exact_bernoulli.family_regret_ratio`): noise-free, >= 1."""
+    val_horizon: int = checked(50, POSITIVE_INT)
+    """T of the exact validation (``validation="exact_family"``; its count states grow like T^4 / 24)."""
     eval_every: int = checked(25, POSITIVE_INT)
     """Iterations between validations (and resumable checkpoints)."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"

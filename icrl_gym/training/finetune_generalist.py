@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -14,6 +14,7 @@ from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditReward, BanditSpec, sample_w_star
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
+from icrl_gym.training.exact_bernoulli import family_regret_ratio
 from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages
 
 
@@ -83,9 +84,23 @@ class GeneralistFinetune:
         """:func:`generalist_logits` / tau (the sampled policy's logits)."""
         return generalist_logits(model, self.spec, runs, device) / self.cfg.temperature
 
+    details: dict[str, float] = field(default_factory=dict)
+    """The last validation's further figures (the exact validation's worst prior), for the history."""
+
     def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
-        """Mean regret of the agent's greedy play on ``val_runs`` instances, seed ``VALIDATION_SEED + seed``."""
+        """The validation score of ``cfg.validation`` (lower is better).
+
+        "monte_carlo": the mean regret of the agent's greedy play on ``val_runs`` instances, seed
+        ``VALIDATION_SEED + seed``.  "exact_family": sum_j Reg_j(model) / sum_j Reg_j(F) at K = 2,
+        T = ``val_horizon`` over the 16 Beta(a, b) priors, F the family-Bayes DP, exactly
+        (:func:`~icrl_gym.training.exact_bernoulli.family_regret_ratio`); ``details`` then holds
+        max_j Reg_j(model) / Reg_j(F) (``val_worst``).
+        """
         model.eval()
+        if self.cfg.validation == "exact_family":
+            exact = family_regret_ratio(cast(GeneralistTransformer, model), 2, self.cfg.val_horizon)
+            self.details = {"val_worst": exact.worst}
+            return exact.ratio
         agent = GeneralistAgent.from_model(cast(GeneralistTransformer, model))
         regret = evaluate_regret(
             self.spec, agent, self.cfg.val_runs, seed=VALIDATION_SEED + self.cfg.seed, batch_size=self.cfg.val_runs

@@ -24,10 +24,6 @@ SLICES = "monte-carlo-slices"
 """The folder in ``--out`` that keeps the Monte-Carlo rows' finished slices until the rows are written."""
 
 
-MODEL_CHUNK = 65_536
-"""Count states the Bernoulli generalist scores at once when it is evaluated exactly (``run.generalist_policy``)."""
-
-
 DEFAULT_MEMORY_GIB = 8.0
 """The memory limit of the exact tables and the Monte-Carlo rows when neither ``--max-memory-gib`` nor
 ``ICRL_GYM_MAX_MEMORY_GIB`` sets one.  Above the package's 4 GiB default (one environment batch or one

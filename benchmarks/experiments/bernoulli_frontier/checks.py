@@ -6,8 +6,9 @@ import argparse
 import os
 from math import exp, lgamma
 
-from benchmarks.experiments.bernoulli_frontier.cells import DEFAULT_MEMORY_GIB, MODEL_CHUNK
+from benchmarks.experiments.bernoulli_frontier.cells import DEFAULT_MEMORY_GIB
 from icrl_gym.envs.validation import GIB, MEMORY_ENV, max_memory_bytes
+from icrl_gym.training.exact_bernoulli import MODEL_CHUNK
 
 MODEL_BYTES = 4096
 """Memory of the Bernoulli generalist per count state and arm while it scores a chunk of states (torch activations;

@@ -1,5 +1,9 @@
 """The frontier's computations: exact policy values over count states, the certificate, Monte-Carlo rows.
 
+The backward pass over the count states and the count-state policies (a DP table, the Bernoulli
+generalist played greedily) are :mod:`icrl_gym.training.exact_bernoulli`'s, which the fine-tuning's
+exact validation also uses; this module adds the told Gittins, the certificate and the Monte-Carlo rows.
+
 The Monte-Carlo rows are tasks (:class:`UninformedTask`): each prior's runs in slices, played
 anywhere, stored as they finish and joined in order.
 """
@@ -9,28 +13,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from math import comb
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from scipy import integrate, stats
 
-from agents.bandit.bernoulli_bayes_optimal import (
-    CompositionRanker,
-    FamilyPredictive,
-    colex_combinations,
-    compositions,
-    family_bayes_table,
-    successors,
-)
+from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, family_bayes_table
 from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.store import FileTaskStore
 from benchmarks.executor.tasks import LEARNED_COST, Executor, run_sweep
-from benchmarks.experiments.bernoulli_frontier.cells import MODEL_CHUNK
 from benchmarks.experiments.grid.cells import SLICE_RUNS
 from benchmarks.experiments.grid.tasks import slice_sizes
 from icrl_gym.checkpoint import checkpoint_files, load_checkpoint, resolve_checkpoint
@@ -38,25 +31,14 @@ from icrl_gym.data.rollout import play
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
-
-Policy = Callable[[int, np.ndarray], np.ndarray]
-"""(layer n, states x (N, 2K) in rank order) -> action distribution (N, J, K), one per prior j."""
-
-
-def expected_best_mean(a: float, b: float, num_arms: int) -> float:
-    """E[max_k p_k] for K iid Beta(a, b) means: int_0^1 (1 - F(x)^K) dx."""
-    beta = stats.beta(a, b)
-    return float(integrate.quad(lambda x: 1.0 - beta.cdf(x) ** num_arms, 0.0, 1.0, limit=200, epsabs=1e-12)[0])
-
-
-def table_policy(tables: Sequence[np.ndarray], num_priors: int) -> Policy:
-    """A deterministic DP action table (per layer, over ranked states) played whatever the prior."""
-
-    def policy(n: int, x: np.ndarray) -> np.ndarray:
-        one_hot = np.eye(x.shape[1] // 2)[tables[n].astype(np.int64)]  # (N, K)
-        return np.broadcast_to(one_hot[:, None, :], (len(x), num_priors, one_hot.shape[1]))
-
-    return policy
+from icrl_gym.training.exact_bernoulli import (
+    Policy,
+    expected_best_mean,
+    generalist_logits_at,
+    generalist_policy,
+    policy_values,
+    table_policy,
+)
 
 
 def gittins_policy(tables: Sequence[GittinsTable], horizon: int) -> Policy:
@@ -75,66 +57,6 @@ def gittins_policy(tables: Sequence[GittinsTable], horizon: int) -> Policy:
         return best / best.sum(axis=2, keepdims=True)
 
     return policy
-
-
-def generalist_logits_at(
-    model: GeneralistTransformer, successes: np.ndarray, failures: np.ndarray, step: int, horizon: int
-) -> np.ndarray:
-    """The Bernoulli generalist's logits (N, K) at step ``step`` of T = ``horizon`` from the arms' counts (N, K).
-
-    With its grouped cache the model's logits are a function of the counts (s_k, f_k) of every arm
-    and of (t, T) only (:mod:`icrl_gym.models.generalist`): the model decides from the counts.
-    """
-    device = next(model.parameters()).device
-    counts = torch.as_tensor(np.stack([failures, successes], axis=-1), dtype=torch.float32, device=device)
-    return model.decide_counts(counts, counts.sum(dim=1), step, horizon).cpu().numpy()  # counts: (N, K, 2)
-
-
-def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = MODEL_CHUNK) -> Policy:
-    """The Bernoulli generalist played greedily (the argmax of its logits, as its agent plays), exactly.
-
-    Its greedy play is a deterministic count-state policy (:func:`generalist_logits_at`).
-    """
-
-    def policy(n: int, x: np.ndarray) -> np.ndarray:
-        arms = x.shape[1] // 2
-        actions = np.empty(len(x), dtype=np.int64)
-        for start in range(0, len(x), chunk):
-            part = x[start : start + chunk]
-            logits = generalist_logits_at(model, part[:, 0::2], part[:, 1::2], n, horizon)
-            actions[start : start + chunk] = logits.argmax(axis=1)
-        one_hot = np.eye(arms)[actions]
-        return np.broadcast_to(one_hot[:, None, :], (len(x), num_priors, arms))
-
-    return policy
-
-
-def policy_values(
-    num_arms: int, horizon: int, priors: np.ndarray, policies: Mapping[str, Policy | None]
-) -> dict[str, np.ndarray]:
-    """V_j(P), shape (J,), for each policy (None: the told Bayes-optimal value max over P, per prior).
-
-    One backward pass over the count states; under prior j, arm k pays 1 with probability
-    (a_j + s_k) / (a_j + b_j + s_k + f_k) and V_j(x) = sum_k P(k | x) [p (1 + V_j(x + e_s)) + (1 - p) V_j(x + e_f)].
-    """
-    priors = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
-    model = FamilyPredictive(priors, np.ones(len(priors)), 0)
-    m = 2 * num_arms
-    ranker = CompositionRanker(horizon + 1, m)
-    bars = colex_combinations(horizon + m - 2, m - 1)
-    size = comb(horizon + m - 1, m - 1)
-    values = {name: np.zeros((size, len(priors))) for name in policies}
-    for n in range(horizon - 1, -1, -1):
-        x = compositions(bars, n)
-        q = {name: np.empty((len(x), len(priors), num_arms)) for name in policies}
-        for k in range(num_arms):
-            p = model.arm_means(x, k)  # (N, J)
-            r_s, r_f = (ranker.rank(y) for y in successors(x, k))
-            for name, v in values.items():
-                q[name][:, :, k] = p * (1.0 + v[r_s]) + (1.0 - p) * v[r_f]
-        for name, policy in policies.items():
-            values[name] = q[name].max(axis=2) if policy is None else (q[name] * policy(n, x)).sum(axis=2)
-    return {name: v[0] for name, v in values.items()}
 
 
 def frontier(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from benchmarks.experiments.bernoulli_frontier.cells import BETA_GRID
-from benchmarks.experiments.bernoulli_frontier.run import frontier
+from benchmarks.experiments.bernoulli_frontier.run import frontier, uninformed_regrets
 from icrl_gym.checkpoint import load_checkpoint, resolve_checkpoint
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.training.exact_bernoulli import BETA_FAMILY, family_regret_ratio
@@ -56,3 +56,12 @@ def test_the_exact_validation_is_refused_for_a_bandit_transformer(tmp_path):
     cfg = tiny_finetune_config("bernoulli-ad-ucb", tmp_path / "bandit", validation="exact_family")
     with pytest.raises(ValueError, match="exact_family"):
         finetune(cfg, echo=False)
+
+
+def test_monte_carlo_rows_of_some_policies_are_those_of_a_run_of_all(tmp_path, generalist):
+    """``policies`` plays told Gittins and the model only; their rows equal those of a run of every policy."""
+    priors = [(2.0, 1.0), (0.5, 5.0)]
+    every = uninformed_regrets(3, 8, priors, 30, 11, tmp_path, generalist, slice_runs=20)
+    some = uninformed_regrets(3, 8, priors, 30, 11, tmp_path, generalist, slice_runs=20, policies=["model (greedy)"])
+    assert some == [row for row in every if row["policy"] in ("told Gittins", "model (greedy)")]
+    assert {row["policy"] for row in some} == {"told Gittins", "model (greedy)"}

@@ -20,6 +20,10 @@ MONTE_CARLO_OUTPUTS = ("uninformed.csv", "uninformed.json")
 """The files the Monte-Carlo rows write to ``--out``."""
 
 
+MONTE_CARLO_POLICIES = ("Gittins told U[0, 1]", "posterior vote", "evidence-mixed index", "model (greedy)")
+"""The Monte-Carlo rows' policies besides told Gittins (``--policies`` keeps some of them)."""
+
+
 SLICES = "monte-carlo-slices"
 """The folder in ``--out`` that keeps the Monte-Carlo rows' finished slices until the rows are written."""
 

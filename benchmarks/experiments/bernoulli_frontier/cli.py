@@ -49,7 +49,9 @@ already holds the files this run would write (``frontier.csv`` and ``frontier.js
 The Monte-Carlo rows are played in slices of runs per prior, the tasks of ``--workers`` processes
 (default: one per core) or of a Ray cluster (``--ray``), and joined in a fixed order: the numbers do
 not depend on either.  Each finished slice is kept in ``--out``/``monte-carlo-slices/`` until the
-rows are written, so a stopped run resumes.
+rows are written, so a stopped run resumes.  ``--policies`` plays only told Gittins and the policies
+named (e.g. ``--policies "model (greedy)"`` with ``--model``): every policy breaks its ties from its
+own copy of the stream, so the rows are those of a run of every policy, and the costly ones are skipped.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from benchmarks.experiments.bernoulli_frontier.cells import (
     DEFAULT_MEMORY_GIB,
     EXACT_OUTPUTS,
     MONTE_CARLO_OUTPUTS,
+    MONTE_CARLO_POLICIES,
     MONTE_CARLO_SEED,
     SLICES,
 )
@@ -97,6 +100,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=MONTE_CARLO_SEED, help="seed of the Monte-Carlo rows")
     parser.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True, help="the exact K-arm table")
     parser.add_argument("--model", default=None, help="a Bernoulli generalist to evaluate exactly (name or path)")
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        default=None,
+        choices=MONTE_CARLO_POLICIES,
+        help="the Monte-Carlo rows' policies besides told Gittins (default: all; the rows are the same either way)",
+    )
     parser.add_argument(
         "--max-memory-gib",
         type=float,
@@ -137,10 +147,20 @@ def main(argv: list[str] | None = None) -> None:
                 row
                 for k in args.monte_carlo_arms
                 for row in uninformed_regrets(
-                    k, args.horizon, BETA_GRID, args.runs, args.seed, args.cache, args.model, executor, store
+                    k,
+                    args.horizon,
+                    BETA_GRID,
+                    args.runs,
+                    args.seed,
+                    args.cache,
+                    args.model,
+                    executor,
+                    store,
+                    policies=args.policies,
                 )
             ]
         run = {"arms": args.monte_carlo_arms, "horizon": args.horizon, "runs": args.runs, "seed": args.seed}
+        run = {**run, **({} if args.policies is None else {"policies": args.policies})}
         write_uninformed(out, mc, {**run, "model": args.model, "seconds": time.perf_counter() - start})
         shutil.rmtree(store, ignore_errors=True)  # the rows are written: their slices are no longer needed
     if not args.exact:

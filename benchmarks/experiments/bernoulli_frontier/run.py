@@ -163,8 +163,12 @@ def uninformed_slice(
     index: int,
     cache_dir: str | Path,
     generalist: GeneralistTransformer | None = None,
+    policies: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-run regret of every policy of :func:`uninformed_regrets` on slice ``index`` (``runs`` runs) of prior ``j``.
+
+    ``policies`` (None: all) keeps told Gittins and the named ones: every policy's ties come from its
+    own copy of the ties stream, so a policy's row does not depend on which others are played.
 
     The slice's means and reward draws come from ``default_rng([seed, j, 0, index])``, its ties from
     ``default_rng([seed, j, 1, index])``: for slice 0 these are the generators ``[seed, j]`` and
@@ -178,6 +182,8 @@ def uninformed_slice(
     family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
     names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index"]
     names += [] if generalist is None else ["model (greedy)"]
+    if policies is not None:
+        names = [name for name in names if name == "told Gittins" or name in policies]
     rng = np.random.default_rng([seed, j, 0, index])
     means = rng.beta(a, b, (runs, num_arms))
     draws = rng.random((horizon, runs))
@@ -282,6 +288,8 @@ class UninformedTask:
     """The folder of Gittins tables."""
     generalist: GeneralistTransformer | str | None = None
     """The Bernoulli generalist (a model, or a checkpoint's name or path, loaded in the worker)."""
+    policies: tuple[str, ...] | None = None
+    """The policies played besides told Gittins (None: all of :func:`uninformed_slice`'s)."""
 
     @property
     def name(self) -> str:
@@ -316,6 +324,7 @@ class UninformedTask:
             "seed": self.seed,
             "slice": self.index,
             "model_weights_sha256": model,
+            **({} if self.policies is None else {"policies": list(self.policies)}),
         }
 
     @property
@@ -327,7 +336,16 @@ class UninformedTask:
         """Every policy's per-run regret on the slice."""
         model = load_generalist(self.generalist) if isinstance(self.generalist, str) else self.generalist
         return uninformed_slice(
-            self.num_arms, self.horizon, self.priors, self.j, self.runs, self.seed, self.index, self.cache_dir, model
+            self.num_arms,
+            self.horizon,
+            self.priors,
+            self.j,
+            self.runs,
+            self.seed,
+            self.index,
+            self.cache_dir,
+            model,
+            self.policies,
         )
 
 
@@ -342,6 +360,7 @@ def uninformed_regrets(
     executor: Executor | None = None,
     store: Path | None = None,
     slice_runs: int = SLICE_RUNS,
+    policies: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Monte-Carlo regret per prior of told Gittins and of policies not told it (the docstring of ``cli.py``).
 
@@ -351,11 +370,24 @@ def uninformed_regrets(
     from the counts (:func:`generalist_logits_at`).  The runs of each prior are played in slices of
     ``slice_runs`` (:func:`uninformed_slice`), the tasks of ``executor`` (default: this process),
     each stored in ``store`` as it finishes (a stopped run resumes), and joined in slice order.
+    ``policies`` (None: all) plays only told Gittins and those named (e.g. ``["model (greedy)"]``),
+    with the same rows as a run of all of them.
     """
     for a, b in [*priors, (1.0, 1.0)]:  # built once here and cached in cache_dir: every slice loads them
         cached_gittins_table(horizon, cache_dir, a, b)
     tasks = [
-        UninformedTask(num_arms, horizon, tuple(map(tuple, priors)), j, n, seed, index, str(cache_dir), generalist)
+        UninformedTask(
+            num_arms,
+            horizon,
+            tuple(map(tuple, priors)),
+            j,
+            n,
+            seed,
+            index,
+            str(cache_dir),
+            generalist,
+            None if policies is None else tuple(policies),
+        )
         for j in range(len(priors))
         for index, n in enumerate(slice_sizes(runs, slice_runs))
     ]

@@ -15,6 +15,7 @@ Conventions, the same in every figure:
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ import numpy as np
 from benchmarks.experiments.rows import LEARNED
 from benchmarks.experiments.suite.cells import EXPERIMENTS, Experiment
 from icrl_gym.envs import BanditPrior, BanditReward, BanditSpec, MDPKind, MDPSpec
-from icrl_gym.utils.fileio import atomic_write
+from icrl_gym.utils.fileio import atomic_write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -199,19 +200,33 @@ def plot_files(exp: Experiment) -> list[str]:
     return [f"{exp.name}.png", *([f"{exp.name}-difference.png"] if exp.difference else [])]
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    """Save ``fig`` as a PNG atomically (a stopped run never leaves a truncated image) and close it."""
+def _png(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes; the figure is closed."""
     import matplotlib.pyplot as plt
 
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    return path
+    return buffer.getvalue()
 
 
 def plot(out: Path, exp: Experiment, curves: Curves, runs: int, seed: int) -> list[Path]:
+    """Draw the figures of ``exp`` (:func:`render`) into ``out``, each file written atomically."""
+    return write_images(out, render(exp, curves, runs, seed))
+
+
+def write_images(out: Path, images: dict[str, bytes]) -> list[Path]:
+    """Write each ``name: PNG bytes`` of ``images`` to ``out/name`` atomically (a stopped run leaves no torn image)."""
+    for name, data in images.items():
+        atomic_write_bytes(out / name, data)
+    return [out / name for name in images]
+
+
+def render(exp: Experiment, curves: Curves, runs: int, seed: int) -> dict[str, bytes]:
     """``<name>.png``: cumulative regret and per-step regret; ``<name>-difference.png`` where defined.
 
-    The files are those of :func:`plot_files`, each written atomically.
+    Returns the PNG bytes of the files of :func:`plot_files`, by name: drawn anywhere (a worker
+    process, a Ray node), written by the caller.
     """
     import matplotlib
 
@@ -277,13 +292,14 @@ def plot(out: Path, exp: Experiment, curves: Curves, runs: int, seed: int) -> li
     fig.suptitle(caption(exp, runs, seed), fontsize=10)
     fig.tight_layout()
     _legend(fig, exp, lines, finals, unit, horizon)
-    files = [_save(fig, out / plot_files(exp)[0])]
+    names = plot_files(exp)
+    images = {names[0]: _png(fig)}
     if exp.difference:
-        files.append(plot_difference(out, exp, curves, runs, seed))
-    return files
+        images[names[1]] = render_difference(exp, curves, runs, seed)
+    return images
 
 
-def plot_difference(out: Path, exp: Experiment, curves: Curves, runs: int, seed: int) -> Path:
+def render_difference(exp: Experiment, curves: Curves, runs: int, seed: int) -> bytes:
     """``<name>-difference.png``: regret of each ``exp.difference`` row minus the regret of ``exp.reference``."""
     import matplotlib
 
@@ -318,4 +334,4 @@ def plot_difference(out: Path, exp: Experiment, curves: Curves, runs: int, seed:
         title=f"difference at t={ref.size}",
         title_fontsize=9,
     )
-    return _save(fig, out / plot_files(exp)[1])
+    return _png(fig)

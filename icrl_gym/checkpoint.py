@@ -31,18 +31,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 
 from icrl_gym.config import DictConfig
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.kinds import KINDS, CheckpointKind, EnvFamily, import_target
 from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, describe_size, json_round_trip
+
+if TYPE_CHECKING:  # torch is imported where weights are read or written: reading a record needs only JSON
+    import torch
 
 FORMAT = "icrl-gym-checkpoint"
 FORMAT_VERSION = 2
@@ -278,6 +278,8 @@ def save_checkpoint(
         kind = _kind_of_model_class(model_class)
         if kind is None:
             raise ValueError(f"no checkpoint kind for a {model_class}: pass kind=")
+    from safetensors.torch import save as save_safetensors
+
     stem = checkpoint_stem(path)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     blob = save_safetensors(tensors)
@@ -312,6 +314,8 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
         raise CheckpointError(f"{weights} cannot be read: {err}") from err
     if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
         raise CheckpointError(f"{weights} does not match its record {record_path}: the file is corrupt or truncated")
+    from safetensors.torch import load as load_safetensors
+
     try:
         state = load_safetensors(blob)
     except (SafetensorError, ValueError, RuntimeError, OverflowError, MemoryError) as err:
@@ -330,6 +334,8 @@ def load_checkpoint(
     Returns ``(model, record)``, the model in eval mode on ``device``.  ``kind``: refuse a checkpoint
     of another kind (:class:`CheckpointError`); ``expect``: check the environment spec it will play.
     """
+    import torch
+
     state, meta = read_checkpoint(path)
     record = CheckpointRecord.from_meta(meta)
     if kind is not None:

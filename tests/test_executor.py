@@ -140,7 +140,7 @@ def test_ctrl_c_stops_the_workers_at_once_and_a_resumed_run_plays_only_the_unfin
     real = tasks.run_task
     monkeypatch.setattr(tasks, "run_task", lambda task: played.append(task.name) or real(task))
     cli.main([*argv(out), "--workers", "1"])
-    assert played == [KILLED]
+    assert [name for name in played if not name.endswith("/figures")] == [KILLED]  # the figures are drawn anew
     assert_same_outputs(out, serial)
 
 

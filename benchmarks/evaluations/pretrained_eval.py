@@ -25,6 +25,7 @@ import torch
 from agents import make_agent
 from agents.learned.transformer import TransformerAgent
 from benchmarks.experiments.rows import BERNOULLI_BASELINES, LINEAR_BASELINES, PAPER_TS
+from benchmarks.stats import mean_se
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.diagnostics import imitation_error
 from icrl_gym.data.trajectories import evaluate_regret
@@ -50,11 +51,6 @@ def reduced_expert(meta: dict) -> dict:
 def baselines(spec: BanditSpec) -> dict[str, dict]:
     """The paper's comparison algorithms for a prior."""
     return dict(BERNOULLI_BASELINES if spec.reward is BanditReward.BERNOULLI else LINEAR_BASELINES)
-
-
-def mean_se(values: np.ndarray) -> dict:
-    """Mean and standard error of per-run values (totals, or paired differences on common random numbers)."""
-    return {"mean": float(values.mean()), "se": float(values.std(ddof=1) / np.sqrt(values.size))}
 
 
 def summarize(regret: np.ndarray) -> dict:

@@ -25,10 +25,11 @@ RAY_HELP = (
 )
 
 
-def make_executor(workers: int, ray: str = "") -> Any:
+def make_executor(workers: int, ray: str = "", threads: int | None = None) -> Any:
     """The executor of ``--workers``/``--ray``: Ray with ``ray``, else processes when ``workers`` > 1, else in process.
 
-    ``workers`` 0 means the cores this process may use.  The executor is a context manager: leaving
+    ``workers`` 0 means the cores this process may use; ``threads`` is the torch threads of the
+    in-process executor (workers play with one each).  The executor is a context manager: leaving
     it closes its pool or cluster.
     """
     from benchmarks.executor.local import InlineExecutor, ProcessExecutor, available_cores
@@ -38,7 +39,7 @@ def make_executor(workers: int, ray: str = "") -> Any:
         from benchmarks.executor.ray_executor import RayExecutor
 
         return RayExecutor(ray, count)
-    return ProcessExecutor(count) if count > 1 else InlineExecutor()
+    return ProcessExecutor(count) if count > 1 else InlineExecutor(threads)
 
 
 def add_executor_flags(parser: argparse.ArgumentParser, workers: int = 0) -> None:

@@ -2,7 +2,9 @@
 
 ``--workers 1`` plays the tasks here, one after another, in their order (with the caller's torch
 threads).  ``--workers N`` runs them on N processes of a :class:`ProcessPoolExecutor` started with
-``spawn`` (a forked copy of a process that has used torch's thread pools can hang), longest first
+``forkserver`` (a forked copy of a process that has used torch's thread pools can hang, so the workers
+are forked from a fresh server that has imported torch and the agents once,
+:mod:`benchmarks.executor.worker_preload`, and share those pages), longest first
 (by each task's cost estimate, :func:`~benchmarks.executor.tasks.schedule`), so that the last long
 task does not start when the others are done.  Each worker plays with one torch thread and one
 OpenMP thread, so N workers use N cores and never oversubscribe them.  The pool is kept for every
@@ -26,6 +28,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.context import BaseContext
 from types import TracebackType
 from typing import Any
 
@@ -50,13 +53,19 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def init_worker(gittins_cache: str | None = None) -> None:
+def init_worker(gittins_cache: str | None = None, environ: dict[str, str] | None = None) -> None:
     """A worker's setup: one thread for torch and OpenMP, no progress bars, Ctrl-C left to the driving process.
 
-    It imports torch and the task model once, here, for every task the worker will play.  With
-    ``gittins_cache`` (unless the user set one) the Gittins agents keep their tables in that folder,
-    shared by the run's workers: a table one worker built is loaded by the others, not built again.
+    It imports torch and the task model once, here, for every task the worker will play (a no-op when
+    the fork server has imported them already).  ``environ`` is the driver's environment when the pool
+    started: a worker forked from the fork server would otherwise see the server's, as it was when the
+    first pool of this process started.  With ``gittins_cache`` (unless the user set one) the Gittins
+    agents keep their tables in that folder, shared by the run's workers: a table one worker built is
+    loaded by the others, not built again.
     """
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
     if gittins_cache is not None:
@@ -102,10 +111,20 @@ def _play(task: Task, attempt: int) -> Any:
 
 
 class InlineExecutor:
-    """Every task in this process, one after another in their order (``--workers 1``)."""
+    """Every task in this process, one after another in their order (``--workers 1``).
+
+    ``threads``: the torch threads the tasks play with (None: torch's setting is left as it is).
+    """
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
 
     def start(self) -> None:
-        """Nothing to start."""
+        """Set the torch threads of this process (torch is imported here, not by a driver that only hands out tasks)."""
+        if self.threads is not None:
+            import torch
+
+            torch.set_num_threads(self.threads)
 
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Play each task and hand its result to ``done`` before the next starts."""
@@ -157,11 +176,18 @@ class ProcessExecutor:
     def _pool_for(self, tasks: int) -> ProcessPoolExecutor:
         """The running pool, or a fresh one (of at most ``tasks`` workers when it is the first)."""
         if self._pool is None:
-            context = multiprocessing.get_context("spawn")
+            context: BaseContext = multiprocessing.get_context("spawn")  # Windows: every worker a fresh interpreter
+            if "forkserver" in multiprocessing.get_all_start_methods():
+                server = multiprocessing.get_context("forkserver")
+                server.set_forkserver_preload(["benchmarks.executor.worker_preload"])
+                context = server
             workers = min(self.workers, max(tasks, 1))
             self._cache = self._cache or tempfile.mkdtemp(prefix="icrl-bench-gittins-")
             self._pool = ProcessPoolExecutor(
-                max_workers=workers, mp_context=context, initializer=init_worker, initargs=(self._cache,)
+                max_workers=workers,
+                mp_context=context,
+                initializer=init_worker,
+                initargs=(self._cache, dict(os.environ)),
             )
         return self._pool
 

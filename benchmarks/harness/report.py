@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.executor.local import InlineExecutor
+from benchmarks.executor.tasks import Executor, run_sweep
 from benchmarks.experiments.bernoulli_frontier.report import FOLDER as FRONTIER
 from benchmarks.experiments.bernoulli_frontier.report import frontier_markdown
 from benchmarks.experiments.generalization.cells import GRID_EXPERIMENTS
@@ -15,7 +18,7 @@ from benchmarks.experiments.mdp_generalization.cells import MDP_GRID_EXPERIMENTS
 from benchmarks.experiments.suite.cells import EXPERIMENTS
 from benchmarks.experiments.suite.checks import load_saved
 from benchmarks.experiments.suite.report import experiment_headline, experiment_summary, summary_header, write_csv
-from benchmarks.plots import plot, plot_files
+from benchmarks.plots import plot_files, render, write_images
 from benchmarks.results_page import PAGE, Section, write_page
 from icrl_gym.utils.fileio import atomic_write_bytes
 
@@ -34,17 +37,62 @@ def remove_stale_outputs(out: Path, keep: set[str]) -> list[str]:
     return removed
 
 
+FIGURE_COST = 1.0
+"""A figure task's cost for scheduling (they form a sweep of their own, so only their equality matters)."""
+
+
+@dataclass(frozen=True)
+class FigureTask:
+    """The figures of one experiment as a task: drawn where the executor plays it, written by the driver."""
+
+    experiment: str
+    """The experiment's name (in :data:`EXPERIMENTS`)."""
+    curves: dict[str, dict[str, np.ndarray]]
+    """Its rows' curves."""
+    runs: int
+    """Runs per row (for the caption)."""
+    seed: int
+    """Seed of the common random numbers (for the caption)."""
+
+    @property
+    def name(self) -> str:
+        """``experiment/figures``: the task in log lines and errors."""
+        return f"{self.experiment}/figures"
+
+    @property
+    def cost(self) -> float:
+        """:data:`FIGURE_COST`."""
+        return FIGURE_COST
+
+    @property
+    def setup(self) -> None:
+        """None: a figure shares no preparation with another."""
+        return None
+
+    def run(self) -> dict[str, bytes]:
+        """The PNG bytes of the experiment's files, by name (:func:`~benchmarks.plots.render`)."""
+        return render(EXPERIMENTS[self.experiment], self.curves, self.runs, self.seed)
+
+
 def write_figures(
-    out: Path, results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int
+    out: Path,
+    results: dict[str, dict[str, dict[str, np.ndarray]]],
+    runs: int,
+    seed: int,
+    executor: Executor | None = None,
 ) -> tuple[str, list[Section]]:
     """Draw the plots of ``results`` and write ``summary.md`` (each file atomically).
 
+    The plots are drawn as tasks of ``executor`` (in this process when it is None), one per
+    experiment, so that the workers of a run draw them side by side; this process writes the files.
     Returns the summary and the sections of the results page (each experiment's plots and tables).
     """
+    tasks = [FigureTask(name, curves, runs, seed) for name, curves in results.items()]
+    for images in run_sweep(executor or InlineExecutor(), tasks):
+        write_images(out, images)
     sections = []
     for name, curves in results.items():
         exp = EXPERIMENTS[name]
-        plot(out, exp, curves, runs, seed)
         text = experiment_summary(name, curves, runs, seed)
         images = [out / f for f in plot_files(exp)]
         sections.append(Section(name, exp.title, text, images, experiment_headline(exp, curves)))
@@ -79,10 +127,18 @@ def redraw(out: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
 
 
 def write_outputs(
-    out: Path, results: dict[str, dict[str, dict[str, np.ndarray]]], runs: int, seed: int, record: dict[str, Any]
+    out: Path,
+    results: dict[str, dict[str, dict[str, np.ndarray]]],
+    runs: int,
+    seed: int,
+    record: dict[str, Any],
+    executor: Executor | None = None,
 ) -> None:
-    """Every combined output of a run (``record``: its ``config.json``); prints the summary and what was removed."""
-    text, sections = write_figures(out, results, runs, seed)
+    """Every combined output of a run (``record``: its ``config.json``); prints the summary and what was removed.
+
+    ``executor`` draws the plots (:func:`write_figures`).
+    """
+    text, sections = write_figures(out, results, runs, seed, executor)
     write_csv(out / "regret.csv", results)
     atomic_write_bytes(out / "config.json", json.dumps(record, indent=2).encode())
     write_results_page(out, sections, record)

@@ -53,12 +53,13 @@ def run_experiments(
 
 def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """Run the experiments of ``cfg`` into ``cfg.out`` (stored results reused), then the grids; write the outputs."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
     experiments = cfg.selected()
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.retrain:  # retraining runs in this process, with the run's torch threads
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     checkpoints = retrain_models(out, experiments, cfg.device, cfg.retrain_steps) if cfg.retrain else {}
     start = time.perf_counter()
     total = sum(len(e.algorithms) for e in experiments)
@@ -71,25 +72,25 @@ def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
         bar.update(rows)
         log(f"[{done}/{total}] {exp.name}: {text} ({time.perf_counter() - start:.0f}s)")
 
-    with make_executor(cfg.workers, cfg.ray) as executor:
-        executor.start()  # the workers start while the stored results and the tasks are prepared
+    with make_executor(cfg.workers, cfg.ray, cfg.threads) as executor:
+        executor.start()  # workers (or this process's torch threads) start while the tasks are prepared
         try:
             results, reused = run_experiments(cfg, executor, experiments, checkpoints, advance)
         finally:
             bar.close()
         elapsed = time.perf_counter() - start
         run_grids(cfg, out, executor)
-    if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none
-        remove_stale_outputs(out, set())
-        return results
-    record = {
-        **dataclasses.asdict(cfg),
-        "seconds": elapsed,
-        "experiments_run": {e.name: {"env": e.spec.to_dict(), "algorithms": e.algorithms} for e in experiments},
-        "reused": reused,
-        "checkpoints": checkpoints or "shipped",
-    }
-    write_outputs(out, results, cfg.runs, cfg.seed, record)
+        if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none
+            remove_stale_outputs(out, set())
+            return results
+        record = {
+            **dataclasses.asdict(cfg),
+            "seconds": elapsed,
+            "experiments_run": {e.name: {"env": e.spec.to_dict(), "algorithms": e.algorithms} for e in experiments},
+            "reused": reused,
+            "checkpoints": checkpoints or "shipped",
+        }
+        write_outputs(out, results, cfg.runs, cfg.seed, record, executor)  # the workers draw the plots
     print(f"finished in {elapsed:.0f}s; results in {out}/ (regret.csv, summary.md, *.png, config.json, {PAGE})")
     return results
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from icrl_gym.config import DEVICE
+
+if TYPE_CHECKING:  # imported when a device is resolved: a sweep's driver names devices without loading torch
+    import torch
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -14,6 +17,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     both); anything else is a ``ValueError`` naming them.  Asking for CUDA on a machine without it is
     a ``ValueError`` that says so, here rather than at the first tensor moved.
     """
+    import torch
+
     if isinstance(device, torch.device):
         device = str(device)
     if not DEVICE.admits(device):

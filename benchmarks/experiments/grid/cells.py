@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.evaluations.pretrained_eval import mean_se
+from benchmarks.stats import mean_se
 from icrl_gym.envs import BanditSpec, MDPSpec
 
 MODEL = "generalist"

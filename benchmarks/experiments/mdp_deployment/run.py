@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.tasks import Executor
 from benchmarks.experiments.grid.cells import SLICE_RUNS, Cell, failure_fraction, regret_quantile
 from benchmarks.experiments.grid.tasks import plan_rows, play_plans
 from benchmarks.experiments.mdp_deployment.cells import DEPLOYMENTS
 from benchmarks.experiments.rows import mdp_generalist
+from benchmarks.stats import mean_se
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import MDPSpec
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments.grid.cells import MODEL, CellResult
 from benchmarks.experiments.grid.checks import threshold_rows
 from benchmarks.experiments.mdp_generalization.cells import FIXED_PANEL, MDPGridExperiment, is_room, psrl_row
+from benchmarks.stats import mean_se
 from icrl_gym.envs import MDPSpec
 
 FIXED_SIZE_FIGURE = 13.3

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.evaluations.pretrained_eval import mean_se
 from benchmarks.experiments.grid.cells import MODEL, CellResult
 from benchmarks.experiments.grid.report import checks_table, heatmap, tails_table, write_checks_csv
 from benchmarks.experiments.mdp_generalization.cells import MDPGridExperiment, cell_runs, psrl_row
 from benchmarks.experiments.mdp_generalization.checks import anchored, checks
 from benchmarks.experiments.models import describe_range
+from benchmarks.stats import mean_se
 from icrl_gym.envs import MDPSpec
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from benchmarks.experiments.rows import LEARNED
+from benchmarks.experiments.rows import GENERALISTS, LEARNED
 from benchmarks.experiments.suite.cells import Experiment
 from benchmarks.experiments.suite.run import play_row, played_specs
 from icrl_gym.envs import BanditSpec, MDPSpec
@@ -29,11 +29,21 @@ Curves = dict[str, np.ndarray]
 Done = Callable[[int, Any], None]
 """Called in the driving process with a task's index and its result as soon as the task finishes."""
 
-LEARNED_COST = 8.0
-"""How much longer a learned row (a transformer's forward pass per step) takes than an expert's, roughly."""
+LEARNED_COST = 30.0
+"""How much longer a learned row (a transformer's forward pass per step) takes than an expert's, roughly.
 
-GITTINS_SETUP_COST = 0.01
-"""The cost of building a Gittins table for horizon T is about this times T^3 (in runs x steps of an expert row)."""
+Measured on one CPU thread at 200 runs of the default suite: expert rows play 0.6-1.6 M run-steps a
+second, the paper-size transformers 18-47 k (``benchmarks/executor`` schedules by these estimates only).
+"""
+
+GENERALIST_COST = 80.0
+"""The same for a generalist (a model for every size: 8-16 k run-steps a second)."""
+
+GITTINS_SETUP_COST = 0.5
+"""The cost of building a Gittins table for horizon T is about this times T^3 (in runs x steps of an expert row).
+
+The table for T = 200 takes about 4 s on one thread, as long as 4 M run-steps of an expert row.
+"""
 
 
 class Task(Protocol):
@@ -180,8 +190,8 @@ class RowCost:
 
     @property
     def cost(self: PlayedRow) -> float:
-        """Runs x steps, times :data:`LEARNED_COST` for a learned row."""
-        return self.runs * steps_of(self.env) * (LEARNED_COST if self.agent["name"] in LEARNED else 1.0)
+        """Runs x steps, times the agent's :func:`cost_factor`."""
+        return self.runs * steps_of(self.env) * cost_factor(self.agent["name"])
 
     @property
     def setup(self: PlayedRow) -> tuple[str, float] | None:
@@ -214,6 +224,11 @@ class RowTask(RowCost):
     def run(self) -> Curves:
         """Exactly the curves of the row (:func:`~benchmarks.experiments.suite.run.play_row`)."""
         return play_row(self.env, self.agent, self.runs, self.seed)
+
+
+def cost_factor(agent: str) -> float:
+    """How much longer a step of the agent named ``agent`` takes than an expert's (1 for an expert)."""
+    return GENERALIST_COST if agent in GENERALISTS else LEARNED_COST if agent in LEARNED else 1.0
 
 
 def steps_of(env: BanditSpec | MDPSpec) -> int:

@@ -3,9 +3,11 @@
 For each of ``repeats`` rounds this script runs, in turn, the default suite (``--runs runs``) and a
 small MDP grid (``--experiments mdp-generalization --mdp-cells fixed --runs mdp_runs``: one cell,
 every row in slices of runs) with ``--workers 1`` and with ``--workers workers``, each a fresh
-subprocess into a fresh ``--out`` (a folder holding stored results would reuse them).  Per run it
-records the wall time and the peak memory of the whole process tree (the command and every worker
-it started), sampled every ``sample_seconds`` from ``/proc``: the peak of the summed resident set
+subprocess into a fresh ``--out`` (a folder holding stored results would reuse them), twice: once
+timed alone, once with the memory of its process tree sampled (the sampler's reads of ``/proc``
+take a share of a core, which would slow a timed run).  It records the wall time, and the peak
+memory of the whole process tree (the command and every worker it started), sampled every
+``sample_seconds`` from ``/proc``: the peak of the summed resident set
 sizes (RSS, which counts pages shared between the processes, such as torch's libraries, once per
 process) and the peak of the summed proportional set sizes (PSS, which splits a shared page
 between the processes that map it).  It checks that ``regret.csv`` and the grid's ``cells.csv`` are
@@ -93,8 +95,12 @@ def tree_memory(root: int) -> tuple[int, int]:
     return rss * 1024, pss * 1024
 
 
-def measured_run(argv: list[str], interval: float) -> tuple[float, int, int]:
-    """Wall seconds and peak summed RSS and PSS (bytes) of the command ``argv`` and its process tree."""
+def measured_run(argv: list[str], interval: float | None) -> tuple[float, int, int]:
+    """Wall seconds and peak summed RSS and PSS (bytes) of the command ``argv`` and its process tree.
+
+    With ``interval`` None nothing is sampled (memory 0): the sampler walks ``/proc`` and reads every
+    process's ``smaps_rollup``, work that takes a share of a core and would slow the timed run.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -102,7 +108,7 @@ def measured_run(argv: list[str], interval: float) -> tuple[float, int, int]:
     stop = threading.Event()
 
     def sample() -> None:
-        while not stop.is_set():
+        while not stop.is_set() and interval is not None:
             rss, pss = tree_memory(proc.pid)
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             stop.wait(interval)
@@ -143,19 +149,25 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         pss: dict[int, list[int]] = {n: [] for n in counts}
         for round_ in range(args.repeats):
             made: dict[int, bytes] = {}
-            for n in counts:  # the worker counts take turns, so a change of the machine's load hits both
+            # the worker counts take turns, so a change of the machine's load hits both; each is run twice,
+            # timed alone, then with its memory sampled
+            for n, sampled in [(n, False) for n in counts] + [(n, True) for n in counts]:
                 folder = out / name.replace(" ", "-") / f"workers-{n}"
                 shutil.rmtree(folder, ignore_errors=True)
-                t, r, p = measured_run([*command, "--workers", str(n), "--out", str(folder)], args.sample_seconds)
+                argv = [*command, "--workers", str(n), "--out", str(folder)]
+                t, r, p = measured_run(argv, args.sample_seconds if sampled else None)
+                if sampled:
+                    rss[n].append(r)
+                    pss[n].append(p)
+                    print(
+                        f"{name:8s} round {round_ + 1} --workers {n}: peak RSS {r / 2**20:7.0f} MiB, "
+                        f"peak PSS {p / 2**20:7.0f} MiB",
+                        flush=True,
+                    )
+                    continue
                 seconds[n].append(t)
-                rss[n].append(r)
-                pss[n].append(p)
                 made[n] = (folder / output).read_bytes()
-                print(
-                    f"{name:8s} round {round_ + 1} --workers {n}: {t:7.1f} s, peak RSS {r / 2**20:7.0f} MiB, "
-                    f"peak PSS {p / 2**20:7.0f} MiB",
-                    flush=True,
-                )
+                print(f"{name:8s} round {round_ + 1} --workers {n}: {t:7.1f} s", flush=True)
             if made[1] != made[args.workers]:
                 raise SystemExit(f"{name}: {output} differs between --workers 1 and --workers {args.workers}")
         one, many = counts

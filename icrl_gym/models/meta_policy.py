@@ -266,10 +266,30 @@ SB3_FIELDS = ("n_steps", "batch_size", "n_epochs", "learning_rate", "gamma", "ga
 """The :class:`MetaRLConfig` fields that SB3's PPO and RecurrentPPO take under the same names."""
 
 
-def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0) -> BaseAlgorithm:
-    """The SB3 algorithm of ``cfg`` on ``env`` (fresh weights)."""
+class PlayOnlyOptimizer:
+    """The optimizer of a policy rebuilt to play: it holds nothing and refuses to step.
+
+    SB3 builds an optimizer with every policy.  Constructing a torch optimizer imports the compiler
+    stack (``torch._dynamo`` and sympy: about 70 MB and 1.5 s per process), which a policy that only
+    plays never uses.
+    """
+
+    def __init__(self, params: Any, **kwargs: Any) -> None:
+        self.param_groups: list[dict[str, Any]] = []
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Nothing to clear."""
+
+    def step(self, closure: Any = None) -> None:
+        """Refuse: this policy was rebuilt to play, not to train."""
+        raise RuntimeError("this policy was rebuilt to play (policy_from_weights); train one with build_algorithm")
+
+
+def build_algorithm(cfg: MetaRLConfig, env: VecEnv, verbose: int = 0, play_only: bool = False) -> BaseAlgorithm:
+    """The SB3 algorithm of ``cfg`` on ``env`` (fresh weights); ``play_only``: without an optimizer."""
     common: dict[str, Any] = {name: getattr(cfg, name) for name in SB3_FIELDS}
-    common.update(policy_kwargs=cfg.policy_kwargs(), device=resolve_device(cfg.device), verbose=verbose)
+    kwargs = cfg.policy_kwargs() | ({"optimizer_class": PlayOnlyOptimizer} if play_only else {})
+    common.update(policy_kwargs=kwargs, device=resolve_device(cfg.device), verbose=verbose)
     if cfg.algo == "recurrent_ppo":
         from sb3_contrib import RecurrentPPO
 
@@ -287,7 +307,7 @@ def policy_from_weights(weights: dict[str, torch.Tensor], meta: dict[str, Any], 
     :func:`~icrl_gym.models.meta_policy_file.load_policy`'s.
     """
     cfg = MetaRLConfig.from_dict({**meta["meta_rl"], "device": device})
-    algo = build_algorithm(cfg, BanditFeatureVecEnv(cfg.spec, cfg.features, cfg.num_envs, seed=0))
+    algo = build_algorithm(cfg, BanditFeatureVecEnv(cfg.spec, cfg.features, cfg.num_envs, seed=0), play_only=True)
     algo.policy.load_state_dict(weights, strict=True)
     algo.policy.set_training_mode(False)
     return algo

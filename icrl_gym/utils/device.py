@@ -29,3 +29,12 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} needs CUDA, which is not available here (use 'auto' or 'cpu')")
     return resolved
+
+
+def device_name(device: str = "auto") -> str:
+    """The name of the device :func:`resolve_device` picks (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+
+    ``"cpu"`` is named without importing torch, so a sweep's driver that only records where its
+    workers play stays light; any other name is resolved (and checked) by :func:`resolve_device`.
+    """
+    return "cpu" if device == "cpu" else str(resolve_device(device))

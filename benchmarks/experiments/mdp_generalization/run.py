@@ -17,7 +17,7 @@ from benchmarks.experiments.mdp_generalization.cells import MDPGridExperiment, c
 from benchmarks.experiments.mdp_generalization.report import write_report
 from benchmarks.experiments.models import model_available, model_record
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
-from icrl_gym.utils.device import resolve_device
+from icrl_gym.utils.device import device_name
 
 
 def run_mdp_generalization(
@@ -57,7 +57,7 @@ def run_mdp_generalization(
     model: dict[str, Any] | None = None
     record: dict[str, Any] = {}
     if model_available(name) and not references_only:
-        model = {**exp.model, "checkpoint": name, "device": str(resolve_device(device))}
+        model = {**exp.model, "checkpoint": name, "device": device_name(device)}
         meta = read_record(resolve_checkpoint(name)).meta
         record = {**model_record(name), **{k: meta.get(k) for k in ("playable_range", "weights_sha256")}}
     cells = mdp_cells(exp, groups or exp.groups)[:: -1 if reverse else 1]

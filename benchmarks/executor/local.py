@@ -1,10 +1,9 @@
 """The default executors: every task in this process (``--workers 1``), or on worker processes of this machine.
 
 ``--workers 1`` plays the tasks here, one after another, in their order (with the caller's torch
-threads).  ``--workers N`` runs them on N processes of a :class:`ProcessPoolExecutor` started with
-``forkserver`` (a forked copy of a process that has used torch's thread pools can hang, so the workers
-are forked from a fresh server that has imported torch and the agents once,
-:mod:`benchmarks.executor.worker_preload`, and share those pages), longest first
+threads).  ``--workers N`` runs them on N processes of a :class:`ProcessPoolExecutor`, forked from
+a process that has imported torch and the agents once, and sharing those pages with it: this
+process when it has not imported torch before, else a fork server (:func:`worker_context`), longest first
 (by each task's cost estimate, :func:`~benchmarks.executor.tasks.schedule`), so that the last long
 task does not start when the others are done.  Each worker plays with one torch thread and one
 OpenMP thread, so N workers use N cores and never oversubscribe them.  The pool is kept for every
@@ -23,6 +22,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any
 
 from benchmarks.executor import tasks as task_model
+from benchmarks.executor.preload import preload
 from benchmarks.executor.tasks import Done, Task
 from icrl_gym.estimators.gittins import CACHE_ENV
 from icrl_gym.utils.progress import log, set_quiet
@@ -77,6 +78,28 @@ def init_worker(gittins_cache: str | None = None, environ: dict[str, str] | None
 
     torch.set_num_threads(1)
     set_quiet(True)
+
+
+def worker_context(first: bool = True) -> BaseContext:
+    """How the local workers start: forked from this process, forked from a fork server, or spawned.
+
+    - ``fork`` (Linux, ``first``, and torch not imported here yet): this process imports the
+      workers' code (:func:`~benchmarks.executor.preload.preload`), and every worker shares its pages
+      (the driver's and the workers' torch count once in memory).  A forked copy of a process whose
+      torch thread pools run can hang; with no torch imported before, none runs here.
+    - ``forkserver`` otherwise on Linux and macOS: a fresh server imports the workers' code once
+      (:mod:`benchmarks.executor.worker_preload`) and the workers are forked from it.
+    - ``spawn`` on Windows: every worker a fresh interpreter.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if first and sys.platform.startswith("linux") and "torch" not in sys.modules:
+        preload()
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload(["benchmarks.executor.worker_preload"])
+        return server
+    return multiprocessing.get_context("spawn")
 
 
 def _ready() -> None:
@@ -149,6 +172,7 @@ class ProcessExecutor:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
+        self._pools = 0
         self._cache: str | None = None
 
     def start(self) -> None:
@@ -174,13 +198,14 @@ class ProcessExecutor:
             todo = broken
 
     def _pool_for(self, tasks: int) -> ProcessPoolExecutor:
-        """The running pool, or a fresh one (of at most ``tasks`` workers when it is the first)."""
+        """The running pool, or a fresh one (of at most ``tasks`` workers when it is the first).
+
+        The first pool's workers may be forked from this process (:func:`worker_context`); a later
+        one (after a worker died) comes from a fork server, as this process may have used torch since.
+        """
         if self._pool is None:
-            context: BaseContext = multiprocessing.get_context("spawn")  # Windows: every worker a fresh interpreter
-            if "forkserver" in multiprocessing.get_all_start_methods():
-                server = multiprocessing.get_context("forkserver")
-                server.set_forkserver_preload(["benchmarks.executor.worker_preload"])
-                context = server
+            context = worker_context(first=not self._pools)
+            self._pools += 1
             workers = min(self.workers, max(tasks, 1))
             self._cache = self._cache or tempfile.mkdtemp(prefix="icrl-bench-gittins-")
             self._pool = ProcessPoolExecutor(

@@ -39,6 +39,9 @@ second, the paper-size transformers 18-47 k (``benchmarks/executor`` schedules b
 GENERALIST_COST = 80.0
 """The same for a generalist (a model for every size: 8-16 k run-steps a second)."""
 
+POSTERIOR_ACTION_COST = 80.0
+"""The same for the Bayes DPT policy (``posterior_optimal_action``: P(a* = a | D) by posterior samples, 7-10 k)."""
+
 GITTINS_SETUP_COST = 0.5
 """The cost of building a Gittins table for horizon T is about this times T^3 (in runs x steps of an expert row).
 
@@ -228,7 +231,11 @@ class RowTask(RowCost):
 
 def cost_factor(agent: str) -> float:
     """How much longer a step of the agent named ``agent`` takes than an expert's (1 for an expert)."""
-    return GENERALIST_COST if agent in GENERALISTS else LEARNED_COST if agent in LEARNED else 1.0
+    if agent in GENERALISTS:
+        return GENERALIST_COST
+    if agent == "posterior_optimal_action":
+        return POSTERIOR_ACTION_COST
+    return LEARNED_COST if agent in LEARNED else 1.0
 
 
 def steps_of(env: BanditSpec | MDPSpec) -> int:

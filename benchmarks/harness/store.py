@@ -164,6 +164,8 @@ class SuiteStore:
         self.rows: dict[str, dict[str, Curves]] = {}
         self.rerun = rerun
         self.partial = FileTaskStore(folder / ROWS)
+        for name in self.reused():  # a run stopped between writing an experiment and removing its rows left them
+            self._remove_rows(self.experiments[name])
 
     def reused(self) -> list[str]:
         """The experiments whose stored result is used whole, in order."""
@@ -198,6 +200,10 @@ class SuiteStore:
         if len(rows) < len(exp.algorithms):
             return
         save_result(self.folder, self.keys[exp.name], {label: rows[label] for label in exp.algorithms})
+        self._remove_rows(exp)
+
+    def _remove_rows(self, exp: Experiment) -> None:
+        """Remove the row files of ``exp`` (its result is stored whole), and the rows folder once it is empty."""
         for label in exp.algorithms:
             self.partial.remove(self._row(exp.name, label)[0])
         try:

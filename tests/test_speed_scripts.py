@@ -9,6 +9,7 @@ from benchmarks.speed import timing
 
 SCRIPTS = (
     "collection_throughput",
+    "collection_scaling",
     "executor_scaling",
     "generalist_throughput",
     "mdp_training_speed",

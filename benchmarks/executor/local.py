@@ -58,11 +58,11 @@ def init_worker(gittins_cache: str | None = None, environ: dict[str, str] | None
     """A worker's setup: one thread for torch and OpenMP, no progress bars, Ctrl-C left to the driving process.
 
     It imports torch and the task model once, here, for every task the worker will play (a no-op when
-    the fork server has imported them already).  ``environ`` is the driver's environment when the pool
-    started: a worker forked from the fork server would otherwise see the server's, as it was when the
-    first pool of this process started.  With ``gittins_cache`` (unless the user set one) the Gittins
-    agents keep their tables in that folder, shared by the run's workers: a table one worker built is
-    loaded by the others, not built again.
+    the process it was forked from imported them, :func:`worker_context`).  ``environ`` is the
+    driver's environment when the pool started: a worker forked from the fork server would otherwise
+    see the server's, as it was when the first pool of this process started.  With ``gittins_cache``
+    (unless the user set one) the Gittins agents keep their tables in that folder, shared by the
+    run's workers: a table one worker built is loaded by the others, not built again.
     """
     if environ is not None:
         os.environ.clear()

@@ -116,6 +116,18 @@ def test_same_command_reuses_everything(full, computed):
     assert (full / "regret.csv").read_bytes() == before
 
 
+def test_row_files_left_beside_a_stored_experiment_are_removed_on_resume(full, tmp_path, computed):
+    """A run stopped after writing an experiment's result, before removing its row files, left them: they go."""
+    out = tmp_path / "left"
+    shutil.copytree(full, out)
+    left = out / store.STORE / store.ROWS / SECOND / "00-TF_AD_LinUCB.json"  # its first row's file
+    left.parent.mkdir(parents=True)
+    left.write_text("{}")
+    cli.main(argv(out))
+    assert computed == [] and not (out / store.STORE / store.ROWS).exists()
+    assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
+
+
 def test_rerun_flag_ignores_stored_results(tmp_path, computed):
     cli.main(argv(tmp_path, FIRST))
     cli.main([*argv(tmp_path, FIRST), "--rerun"])

@@ -210,11 +210,6 @@ def _png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def plot(out: Path, exp: Experiment, curves: Curves, runs: int, seed: int) -> list[Path]:
-    """Draw the figures of ``exp`` (:func:`render`) into ``out``, each file written atomically."""
-    return write_images(out, render(exp, curves, runs, seed))
-
-
 def write_images(out: Path, images: dict[str, bytes]) -> list[Path]:
     """Write each ``name: PNG bytes`` of ``images`` to ``out/name`` atomically (a stopped run leaves no torn image)."""
     for name, data in images.items():

@@ -20,7 +20,6 @@ from agents.bandit.bernoulli_bayes_optimal import (
 )
 from benchmarks.experiments.bernoulli_frontier.run import (
     Policy,
-    expected_best_mean,
     frontier,
     generalist_policy,
     gittins_policy,
@@ -34,6 +33,7 @@ from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BernoulliBanditEnv, bernoulli_bandit_spec
 from icrl_gym.estimators.gittins import cached_gittins_table
 from icrl_gym.kinds import CheckpointKind
+from icrl_gym.training.exact_bernoulli import expected_best_mean
 
 FAMILY = np.array([[0.5, 2.0], [3.0, 1.0], [1.0, 1.0]])
 WEIGHTS = np.array([0.5, 0.3, 0.2])

@@ -229,13 +229,17 @@ class RowTask(RowCost):
         return play_row(self.env, self.agent, self.runs, self.seed)
 
 
+COST_FACTORS = {
+    **dict.fromkeys(LEARNED, LEARNED_COST),
+    **dict.fromkeys(GENERALISTS, GENERALIST_COST),
+    "posterior_optimal_action": POSTERIOR_ACTION_COST,
+}
+"""How much longer a step of an agent takes than an expert's, by agent name (an expert's: 1)."""
+
+
 def cost_factor(agent: str) -> float:
-    """How much longer a step of the agent named ``agent`` takes than an expert's (1 for an expert)."""
-    if agent in GENERALISTS:
-        return GENERALIST_COST
-    if agent == "posterior_optimal_action":
-        return POSTERIOR_ACTION_COST
-    return LEARNED_COST if agent in LEARNED else 1.0
+    """How much longer a step of the agent named ``agent`` takes than an expert's (:data:`COST_FACTORS`)."""
+    return COST_FACTORS.get(agent, 1.0)
 
 
 def steps_of(env: BanditSpec | MDPSpec) -> int:

@@ -56,11 +56,12 @@ def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     out = Path(cfg.out)
     experiments = cfg.selected()
     out.mkdir(parents=True, exist_ok=True)
+    checkpoints: dict[str, str] = {}
     if cfg.retrain:  # retraining runs in this process, with the run's torch threads
         import torch
 
         torch.set_num_threads(cfg.threads)
-    checkpoints = retrain_models(out, experiments, cfg.device, cfg.retrain_steps) if cfg.retrain else {}
+        checkpoints = retrain_models(out, experiments, cfg.device, cfg.retrain_steps)
     start = time.perf_counter()
     total = sum(len(e.algorithms) for e in experiments)
     done = 0

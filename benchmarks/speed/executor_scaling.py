@@ -110,18 +110,20 @@ def measured_run(argv: list[str], interval: float | None) -> tuple[float, int, i
     peak = [0, 0]
     stop = threading.Event()
 
-    def sample() -> None:
-        while not stop.is_set() and interval is not None:
+    def sample(every: float) -> None:
+        while not stop.is_set():
             rss, pss = tree_memory(proc.pid)
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
-            stop.wait(interval)
+            stop.wait(every)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    sampler = None if interval is None else threading.Thread(target=sample, args=(interval,), daemon=True)
+    if sampler is not None:
+        sampler.start()
     _, err = proc.communicate()
     seconds = time.perf_counter() - start
     stop.set()
-    sampler.join()
+    if sampler is not None:
+        sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
     return seconds, peak[0], peak[1]

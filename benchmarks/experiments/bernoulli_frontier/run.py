@@ -33,7 +33,7 @@ from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.training.exact_bernoulli import (
     Policy,
-    expected_best_mean,
+    best_totals,
     generalist_logits_at,
     generalist_policy,
     policy_values,
@@ -76,7 +76,7 @@ def frontier(
     the rows also give its exact regret played greedily (:func:`generalist_policy`).
     """
     grid = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
-    top = np.array([horizon * expected_best_mean(a, b, num_arms) for a, b in grid])
+    top = best_totals(num_arms, horizon, tuple((float(a), float(b)) for a, b in grid))
     gittins = [cached_gittins_table(horizon, cache_dir, a, b) for a, b in grid]
     start = time.perf_counter()
     family, _ = family_bayes_table(num_arms, horizon, grid)

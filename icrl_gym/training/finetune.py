@@ -112,10 +112,14 @@ def method_for(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneMethod:
     """The method of the base checkpoint's kind, refusing the fields that kind does not take (``ValueError``)."""
     name = CheckpointKind(checkpoint_kind(meta)).entry.finetune
     assert name is not None  # _load_base admits only the kinds with a method
-    if cfg.validation == "exact_family" and name != "generalist":
-        raise ValueError(
-            f'validation="exact_family" is the Bernoulli generalist\'s only; {cfg.base!r} is a {name} model'
-        )
+    if name != "generalist":
+        if cfg.validation == "exact_family":
+            raise ValueError(
+                f'validation="exact_family" is the Bernoulli generalist\'s only; {cfg.base!r} is a {name} model'
+            )
+        for field_name in ("val_arms", "arms_choices", "horizon_choices"):
+            if getattr(cfg, field_name):
+                raise ValueError(f"{field_name} is the Bernoulli generalist's only; {cfg.base!r} is a {name} model")
     return FINETUNE_METHODS[name].for_base(cfg, meta)
 
 

@@ -61,12 +61,30 @@ class FinetuneConfig(TrainerConfig):
     family-Bayes DP's (:func:`~icrl_gym.training.exact_bernoulli.family_regret_ratio`): noise-free, >= 1."""
     val_horizon: int = checked(50, POSITIVE_INT)
     """T of the exact validation (``validation="exact_family"``; its count states grow like T^4 / 24)."""
+    val_arms: list[int] = field(default_factory=list)
+    """With ``validation="exact_family"``: also these K (e.g. [5]), each played greedily on ``val_runs`` fixed
+    instances of each of the 16 Beta(a, b) priors at T = ``val_arms_horizon``, its summed regret as a multiple
+    of the Gittins told each prior on the same instances; the score is then the mean of these ratios and the
+    exact one (the exact K = 2 score alone lets the policy trade low-mean priors for high-mean ones at larger K)."""
+    val_arms_horizon: int = checked(200, POSITIVE_INT)
+    """T of the ``val_arms`` validation."""
+    arms_choices: list[int] = field(default_factory=list)
+    """The Bernoulli generalist: each iteration's K drawn uniformly from these (empty: ``env``'s K)."""
+    horizon_choices: list[int] = field(default_factory=list)
+    """The Bernoulli generalist: each iteration's T drawn uniformly from these (empty: ``env``'s T)."""
     eval_every: int = checked(25, POSITIVE_INT)
     """Iterations between validations (and resumable checkpoints)."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"
 
     def check(self) -> None:
-        """A given ``env`` is an MDP or a bandit prior (which one the base's kind needs is checked at the start)."""
+        """A given ``env`` is an MDP or a bandit prior; the K lists hold integers >= 2, the T list integers >= 1.
+
+        Which prior the base's kind needs is checked at the start.
+        """
+        for name, low in (("val_arms", 2), ("arms_choices", 2), ("horizon_choices", 1)):
+            values = getattr(self, name)
+            if not isinstance(values, list) or not all(isinstance(v, int) and v >= low for v in values):
+                raise ValueError(f"FinetuneConfig.{name} must be a list of integers >= {low}, got {values!r}")
         if self.env:
             errors = []
             for spec in (MDPSpec, BanditSpec):

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import torch
 
+from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.data.rollout import ModelPlay, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditReward, BanditSpec, sample_w_star
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
-from icrl_gym.training.exact_bernoulli import family_regret_ratio
+from icrl_gym.training.exact_bernoulli import BETA_FAMILY, family_regret_ratio
 from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages
 
 
@@ -62,6 +65,42 @@ def generalist_logits(model: torch.nn.Module, spec: BanditSpec, runs: dict[str, 
     return model(actions, rewards, steps, spec.horizon, spec.num_actions)
 
 
+def beta_spec(num_arms: int, horizon: int, prior: tuple[float, float]) -> BanditSpec:
+    """K Bernoulli arms (one-hot) with means iid Beta(a, b) = ``prior``, horizon T."""
+    a, b = prior
+    fields = {"dim": num_arms, "num_actions": num_arms, "horizon": horizon, "arms": "one_hot"}
+    return BanditSpec.from_dict({**fields, "reward": "bernoulli", "prior": "beta", "prior_a": a, "prior_b": b})
+
+
+@functools.lru_cache(maxsize=8)
+def told_gittins_regrets(num_arms: int, horizon: int, runs: int, seed: int) -> np.ndarray:
+    """Mean regret (16,) of the Gittins index told each Beta prior of ``BETA_FAMILY`` on its fixed instances."""
+    return np.array(
+        [
+            evaluate_regret(beta_spec(num_arms, horizon, prior), Gittins(), runs, seed=seed + j, batch_size=runs)
+            .sum(1)
+            .mean()
+            for j, prior in enumerate(BETA_FAMILY)
+        ]
+    )
+
+
+def fixed_instance_ratio(model: GeneralistTransformer, num_arms: int, horizon: int, runs: int, seed: int) -> float:
+    """sum_j Reg_j(model) / sum_j Reg_j(Gittins told j) over the 16 Beta(a, b) priors, on the same instances.
+
+    Prior j's ``runs`` instances and reward draws come from seed ``VALIDATION_SEED + seed + j`` (common
+    random numbers: every checkpoint and the Gittins reference play the same bandits); the model plays
+    greedily.  Noisy only through the fixed draw, so checkpoints are compared on equal terms.
+    """
+    agent = GeneralistAgent.from_model(model)
+    base = VALIDATION_SEED + seed
+    played = [
+        evaluate_regret(beta_spec(num_arms, horizon, prior), agent, runs, seed=base + j, batch_size=runs).sum(1).mean()
+        for j, prior in enumerate(BETA_FAMILY)
+    ]
+    return float(np.sum(played) / told_gittins_regrets(num_arms, horizon, runs, base).sum())
+
+
 @dataclass
 class GeneralistFinetune:
     """Fine-tuning the Bernoulli generalist on the prior ``env`` (any K, T): M runs per instance at tau."""
@@ -70,10 +109,22 @@ class GeneralistFinetune:
     cfg: FinetuneConfig
 
     def rollout(self, model: torch.nn.Module, rng: np.random.Generator, device: torch.device) -> dict[str, np.ndarray]:
-        """:func:`generalist_rollout` of ``runs_per_iteration`` instances, ``rollouts_per_instance`` runs each."""
+        """:func:`generalist_rollout` of ``runs_per_iteration`` instances, ``rollouts_per_instance`` runs each.
+
+        K and T are drawn from ``arms_choices`` and ``horizon_choices`` when given (the same on every
+        rank: ``rng`` is the iteration's); ``num_actions`` (B,) records K for :meth:`logits`.
+        """
         cfg = self.cfg
+        spec = self.spec
+        if cfg.arms_choices:
+            num_arms = int(rng.choice(cfg.arms_choices))
+            spec = dataclasses.replace(spec, dim=num_arms, num_actions=num_arms)
+        if cfg.horizon_choices:
+            spec = dataclasses.replace(spec, horizon=int(rng.choice(cfg.horizon_choices)))
         runs = (cfg.runs_per_iteration, cfg.rollouts_per_instance)
-        return generalist_rollout(cast(GeneralistTransformer, model), self.spec, runs, cfg.temperature, rng, device)
+        played = generalist_rollout(cast(GeneralistTransformer, model), spec, runs, cfg.temperature, rng, device)
+        played["num_actions"] = np.full(played["actions"].shape[0], spec.num_actions)
+        return played
 
     def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
         """:func:`instance_advantages` of the gaps mu* - mu_{a_t}."""
@@ -81,8 +132,14 @@ class GeneralistFinetune:
         return instance_advantages(gaps, self.cfg.rollouts_per_instance)
 
     def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
-        """:func:`generalist_logits` / tau (the sampled policy's logits)."""
-        return generalist_logits(model, self.spec, runs, device) / self.cfg.temperature
+        """:func:`generalist_logits` / tau (the sampled policy's logits), at the runs' K and T."""
+        played = dataclasses.replace(
+            self.spec,
+            dim=int(runs["num_actions"][0]),
+            num_actions=int(runs["num_actions"][0]),
+            horizon=runs["actions"].shape[1],
+        )
+        return generalist_logits(model, played, runs, device) / self.cfg.temperature
 
     details: dict[str, float] = field(default_factory=dict)
     """The last validation's further figures (the exact validation's worst prior), for the history."""
@@ -97,10 +154,18 @@ class GeneralistFinetune:
         max_j Reg_j(model) / Reg_j(F) (``val_worst``).
         """
         model.eval()
-        if self.cfg.validation == "exact_family":
-            exact = family_regret_ratio(cast(GeneralistTransformer, model), 2, self.cfg.val_horizon)
+        cfg = self.cfg
+        if cfg.validation == "exact_family":
+            generalist = cast(GeneralistTransformer, model)
+            exact = family_regret_ratio(generalist, 2, cfg.val_horizon)
             self.details = {"val_worst": exact.worst}
-            return exact.ratio
+            if not cfg.val_arms:
+                return exact.ratio
+            self.details["val_exact"] = exact.ratio
+            for num_arms in cfg.val_arms:
+                ratio = fixed_instance_ratio(generalist, num_arms, cfg.val_arms_horizon, cfg.val_runs, cfg.seed)
+                self.details[f"val_k{num_arms}"] = ratio
+            return float(np.mean([exact.ratio, *(self.details[f"val_k{k}"] for k in cfg.val_arms)]))
         agent = GeneralistAgent.from_model(cast(GeneralistTransformer, model))
         regret = evaluate_regret(
             self.spec, agent, self.cfg.val_runs, seed=VALIDATION_SEED + self.cfg.seed, batch_size=self.cfg.val_runs

@@ -31,7 +31,13 @@ from agents.bandit.index_agent import IndexAgent
 from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
-from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_cache_dir, gittins_table
+from icrl_gym.estimators.gittins import (
+    GittinsTable,
+    cached_gittins_table,
+    gittins_build_bytes,
+    gittins_cache_dir,
+    gittins_table,
+)
 from icrl_gym.estimators.statistics import ArmStatistics
 
 
@@ -75,8 +81,7 @@ class Gittins(IndexAgent):
 
     def _memory_bytes(self) -> int:
         """The base statistics and the table (about (T + 2)^3 / 6 float32 values, built on a 256-point grid)."""
-        n = self.horizon + 2
-        return super()._memory_bytes() + 4 * (4 * 256 * n * n + 2 * n**3 // 6)
+        return super()._memory_bytes() + gittins_build_bytes(self.horizon)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.executor.tasks import Executor, run_sweep
+from benchmarks.executor.memory import EXPERT_STEP_BYTES
+from benchmarks.executor.tasks import Executor, run_sweep, steps_of
 from icrl_gym.data.collect import collect
 from icrl_gym.data.labels import AgentSpec, Labelling
 from icrl_gym.data.mdp_rollout import MDPRecorder, MDPRollouts
@@ -63,6 +64,11 @@ class CollectionSlice:
     def setup(self) -> tuple[str, float] | None:
         """None: a batch needs nothing another one prepares."""
         return None
+
+    @property
+    def memory(self) -> float:
+        """Runs x steps x an expert's bytes per run-step (every batch but the last is alike)."""
+        return float(self.runs * steps_of(self.spec) * EXPERT_STEP_BYTES)
 
     @property
     def key(self) -> dict[str, Any]:

@@ -1,19 +1,21 @@
 """The default executors: every task in this process (``--workers 1``), or on worker processes of this machine.
 
 ``--workers 1`` plays the tasks here, one after another, in their order (with the caller's torch
-threads).  ``--workers N`` runs them on N processes of a :class:`ProcessPoolExecutor`, forked from
-a process that has imported torch and the agents once, and sharing those pages with it: this
-process when it has not imported torch before, else a fork server (:func:`worker_context`), longest first
+threads). ``--workers N`` runs them on N processes of a :class:`ProcessPoolExecutor`, forked from a
+process that has imported torch and the agents once, and sharing those pages with it: this process
+when it has not imported torch before, else a fork server (:func:`worker_context`), longest first
 (by each task's cost estimate, :func:`~benchmarks.executor.tasks.schedule`), so that the last long
-task does not start when the others are done.  Each worker plays with one torch thread and one
-OpenMP thread, so N workers use N cores and never oversubscribe them.  The pool is kept for every
-sweep of a run (the suite, then the grids), so a worker imports torch and the agents once
-(:meth:`ProcessExecutor.start` starts the workers while the driver prepares the tasks), and its
-Gittins tables go to a disk cache the workers share.  A worker that dies (killed, out of memory)
-breaks the pool: the tasks that had not finished are run again, once, in a fresh pool; a task whose
-worker dies twice is an error naming it.  Ctrl-C stops the workers at once (they ignore the signal
-themselves, so that only this process decides); every task that finished before was already handed
-back, and stored by the sweep.
+task does not start when the others are done, and one task per worker at a time, as long as the
+memory estimates of the tasks in flight stay within a budget (:mod:`benchmarks.executor.memory`: the
+heaviest rows never play beside each other, so N workers peak near one worker's memory). Each worker
+plays with one torch thread and one OpenMP thread, so N workers use N cores and never oversubscribe
+them. The pool is kept for every sweep of a run (the suite, then the grids), so a worker imports
+torch and the agents once (:meth:`ProcessExecutor.start` starts the workers while the driver
+prepares the tasks), and its Gittins tables go to a disk cache the workers share. A worker that dies
+(killed, out of memory) breaks the pool: the tasks that had not finished are run again, once, in a
+fresh pool; a task whose worker dies twice is an error naming it. Ctrl-C stops the workers at once
+(they ignore the signal themselves, so that only this process decides); every task that finished
+before was already handed back, and stored by the sweep.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from types import TracebackType
 from typing import Any
 
 from benchmarks.executor import tasks as task_model
+from benchmarks.executor.memory import MemoryBudget
 from benchmarks.executor.preload import preload
 from benchmarks.executor.tasks import Done, Task
 from icrl_gym.estimators.gittins import CACHE_ENV
+from icrl_gym.utils.memory import release_freed_memory
 from icrl_gym.utils.progress import log, set_quiet
 
 KILL_ENV = "ICRL_BENCH_KILL_TASK"
@@ -128,9 +132,16 @@ def inject_fault(task: Task, attempt: int) -> None:
 
 
 def _play(task: Task, attempt: int) -> Any:
-    """A worker's task, after the tests' fault injection."""
+    """A worker's task, after the tests' fault injection; then the heap's freed pages go back to the system.
+
+    Without the trim a worker would keep the high-water mark of every task it played (glibc keeps
+    freed blocks below its mmap threshold), and the memory budget would bound nothing.
+    """
     inject_fault(task, attempt)
-    return task_model.run_task(task)
+    try:
+        return task_model.run_task(task)
+    finally:
+        release_freed_memory()
 
 
 class InlineExecutor:
@@ -165,12 +176,15 @@ class InlineExecutor:
 
 
 class ProcessExecutor:
-    """The tasks on ``workers`` spawned processes, longest first; a task whose worker died is retried once."""
+    """The tasks on ``workers`` processes, longest first, within a memory budget."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, memory_budget: float | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
+        self.memory_budget = memory_budget
+        """Bytes the tasks in flight may hold by their estimates (None: :class:`MemoryBudget`'s default)."""
+        self._slots = workers
         self._pool: ProcessPoolExecutor | None = None
         self._pools = 0
         self._cache: str | None = None
@@ -184,18 +198,20 @@ class ProcessExecutor:
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Run every task; ``done`` is called in this process as each finishes (in the order they finish)."""
         attempts = [0] * len(tasks)
+        budget = MemoryBudget([task.memory for task in tasks], self.memory_budget)
         todo = task_model.schedule(tasks)  # longest first
         while todo:
-            broken = self._run_pool(tasks, todo, attempts, done)
-            twice = [tasks[i].name for i in broken if attempts[i] >= 1]
+            lost, unstarted = self._run_pool(tasks, todo, attempts, budget, done)
+            twice = [tasks[i].name for i in lost if attempts[i] >= 1]
             if twice:
                 raise RuntimeError(f"a worker died twice while playing {', '.join(twice)}; giving up")
-            for i in broken:
+            for i in lost:
                 attempts[i] += 1
-            if broken:
-                names = ", ".join(tasks[i].name for i in broken)
+            if lost:
+                names = ", ".join(tasks[i].name for i in lost)
                 log(f"a worker died; running its unfinished tasks again in a fresh pool: {names}")
-            todo = broken
+            again = set(lost) | set(unstarted)
+            todo = [i for i in todo if i in again]
 
     def _pool_for(self, tasks: int) -> ProcessPoolExecutor:
         """The running pool, or a fresh one (of at most ``tasks`` workers when it is the first).
@@ -206,38 +222,62 @@ class ProcessExecutor:
         if self._pool is None:
             context = worker_context(first=not self._pools)
             self._pools += 1
-            workers = min(self.workers, max(tasks, 1))
+            self._slots = min(self.workers, max(tasks, 1))
             self._cache = self._cache or tempfile.mkdtemp(prefix="icrl-bench-gittins-")
             self._pool = ProcessPoolExecutor(
-                max_workers=workers,
+                max_workers=self._slots,
                 mp_context=context,
                 initializer=init_worker,
                 initargs=(self._cache, dict(os.environ)),
             )
         return self._pool
 
-    def _run_pool(self, tasks: Sequence[Task], todo: list[int], attempts: list[int], done: Done) -> list[int]:
-        """Run the tasks ``todo`` (in that order) in the pool; the indices of those lost to a broken pool."""
+    def _run_pool(
+        self, tasks: Sequence[Task], todo: list[int], attempts: list[int], budget: MemoryBudget, done: Done
+    ) -> tuple[list[int], list[int]]:
+        """Run the tasks ``todo`` in the pool, one per worker, each in that order as ``budget`` admits it.
+
+        Returns the tasks lost to a broken pool (those in flight when a worker died) and those not
+        started by then.
+        """
         pool = self._pool_for(len(todo))
-        futures: dict[Future[Any], int] = {pool.submit(_play, tasks[i], attempts[i]): i for i in todo}
-        broken: list[int] = []
+        waiting = list(todo)
+        futures: dict[Future[Any], int] = {}
+        lost: list[int] = []
+        broken = False
         try:
-            pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            while futures or (waiting and not broken):
+                while waiting and not broken and len(futures) < self._slots:
+                    i = budget.next_of(waiting)
+                    if i is None:  # the next tasks wait until those in flight free their memory
+                        break
+                    try:
+                        future = pool.submit(_play, tasks[i], attempts[i])
+                    except BrokenProcessPool:  # a worker died since the last task finished
+                        broken = True
+                        break
+                    waiting.remove(i)
+                    budget.start(i)
+                    futures[future] = i
+                if not futures:
+                    break
+                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for future in sorted(finished, key=futures.__getitem__):
+                    i = futures.pop(future)
+                    budget.finish(i)
                     try:
                         result = future.result()
                     except BrokenProcessPool:
-                        broken.append(futures[future])
+                        lost.append(i)
+                        broken = True
                         continue
-                    done(futures[future], result)
+                    done(i, result)
         except BaseException:  # Ctrl-C, or a failed task or ``done``: stop the workers, keep nothing running
             self._stop()
             raise
         if broken:
             self._stop()
-        return sorted(broken)
+        return sorted(lost), waiting
 
     def _stop(self) -> None:
         """Kill the workers now and forget the pool (a later ``run`` starts a fresh one)."""

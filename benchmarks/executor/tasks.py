@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from benchmarks.executor.memory import row_memory
 from benchmarks.experiments.rows import GENERALISTS, LEARNED
 from benchmarks.experiments.suite.cells import Experiment
 from benchmarks.experiments.suite.run import play_row, played_specs
@@ -65,6 +66,11 @@ class Task(Protocol):
     @property
     def setup(self) -> tuple[str, float] | None:
         """A preparation it shares with other tasks, kept by a worker once made (a Gittins table): key, cost."""
+        ...
+
+    @property
+    def memory(self) -> float:
+        """A rough estimate of the memory it holds while it plays, in bytes (:mod:`benchmarks.executor.memory`)."""
         ...
 
     def run(self) -> Any:
@@ -200,6 +206,11 @@ class RowCost:
     def setup(self: PlayedRow) -> tuple[str, float] | None:
         """The Gittins table of a Gittins row (:func:`gittins_setup`)."""
         return gittins_setup(self.env, self.agent)
+
+    @property
+    def memory(self: PlayedRow) -> float:
+        """The row's estimate (:func:`~benchmarks.executor.memory.row_memory`)."""
+        return row_memory(self.env, self.agent, self.runs, steps_of(self.env))
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ class FigureTask:
         """None: a figure shares no preparation with another."""
         return None
 
+    @property
+    def memory(self) -> float:
+        """0: the figures form a sweep of their own and are alike, so every worker draws one (no estimate needed)."""
+        return 0.0
+
     def run(self) -> dict[str, bytes]:
         """The PNG bytes of the experiment's files, by name (:func:`~benchmarks.plots.render`)."""
         return render(EXPERIMENTS[self.experiment], self.curves, self.runs, self.seed)

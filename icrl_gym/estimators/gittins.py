@@ -119,6 +119,12 @@ def build_gittins_table(horizon: int, prior_a: float = 1.0, prior_b: float = 1.0
     return GittinsTable(horizon, prior_a, prior_b, grid, np.concatenate(pieces))
 
 
+def gittins_build_bytes(horizon: int, grid: int = 256) -> int:
+    """Memory of building the table for T = ``horizon``: 4 (grid, n, n) float32 arrays and the values, n = T + 2."""
+    n = horizon + 2
+    return 4 * (4 * grid * n * n + 2 * n**3 // 6)
+
+
 _TABLES: dict[tuple[float, float, int], GittinsTable] = {}
 
 

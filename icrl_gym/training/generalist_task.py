@@ -24,7 +24,6 @@ DistributedDataParallel: every rank draws the same batch and trains on its share
 
 from __future__ import annotations
 
-import ctypes
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -126,20 +125,6 @@ class GeneralistLoopConfig(ScheduleConfig):
     def check(self) -> None:
         """The ranges are ordered."""
         self.check_order(("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system (glibc ``malloc_trim``; a no-op elsewhere).
-
-    Batches of varied sizes leave freed blocks of many sizes in the heap, so without it the resident
-    memory climbs from ~1.5 GiB towards several GiB over a run; called every ``log_every`` steps it
-    keeps the process near its working set (one trim costs ~1 s of page faults, ~2% at 50 steps).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.malloc_trim(0)
 
 
 class ShardableBatch(Protocol):

@@ -51,7 +51,6 @@ from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.generalist_task import (
     GeneralistLoopConfig,
     GeneralistTrainer,
-    release_freed_memory,
     train_generalist,
 )
 from icrl_gym.training.linear_expert import (
@@ -65,6 +64,7 @@ from icrl_gym.training.linear_expert import (
 from icrl_gym.training.linear_family import FamilyOptions, draw_family
 from icrl_gym.training.loop import Logger
 from icrl_gym.training.loop import main as run_main
+from icrl_gym.utils.memory import release_freed_memory
 
 PRIORS = ("uniform", "family")
 """The training priors (``prior``)."""

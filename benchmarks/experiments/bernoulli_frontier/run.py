@@ -22,6 +22,7 @@ import numpy as np
 
 from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, family_bayes_table
 from benchmarks.executor.local import InlineExecutor
+from benchmarks.executor.memory import EXPERT_STEP_BYTES, MODEL_STEP_BYTES
 from benchmarks.executor.store import FileTaskStore
 from benchmarks.executor.tasks import LEARNED_COST, Executor, run_sweep
 from benchmarks.experiments.grid.cells import SLICE_RUNS
@@ -306,6 +307,11 @@ class UninformedTask:
     def setup(self) -> tuple[str, float] | None:
         """None: its Gittins tables are built before the tasks (:func:`uninformed_regrets`), every slice loads them."""
         return None
+
+    @property
+    def memory(self) -> float:
+        """Runs x steps x a row's bytes per run-step (:mod:`benchmarks.executor.memory`; the model's when it plays)."""
+        return float(self.runs * self.horizon * (EXPERT_STEP_BYTES if self.generalist is None else MODEL_STEP_BYTES))
 
     @property
     def key(self) -> dict[str, Any]:

@@ -235,7 +235,10 @@ class ProcessExecutor:
     def _run_pool(
         self, tasks: Sequence[Task], todo: list[int], attempts: list[int], budget: MemoryBudget, done: Done
     ) -> tuple[list[int], list[int]]:
-        """Run the tasks ``todo`` in the pool, one per worker, each in that order as ``budget`` admits it.
+        """Run the tasks ``todo`` in the pool, one per worker, in that order as ``budget`` admits them.
+
+        No task waits in the pool's queue: a queued task would count against the budget before it
+        plays, and hold back a heavy task that could start beside the one still playing.
 
         Returns the tasks lost to a broken pool (those in flight when a worker died) and those not
         started by then.

@@ -3,8 +3,9 @@
 ``--ray auto`` connects to the cluster this machine belongs to (``ray start``); ``--ray local``
 starts one on this machine with ``--workers`` CPUs and stops it at the end; any other value is a
 cluster address (``HOST:PORT`` or ``ray://HOST:PORT``).  Each task asks for one CPU and plays with
-one torch thread, so Ray places as many tasks on a machine as it has cores; tasks are submitted
-longest first.  Every machine of the cluster needs this package and its shipped models installed
+one torch thread, so Ray places as many tasks on a machine as it has cores, and reserves the task's
+memory estimate (:mod:`benchmarks.executor.memory`) of the machine's memory resource, so that a
+machine never takes more tasks than their estimates fit in; tasks are submitted longest first.  Every machine of the cluster needs this package and its shipped models installed
 (``pip install -e ".[ray]"``).  Ray retries a task once when the process that ran it dies.  The
 connection is kept for every sweep of a run and closed at its end.
 """
@@ -66,7 +67,7 @@ class RayExecutor:
         ray = self._connect()
         play = ray.remote(num_cpus=1, max_retries=1)(_play)
         order = task_model.schedule(tasks)
-        refs = {play.remote(tasks[i]): i for i in order}
+        refs = {play.options(memory=int(tasks[i].memory) or None).remote(tasks[i]): i for i in order}
         pending = list(refs)
         try:
             while pending:

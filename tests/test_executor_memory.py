@@ -56,18 +56,27 @@ def test_the_heaviest_tasks_never_play_together_and_light_ones_fill_the_other_wo
 
 
 def test_the_budget_admits_what_fits_and_always_one_task():
-    budget = MemoryBudget([100.0, 30.0, 200.0, 10.0])
+    budget = MemoryBudget([100.0, 30.0, 200.0, 10.0], workers=2)
     assert budget.budget == pytest.approx(200.0 + MIN_SLACK)  # the slack exceeds 1.25x here
     assert budget.admits(2)
     budget.start(2)
     assert budget.next_of([0, 1, 3]) is not None  # 200 + 100 bytes fit in the 64 MiB slack
-    tight = MemoryBudget([100.0, 30.0, 200.0, 10.0], budget=220.0)
+    tight = MemoryBudget([100.0, 30.0, 200.0, 10.0], workers=2, budget=220.0)
     tight.start(2)
     assert tight.next_of([0, 1, 3]) == 3  # 200 + 100 and 200 + 30 exceed 220; 200 + 10 fits
     tight.finish(2)
     assert tight.admits(0) and tight.next_of([0, 1, 3]) == 0
-    over = MemoryBudget([500.0], budget=100.0)
+    over = MemoryBudget([500.0], workers=2, budget=100.0)
     assert over.admits(0)  # alone, a task over the budget still plays
+    equal = MemoryBudget([300 * MIB] * 6, workers=2)  # a grid's slices, a collection's batches
+    assert equal.budget == 600 * MIB
+    equal.start(0)
+    assert equal.admits(1)  # tasks of the typical size fill every worker
+
+
+def test_equal_heavy_tasks_play_on_every_worker():
+    spans = play([Sleep(f"slice {i}", 300 * MIB, 0.3) for i in range(4)], None)
+    assert overlap(spans["slice 0"], spans["slice 1"]) or overlap(spans["slice 0"], spans["slice 2"])
 
 
 @pytest.mark.parametrize("checkpoint", ["linear-bandit-ad-linucb", "bernoulli-ad-ucb", "tabular-mdp-dpt-psrl-uniform"])

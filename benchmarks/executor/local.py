@@ -198,7 +198,7 @@ class ProcessExecutor:
     def run(self, tasks: Sequence[Task], done: Done) -> None:
         """Run every task; ``done`` is called in this process as each finishes (in the order they finish)."""
         attempts = [0] * len(tasks)
-        budget = MemoryBudget([task.memory for task in tasks], self.memory_budget)
+        budget = MemoryBudget([task.memory for task in tasks], self.workers, self.memory_budget)
         todo = task_model.schedule(tasks)  # longest first
         while todo:
             lost, unstarted = self._run_pool(tasks, todo, attempts, budget, done)

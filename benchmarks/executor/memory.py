@@ -7,8 +7,9 @@ tasks, where one worker peaks at the largest.  :class:`MemoryBudget` keeps the e
 tasks in flight within a budget, by default :data:`BUDGET_FACTOR` times the largest task's (and at
 least :data:`MIN_SLACK` above it): the heaviest tasks then play beside light ones, never beside each
 other, and the peak of the sweep stays close to one worker's whatever the order in which the
-workers free up.  Slices of a grid (a fixed number of runs, tens of MiB) play on every worker.  A
-task over the budget on its own still plays, alone.
+workers free up.  The budget never holds back tasks of the typical size: it is at least the
+workers times the median estimate, so a sweep of equal tasks (a grid's slices, a collection's
+batches) plays on every worker.  A task over the budget on its own still plays, alone.
 
 The estimates need no torch (the driver does not import it): they are the allocations the agents
 make, from the checkpoint record's sizes, and per run-step figures measured on the default suite
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+
+import numpy as np
 
 from icrl_gym.checkpoint import read_record, resolve_checkpoint
 from icrl_gym.envs import BanditSpec, MDPSpec
@@ -81,14 +84,16 @@ def row_memory(env: BanditSpec | MDPSpec, agent: dict[str, Any], runs: int, step
 class MemoryBudget:
     """Admits a task when the estimates of the tasks in flight, with it, stay within ``budget`` bytes.
 
-    ``budget`` None: :data:`BUDGET_FACTOR` times the largest estimate among ``memory``, and at least
-    :data:`MIN_SLACK` above it.  A task is always admitted when nothing is in flight.
+    ``budget`` None: the largest of :data:`BUDGET_FACTOR` times the largest estimate among ``memory``,
+    that estimate plus :data:`MIN_SLACK`, and ``workers`` times the median estimate.  A task is
+    always admitted when nothing is in flight.
     """
 
-    def __init__(self, memory: list[float], budget: float | None = None) -> None:
+    def __init__(self, memory: list[float], workers: int, budget: float | None = None) -> None:
         self.memory = memory
         largest = max(memory, default=0.0)
-        self.budget = budget if budget is not None else max(BUDGET_FACTOR * largest, largest + MIN_SLACK)
+        typical = workers * float(np.median(memory)) if memory else 0.0
+        self.budget = budget if budget is not None else max(BUDGET_FACTOR * largest, largest + MIN_SLACK, typical)
         self.in_flight: set[int] = set()
 
     def admits(self, i: int) -> bool:

@@ -5,9 +5,10 @@ starts one on this machine with ``--workers`` CPUs and stops it at the end; any 
 cluster address (``HOST:PORT`` or ``ray://HOST:PORT``).  Each task asks for one CPU and plays with
 one torch thread, so Ray places as many tasks on a machine as it has cores, and reserves the task's
 memory estimate (:mod:`benchmarks.executor.memory`) of the machine's memory resource, so that a
-machine never takes more tasks than their estimates fit in; tasks are submitted longest first.  Every machine of the cluster needs this package and its shipped models installed
-(``pip install -e ".[ray]"``).  Ray retries a task once when the process that ran it dies.  The
-connection is kept for every sweep of a run and closed at its end.
+machine never takes more tasks than their estimates fit in; tasks are submitted longest first.
+Every machine of the cluster needs this package and its shipped models installed (``pip install -e
+".[ray]"``).  Ray retries a task once when the process that ran it dies.  The connection is kept for
+every sweep of a run and closed at its end.
 """
 
 from __future__ import annotations

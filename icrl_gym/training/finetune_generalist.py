@@ -132,13 +132,12 @@ class GeneralistFinetune:
         return instance_advantages(gaps, self.cfg.rollouts_per_instance)
 
     def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
-        """:func:`generalist_logits` / tau (the sampled policy's logits), at the runs' K and T."""
-        played = dataclasses.replace(
-            self.spec,
-            dim=int(runs["num_actions"][0]),
-            num_actions=int(runs["num_actions"][0]),
-            horizon=runs["actions"].shape[1],
-        )
+        """:func:`generalist_logits` / tau (the sampled policy's logits), at the runs' K and T.
+
+        K is the runs' ``num_actions`` (a rollout's), else ``env``'s; T is the runs' length.
+        """
+        num_arms = int(runs["num_actions"][0]) if "num_actions" in runs else self.spec.num_actions
+        played = dataclasses.replace(self.spec, dim=num_arms, num_actions=num_arms, horizon=runs["actions"].shape[1])
         return generalist_logits(model, played, runs, device) / self.cfg.temperature
 
     details: dict[str, float] = field(default_factory=dict)

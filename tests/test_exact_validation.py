@@ -79,8 +79,9 @@ def test_a_fine_tuning_over_a_mixture_of_sizes_scores_its_validation_as_the_mean
     from agents.bandit.gittins import Gittins
     from agents.learned.generalist import GeneralistAgent
     from icrl_gym.data.trajectories import evaluate_regret
+    from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
     from icrl_gym.training.finetune_core import VALIDATION_SEED
-    from icrl_gym.training.finetune_generalist import GeneralistFinetune, beta_spec, fixed_instance_ratio
+    from icrl_gym.training.finetune_generalist import GeneralistFinetune, fixed_instance_ratio
 
     env = {"dim": 2, "num_actions": 2, "horizon": 6, "arms": "one_hot", "reward": "bernoulli", "prior": "beta_family"}
     mixed = dict(arms_choices=[2, 3], horizon_choices=[4, 7], rollouts_per_instance=2)
@@ -98,7 +99,7 @@ def test_a_fine_tuning_over_a_mixture_of_sizes_scores_its_validation_as_the_mean
     ratio = fixed_instance_ratio(generalist, 3, 5, 6, seed=1)
     model_sum = gittins_sum = 0.0
     for j, prior in enumerate(BETA_FAMILY):
-        spec = beta_spec(3, 5, prior)
+        spec = bernoulli_bandit_spec(3, 5, prior="beta", prior_a=prior[0], prior_b=prior[1])
         model_sum += (
             evaluate_regret(spec, GeneralistAgent.from_model(generalist), 6, seed=VALIDATION_SEED + 1 + j).sum(1).mean()
         )

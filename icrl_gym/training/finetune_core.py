@@ -82,9 +82,9 @@ class FinetuneConfig(TrainerConfig):
         Which prior the base's kind needs is checked at the start.
         """
         for name, low in (("val_arms", 2), ("arms_choices", 2), ("horizon_choices", 1)):
-            values = getattr(self, name)
-            if not isinstance(values, list) or not all(isinstance(v, int) and v >= low for v in values):
-                raise ValueError(f"FinetuneConfig.{name} must be a list of integers >= {low}, got {values!r}")
+            values, rule = getattr(self, name), Allowed(low=low, integer=True)
+            if not isinstance(values, list) or not all(rule.admits(v) for v in values):
+                raise ValueError(f"FinetuneConfig.{name} must be a list of values each {rule}, got {values!r}")
         if self.env:
             errors = []
             for spec in (MDPSpec, BanditSpec):

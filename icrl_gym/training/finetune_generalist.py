@@ -15,6 +15,7 @@ from agents.learned.generalist import GeneralistAgent
 from icrl_gym.data.rollout import ModelPlay, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditArms, BanditBatch, BanditReward, BanditSpec, sample_w_star
+from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.models.generalist import GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.exact_bernoulli import BETA_FAMILY, family_regret_ratio
@@ -65,24 +66,32 @@ def generalist_logits(model: torch.nn.Module, spec: BanditSpec, runs: dict[str, 
     return model(actions, rewards, steps, spec.horizon, spec.num_actions)
 
 
-def beta_spec(num_arms: int, horizon: int, prior: tuple[float, float]) -> BanditSpec:
-    """K Bernoulli arms (one-hot) with means iid Beta(a, b) = ``prior``, horizon T."""
-    a, b = prior
-    fields = {"dim": num_arms, "num_actions": num_arms, "horizon": horizon, "arms": "one_hot"}
-    return BanditSpec.from_dict({**fields, "reward": "bernoulli", "prior": "beta", "prior_a": a, "prior_b": b})
+def family_regrets(agent: Any, num_arms: int, horizon: int, runs: int, seed: int) -> np.ndarray:
+    """Mean regret (16,) of ``agent`` on ``runs`` instances of each Beta(a, b) prior j of ``BETA_FAMILY``.
+
+    Prior j's instances and reward draws come from seed ``seed + j``: every agent played with the same
+    seed faces the same bandits (common random numbers).
+    """
+    return np.array(
+        [
+            evaluate_regret(
+                bernoulli_bandit_spec(num_arms, horizon, prior="beta", prior_a=a, prior_b=b),
+                agent,
+                runs,
+                seed=seed + j,
+                batch_size=runs,
+            )
+            .sum(1)
+            .mean()
+            for j, (a, b) in enumerate(BETA_FAMILY)
+        ]
+    )
 
 
 @functools.lru_cache(maxsize=8)
 def told_gittins_regrets(num_arms: int, horizon: int, runs: int, seed: int) -> np.ndarray:
-    """Mean regret (16,) of the Gittins index told each Beta prior of ``BETA_FAMILY`` on its fixed instances."""
-    return np.array(
-        [
-            evaluate_regret(beta_spec(num_arms, horizon, prior), Gittins(), runs, seed=seed + j, batch_size=runs)
-            .sum(1)
-            .mean()
-            for j, prior in enumerate(BETA_FAMILY)
-        ]
-    )
+    """:func:`family_regrets` of the Gittins index told each prior (computed once per validation setting)."""
+    return family_regrets(Gittins(), num_arms, horizon, runs, seed)
 
 
 def fixed_instance_ratio(model: GeneralistTransformer, num_arms: int, horizon: int, runs: int, seed: int) -> float:
@@ -92,13 +101,9 @@ def fixed_instance_ratio(model: GeneralistTransformer, num_arms: int, horizon: i
     random numbers: every checkpoint and the Gittins reference play the same bandits); the model plays
     greedily.  Noisy only through the fixed draw, so checkpoints are compared on equal terms.
     """
-    agent = GeneralistAgent.from_model(model)
     base = VALIDATION_SEED + seed
-    played = [
-        evaluate_regret(beta_spec(num_arms, horizon, prior), agent, runs, seed=base + j, batch_size=runs).sum(1).mean()
-        for j, prior in enumerate(BETA_FAMILY)
-    ]
-    return float(np.sum(played) / told_gittins_regrets(num_arms, horizon, runs, base).sum())
+    played = family_regrets(GeneralistAgent.from_model(model), num_arms, horizon, runs, base)
+    return float(played.sum() / told_gittins_regrets(num_arms, horizon, runs, base).sum())
 
 
 @dataclass

@@ -24,7 +24,7 @@ from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, family_bayes
 from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.memory import EXPERT_STEP_BYTES, MODEL_STEP_BYTES
 from benchmarks.executor.store import FileTaskStore
-from benchmarks.executor.tasks import LEARNED_COST, Executor, run_sweep
+from benchmarks.executor.tasks import Executor, cost_factor, run_sweep
 from benchmarks.experiments.grid.cells import SLICE_RUNS
 from benchmarks.experiments.grid.tasks import slice_sizes
 from icrl_gym.checkpoint import checkpoint_files, load_checkpoint, resolve_checkpoint
@@ -300,8 +300,9 @@ class UninformedTask:
 
     @property
     def cost(self) -> float:
-        """Runs x steps x priors mixed (the model's rows: :data:`LEARNED_COST` more)."""
-        return self.runs * self.horizon * len(self.priors) * (1.0 if self.generalist is None else LEARNED_COST)
+        """Runs x steps x priors mixed (with the model's rows: a generalist's :func:`cost_factor` more)."""
+        factor = 1.0 if self.generalist is None else cost_factor("generalist")
+        return self.runs * self.horizon * len(self.priors) * factor
 
     @property
     def setup(self) -> tuple[str, float] | None:

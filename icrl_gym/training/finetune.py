@@ -85,6 +85,7 @@ from icrl_gym.training.finetune_mdp import MDPGeneralistFinetune
 from icrl_gym.training.loop import global_means, main_with_export, scale_to_global_mean, shard_rows
 from icrl_gym.training.state import TrainingState
 from icrl_gym.training.trainer import Trainer, TrainingTask
+from icrl_gym.utils.memory import release_freed_memory
 
 __all__ = ["FINETUNE_METHODS", "FINETUNABLE", "FinetuneConfig", "FinetuneTask", "export", "finetune", "main"]
 
@@ -215,10 +216,11 @@ class FinetuneTask(TrainingTask):
         return scale_to_global_mean(loss, ctx, rows.size, total), stats
 
     def after_step(self, step: int, metrics: dict[str, float], seconds: float) -> None:
-        """The iteration; a log line every 5."""
+        """The iteration; a log line every 5, after which the allocator hands freed pages back to the system."""
         self.record["iteration"] = step
         if step % 5 == 0:
             self.log(f"iteration {step}: batch regret {metrics['regret']:.2f}, loss {metrics['loss']:.4f}")
+            release_freed_memory()
 
     def evaluate_now(self, step: int) -> bool:
         """Every ``eval_every`` iterations and at the end."""

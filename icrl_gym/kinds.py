@@ -135,6 +135,7 @@ KINDS: dict[CheckpointKind, KindEntry] = {
         EnvFamily.BANDIT,
         ("reward",),
         plays="linear bandits with Gaussian rewards (any A and T, d up to its d_max)",
+        finetune="linear_generalist",
     ),
     CheckpointKind.MDP_GENERALIST: KindEntry(
         "icrl_gym.models.mdp_generalist:MDPGeneralist",

@@ -140,5 +140,5 @@ def test_the_size_lists_are_checked(tmp_path, field, value, problem):
 
 def test_the_size_mixture_is_refused_for_a_bandit_transformer(tmp_path):
     cfg = tiny_finetune_config("bernoulli-ad-ucb", tmp_path / "bandit", arms_choices=[2, 5])
-    with pytest.raises(ValueError, match="arms_choices is the Bernoulli generalist's only"):
+    with pytest.raises(ValueError, match="arms_choices is the generalists' only"):
         finetune(cfg, echo=False)

@@ -68,6 +68,17 @@ ANCHOR_NOISES = tuple(float(s) for s in np.geomspace(0.05, 3.2, 7))
 NOISE_PRIOR_SHAPE, NOISE_PRIOR_SCALE = 1.0, 0.25
 """sigma^2 ~ InvGamma(a0, b0) when unknown: a0 = 1 (one pseudo-observation), b0 = 0.25 (a guess sigma ~ 0.5)."""
 LOG_2PI = float(np.log(2.0 * np.pi))
+UNINFORMED_REFERENCES: dict[str, dict[str, Any]] = {
+    **{f"LinUCB (alpha={a:g})": {"name": "linucb", "alpha": a} for a in (0.5, 1.0, 2.0)},
+    "TS, N(0, I)": {"name": "linear_ts", "prior_mean": 0.0, "prior_var": 1.0},
+    "Bayes-UCB, N(0, I)": {"name": "linear_bayes_ucb", "prior_mean": 0.0, "prior_var": 1.0},
+    "model-averaged Bayes-UCB": {"name": "model_averaged_bayes_ucb"},
+}
+"""The linear-bandit rules told neither the prior nor (the model average) the noise: row name -> agent spec.
+
+A linear generalist is judged against the best of these in a cell (the lowest mean regret): LinUCB with
+alpha in {0.5, 1, 2}, linear TS and Bayes-UCB with a fixed N(0, I) prior (told sigma), and this module's
+model-averaged Bayes-UCB."""
 
 
 def prior_grid(dim: int, scales: tuple[float, ...], centres: tuple[float, ...]) -> np.ndarray:

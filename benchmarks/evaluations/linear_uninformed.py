@@ -32,18 +32,14 @@ from typing import Any
 import numpy as np
 
 import agents
+from agents.bandit.model_average import UNINFORMED_REFERENCES
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
 from icrl_gym.utils.cli import doc_parser
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
-UNINFORMED: dict[str, dict[str, Any]] = {
-    **{f"LinUCB (alpha={a:g})": {"name": "linucb", "alpha": a} for a in (0.5, 1.0, 2.0)},
-    "TS, N(0, I)": {"name": "linear_ts", "prior_mean": 0.0, "prior_var": 1.0},
-    "Bayes-UCB, N(0, I)": {"name": "linear_bayes_ucb", "prior_mean": 0.0, "prior_var": 1.0},
-    "model-averaged Bayes-UCB": {"name": "model_averaged_bayes_ucb"},
-}
+UNINFORMED = UNINFORMED_REFERENCES
 TOLD: dict[str, dict[str, Any]] = {
     "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
     "TS (matched)": {"name": "linear_ts"},

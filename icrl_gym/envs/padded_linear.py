@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +43,12 @@ class Instances:
 
     def rows(self, index: np.ndarray) -> Instances:
         """The runs ``index``."""
-        arrays = ("w", "sets", "noise", "sigma", "dim")
-        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
+        arrays = ("w", "sets", "noise", "sigma", "dim", "prior_mean", "prior_var", "noise_known")
+        taken: dict[str, Any] = {}
+        for name in arrays:
+            value = getattr(self, name)
+            taken[name] = None if value is None else value[index]
+        return dataclasses.replace(self, **taken)
 
 
 def draw_instances(

@@ -179,6 +179,10 @@ class PosteriorLinearGeneralist(LinearGeneralistTransformer):
     def __init__(self, config: LinearGeneralistConfig) -> None:
         super().__init__(config)
         self.posterior = PosteriorArmNetwork(config)
+        self.input_log: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        """When a list, every decision appends its network inputs (features, skip index): the inputs hold
+        no parameter, so regret fine-tuning replays :attr:`posterior` on those of its cached rollout with
+        gradient instead of recomputing the posterior features of every prefix."""
 
     def _decide_queries(self, inputs: QueryInputs) -> torch.Tensor:
         history, moments, query_steps, horizon, noise_std, dims, arm_mask = inputs
@@ -229,4 +233,6 @@ class PosteriorLinearGeneralist(LinearGeneralistTransformer):
             features, base = posterior_inputs(
                 self.config, arms, moments, counts, sums, fixed, steps, horizon_t, noise, dims
             )
+        if self.input_log is not None:
+            self.input_log.append((features, base))
         return self.posterior(features, base, None)

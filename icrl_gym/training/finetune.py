@@ -54,7 +54,8 @@ The run is a :class:`FinetuneTask` on the :class:`~icrl_gym.training.trainer.Tra
 are its steps).  The method of a base checkpoint (its rollouts, advantages, logits and validation)
 is the one its kind's row names (``finetune`` in :data:`~icrl_gym.kinds.KINDS`), looked up in
 :data:`FINETUNE_METHODS`: :mod:`~icrl_gym.training.finetune_bandit`,
-:mod:`~icrl_gym.training.finetune_generalist` and :mod:`~icrl_gym.training.finetune_mdp`; the
+:mod:`~icrl_gym.training.finetune_generalist`, :mod:`~icrl_gym.training.finetune_mdp` and
+:mod:`~icrl_gym.training.finetune_linear`; the
 configuration and the loss are :mod:`~icrl_gym.training.finetune_core`'s.
 
 At iteration 0 and at every validation the training state (weights, optimiser, RNG
@@ -81,6 +82,7 @@ from icrl_gym.kinds import KINDS, CheckpointKind
 from icrl_gym.training.finetune_bandit import BanditFinetune
 from icrl_gym.training.finetune_core import FinetuneConfig, FinetuneMethod, policy_gradient_loss
 from icrl_gym.training.finetune_generalist import GeneralistFinetune
+from icrl_gym.training.finetune_linear import LinearGeneralistFinetune
 from icrl_gym.training.finetune_mdp import MDPGeneralistFinetune
 from icrl_gym.training.loop import global_means, main_with_export, scale_to_global_mean, shard_rows
 from icrl_gym.training.state import TrainingState
@@ -93,6 +95,7 @@ FINETUNE_METHODS: dict[str, type[FinetuneMethod]] = {
     "bandit": BanditFinetune,
     "generalist": GeneralistFinetune,
     "mdp_generalist": MDPGeneralistFinetune,
+    "linear_generalist": LinearGeneralistFinetune,
 }
 """Method name (a kind row's ``finetune``) -> the fine-tuning method of that kind of model."""
 
@@ -118,9 +121,11 @@ def method_for(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneMethod:
             raise ValueError(
                 f'validation="exact_family" is the Bernoulli generalist\'s only; {cfg.base!r} is a {name} model'
             )
-        for field_name in ("val_arms", "arms_choices", "horizon_choices"):
+        sizes = ("val_arms",) if name == "linear_generalist" else ("val_arms", "arms_choices", "horizon_choices")
+        for field_name in sizes:
             if getattr(cfg, field_name):
-                raise ValueError(f"{field_name} is the Bernoulli generalist's only; {cfg.base!r} is a {name} model")
+                owners = "the Bernoulli generalist's" if field_name == "val_arms" else "the generalists'"
+                raise ValueError(f"{field_name} is {owners} only; {cfg.base!r} is a {name} model")
     return FINETUNE_METHODS[name].for_base(cfg, meta)
 
 

@@ -69,9 +69,14 @@ class FinetuneConfig(TrainerConfig):
     val_arms_horizon: int = checked(200, POSITIVE_INT)
     """T of the ``val_arms`` validation."""
     arms_choices: list[int] = field(default_factory=list)
-    """The Bernoulli generalist: each iteration's K drawn uniformly from these (empty: ``env``'s K)."""
+    """The Bernoulli and linear generalists: each iteration's K (A) drawn uniformly from these (empty: ``env``'s
+    K; the linear generalist's trained range)."""
     horizon_choices: list[int] = field(default_factory=list)
-    """The Bernoulli generalist: each iteration's T drawn uniformly from these (empty: ``env``'s T)."""
+    """The Bernoulli and linear generalists: each iteration's T drawn uniformly from these (empty: ``env``'s T;
+    the linear generalist's trained range)."""
+    loss_steps: int = checked(0, Allowed(low=0, integer=True))
+    """The linear generalist: the loss reads this many steps of the runs, drawn uniformly without replacement
+    every iteration (0: every step); an unbiased estimate of the whole runs' loss at a fraction of the cost."""
     eval_every: int = checked(25, POSITIVE_INT)
     """Iterations between validations (and resumable checkpoints)."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"

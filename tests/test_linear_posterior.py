@@ -255,3 +255,14 @@ def test_optimal_action_labels_are_the_argmax_of_the_true_means(per_step):
     assert batch.targets.shape == batch.index.shape
     np.testing.assert_array_equal(batch.targets.argmax(-1), best)
     assert (batch.targets.sum(-1) == 1).all() and (batch.targets.max(-1) == 1).all()
+
+
+def test_dagger_batches_play_the_model_on_one_hot_rows_wider_than_d_max():
+    """The model's own rollouts (DAgger) take one-hot rows with A > d_max: the cache is as wide as the rows."""
+    from icrl_gym.training.linear_generalist import sample_batch
+
+    cfg = _tiny_run("unused", min_arms=8, max_arms=8, min_horizon=10, max_horizon=10, per_step_fraction=0.0)
+    cfg.one_hot_fraction, cfg.min_batch = 0.9, 4
+    model = LinearGeneralistTransformer(LinearGeneralistConfig(**{**TINY, "noise_estimate": True}))
+    batch = sample_batch(cfg, np.random.default_rng(5), model)
+    assert (batch.inst.dim == 8).any() and batch.actions.shape == (batch.size, 10)

@@ -79,14 +79,14 @@ def linear_rollout(
     At the steps ``loss_steps`` (sorted, 0-based) the network's inputs are kept (the model's
     ``input_log``): the loss replays the network on them.  Returns the gaps mu* - mu_{a_t} (B, T), and at
     the loss steps the actions (B, Q), the network inputs ``features`` (B, Q, A, F) and ``base`` (B, Q, A)
-    and ``loss_steps`` (B, Q).
+    and ``loss_steps`` (B, Q); the whole runs' ``played_actions`` and ``rewards`` (B, T) for the record.
     """
     b, horizon = inst.noise.shape
     noise = inst.model_noise()
     info = EnvInfo(
         inst.sets.shape[2],
         horizon,
-        dim=model.config.d_max,
+        dim=inst.sets.shape[-1],  # d_max, or A for one-hot rows wider than d_max
         run_noise_std=tuple(noise.tolist()),
         run_dims=tuple(inst.dim.tolist()),
     )
@@ -118,6 +118,8 @@ def linear_rollout(
     base = torch.cat([s for _, s in kept], dim=1)
     return {
         "gaps": played.kept["best_expected_reward"] - played.kept["expected_reward"],
+        "played_actions": played.actions,
+        "rewards": played.rewards.astype(np.float32),
         "actions": played.actions[:, loss_steps],
         "features": features.cpu().numpy(),
         "base": base.cpu().numpy(),

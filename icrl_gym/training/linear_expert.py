@@ -76,7 +76,7 @@ def rollout(
     player = None
     if model is not None:
         noise, dims = tuple(inst.model_noise().tolist()), tuple(inst.dim.tolist())  # per run
-        info = EnvInfo(num_arms, horizon, dim=model.config.d_max, run_noise_std=noise, run_dims=dims)
+        info = EnvInfo(num_arms, horizon, dim=width, run_noise_std=noise, run_dims=dims)
         player = ModelPlay(model, b, info)
 
     def choose(t: int) -> np.ndarray:

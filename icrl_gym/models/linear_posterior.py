@@ -80,32 +80,35 @@ def linear_posterior(moments: torch.Tensor, arms: torch.Tensor, dims: torch.Tens
     """The linear model's grid posterior (module docstring).
 
     Raw moments (..., E, E) of the tokens [x, r, 1] (E = d_max + 2), arms (..., A, d_max), d (...) and
-    sigma (...), all broadcast over the leading dimensions.
+    sigma (...), all broadcast over the leading dimensions.  A run's history and arms are zero beyond its d.
     """
     m = moments.double()
     dmax = m.shape[-1] - 2
     s2, tau2 = grid(m.device)
     lead = m.shape[:-2]
-    mask = (torch.arange(dmax, device=m.device) < dims.unsqueeze(-1)).double()  # (..., d_max)
+    # The coordinates beyond every run's d are zero in the history and the arms: their block of Lambda_j
+    # is I / s^2 and cancels against log det P_j, so only the first D = max d coordinates are solved.
+    width = min(dmax, int(dims.max())) if dims.numel() else dmax
+    mask = (torch.arange(width, device=m.device) < dims.unsqueeze(-1)).double()  # (..., D)
     dimf = dims.double().unsqueeze(-1)  # (..., 1)
     prec = sigma.double().pow(-2).unsqueeze(-1)  # (..., 1)
-    gram, b = m[..., :dmax, :dmax], m[..., :dmax, dmax]
+    gram, b = m[..., :width, :width], m[..., :width, dmax]
     rr, n = m[..., dmax, dmax].unsqueeze(-1), m[..., dmax + 1, dmax + 1].unsqueeze(-1)
     # P_j^{-1} = (I - c_j m m^T) / s^2, c_j = tau^2 / (s^2 + d tau^2)
     c = tau2 / (s2 + dimf * tau2)  # (..., J)
-    eye = torch.eye(dmax, dtype=m.dtype, device=m.device)
+    eye = torch.eye(width, dtype=m.dtype, device=m.device)
     outer = mask.unsqueeze(-1) * mask.unsqueeze(-2)  # (..., D, D)
     prior_prec = (eye - c[..., None, None] * outer.unsqueeze(-3)) / s2[:, None, None]  # (..., J, D, D)
     lam = (gram * prec.unsqueeze(-1)).unsqueeze(-3) + prior_prec
     chol = torch.linalg.cholesky(lam)
-    beta = (b * prec).unsqueeze(-2).expand(*lead, s2.shape[0], dmax)
+    beta = (b * prec).unsqueeze(-2).expand(*lead, s2.shape[0], width)
     mu = torch.cholesky_solve(beta.unsqueeze(-1), chol).squeeze(-1)  # (..., J, D)
-    x = arms.double()
+    x = arms[..., :width].double()
     mean = torch.einsum("...ad,...jd->...ja", x, mu)
     half = torch.linalg.solve_triangular(chol, x.transpose(-1, -2).unsqueeze(-3), upper=False)  # (..., J, D, A)
     sd = half.pow(2).sum(-2).sqrt()
     logdet_lam = 2.0 * torch.diagonal(chol, dim1=-2, dim2=-1).log().sum(-1)
-    logdet_p = dmax * s2.log() + torch.log1p(dimf * tau2 / s2)
+    logdet_p = width * s2.log() + torch.log1p(dimf * tau2 / s2)
     quad = (beta * mu).sum(-1)
     log_ev = -0.5 * (rr * prec - quad + n * (LOG_2PI - prec.log()) + logdet_p + logdet_lam)
     return Posterior(mean, sd, log_ev)

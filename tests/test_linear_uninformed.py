@@ -23,7 +23,28 @@ def test_small_run_writes_consistent_tables(tmp_path) -> None:
         totals = {k: np.asarray(v) for k, v in stored.items()}
         best = min(linear_uninformed.UNINFORMED, key=lambda k: totals[k].mean())
         assert row["best uninformed"] == best
-        for key in linear_uninformed.MODELS:
+        for key in linear_uninformed.MODELS:  # the default model rows
             ratio = totals[key].mean() / totals[best].mean()
             assert float(row[f"{key} ratio"]) == pytest.approx(ratio, abs=1e-3)
     assert "Configuration:" in (out / "table.md").read_text()
+
+
+def test_a_further_model_is_played_alone_on_the_stored_cells(tmp_path, monkeypatch) -> None:
+    """--model on a finished folder plays only that row: the stored rows stay as they were, and the table has it."""
+    from icrl_gym.checkpoint import resolve_checkpoint
+
+    out = tmp_path / "lu"
+    args = ["--out", str(out), "--runs", "5", "--long-runs", "3", "--cells", "U[0, 1], K=2, T=200"]
+    linear_uninformed.main(args)
+    path = out / "cells" / "Gaussian_MAB_U[0,_1],_K=2,_T=200.json"
+    before = json.loads(path.read_text())["totals"]
+    calls = []
+    real = linear_uninformed.evaluate_regret
+    monkeypatch.setattr(linear_uninformed, "evaluate_regret", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    extra = str(resolve_checkpoint("linear-generalist"))
+    linear_uninformed.main([*args, "--model", extra])
+    after = json.loads(path.read_text())["totals"]
+    assert len(calls) == 1  # the new row only
+    assert {k: after[k] for k in before} == before
+    np.testing.assert_allclose(after[extra], after["linear-generalist"])  # the same checkpoint, the same runs
+    assert extra in (out / "table.md").read_text()

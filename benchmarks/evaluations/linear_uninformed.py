@@ -10,14 +10,17 @@ Rows of every cell, all on the same instances and noise (common random numbers, 
   N(0, I) prior (sigma told), the model-averaged Bayes-UCB (:mod:`agents.bandit.model_average`);
   the cell's "best uninformed" is the lowest mean of these;
 - told references (columns only): Bayes-UCB and TS told the instance's prior (matched);
-- the shipped ``linear-generalist`` alone, and inside the safety net (:mod:`agents.safety_net`).
+- the shipped ``linear-generalist`` alone, and inside the safety net (:mod:`agents.safety_net`);
+- with ``--model NAME`` (repeatable), each of these linear generalist checkpoints (a shipped name or a
+  path) alone, its row named NAME.
 
 A cell "sigma unknown" marks the noise level unknown (``noise_known=False``): the model and the
 model-averaged index estimate it in context; the references that need sigma are still told it.
 The runs are 1,000 per cell at T <= 200 and 300 at T = 1,000 (``--runs`` / ``--long-runs``), seeds
 ``--seed`` + the cell's index, never used in training.  Every cell's per-run totals are stored in
-``OUT/cells/NAME.json`` as it finishes (a stopped run resumes), then ``OUT/table.md`` and
-``OUT/cells.csv`` are written with the configuration.  Run as::
+``OUT/cells/NAME.json`` as it finishes (a stopped run resumes, and a rerun with another ``--model`` plays
+only the rows a cell's record lacks), then ``OUT/table.md`` and ``OUT/cells.csv`` are written with the
+configuration.  Run as::
 
     python -m benchmarks.evaluations.linear_uninformed --out DIR
 """
@@ -44,7 +47,11 @@ TOLD: dict[str, dict[str, Any]] = {
     "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
     "TS (matched)": {"name": "linear_ts"},
 }
-MODELS = {"linear-generalist": False, "linear-generalist + safety net": True}
+MODELS: dict[str, tuple[str, bool]] = {
+    "linear-generalist": ("linear-generalist", False),
+    "linear-generalist + safety net": ("linear-generalist", True),
+}
+"""The model rows by default: row name -> (checkpoint, inside the safety net)."""
 HELD_OUT: dict[str, dict[str, Any]] = {
     "N(0, I)": {"prior": "gaussian", "prior_var": 1.0},
     "unit sphere": {"prior": "sphere"},
@@ -85,16 +92,24 @@ def cells() -> dict[str, BanditSpec]:
     return out
 
 
-def play_cell(spec: BanditSpec, runs: int, seed: int) -> dict[str, Any]:
-    """Per-run total regrets of every row on the cell (None and the reason where a row cannot play it)."""
-    totals: dict[str, Any] = {}
+def play_cell(
+    spec: BanditSpec, runs: int, seed: int, models: dict[str, tuple[str, bool]], done: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Per-run total regrets of every row on the cell (the reason, a string, where a row cannot play it).
+
+    The rows already in ``done`` (a stored record's totals of the same runs and seed) are kept, not replayed.
+    """
+    totals: dict[str, Any] = dict(done or {})
     batch = max(1, min(runs, 2_000_000 // (spec.dim * spec.dim * 24 + 1)))  # the index's (B, M, d, d) state
     rows: dict[str, Any] = {**UNINFORMED, **TOLD}
     for name, spec_row in rows.items():
-        totals[name] = evaluate_regret(spec, spec_row, runs, seed=seed, batch_size=batch).sum(1)
-    for name, net in MODELS.items():
+        if name not in totals:
+            totals[name] = evaluate_regret(spec, spec_row, runs, seed=seed, batch_size=batch).sum(1)
+    for name, (checkpoint, net) in models.items():
+        if name in totals:
+            continue
         try:
-            agent = agents.pretrained("linear-generalist", safety_net=net)
+            agent = agents.pretrained(checkpoint, safety_net=net)
             assert isinstance(agent, BanditAgent)
             totals[name] = evaluate_regret(spec, agent, runs, seed=seed, batch_size=batch).sum(1)
         except ValueError as err:  # outside what the model plays (d > d_max)
@@ -102,7 +117,7 @@ def play_cell(spec: BanditSpec, runs: int, seed: int) -> dict[str, Any]:
     return {name: (v.tolist() if isinstance(v, np.ndarray) else v) for name, v in totals.items()}
 
 
-def summary(name: str, totals: dict[str, Any]) -> dict[str, Any]:
+def summary(name: str, totals: dict[str, Any], models: dict[str, tuple[str, bool]]) -> dict[str, Any]:
     """One CSV row: every row's mean, the best uninformed reference, the models' ratios, p99 ratios, tails."""
     played = {k: np.asarray(v) for k, v in totals.items() if not isinstance(v, str)}
     best = min(UNINFORMED, key=lambda k: played[k].mean())
@@ -110,7 +125,7 @@ def summary(name: str, totals: dict[str, Any]) -> dict[str, Any]:
     for key, values in played.items():
         row[key] = round(float(values.mean()), 3)
         row[f"{key} s.e."] = round(float(values.std(ddof=1) / np.sqrt(len(values))), 3)
-    for key in MODELS:
+    for key in models:
         if key in played:
             ratio = played[key].mean() / played[best].mean()
             p99 = np.percentile(played[key], 99) / np.percentile(played[best], 99)
@@ -129,7 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=31_000_000, help="the first cell's seed (never a training seed)")
     parser.add_argument("--family", action="store_true", help="the in-family grid instead of the default cells")
     parser.add_argument("--cells", default="", help="semicolon-separated substrings of the cell names (default all)")
+    parser.add_argument(
+        "--model", action="append", default=[], help="a further linear generalist checkpoint to play (repeatable)"
+    )
     args = parser.parse_args(argv)
+    models = {**MODELS, **{name: (name, False) for name in args.model}}
     out = Path(args.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if k != "out"}
@@ -140,26 +159,28 @@ def main(argv: list[str] | None = None) -> None:
         path = out / "cells" / f"{name.replace('/', '-').replace(' ', '_')}.json"
         runs = args.long_runs if spec.horizon > 200 else args.runs
         record = json.loads(path.read_text()) if path.exists() else None
-        if record is None or record["runs"] != runs or record["seed"] != args.seed + index:
+        if record is not None and (record["runs"] != runs or record["seed"] != args.seed + index):
+            record = None  # other runs or seed: nothing of it is reused
+        if record is None or not set(models) <= set(record["totals"]):
             start = time.time()
-            totals = play_cell(spec, runs, args.seed + index)
+            done = None if record is None else record["totals"]
+            totals = play_cell(spec, runs, args.seed + index, models, done)
             record = {"cell": name, "runs": runs, "seed": args.seed + index, "totals": totals}
             atomic_write_bytes(path, json.dumps(record).encode())
             print(f"{name}: {time.time() - start:.0f} s", flush=True)
-        rows.append(summary(name, record["totals"]))
+        rows.append(summary(name, record["totals"], models))
     fields = sorted({k for r in rows for k in r}, key=lambda k: (k != "cell", k))
     atomic_write_csv(out / "cells.csv", rows, fields)
     lines = [
         f"Configuration: {json.dumps(config)}",
         "",
-        "| cell | best uninformed | model | ratio | p99 ratio | failures "
-        "| + safety net | ratio | p99 ratio | failures |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| cell | best uninformed | " + " | ".join(f"{key} | ratio | p99 ratio | failures" for key in models) + " |",
+        "|---|---|" + "---|---|---|---|" * len(models),
     ]
     for r in rows:
         best = f"{r['best uninformed']} {r['best mean']:.2f}"
         parts = []
-        for key in MODELS:
+        for key in models:
             if f"{key} ratio" in r:
                 parts.append(
                     f"{r[key]:.2f} +- {r[key + ' s.e.']:.2f} | {r[key + ' ratio']:.2f} | "

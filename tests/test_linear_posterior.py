@@ -266,3 +266,38 @@ def test_dagger_batches_play_the_model_on_one_hot_rows_wider_than_d_max():
     model = LinearGeneralistTransformer(LinearGeneralistConfig(**{**TINY, "noise_estimate": True}))
     batch = sample_batch(cfg, np.random.default_rng(5), model)
     assert (batch.inst.dim == 8).any() and batch.actions.shape == (batch.size, 10)
+
+
+@pytest.mark.parametrize("gamma", [0.0, -0.7])
+def test_untrained_logits_are_the_widened_model_averaged_bayes_ucb(gamma):
+    """Head at zero: logits = alpha (u_k - max u) / S with u_k = m_k + (z_t + gamma) sd_k, the model average
+    of both grids computed directly (gamma: the learned width's output, here its bias)."""
+    rng = np.random.default_rng(7)
+    d, d_max, num_arms, n, sigma = 3, 5, 4, 9, 0.6
+    arms = rng.uniform(-1, 1, (num_arms, d))
+    actions = rng.integers(0, num_arms, n)
+    rewards = rng.normal(0.2, 1.0, n)
+    config = LinearGeneralistConfig(**{**TINY, "index_width": True})
+    model = LinearGeneralistTransformer(config).eval()
+    with torch.no_grad():
+        model.posterior.width[-1].bias.fill_(gamma)
+    logits = model(
+        torch.as_tensor(arms, dtype=torch.float32)[None],
+        torch.as_tensor(actions)[None],
+        torch.as_tensor(rewards, dtype=torch.float32)[None],
+        torch.tensor([[n]]),
+        50,
+        sigma,
+        d,
+    )[0, 0]
+    x_hist, r = arms[actions].astype(np.float32).astype(np.float64), rewards.astype(np.float32).astype(np.float64)
+    sig = torch.tensor(sigma, dtype=torch.float32).double()
+    padded = torch.as_tensor(np.pad(arms.astype(np.float32), ((0, 0), (0, d_max - d)))).double()
+    lin = linear_posterior(_moments(x_hist, r, d_max), padded, torch.tensor(d), sig)
+    counts = np.bincount(actions, minlength=num_arms).astype(float)
+    sums = np.bincount(actions, weights=r, minlength=num_arms)
+    arm = arm_posterior(torch.as_tensor(counts), torch.as_tensor(sums), torch.tensor(r @ r), torch.tensor(float(n)), sig)
+    _, mean, sd = model_average([lin, arm], [torch.tensor(True), torch.tensor(True)])
+    u = mean + (bayes_ucb_quantile(torch.tensor(n)) + gamma) * sd
+    expected = model.posterior.log_alpha.exp().item() * (u - u.max()) / sd.mean()
+    torch.testing.assert_close(logits - logits.max(), expected.float(), rtol=1e-4, atol=1e-4)

@@ -70,7 +70,12 @@ class LinearGeneralistConfig(ArmTokenConfig):
     """'moments': the first version, attention over the raw moment matrix (the fields above); 'posterior': the
     second version, closed-form posterior features of a grid of priors (:mod:`icrl_gym.models.linear_posterior`)
     read by a per-arm network with attention across the arms (:class:`PosteriorArmNetwork`; it uses d_model,
-    n_heads, n_layers, mlp_ratio, d_max and noise_estimate), which also plays d > d_max on a fixed action set."""
+    n_heads, n_layers, mlp_ratio, d_max, noise_estimate and index_width), which also plays d > d_max on a fixed
+    action set."""
+    index_width: bool = False
+    """The second version: a learned width gamma(step) added to the Bayes-UCB quantile of the skip index,
+    u_k = m_k + (z_t + gamma) sd_k, gamma read from the step's features by a small MLP whose output starts at
+    zero (:class:`PosteriorArmNetwork`): how much to explore is the decision a prior not told moves most."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -38,6 +38,10 @@ from icrl_gym.models.linear_posterior import (
 
 POSTERIOR_FEATURES = 2 * 2 * NUM_PRIORS + 3 + 2 + NUM_STEP_FEATURES + 9 + 2 * NUM_PRIORS
 """Width of an arm's input to :class:`PosteriorArmNetwork` (:func:`posterior_inputs`)."""
+LOG_SD_COLUMN = 2 * 2 * NUM_PRIORS + 1
+"""The column of log(sd_k / S), the model average's relative posterior sd (:func:`posterior_inputs`)."""
+STEP_COLUMNS = slice(2 * 2 * NUM_PRIORS + 5, POSTERIOR_FEATURES)
+"""The columns of the per-step features, the same for every arm of a step (:func:`posterior_inputs`)."""
 
 
 def posterior_inputs(
@@ -136,8 +140,10 @@ class PosteriorArmNetwork(nn.Module):
     """The second version's network: per-arm MLP, L blocks of [attention across arms, MLP], logit + skip.
 
     logit_k = w^T LayerNorm(h_k) + b + alpha (u_k - max u) / S: with the head at zero (its initialisation) the
-    argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  Arms are exchangeable: no
-    positions anywhere, so permuting the arms permutes the logits.
+    argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  With ``index_width`` the skip
+    index is widened by gamma sd_k / S, gamma = MLP(the step's features), so u_k = m_k + (z_t + gamma) sd_k
+    (gamma starts at 0).  Arms are exchangeable: no positions anywhere, so permuting the arms permutes the
+    logits.
     """
 
     def __init__(self, config: LinearGeneralistConfig) -> None:
@@ -155,6 +161,13 @@ class PosteriorArmNetwork(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(4.0)))
+        self.width: nn.Sequential | None = None
+        if config.index_width:
+            steps = STEP_COLUMNS.stop - STEP_COLUMNS.start
+            out = nn.Linear(hidden, 1)
+            nn.init.zeros_(out.weight)
+            nn.init.zeros_(out.bias)
+            self.width = nn.Sequential(nn.Linear(steps, hidden), nn.GELU(), out)
 
     def forward(self, features: torch.Tensor, base: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
         """Inputs (B, Q, A, F) and skip index (B, Q, A) -> logits (B, Q, A)."""
@@ -162,6 +175,9 @@ class PosteriorArmNetwork(nn.Module):
         for ln_a, attn, ln_m, mlp in zip(self.ln_attn, self.attn, self.ln_mlp, self.mlp, strict=True):
             h = h + attn(ln_a(h), arm_mask)
             h = h + mlp(ln_m(h))
+        if self.width is not None:
+            gamma = self.width(features[..., 0, STEP_COLUMNS])  # (B, Q, 1): one width per step
+            base = base + gamma * features[..., LOG_SD_COLUMN].exp()
         return self.head(self.ln_out(h)).squeeze(-1) + self.log_alpha.exp() * base
 
 

@@ -296,7 +296,8 @@ def test_untrained_logits_are_the_widened_model_averaged_bayes_ucb(gamma):
     lin = linear_posterior(_moments(x_hist, r, d_max), padded, torch.tensor(d), sig)
     counts = np.bincount(actions, minlength=num_arms).astype(float)
     sums = np.bincount(actions, weights=r, minlength=num_arms)
-    arm = arm_posterior(torch.as_tensor(counts), torch.as_tensor(sums), torch.tensor(r @ r), torch.tensor(float(n)), sig)
+    total, steps = torch.tensor(r @ r), torch.tensor(float(n))
+    arm = arm_posterior(torch.as_tensor(counts), torch.as_tensor(sums), total, steps, sig)
     _, mean, sd = model_average([lin, arm], [torch.tensor(True), torch.tensor(True)])
     u = mean + (bayes_ucb_quantile(torch.tensor(n)) + gamma) * sd
     expected = model.posterior.log_alpha.exp().item() * (u - u.max()) / sd.mean()

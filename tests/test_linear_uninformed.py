@@ -30,7 +30,7 @@ def test_small_run_writes_consistent_tables(tmp_path) -> None:
 
 
 def test_a_further_model_is_played_alone_on_the_stored_cells(tmp_path, monkeypatch) -> None:
-    """--model on a finished folder plays only that row: the stored rows stay as they were, and the table has it."""
+    """--model (and --net) on a finished folder plays only those rows: the stored rows stay, the table has them."""
     from icrl_gym.checkpoint import resolve_checkpoint
 
     out = tmp_path / "lu"
@@ -42,9 +42,10 @@ def test_a_further_model_is_played_alone_on_the_stored_cells(tmp_path, monkeypat
     real = linear_uninformed.evaluate_regret
     monkeypatch.setattr(linear_uninformed, "evaluate_regret", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     extra = str(resolve_checkpoint("linear-generalist"))
-    linear_uninformed.main([*args, "--model", extra])
+    linear_uninformed.main([*args, "--model", extra, "--net"])
     after = json.loads(path.read_text())["totals"]
-    assert len(calls) == 1  # the new row only
+    assert len(calls) == 2  # the new rows only
     assert {k: after[k] for k in before} == before
     np.testing.assert_allclose(after[extra], after["linear-generalist"])  # the same checkpoint, the same runs
-    assert extra in (out / "table.md").read_text()
+    np.testing.assert_allclose(after[f"{extra} + safety net"], after["linear-generalist + safety net"])
+    assert f"{extra} + safety net" in (out / "table.md").read_text()

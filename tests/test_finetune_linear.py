@@ -116,6 +116,7 @@ def test_a_tiny_run_validates_against_the_best_uninformed_reference(base, tmp_pa
     )
     assert history[0]["val_regret"] == pytest.approx(played.sum(1).mean() / min(refs))
     assert history[0]["val tiny"] == history[0]["val_worst"] == history[0]["val_regret"]
+    assert "worst cell" in (tmp_path / "ft" / "train.log").read_text()
     finetune_linear.uninformed_best.cache_clear()
 
 

@@ -246,7 +246,8 @@ class FinetuneTask(TrainingTask):
     def evaluated(self, step: int, entry: dict[str, Any]) -> None:
         """The log line."""
         best = self.record["best"]["val_regret"]
-        worst = f", worst prior {entry['val_worst']:.4f}" if "val_worst" in entry else ""
+        label = getattr(self.method, "worst_label", "worst prior")  # what val_worst is the worst of
+        worst = f", {label} {entry['val_worst']:.4f}" if "val_worst" in entry else ""
         self.log(f"iteration {step}: validation regret {entry['val_regret']:.4f}{worst} (best {best:.4f})")
 
     def meta(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -206,6 +206,8 @@ class LinearGeneralistFinetune:
 
     details: dict[str, float] = field(default_factory=dict)
     """The last validation's ratio per cell and the worst one, for the history."""
+    worst_label: ClassVar[str] = "worst cell"
+    """How the log names ``val_worst`` (the Bernoulli method's is the worst prior)."""
 
     def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
         """The mean over :data:`VALIDATION_CELLS` of the greedy model's regret over the best uninformed reference's."""

@@ -35,14 +35,13 @@ from typing import Any
 import numpy as np
 
 import agents
-from agents.bandit.model_average import UNINFORMED_REFERENCES
+from agents.bandit.model_average import UNINFORMED_REFERENCES as UNINFORMED
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
 from icrl_gym.utils.cli import doc_parser
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
-UNINFORMED = UNINFORMED_REFERENCES
 TOLD: dict[str, dict[str, Any]] = {
     "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
     "TS (matched)": {"name": "linear_ts"},

@@ -38,8 +38,8 @@ from icrl_gym.envs.linear_bandit import linear_bandit_spec
 from icrl_gym.envs.padded_linear import InstanceBatch, Instances
 from icrl_gym.models.linear_generalist import LinearGeneralistTransformer
 from icrl_gym.models.linear_generalist_posterior import PosteriorLinearGeneralist
-from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages
+from icrl_gym.training.linear_expert import model_env_info
 from icrl_gym.training.linear_generalist import LinearGeneralistTrainConfig, family_instances, family_options
 
 VALIDATION_CELLS: dict[str, BanditSpec] = {
@@ -82,16 +82,8 @@ def linear_rollout(
     and ``loss_steps`` (B, Q); the whole runs' ``played_actions`` and ``rewards`` (B, T) for the record.
     """
     b, horizon = inst.noise.shape
-    noise = inst.model_noise()
-    info = EnvInfo(
-        inst.sets.shape[2],
-        horizon,
-        dim=inst.sets.shape[-1],  # d_max, or A for one-hot rows wider than d_max
-        run_noise_std=tuple(noise.tolist()),
-        run_dims=tuple(inst.dim.tolist()),
-    )
     runs = InstanceBatch(inst)
-    player = ModelPlay(model, b, info, device)
+    player = ModelPlay(model, b, model_env_info(inst), device)
     wanted = set(loss_steps.tolist())
     kept: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -143,9 +135,9 @@ def validation_ratios(
 ) -> dict[str, float]:
     """Per validation cell, the greedy model's mean regret over the best uninformed reference's (same instances)."""
     out = {}
+    agent = LinearGeneralistAgent.from_model(model, meta, greedy=True)  # every evaluation resets it
     for i, (cell, spec) in enumerate(VALIDATION_CELLS.items()):
         cell_seed = VALIDATION_SEED + seed + i
-        agent = LinearGeneralistAgent.from_model(model, meta, greedy=True)
         regret = evaluate_regret(spec, agent, runs, seed=cell_seed, batch_size=runs).sum(1).mean()
         out[cell] = float(regret) / uninformed_best(cell, runs, cell_seed)[1]
     return out

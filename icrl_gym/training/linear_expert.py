@@ -49,6 +49,21 @@ def expert_z(z: float, schedule: str, t: int) -> float:
     return z if schedule == "constant" else max(float(ndtri(1.0 - 1.0 / (t + 1))), 0.0)
 
 
+def model_env_info(inst: Instances) -> EnvInfo:
+    """What a linear generalist playing ``inst`` is told: A, T, the arrays' width, each run's sigma and d.
+
+    The width is that of the action sets (d_max, or A for one-hot rows wider than d_max); sigma is NaN where
+    the model is not given it (:meth:`Instances.model_noise`).
+    """
+    return EnvInfo(
+        inst.sets.shape[2],
+        inst.horizon,
+        dim=inst.sets.shape[-1],
+        run_noise_std=tuple(inst.model_noise().tolist()),
+        run_dims=tuple(inst.dim.tolist()),
+    )
+
+
 def rollout(
     inst: Instances,
     epsilon: np.ndarray,
@@ -75,9 +90,7 @@ def rollout(
     regret = np.zeros(b)
     player = None
     if model is not None:
-        noise, dims = tuple(inst.model_noise().tolist()), tuple(inst.dim.tolist())  # per run
-        info = EnvInfo(num_arms, horizon, dim=width, run_noise_std=noise, run_dims=dims)
-        player = ModelPlay(model, b, info)
+        player = ModelPlay(model, b, model_env_info(inst))
 
     def choose(t: int) -> np.ndarray:
         arms = runs.arms()

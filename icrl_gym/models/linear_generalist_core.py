@@ -70,12 +70,18 @@ class LinearGeneralistConfig(ArmTokenConfig):
     """'moments': the first version, attention over the raw moment matrix (the fields above); 'posterior': the
     second version, closed-form posterior features of a grid of priors (:mod:`icrl_gym.models.linear_posterior`)
     read by a per-arm network with attention across the arms (:class:`PosteriorArmNetwork`; it uses d_model,
-    n_heads, n_layers, mlp_ratio, d_max, noise_estimate and index_width), which also plays d > d_max on a fixed
-    action set."""
+    n_heads, n_layers, mlp_ratio, d_max, noise_estimate, index_width and ridge_gate), which also plays d > d_max
+    on a fixed action set."""
     index_width: bool = False
     """The second version: a learned width gamma(step) added to the Bayes-UCB quantile of the skip index,
     u_k = m_k + (z_t + gamma) sd_k, gamma read from the step's features by a small MLP whose output starts at
     zero (:class:`PosteriorArmNetwork`): how much to explore is the decision a prior not told moves most."""
+    ridge_gate: bool = False
+    """The second version: a learned gate g(step) from the model-averaged index u toward LinUCB's,
+    u' = u + g (l - u), l_k = ridge mean_k + a ridge width_k (lambda = 1, the LinUCB of the references, with a
+    learned a(step) starting at 1), both from a small MLP of the step's features whose g starts at zero
+    (:class:`PosteriorArmNetwork`): where a tuned LinUCB beats Bayes-UCB (short horizons, many arms), the
+    policy can move to it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -34,6 +34,8 @@ from icrl_gym.models.linear_posterior import (
     estimate_noise_arms,
     linear_posterior,
     model_average,
+    ridge_arms,
+    ridge_linear,
 )
 
 POSTERIOR_FEATURES = 2 * 2 * NUM_PRIORS + 3 + 2 + NUM_STEP_FEATURES + 9 + 2 * NUM_PRIORS
@@ -42,6 +44,9 @@ LOG_SD_COLUMN = 2 * 2 * NUM_PRIORS + 1
 """The column of log(sd_k / S), the model average's relative posterior sd (:func:`posterior_inputs`)."""
 STEP_COLUMNS = slice(2 * 2 * NUM_PRIORS + 5, POSTERIOR_FEATURES)
 """The columns of the per-step features, the same for every arm of a step (:func:`posterior_inputs`)."""
+RIDGE_COLUMNS = slice(POSTERIOR_FEATURES, POSTERIOR_FEATURES + 2)
+"""With ``ridge_gate``, two columns after the network's inputs: LinUCB's ridge mean, relative to the best arm's,
+and its width, both in units of S (:func:`posterior_inputs`); the gate reads them, the per-arm network does not."""
 
 
 def posterior_inputs(
@@ -67,7 +72,8 @@ def posterior_inputs(
     model is off), the model average's same two and asinh((u_k - max u) / S) of its Bayes-UCB index u,
     log(1 + n_k) and n_k / t; per step: phi(t, T), z_t, log S, log sigma, sigma given, fixed set, linear
     model on, log(1 + max(n - d, 0)), d / d_max, log A / log 50, and the log posterior weights of the
-    priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S.
+    priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S.  With
+    ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width (:data:`RIDGE_COLUMNS`).
     """
     b, nq, na, _ = arms.shape
     dmax = config.d_max
@@ -131,9 +137,25 @@ def posterior_inputs(
         (weights + 1e-8).log(),
     ]
     step_part = torch.cat(per_step, -1).unsqueeze(-2).expand(b, nq, na, -1)
-    features = torch.cat([*per_arm, *(f.unsqueeze(-1) for f in bma + pulls), step_part], -1)
+    ridge: list[torch.Tensor] = []
+    if config.ridge_gate:  # LinUCB's mean and width, relative and in units of S (RIDGE_COLUMNS)
+        lin_mean, lin_width = ridge_linear(raw_moments, x, dims_lin)
+        arm_mean, arm_width = ridge_arms(counts, sums)
+        on = linear_ok.unsqueeze(-1)
+        ridge_mean, ridge_width = torch.where(on, lin_mean, arm_mean), torch.where(on, lin_width, arm_width)
+        ridge = [(ridge_mean - ridge_mean.max(-1, keepdim=True).values) / scale, ridge_width / scale]
+    columns = [*per_arm, *(f.unsqueeze(-1) for f in bma + pulls), step_part, *(f.unsqueeze(-1) for f in ridge)]
+    features = torch.cat(columns, -1)
     base = (index - index.max(-1, keepdim=True).values) / scale
     return features.float(), base.float()
+
+
+def step_mlp(hidden: int, outputs: int) -> nn.Sequential:
+    """An MLP of a step's features (:data:`STEP_COLUMNS`) whose outputs start at zero (zero last layer)."""
+    out = nn.Linear(hidden, outputs)
+    nn.init.zeros_(out.weight)
+    nn.init.zeros_(out.bias)
+    return nn.Sequential(nn.Linear(STEP_COLUMNS.stop - STEP_COLUMNS.start, hidden), nn.GELU(), out)
 
 
 class PosteriorArmNetwork(nn.Module):
@@ -142,7 +164,9 @@ class PosteriorArmNetwork(nn.Module):
     logit_k = w^T LayerNorm(h_k) + b + alpha (u_k - max u) / S: with the head at zero (its initialisation) the
     argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  With ``index_width`` the skip
     index is widened by gamma sd_k / S, gamma = MLP(the step's features), so u_k = m_k + (z_t + gamma) sd_k
-    (gamma starts at 0).  Arms are exchangeable: no positions anywhere, so permuting the arms permutes the
+    (gamma starts at 0).  With ``ridge_gate`` the skip index then moves toward LinUCB's by a gate g(step),
+    u' = u + g (l - u), l_k = (ridge mean_k + a ridge width_k) / S (:data:`RIDGE_COLUMNS`), with a = exp(log a(step))
+    (g and log a start at 0: the base model's play).  Arms are exchangeable: no positions anywhere, so permuting the arms permutes the
     logits.
     """
 
@@ -161,23 +185,22 @@ class PosteriorArmNetwork(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(4.0)))
-        self.width: nn.Sequential | None = None
-        if config.index_width:
-            steps = STEP_COLUMNS.stop - STEP_COLUMNS.start
-            out = nn.Linear(hidden, 1)
-            nn.init.zeros_(out.weight)
-            nn.init.zeros_(out.bias)
-            self.width = nn.Sequential(nn.Linear(steps, hidden), nn.GELU(), out)
+        self.width = step_mlp(hidden, 1) if config.index_width else None
+        self.gate = step_mlp(hidden, 2) if config.ridge_gate else None
 
     def forward(self, features: torch.Tensor, base: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
         """Inputs (B, Q, A, F) and skip index (B, Q, A) -> logits (B, Q, A)."""
-        h = self.arm_in(features)
+        h = self.arm_in(features[..., :POSTERIOR_FEATURES])
         for ln_a, attn, ln_m, mlp in zip(self.ln_attn, self.attn, self.ln_mlp, self.mlp, strict=True):
             h = h + attn(ln_a(h), arm_mask)
             h = h + mlp(ln_m(h))
         if self.width is not None:
             gamma = self.width(features[..., 0, STEP_COLUMNS])  # (B, Q, 1): one width per step
             base = base + gamma * features[..., LOG_SD_COLUMN].exp()
+        if self.gate is not None:
+            g, log_a = self.gate(features[..., 0, STEP_COLUMNS]).unsqueeze(-2).unbind(-1)  # (B, Q, 1) each
+            ridge = features[..., RIDGE_COLUMNS.start] + log_a.exp() * features[..., RIDGE_COLUMNS.start + 1]
+            base = base + g * (ridge - base)
         return self.head(self.ln_out(h)).squeeze(-1) + self.log_alpha.exp() * base
 
 

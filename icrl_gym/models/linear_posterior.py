@@ -159,6 +159,35 @@ def model_average(posteriors: list[Posterior], valid: list[torch.Tensor]) -> tup
     return weights, mean, var.sqrt()
 
 
+def ridge_linear(moments: torch.Tensor, arms: torch.Tensor, dims: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """LinUCB's ridge estimate and width (lambda = 1, Appendix E.2) of every arm, from the raw moments.
+
+    With V = I + G and the ridge estimate w = V^{-1} b (G, b: blocks of the raw moment matrix (..., E, E)),
+    arm x_k (..., A, d_max) reads the mean <x_k, w> and the width sqrt(x_k^T V^{-1} x_k), both (..., A):
+    LinUCB(alpha)'s index is their sum with weight alpha on the width.  sigma is not used (LinUCB does not
+    scale by it).  Only the first max(d) coordinates are solved, as in :func:`linear_posterior`.
+    """
+    m = moments.double()
+    dmax = m.shape[-1] - 2
+    width = min(dmax, int(dims.max())) if dims.numel() else dmax
+    eye = torch.eye(width, dtype=m.dtype, device=m.device)
+    chol = torch.linalg.cholesky(m[..., :width, :width] + eye)
+    w = torch.cholesky_solve(m[..., :width, dmax].unsqueeze(-1), chol).squeeze(-1)  # (..., D)
+    x = arms[..., :width].double()
+    half = torch.linalg.solve_triangular(chol, x.transpose(-1, -2), upper=False)  # (..., D, A)
+    return torch.einsum("...ad,...d->...a", x, w), half.pow(2).sum(-2).sqrt()
+
+
+def ridge_arms(counts: torch.Tensor, sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """LinUCB's ridge mean S_k / (n_k + 1) and width 1 / sqrt(n_k + 1) of every arm (..., A) on one-hot arms.
+
+    :func:`ridge_linear` with x_k = e_k: V = I + diag(n), so each arm is its own ridge regression; it serves
+    the fixed action sets wider than d_max.
+    """
+    c = counts.double() + 1.0
+    return sums.double() / c, c.rsqrt()
+
+
 def bayes_ucb_quantile(steps: torch.Tensor) -> torch.Tensor:
     """z_t = max(Phi^{-1}(1 - 1 / (t + 1)), 0) at 0-based steps t (the pretraining expert's schedule)."""
     p = 1.0 - 1.0 / (steps.double() + 1.0)

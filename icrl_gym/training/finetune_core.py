@@ -77,6 +77,10 @@ class FinetuneConfig(TrainerConfig):
     loss_steps: int = checked(0, Allowed(low=0, integer=True))
     """The linear generalist: the loss reads this many steps of the runs, drawn uniformly without replacement
     every iteration (0: every step); an unbiased estimate of the whole runs' loss at a fraction of the cost."""
+    widen: dict[str, Any] = field(default_factory=dict)
+    """Model configuration fields to set on the base before fine-tuning (e.g. ``{"ridge_gate": true}``): the
+    model is rebuilt with them and given the base's weights; the modules they add must start at zero output,
+    so the widened model plays as the base at iteration 0 (refused when a base weight has no place in it)."""
     eval_every: int = checked(25, POSITIVE_INT)
     """Iterations between validations (and resumable checkpoints)."""
     out_dir: str = "runs/bernoulli-ad-ucb-finetuned"

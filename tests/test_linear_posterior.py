@@ -144,9 +144,14 @@ def _trajectory(b, s, a, d, seed, per_step, one_hot=False):
     )
 
 
+@pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("case", ["per_step", "fixed", "one_hot_wider_than_d_max"])
-def test_cached_steps_equal_the_recomputation_from_scratch(case):
-    model, (b, s, a, d) = _model(noise_estimate=True), (3, 25, 7, 4)
+def test_cached_steps_equal_the_recomputation_from_scratch(case, gated):
+    model, (b, s, a, d) = _model(noise_estimate=True, index_width=gated, ridge_gate=gated), (3, 25, 7, 4)
+    if gated:  # open the gate and the width, so that the ridge columns reach the logits
+        with torch.no_grad():
+            model.posterior.gate[-1].bias.copy_(torch.tensor([0.6, 0.3]))
+            model.posterior.width[-1].bias.fill_(-0.4)
     one_hot = case == "one_hot_wider_than_d_max"
     sets, actions, rewards = _trajectory(b, s, a, d, 3, case == "per_step", one_hot)
     if case == "fixed":

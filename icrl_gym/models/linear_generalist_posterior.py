@@ -165,9 +165,9 @@ class PosteriorArmNetwork(nn.Module):
     argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  With ``index_width`` the skip
     index is widened by gamma sd_k / S, gamma = MLP(the step's features), so u_k = m_k + (z_t + gamma) sd_k
     (gamma starts at 0).  With ``ridge_gate`` the skip index then moves toward LinUCB's by a gate g(step),
-    u' = u + g (l - u), l_k = (ridge mean_k + a ridge width_k) / S (:data:`RIDGE_COLUMNS`), with a = exp(log a(step))
-    (g and log a start at 0: the base model's play).  Arms are exchangeable: no positions anywhere, so permuting the arms permutes the
-    logits.
+    u' = u + g (l - u), l_k = (ridge mean_k + a ridge width_k) / S (:data:`RIDGE_COLUMNS`), a = exp(log a(step)),
+    where g and log a start at 0 (the base model's play).  Arms are exchangeable: no positions anywhere, so
+    permuting the arms permutes the logits.
     """
 
     def __init__(self, config: LinearGeneralistConfig) -> None:

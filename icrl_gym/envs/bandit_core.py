@@ -21,14 +21,12 @@ import numpy as np
 
 from icrl_gym.config import Choice, DictConfig
 from icrl_gym.envs.prior_family import FAMILY_PRIORS, sample_beta_priors, sample_noise, sample_prior, sample_sphere
+from icrl_gym.envs.run_batch import RunBatch
 from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
     check_finite,
     check_in_range,
-    check_index_batch,
-    check_integer,
-    check_memory,
     integer_problem,
     number_problem,
     plain,
@@ -353,7 +351,7 @@ def sample_action_sets(spec: BanditSpec, rng: np.random.Generator, n: int) -> np
     return rng.uniform(-1.0, 1.0, size=(n, spec.num_actions, spec.dim))
 
 
-class BanditBatch:
+class BanditBatch(RunBatch[BanditSpec]):
     """B independent bandit instances advanced together (the batched core of every bandit env).
 
     Attributes:
@@ -361,6 +359,8 @@ class BanditBatch:
         action_sets: (B, A, d) the current action set of every instance.
         t: number of steps already taken (0 <= t <= T), shared by the whole batch.
     """
+
+    action_indices = "arm indices"
 
     def __init__(
         self,
@@ -371,11 +371,8 @@ class BanditBatch:
         action_sets: np.ndarray | None = None,
     ) -> None:
         """The memory limit is :func:`~icrl_gym.envs.validation.memory_limit`'s (or the environment variable's)."""
-        batch_size = check_integer("batch_size", batch_size)
-        check_memory(spec.memory_bytes(batch_size), f"a batch of {batch_size:,} bandit instances")
-        self.spec = spec
-        self.batch_size = batch_size
-        self.rng = rng
+        super().__init__(spec, batch_size, rng, "bandit instances")
+        batch_size = self.batch_size  # the checked integer
         drawn = draw_instance_priors(spec, rng, batch_size)
         self.w_star = self._given_or_sampled(
             w_star, (batch_size, spec.dim), "w_star", sample_w_star if drawn is None else lambda *_: drawn.pop("w")
@@ -444,10 +441,6 @@ class BanditBatch:
     def done(self) -> bool:
         """Whether the T steps of the run have all been taken."""
         return self.t >= self.spec.horizon
-
-    def check_actions(self, actions: Any) -> np.ndarray:
-        """Validate a batch of arm indices: integer, shape (B,), each in [0, A)."""
-        return check_index_batch(actions, self.batch_size, self.spec.num_actions, "actions", "arm indices")
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:
         """Pull arm ``actions[b]`` in instance b; returns rewards and regret quantities.

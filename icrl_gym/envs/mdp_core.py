@@ -36,15 +36,13 @@ from icrl_gym.envs.mdp_instances import (
     InstanceTable,
     MDPInstances,
 )
+from icrl_gym.envs.run_batch import RunBatch
 from icrl_gym.envs.validation import (
     MAX_SCALE,
     as_float_array,
     check_distribution,
     check_finite,
     check_in_range,
-    check_index_batch,
-    check_integer,
-    check_memory,
     integer_problem,
     number_problem,
     plain,
@@ -219,7 +217,7 @@ DYNAMICS: dict[MDPKind, MDPDynamics] = {
 one layer down (:mod:`icrl_gym.envs.mdp_instances`), its environment one layer up (``dark_room.py``)."""
 
 
-class MDPBatch:
+class MDPBatch(RunBatch[MDPSpec]):
     """B tabular MDP runs of K episodes of H steps advanced together.
 
     Attributes: ``state`` (B,) current states, ``h`` the step within the episode (0-based),
@@ -227,6 +225,8 @@ class MDPBatch:
     ``q_star`` Q*_h(s, a) indexed like a (B, H, S, A) array (an :class:`InstanceTable` for DarkRoom),
     ``goal`` (B,) the goal cells of DarkRoom instances drawn from the prior (else None).
     """
+
+    action_indices = "action indices"
 
     def __init__(
         self,
@@ -239,9 +239,8 @@ class MDPBatch:
 
         The memory limit is :func:`~icrl_gym.envs.validation.memory_limit`'s (or the environment variable's).
         """
-        batch_size = check_integer("batch_size", batch_size)
-        check_memory(spec.memory_bytes(batch_size), f"a batch of {batch_size:,} {spec.kind} MDPs")
-        self.spec, self.batch_size, self.rng = spec, batch_size, rng
+        super().__init__(spec, batch_size, rng, f"{spec.kind} MDPs")
+        batch_size = self.batch_size  # the checked integer
         self._dynamics = spec.kind.dynamics
         self.instances: MDPInstances = (
             self._dynamics.draw(spec, rng, batch_size)
@@ -303,10 +302,6 @@ class MDPBatch:
     def done(self) -> bool:
         """Whether all K episodes are over."""
         return self.k >= self.spec.episodes
-
-    def check_actions(self, actions: Any) -> np.ndarray:
-        """Validate a batch of action indices: integers of shape (B,) in [0, A)."""
-        return check_index_batch(actions, self.batch_size, self.spec.num_actions, "actions", "action indices")
 
     def _optimal_values(self, h: int, states: np.ndarray) -> np.ndarray:
         """V*_h(s) = max_a Q*_h(s, a) of every run at its state (B,)."""

@@ -73,9 +73,9 @@ from icrl_gym.models.linear_generalist_core import (
     LinearGeneralistMark,
     LinearGeneralistTransformer,
     QueryInputs,
+    RunSizes,
     estimate_noise,
     history_tokens,
-    per_run,
 )
 from icrl_gym.models.linear_generalist_posterior import (
     POSTERIOR_FEATURES,
@@ -305,9 +305,7 @@ class MomentsLinearGeneralist(LinearGeneralistTransformer):
         arms: torch.Tensor,
         raw_moments: torch.Tensor,
         steps: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dim: torch.Tensor | int,
+        run: RunSizes,
         arm_mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """Arms (B, Q, A, d_max), raw moments (B, Q, E, E) of the history before steps t (B, Q) -> logits (B, Q, A).
@@ -316,7 +314,7 @@ class MomentsLinearGeneralist(LinearGeneralistTransformer):
         given one or, where it is NaN, the in-context estimate (:func:`noise_levels`).
         """
         b, nq, na, _ = arms.shape
-        horizon_t, noise, dims = per_run(b, arms.device, horizon, noise_std, dim)
+        horizon_t, noise, dims = run
         sigma, known = noise_levels(raw_moments, dims, noise, self.config.noise_estimate)
         inv = (1.0 / sigma)[..., None, None]  # twice, not 1 / sigma^2: an empty history stays 0 for tiny sigma
         moments = raw_moments * inv * inv
@@ -338,13 +336,12 @@ class MomentsLinearGeneralist(LinearGeneralistTransformer):
         return logits
 
     def _decide_queries(self, inputs: QueryInputs) -> torch.Tensor:
-        history, moments, query_steps, horizon, noise_std, dims, arm_mask = inputs
+        history, moments, query_steps, run, arm_mask = inputs
         sets = history[0]
         arms = sets[torch.arange(sets.shape[0], device=sets.device).view(-1, 1), query_steps]  # (B, Q, A, d_max)
-        return self._decide(arms, moments, query_steps, horizon, noise_std, dims, arm_mask)
+        return self._decide(arms, moments, query_steps, run, arm_mask)
 
     def _decide_step(
         self, cache: LinearGeneralistCache, arms: torch.Tensor, steps: torch.Tensor, arm_mask: torch.Tensor | None
     ) -> torch.Tensor:
-        moments = cache.moments.unsqueeze(1)
-        return self._decide(arms, moments, steps, cache.horizon, cache.noise_std, cache.dims, arm_mask)
+        return self._decide(arms, cache.moments.unsqueeze(1), steps, cache.run, arm_mask)

@@ -155,6 +155,32 @@ class ArmSelfAttention(generalist.ArmSelfAttention):
         return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
 
 
+class RunSizes(NamedTuple):
+    """The horizon T, the noise level sigma (float32) and the arms' dimension d of every run, each (B,)."""
+
+    horizon: torch.Tensor
+    noise: torch.Tensor
+    dims: torch.Tensor
+
+
+def per_run(
+    b: int,
+    device: torch.device,
+    horizon: torch.Tensor | int,
+    noise_std: torch.Tensor | float,
+    dim: torch.Tensor | int,
+) -> RunSizes:
+    """T, sigma (float32) and d as (B,) tensors from numbers or (B,) tensors.
+
+    Made once for both versions, by the frame (:meth:`LinearGeneralistTransformer.forward`) and by the cache
+    (:attr:`LinearGeneralistCache.run`, read at every step): a version decides from these tensors, whatever form
+    the caller gave T, sigma and d in.
+    """
+    horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
+    noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
+    return RunSizes(horizon_t, noise, torch.as_tensor(dim, device=device).reshape(-1).expand(b))
+
+
 LinearGeneralistMark = tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"]
 """A :class:`LinearGeneralistCache` before a step: steps, moments, counts, sums, fixed, last action sets."""
 
@@ -208,6 +234,11 @@ class LinearGeneralistCache:
         self.fixed = torch.ones(batch_size, dtype=torch.bool, device=device)
         """Whether the action set has been the same at every step so far (B,)."""
 
+    @property
+    def run(self) -> RunSizes:
+        """T, sigma and d of every run as (B,) tensors (:func:`per_run`): what every step of a version reads."""
+        return per_run(self.batch_size, self.noise_std.device, self.horizon, self.noise_std, self.dims)
+
     def append(self, tokens: torch.Tensor) -> None:
         """Add raw history tokens e_s = [x, r, 1] (B, E) of one step."""
         tokens = tokens.to(self.moments.dtype)
@@ -258,19 +289,6 @@ class LinearGeneralistCache:
         self.moments.copy_(moments)
 
 
-def per_run(
-    b: int,
-    device: torch.device,
-    horizon: torch.Tensor | int,
-    noise_std: torch.Tensor | float,
-    dim: torch.Tensor | int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """T, sigma (float32) and d as (B,) tensors from numbers or (B,) tensors."""
-    horizon_t = torch.as_tensor(horizon, device=device).reshape(-1).expand(b)
-    noise = torch.as_tensor(noise_std, dtype=torch.float32, device=device).reshape(-1).expand(b)
-    return horizon_t, noise, torch.as_tensor(dim, device=device).reshape(-1).expand(b)
-
-
 VERSIONS: dict[str, type[LinearGeneralistTransformer]] = {}
 """The versions by their ``features`` (each registers itself when its module is imported)."""
 
@@ -281,9 +299,7 @@ class QueryInputs(NamedTuple):
     history: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     moments: torch.Tensor
     query_steps: torch.Tensor
-    horizon: torch.Tensor | int
-    noise_std: torch.Tensor | float
-    dims: torch.Tensor | int
+    run: RunSizes
     arm_mask: torch.Tensor | None
 
 
@@ -366,9 +382,9 @@ class LinearGeneralistTransformer(nn.Module):
         outer = tokens.unsqueeze(-1) * tokens.unsqueeze(-2)  # (B, S, E, E)
         prefix = F.pad(outer.cumsum(dim=1), (0, 0, 0, 0, 1, 0))  # (B, S + 1, E, E): sum over s < t
         moments = prefix[rows, query_steps]  # (B, Q, E, E)
-        dims = action_sets.shape[-1] if dim is None else dim
+        run = per_run(b, sets.device, horizon, noise_std, action_sets.shape[-1] if dim is None else dim)
         history = (sets, actions, rewards)
-        return self._decide_queries(QueryInputs(history, moments, query_steps, horizon, noise_std, dims, arm_mask))
+        return self._decide_queries(QueryInputs(history, moments, query_steps, run, arm_mask))
 
     def _decide_queries(self, inputs: QueryInputs) -> torch.Tensor:
         """The version's logits (B, Q, A) at ``query_steps`` (B, Q) (:meth:`forward`).

@@ -24,8 +24,8 @@ from icrl_gym.models.linear_generalist_core import (
     LinearGeneralistConfig,
     LinearGeneralistTransformer,
     QueryInputs,
+    RunSizes,
     estimate_noise,
-    per_run,
 )
 from icrl_gym.models.linear_posterior import (
     NUM_PRIORS,
@@ -224,7 +224,7 @@ class PosteriorLinearGeneralist(LinearGeneralistTransformer):
         gradient instead of recomputing the posterior features of every prefix."""
 
     def _decide_queries(self, inputs: QueryInputs) -> torch.Tensor:
-        history, moments, query_steps, horizon, noise_std, dims, arm_mask = inputs
+        history, moments, query_steps, run, arm_mask = inputs
         sets, actions, rewards = history
         rows = torch.arange(sets.shape[0], device=sets.device).view(-1, 1)
         arms = sets[rows, query_steps]  # (B, Q, A, W)
@@ -237,7 +237,7 @@ class PosteriorLinearGeneralist(LinearGeneralistTransformer):
         else:
             same = (sets == sets[:, :1]).flatten(2).all(-1).long().cummin(1).values.bool()  # (B, S or S + 1)
             fixed = same[rows, query_steps]
-        return self._decide(arms, moments, counts, sums, fixed, query_steps, horizon, noise_std, dims)
+        return self._decide(arms, moments, counts, sums, fixed, query_steps, run)
 
     def _decide_step(
         self, cache: LinearGeneralistCache, arms: torch.Tensor, steps: torch.Tensor, arm_mask: torch.Tensor | None
@@ -249,9 +249,7 @@ class PosteriorLinearGeneralist(LinearGeneralistTransformer):
             cache.sums.unsqueeze(1),
             cache.fixed.unsqueeze(1),
             steps,
-            cache.horizon,
-            cache.noise_std,
-            cache.dims,
+            cache.run,
         )
 
     def _decide(
@@ -262,15 +260,12 @@ class PosteriorLinearGeneralist(LinearGeneralistTransformer):
         sums: torch.Tensor,
         fixed: torch.Tensor,
         steps: torch.Tensor,
-        horizon: torch.Tensor | int,
-        noise_std: torch.Tensor | float,
-        dim: torch.Tensor | int,
+        run: RunSizes,
     ) -> torch.Tensor:
         """The logits (B, Q, A) (:func:`posterior_inputs`, :class:`PosteriorArmNetwork`)."""
-        horizon_t, noise, dims = per_run(arms.shape[0], arms.device, horizon, noise_std, dim)
         with torch.no_grad():
             features, base = posterior_inputs(
-                self.config, arms, moments, counts, sums, fixed, steps, horizon_t, noise, dims
+                self.config, arms, moments, counts, sums, fixed, steps, run.horizon, run.noise, run.dims
             )
         if self.input_log is not None:
             self.input_log.append((features, base))

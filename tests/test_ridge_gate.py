@@ -69,7 +69,8 @@ def test_ridge_of_the_arms_is_the_one_hot_linear_ridge():
 @pytest.mark.parametrize("gate, alpha", [(1.0, 1.0), (1.0, 2.0), (0.4, 0.5)])
 def test_gated_logits_move_the_bayes_ucb_index_toward_linucb(gate, alpha):
     """Head at zero: logits = alpha_net (base + g (l - base)), base = (u - max u) / S the model-averaged
-    Bayes-UCB index and l = (ridge mean - max ridge mean + a ridge width) / S, all computed directly."""
+    Bayes-UCB index and l = (ridge mean - max ridge mean + a sigma ridge width) / S, all computed directly, with
+    a = alpha / sigma: the gated index is LinUCB(alpha)'s."""
     rng = np.random.default_rng(7)
     d, d_max, num_arms, n, sigma = 3, 5, 4, 9, 0.6
     arms = rng.uniform(-1, 1, (num_arms, d)).astype(np.float32)
@@ -77,7 +78,7 @@ def test_gated_logits_move_the_bayes_ucb_index_toward_linucb(gate, alpha):
     rewards = rng.normal(0.2, 1.0, n).astype(np.float32)
     model = LinearGeneralistTransformer(LinearGeneralistConfig(**{**TINY, "ridge_gate": True})).eval()
     with torch.no_grad():
-        model.posterior.gate[-1].bias.copy_(torch.tensor([gate, math.log(alpha)]))
+        model.posterior.gate[-1].bias.copy_(torch.tensor([gate, math.log(alpha / sigma)]))  # LinUCB(alpha)
     logits = model(
         torch.as_tensor(arms)[None],
         torch.as_tensor(actions)[None],

@@ -78,10 +78,10 @@ class LinearGeneralistConfig(ArmTokenConfig):
     zero (:class:`PosteriorArmNetwork`): how much to explore is the decision a prior not told moves most."""
     ridge_gate: bool = False
     """The second version: a learned gate g(step) from the model-averaged index u toward LinUCB's,
-    u' = u + g (l - u), l_k = ridge mean_k + a ridge width_k (lambda = 1, the LinUCB of the references, with a
-    learned a(step) starting at 1), both from a small MLP of the step's features whose g starts at zero
-    (:class:`PosteriorArmNetwork`): where a tuned LinUCB beats Bayes-UCB (short horizons, many arms), the
-    policy can move to it."""
+    u' = u + g (l - u), l_k = ridge mean_k + a sigma ridge width_k (lambda = 1: LinUCB(alpha = a sigma) of the
+    references, with a learned a(step) starting at 1), both from a small MLP of the step's features whose g starts
+    at zero (:class:`PosteriorArmNetwork`): where a tuned LinUCB beats Bayes-UCB (short horizons, many arms),
+    the policy can move to it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -46,7 +46,10 @@ STEP_COLUMNS = slice(2 * 2 * NUM_PRIORS + 5, POSTERIOR_FEATURES)
 """The columns of the per-step features, the same for every arm of a step (:func:`posterior_inputs`)."""
 RIDGE_COLUMNS = slice(POSTERIOR_FEATURES, POSTERIOR_FEATURES + 2)
 """With ``ridge_gate``, two columns after the network's inputs: LinUCB's ridge mean, relative to the best arm's,
-and its width, both in units of S (:func:`posterior_inputs`); the gate reads them, the per-arm network does not."""
+and its width times sigma, both in units of S (:func:`posterior_inputs`); the gate reads them, the per-arm network
+does not.  Times sigma, the width is the posterior sd under the prior N(0, sigma^2 I), so the gate's a has one
+meaning at every noise level (LinUCB(alpha) is a = alpha / sigma); LinUCB's own width, unscaled, is 20 posterior
+sds at sigma = 0.05, and a gate that opened there would explore wildly."""
 
 
 def posterior_inputs(
@@ -143,7 +146,10 @@ def posterior_inputs(
         arm_mean, arm_width = ridge_arms(counts, sums)
         on = linear_ok.unsqueeze(-1)
         ridge_mean, ridge_width = torch.where(on, lin_mean, arm_mean), torch.where(on, lin_width, arm_width)
-        ridge = [(ridge_mean - ridge_mean.max(-1, keepdim=True).values) / scale, ridge_width / scale]
+        ridge = [
+            (ridge_mean - ridge_mean.max(-1, keepdim=True).values) / scale,
+            ridge_width * sigma.unsqueeze(-1) / scale,
+        ]
     columns = [*per_arm, *(f.unsqueeze(-1) for f in bma + pulls), step_part, *(f.unsqueeze(-1) for f in ridge)]
     features = torch.cat(columns, -1)
     base = (index - index.max(-1, keepdim=True).values) / scale
@@ -165,7 +171,7 @@ class PosteriorArmNetwork(nn.Module):
     argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  With ``index_width`` the skip
     index is widened by gamma sd_k / S, gamma = MLP(the step's features), so u_k = m_k + (z_t + gamma) sd_k
     (gamma starts at 0).  With ``ridge_gate`` the skip index then moves toward LinUCB's by a gate g(step),
-    u' = u + g (l - u), l_k = (ridge mean_k + a ridge width_k) / S (:data:`RIDGE_COLUMNS`), a = exp(log a(step)),
+    u' = u + g (l - u), l_k = (ridge mean_k + a sigma ridge width_k) / S (:data:`RIDGE_COLUMNS`), a = exp(log a(step)),
     where g and log a start at 0 (the base model's play).  Arms are exchangeable: no positions anywhere, so
     permuting the arms permutes the logits.
     """

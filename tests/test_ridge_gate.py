@@ -7,8 +7,6 @@ the base, and a widening that would drop a base weight is refused by name.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -76,9 +74,8 @@ def test_gated_logits_move_the_bayes_ucb_index_toward_linucb(gate, alpha):
     arms = rng.uniform(-1, 1, (num_arms, d)).astype(np.float32)
     actions = rng.integers(0, num_arms, n)
     rewards = rng.normal(0.2, 1.0, n).astype(np.float32)
-    model = LinearGeneralistTransformer(LinearGeneralistConfig(**{**TINY, "ridge_gate": True})).eval()
-    with torch.no_grad():
-        model.posterior.gate[-1].bias.copy_(torch.tensor([gate, math.log(alpha / sigma)]))  # LinUCB(alpha)
+    config = {**TINY, "ridge_gate": True, "gate_start": gate, "gate_width_start": alpha / sigma}  # LinUCB(alpha)
+    model = LinearGeneralistTransformer(LinearGeneralistConfig(**config)).eval()
     logits = model(
         torch.as_tensor(arms)[None],
         torch.as_tensor(actions)[None],

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.config import Allowed, check_fields, checked
+from icrl_gym.config import POSITIVE, Allowed, check_fields, checked
 from icrl_gym.models import generalist
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
@@ -79,9 +79,14 @@ class LinearGeneralistConfig(ArmTokenConfig):
     ridge_gate: bool = False
     """The second version: a learned gate g(step) from the model-averaged index u toward LinUCB's,
     u' = u + g (l - u), l_k = ridge mean_k + a sigma ridge width_k (lambda = 1: LinUCB(alpha = a sigma) of the
-    references, with a learned a(step) starting at 1), both from a small MLP of the step's features whose g starts
-    at zero (:class:`PosteriorArmNetwork`): where a tuned LinUCB beats Bayes-UCB (short horizons, many arms),
-    the policy can move to it."""
+    references), g and log a read from the step's features by a small MLP that starts at the constants
+    (``gate_start``, ``gate_width_start``) (:class:`PosteriorArmNetwork`): where a tuned LinUCB beats Bayes-UCB
+    (short horizons, many arms), the policy can move to it."""
+    gate_start: float = checked(0.0, Allowed(low=-1.0, high=1.0))
+    """The gate's g before training (0: the skip index of the model without the gate)."""
+    gate_width_start: float = checked(2.0, POSITIVE)
+    """LinUCB's width a before training, in posterior sds (2: LinUCB(alpha = 1) at sigma = 0.5).  Not 1: at a = 1
+    the ridge index under-explores, so a gate opening from 0 is pushed below 0 before a can grow."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

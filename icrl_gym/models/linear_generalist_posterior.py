@@ -171,9 +171,10 @@ class PosteriorArmNetwork(nn.Module):
     argmax is the model-averaged Bayes-UCB index (:func:`posterior_inputs`).  With ``index_width`` the skip
     index is widened by gamma sd_k / S, gamma = MLP(the step's features), so u_k = m_k + (z_t + gamma) sd_k
     (gamma starts at 0).  With ``ridge_gate`` the skip index then moves toward LinUCB's by a gate g(step),
-    u' = u + g (l - u), l_k = (ridge mean_k + a sigma ridge width_k) / S (:data:`RIDGE_COLUMNS`), a = exp(log a(step)),
-    where g and log a start at 0 (the base model's play).  Arms are exchangeable: no positions anywhere, so
-    permuting the arms permutes the logits.
+    u' = u + g (l - u), l_k = (ridge mean_k + a sigma ridge width_k) / S (:data:`RIDGE_COLUMNS`), with g and
+    a = exp(log a) read from the step's features; they start at the configuration's ``gate_start`` and
+    ``gate_width_start``.  Arms are exchangeable: no positions anywhere, so permuting the arms permutes the
+    logits.
     """
 
     def __init__(self, config: LinearGeneralistConfig) -> None:
@@ -193,6 +194,9 @@ class PosteriorArmNetwork(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor(math.log(4.0)))
         self.width = step_mlp(hidden, 1) if config.index_width else None
         self.gate = step_mlp(hidden, 2) if config.ridge_gate else None
+        if self.gate is not None:
+            with torch.no_grad():
+                self.gate[-1].bias.copy_(torch.tensor([config.gate_start, math.log(config.gate_width_start)]))
 
     def forward(self, features: torch.Tensor, base: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
         """Inputs (B, Q, A, F) and skip index (B, Q, A) -> logits (B, Q, A)."""

@@ -133,3 +133,30 @@ def test_a_widening_that_drops_base_weights_is_refused(base):
     model, meta = load_checkpoint(base)
     with pytest.raises(ValueError, match="posterior.width"):
         widened(model, meta, {"index_width": False})
+
+
+def test_training_only_the_gate_leaves_the_base_network_as_it_was(base, tmp_path, monkeypatch):
+    from icrl_gym.envs.linear_bandit import linear_bandit_spec
+    from icrl_gym.training import finetune_linear
+    from icrl_gym.training.finetune import finetune
+    from tests.helpers import tiny_finetune_config
+
+    monkeypatch.setattr(
+        finetune_linear, "VALIDATION_CELLS", {"tiny": linear_bandit_spec(3, 4, 12, 0.5, prior="family")}
+    )
+    finetune_linear.uninformed_best.cache_clear()
+    common = {"rollouts_per_instance": 2, "arms_choices": [4], "horizon_choices": [12], "val_runs": 4, "lr": 1e-2}
+    widen = {"ridge_gate": True, "gate_start": 0.5}
+    cfg = tiny_finetune_config(
+        base, tmp_path / "ft", iterations=3, eval_every=3, widen=widen, trainable=["posterior.gate."], **common
+    )
+    _, meta = finetune(cfg, echo=False)
+    start, _ = load_checkpoint(base)
+    trained = load_checkpoint(tmp_path / "ft" / "checkpoints" / "step_0000003")[0].state_dict()  # the last, not the best
+    for name, value in start.state_dict().items():
+        torch.testing.assert_close(trained[name], value, rtol=0, atol=0)
+    assert not torch.equal(trained["posterior.gate.2.weight"], torch.zeros_like(trained["posterior.gate.2.weight"]))
+    assert meta["model"]["ridge_gate"] and meta["model"]["gate_start"] == 0.5
+    typo = tiny_finetune_config(base, tmp_path / "typo", widen=widen, trainable=["posterior.gates."], **common)
+    with pytest.raises(ValueError, match="'posterior.gates.' names no parameter"):
+        finetune(typo, echo=False)

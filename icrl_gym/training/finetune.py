@@ -131,6 +131,25 @@ def widened(
     return wide.eval(), {**meta, "model": config.to_dict()}
 
 
+def trained_parameters(model: torch.nn.Module, trainable: list[str]) -> list[torch.nn.Parameter]:
+    """The parameters whose names start with one of ``trainable`` (all when empty); the others are frozen.
+
+    ``ValueError`` when a prefix names no parameter (a typo would otherwise train nothing).
+    """
+    if not trainable:
+        return list(model.parameters())
+    names = [name for name, _ in model.named_parameters()]
+    for prefix in trainable:
+        if not any(name.startswith(prefix) for name in names):
+            raise ValueError(f"trainable={trainable!r}: {prefix!r} names no parameter of the model")
+    kept = []
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(any(name.startswith(prefix) for prefix in trainable))
+        if parameter.requires_grad:
+            kept.append(parameter)
+    return kept
+
+
 def method_for(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneMethod:
     """The method of the base checkpoint's kind, refusing the fields that kind does not take (``ValueError``)."""
     name = CheckpointKind(checkpoint_kind(meta)).entry.finetune
@@ -173,7 +192,7 @@ class FinetuneTask(TrainingTask):
         model, self.base_meta = widened(*_load_base(resolve_checkpoint(cfg.base), self.device), cfg.widen)
         self.method = method_for(cfg, self.base_meta)
         self.base = copy.deepcopy(model).eval() if cfg.kl_weight > 0 else None
-        return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        return model, torch.optim.Adam(trained_parameters(model, cfg.trainable), lr=cfg.lr)
 
     def new_record(self) -> dict[str, Any]:
         """Iteration, history, wall time, the best validation, the commands and the configuration."""

@@ -97,7 +97,7 @@ class FinetuneConfig(TrainerConfig):
         Which prior the base's kind needs is checked at the start.
         """
         if not isinstance(self.trainable, list) or not all(isinstance(p, str) and p for p in self.trainable):
-            raise ValueError(f"FinetuneConfig.trainable must be a list of parameter-name prefixes, got {self.trainable!r}")
+            raise ValueError(f"FinetuneConfig.trainable must list parameter-name prefixes, got {self.trainable!r}")
         for name, low in (("val_arms", 2), ("arms_choices", 2), ("horizon_choices", 1)):
             values, rule = getattr(self, name), Allowed(low=low, integer=True)
             if not isinstance(values, list) or not all(rule.admits(v) for v in values):

@@ -152,7 +152,9 @@ def test_training_only_the_gate_leaves_the_base_network_as_it_was(base, tmp_path
     )
     _, meta = finetune(cfg, echo=False)
     start, _ = load_checkpoint(base)
-    trained = load_checkpoint(tmp_path / "ft" / "checkpoints" / "step_0000003")[0].state_dict()  # the last, not the best
+    trained = load_checkpoint(tmp_path / "ft" / "checkpoints" / "step_0000003")[
+        0
+    ].state_dict()  # the last, not the best
     for name, value in start.state_dict().items():
         torch.testing.assert_close(trained[name], value, rtol=0, atol=0)
     assert not torch.equal(trained["posterior.gate.2.weight"], torch.zeros_like(trained["posterior.gate.2.weight"]))
@@ -160,3 +162,24 @@ def test_training_only_the_gate_leaves_the_base_network_as_it_was(base, tmp_path
     typo = tiny_finetune_config(base, tmp_path / "typo", widen=widen, trainable=["posterior.gates."], **common)
     with pytest.raises(ValueError, match="'posterior.gates.' names no parameter"):
         finetune(typo, echo=False)
+
+
+def test_zero_iterations_export_the_widened_base_with_its_validation(base, tmp_path, monkeypatch):
+    from icrl_gym.envs.linear_bandit import linear_bandit_spec
+    from icrl_gym.training import finetune_linear
+    from icrl_gym.training.finetune import finetune
+    from tests.helpers import tiny_finetune_config
+
+    cell = linear_bandit_spec(3, 4, 12, 0.5, prior="family")
+    monkeypatch.setattr(finetune_linear, "VALIDATION_CELLS", {"tiny": cell})
+    finetune_linear.uninformed_best.cache_clear()
+    widen = {"ridge_gate": True, "gate_start": 0.5, "gate_width_start": 3.0}
+    cfg = tiny_finetune_config(base, tmp_path / "ft", iterations=0, widen=widen, rollouts_per_instance=2, val_runs=4)
+    model, meta = finetune(cfg, echo=False)
+    start, start_meta = load_checkpoint(base)
+    expected, _ = widened(start, start_meta, widen)
+    for name, value in expected.state_dict().items():  # the gate's hidden layer is drawn, and reaches no output
+        if not name.startswith("posterior.gate.0."):
+            torch.testing.assert_close(model.state_dict()[name], value, rtol=0, atol=0)
+    assert [h["iteration"] for h in meta["finetune"]["history"]] == [0]
+    assert meta["finetune"]["config"]["widen"] == widen

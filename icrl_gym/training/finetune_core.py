@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, Allowed, checked
+from icrl_gym.config import NONNEGATIVE, NONNEGATIVE_INT, POSITIVE, POSITIVE_INT, Allowed, checked
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.training.loop import TrainerConfig
@@ -33,8 +33,8 @@ class FinetuneConfig(TrainerConfig):
     """Name of the exported model."""
     base: str = "bernoulli-ad-ucb"
     """The pretrained checkpoint to start from (a path or a shipped name)."""
-    iterations: int = checked(300, POSITIVE_INT)
-    """Policy-gradient steps."""
+    iterations: int = checked(300, NONNEGATIVE_INT)
+    """Policy-gradient steps (0: validate the base, widened by ``widen``, and export it as it is)."""
     runs_per_iteration: int = checked(128, Allowed(low=2, integer=True))
     """Fresh instances N per step (at least two: with one run each, a run's leave-one-out baseline is the
     mean over the N - 1 others)."""

@@ -156,11 +156,17 @@ def posterior_inputs(
     return features.float(), base.float()
 
 
-def step_mlp(hidden: int, outputs: int) -> nn.Sequential:
-    """An MLP of a step's features (:data:`STEP_COLUMNS`) whose outputs start at zero (zero last layer)."""
+def step_mlp(hidden: int, outputs: int, start: tuple[float, ...] = ()) -> nn.Sequential:
+    """An MLP of a step's features (:data:`STEP_COLUMNS`) whose outputs start at the constants ``start``.
+
+    Its last layer's weight is zero and its bias is ``start`` (zero when not given).
+    """
     out = nn.Linear(hidden, outputs)
     nn.init.zeros_(out.weight)
     nn.init.zeros_(out.bias)
+    if start:
+        with torch.no_grad():
+            out.bias.copy_(torch.tensor(start))
     return nn.Sequential(nn.Linear(STEP_COLUMNS.stop - STEP_COLUMNS.start, hidden), nn.GELU(), out)
 
 
@@ -193,10 +199,8 @@ class PosteriorArmNetwork(nn.Module):
         nn.init.zeros_(self.head.bias)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(4.0)))
         self.width = step_mlp(hidden, 1) if config.index_width else None
-        self.gate = step_mlp(hidden, 2) if config.ridge_gate else None
-        if self.gate is not None:
-            with torch.no_grad():
-                self.gate[-1].bias.copy_(torch.tensor([config.gate_start, math.log(config.gate_width_start)]))
+        gate_start = (config.gate_start, math.log(config.gate_width_start))
+        self.gate = step_mlp(hidden, 2, gate_start) if config.ridge_gate else None
 
     def forward(self, features: torch.Tensor, base: torch.Tensor, arm_mask: torch.Tensor | None) -> torch.Tensor:
         """Inputs (B, Q, A, F) and skip index (B, Q, A) -> logits (B, Q, A)."""

@@ -4,6 +4,8 @@ The features are checked against a direct per-run numpy solve (posterior mean an
 matrix inverse, the evidence as the log density of r ~ N(0, sigma^2 I + X P X^T) from scipy).
 """
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -147,7 +149,9 @@ def _trajectory(b, s, a, d, seed, per_step, one_hot=False):
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("case", ["per_step", "fixed", "one_hot_wider_than_d_max"])
 def test_cached_steps_equal_the_recomputation_from_scratch(case, gated):
-    model, (b, s, a, d) = _model(noise_estimate=True, index_width=gated, ridge_gate=gated), (3, 25, 7, 4)
+    skip = "moss" if gated else "bayes_ucb"  # the gated model also with the horizon-aware skip index
+    model = _model(noise_estimate=True, index_width=gated, ridge_gate=gated, skip_schedule=skip)
+    b, s, a, d = 3, 25, 7, 4
     if gated:  # open the gate and the width, so that the ridge columns reach the logits
         with torch.no_grad():
             model.posterior.gate[-1].bias.copy_(torch.tensor([0.6, 0.3]))
@@ -273,16 +277,22 @@ def test_dagger_batches_play_the_model_on_one_hot_rows_wider_than_d_max():
     assert (batch.inst.dim == 8).any() and batch.actions.shape == (batch.size, 10)
 
 
-@pytest.mark.parametrize("gamma", [0.0, -0.7])
-def test_untrained_logits_are_the_widened_model_averaged_bayes_ucb(gamma):
-    """Head at zero: logits = alpha (u_k - max u) / S with u_k = m_k + (z_t + gamma) sd_k, the model average
-    of both grids computed directly (gamma: the learned width's output, here its bias)."""
+def _slow_moss(sd, sigma, left, directions):
+    """MOSS's width sqrt(2 log+(left sd_k^2 / (D sigma^2))) arm by arm, in plain floats."""
+    return [math.sqrt(2.0 * max(math.log(left * float(v) ** 2 / (directions * sigma**2)), 0.0)) for v in sd]
+
+
+@pytest.mark.parametrize(("gamma", "skip"), [(0.0, "bayes_ucb"), (-0.7, "bayes_ucb"), (0.0, "moss"), (-0.3, "moss")])
+def test_untrained_logits_are_the_widened_model_averaged_bayes_ucb(gamma, skip):
+    """Head at zero: logits = alpha (u_k - max u) / S with u_k = m_k + (z + gamma) sd_k, the model average
+    of both grids computed directly (gamma: the learned width's output, here its bias); z is Bayes-UCB's z_t,
+    or with ``skip_schedule="moss"`` c times MOSS's width on the steps left, computed arm by arm."""
     rng = np.random.default_rng(7)
     d, d_max, num_arms, n, sigma = 3, 5, 4, 9, 0.6
     arms = rng.uniform(-1, 1, (num_arms, d))
     actions = rng.integers(0, num_arms, n)
     rewards = rng.normal(0.2, 1.0, n)
-    config = LinearGeneralistConfig(**{**TINY, "index_width": True})
+    config = LinearGeneralistConfig(**{**TINY, "index_width": True, "skip_schedule": skip, "skip_scale": 0.8})
     model = LinearGeneralistTransformer(config).eval()
     with torch.no_grad():
         model.posterior.width[-1].bias.fill_(gamma)
@@ -304,6 +314,10 @@ def test_untrained_logits_are_the_widened_model_averaged_bayes_ucb(gamma):
     total, steps = torch.tensor(r @ r), torch.tensor(float(n))
     arm = arm_posterior(torch.as_tensor(counts), torch.as_tensor(sums), total, steps, sig)
     _, mean, sd = model_average([lin, arm], [torch.tensor(True), torch.tensor(True)])
-    u = mean + (bayes_ucb_quantile(torch.tensor(n)) + gamma) * sd
+    if skip == "moss":  # T = 50, n steps played, D = min(d, A) = 3
+        z = 0.8 * torch.tensor(_slow_moss(sd, float(sig), 50 - n, min(d, num_arms)), dtype=torch.float64)
+    else:
+        z = bayes_ucb_quantile(torch.tensor(n))
+    u = mean + (z + gamma) * sd
     expected = model.posterior.log_alpha.exp().item() * (u - u.max()) / sd.mean()
     torch.testing.assert_close(logits - logits.max(), expected.float(), rtol=1e-4, atol=1e-4)

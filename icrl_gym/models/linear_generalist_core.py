@@ -35,6 +35,8 @@ from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 D_MAX = 8
 """Largest dimension d of the arms (smaller d are zero-padded to it)."""
+SKIP_SCHEDULES = ("bayes_ucb", "moss")
+"""The skip index's widths (:attr:`LinearGeneralistConfig.skip_schedule`)."""
 FEATURES = ("moments", "posterior")
 """The models' ways of reading the history (``LinearGeneralistConfig.features``)."""
 
@@ -87,6 +89,14 @@ class LinearGeneralistConfig(ArmTokenConfig):
     gate_width_start: float = checked(2.0, POSITIVE)
     """LinUCB's width a before training, in posterior sds (2: LinUCB(alpha = 1) at sigma = 0.5).  Not 1: at a = 1
     the ridge index under-explores, so a gate opening from 0 is pushed below 0 before a can grow."""
+    skip_schedule: str = checked("bayes_ucb", Allowed(choices=SKIP_SCHEDULES))
+    """The second version: the width of the skip index u_k = m_k + z sd_k.  'bayes_ucb': z_t = Phi^{-1}(1 - 1/(t + 1)),
+    the same for every arm at every horizon; 'moss': the horizon-aware z_tk = c sqrt(2 log+((T - t) sd_k^2 /
+    (D sigma^2))) (:func:`~icrl_gym.models.linear_posterior.moss_quantile`), which stops exploring an arm once its
+    effective pulls sigma^2 / sd_k^2 reach the steps left per direction.  Only the skip index changes: the network
+    reads the Bayes-UCB features either way."""
+    skip_scale: float = checked(1.0, POSITIVE)
+    """The constant c of the 'moss' schedule (:attr:`skip_schedule`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -34,6 +34,7 @@ from icrl_gym.models.linear_posterior import (
     estimate_noise_arms,
     linear_posterior,
     model_average,
+    moss_quantile,
     ridge_arms,
     ridge_linear,
 )
@@ -75,7 +76,10 @@ def posterior_inputs(
     model is off), the model average's same two and asinh((u_k - max u) / S) of its Bayes-UCB index u,
     log(1 + n_k) and n_k / t; per step: phi(t, T), z_t, log S, log sigma, sigma given, fixed set, linear
     model on, log(1 + max(n - d, 0)), d / d_max, log A / log 50, and the log posterior weights of the
-    priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S.  With
+    priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S; with
+    ``config.skip_schedule == "moss"`` its u_k = m_k + c z_tk sd_k takes MOSS's horizon-aware width
+    (:func:`~icrl_gym.models.linear_posterior.moss_quantile`, c = ``skip_scale``, D = min(d, A)) while the
+    features keep Bayes-UCB's.  With
     ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width (:data:`RIDGE_COLUMNS`).
     """
     b, nq, na, _ = arms.shape
@@ -152,6 +156,10 @@ def posterior_inputs(
         ]
     columns = [*per_arm, *(f.unsqueeze(-1) for f in bma + pulls), step_part, *(f.unsqueeze(-1) for f in ridge)]
     features = torch.cat(columns, -1)
+    if config.skip_schedule == "moss":
+        horizon_q = horizon.view(-1, 1).expand_as(steps)
+        directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
+        index = mean + config.skip_scale * moss_quantile(sd, sigma, steps, horizon_q, directions) * sd
     base = (index - index.max(-1, keepdim=True).values) / scale
     return features.float(), base.float()
 

@@ -194,6 +194,24 @@ def bayes_ucb_quantile(steps: torch.Tensor) -> torch.Tensor:
     return (math.sqrt(2.0) * torch.erfinv(2.0 * p - 1.0)).clamp_min(0.0).nan_to_num(0.0, posinf=0.0)
 
 
+def moss_quantile(
+    sd: torch.Tensor, sigma: torch.Tensor, steps: torch.Tensor, horizon: torch.Tensor, directions: torch.Tensor
+) -> torch.Tensor:
+    """The horizon-aware width z_tk = sqrt(2 log+((T - t) sd_k^2 / (D sigma^2))) (..., A) of the skip index.
+
+    MOSS's confidence width (Audibert & Bubeck, 2009), sqrt(log+(T / (K n_k)) / n_k) in reward units, written in
+    posterior units: an arm's effective pulls are n_k = sigma^2 / sd_k^2 and the index is m_k + z_tk sd_k.  The
+    horizon is the steps left, T - t (the refinement of Lattimore, 2018), and K becomes the directions D = min(d, A)
+    the steps are shared among.  Unlike Bayes-UCB's z_t it stops exploring an arm once it has had its share of
+    the steps left (z = 0: greedy on the posterior mean), which a short horizon with many arms rewards, and keeps
+    exploring arms the posterior is unsure of at a long one.  ``sd`` (..., A), ``sigma`` and 0-based ``steps``
+    t (...), ``horizon`` T and ``directions`` D broadcast against ``steps``.
+    """
+    left = (horizon.double() - steps.double()).clamp_min(1.0)
+    ratio = left.unsqueeze(-1) * sd.double().square() / (directions.double() * sigma.double().square()).unsqueeze(-1)
+    return (2.0 * ratio.clamp_min(1e-300).log().clamp_min(0.0)).sqrt()
+
+
 def estimate_noise_arms(counts: torch.Tensor, sums: torch.Tensor, rr: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     """In-context sigma (...) of a fixed action set from per-arm counts and sums (..., A), rr and n (...).
 

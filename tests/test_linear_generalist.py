@@ -219,7 +219,7 @@ def test_agent_refuses_what_it_cannot_play(tmp_path):
 def test_shipped_linear_generalist_beats_linucb_on_fresh_instances():
     """The shipped model on 200 fresh paper-setting instances (seed 10**7): far below LinUCB (~33), near 10.
 
-    On 2,000 instances (docs/results.md) it is 10.38 +- 0.38 against LinUCB 32.95; 200 instances
+    On 2,000 instances (docs/results.md) it is 11.17 +- 0.42 against LinUCB 32.91; 200 instances
     have a standard error of about 1.2, so 0.6x LinUCB is a wide but failing-on-a-broken-model bound.
     """
     from agents.learned.transformer import TransformerAgent

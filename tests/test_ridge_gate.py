@@ -135,6 +135,26 @@ def test_a_widening_that_drops_base_weights_is_refused(base):
         widened(model, meta, {"index_width": False})
 
 
+def test_dropping_the_learned_width_plays_as_the_base_with_that_width_at_zero(base):
+    """``drop`` removes a module on purpose: without its width the model plays the base whose width outputs 0."""
+    model, meta = load_checkpoint(base)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    narrow, narrow_meta = widened(model, meta, {"index_width": False}, drop=("posterior.width.",))
+    assert not narrow_meta["model"]["index_width"] and narrow.posterior.width is None
+    with torch.no_grad():
+        model.posterior.width[-1].weight.zero_()
+        model.posterior.width[-1].bias.zero_()
+    g = torch.Generator().manual_seed(5)
+    sets = torch.rand(2, 1, 5, 5, generator=g).expand(2, 10, 5, 5) * 2 - 1
+    actions, rewards = torch.randint(0, 5, (2, 10), generator=g), torch.randn(2, 10, generator=g)
+    args = (sets, actions, rewards, torch.arange(10).expand(2, 10), 30, torch.tensor([0.5, 2.0]), 4)
+    torch.testing.assert_close(narrow(*args), model(*args), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="posterior.widths"):
+        widened(model, meta, {"index_width": False}, drop=("posterior.widths.",))
+
+
 def test_training_only_the_gate_leaves_the_base_network_as_it_was(base, tmp_path, monkeypatch):
     from icrl_gym.envs.linear_bandit import linear_bandit_spec
     from icrl_gym.training import finetune_linear

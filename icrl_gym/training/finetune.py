@@ -113,22 +113,29 @@ def _load_base(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
 
 
 def widened(
-    model: torch.nn.Module, meta: dict[str, Any], widen: dict[str, Any], seed: int = 0
+    model: torch.nn.Module, meta: dict[str, Any], widen: dict[str, Any], seed: int = 0, drop: tuple[str, ...] = ()
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """``model`` rebuilt with the configuration fields ``widen`` set, holding its weights (``FinetuneConfig.widen``).
 
     The modules the fields add keep their initialisation, drawn under ``torch.manual_seed(seed)`` (the same
-    weights every time); each starts at zero output, so the widened model plays as the base.  A weight of the
-    base with no place in the new model is refused (``ValueError``).  Returns the model and the record with
+    weights every time); each starts at zero output, so a widened model plays as the base unless a field changes
+    how it plays (a schedule) or a module is dropped.  The base's weights under the name prefixes ``drop``
+    (``FinetuneConfig.drop``) are left out on purpose; any other base weight with no place in the new model is
+    refused (``ValueError``), and so is a prefix that names no weight.  Returns the model and the record with
     the widened configuration.
     """
-    if not widen:
+    if not widen and not drop:
         return model, meta
+    state = model.state_dict()
+    for prefix in drop:
+        if not any(name.startswith(prefix) for name in state):
+            raise ValueError(f"drop={list(drop)!r}: no weight of the base starts with {prefix!r}")
+    kept = {name: w for name, w in state.items() if not name.startswith(tuple(drop))}
     config = type(model.config).from_dict({**meta["model"], **widen})  # type: ignore[union-attr]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         wide = type(model)(config).to(next(model.parameters()).device)
-    unexpected = wide.load_state_dict(model.state_dict(), strict=False).unexpected_keys
+    unexpected = wide.load_state_dict(kept, strict=False).unexpected_keys
     if unexpected:
         raise ValueError(f"widen={widen!r} leaves base weights without a place: {', '.join(unexpected)}")
     return wide.eval(), {**meta, "model": config.to_dict()}
@@ -192,7 +199,9 @@ class FinetuneTask(TrainingTask):
     def build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         """The base checkpoint, its method (checked before any state is read or written), Adam."""
         cfg = self.cfg
-        model, self.base_meta = widened(*_load_base(resolve_checkpoint(cfg.base), self.device), cfg.widen, cfg.seed)
+        model, self.base_meta = widened(
+            *_load_base(resolve_checkpoint(cfg.base), self.device), cfg.widen, cfg.seed, tuple(cfg.drop)
+        )
         self.method = method_for(cfg, self.base_meta)
         self.base = copy.deepcopy(model).eval() if cfg.kl_weight > 0 else None
         return model, torch.optim.Adam(trained_parameters(model, cfg.trainable), lr=cfg.lr)

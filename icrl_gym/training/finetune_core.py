@@ -84,6 +84,10 @@ class FinetuneConfig(TrainerConfig):
     """Model configuration fields to set on the base before fine-tuning (e.g. ``{"ridge_gate": true}``): the
     model is rebuilt with them and given the base's weights; the modules they add must start at zero output,
     so the widened model plays as the base at iteration 0 (refused when a base weight has no place in it)."""
+    drop: list[str] = field(default_factory=list)
+    """Prefixes of the base's weight names to leave out when it is rebuilt with ``widen`` (e.g.
+    ``["posterior.width."]`` with ``{"index_width": false}``): modules removed on purpose (each prefix must name
+    a weight of the base)."""
     trainable: list[str] = field(default_factory=list)
     """Prefixes of the parameter names to train (e.g. ``["posterior.gate."]``); the others stay frozen (empty:
     train every parameter).  With ``widen``, training only the new modules keeps the base's tuned network."""
@@ -96,8 +100,10 @@ class FinetuneConfig(TrainerConfig):
 
         Which prior the base's kind needs is checked at the start.
         """
-        if not isinstance(self.trainable, list) or not all(isinstance(p, str) and p for p in self.trainable):
-            raise ValueError(f"FinetuneConfig.trainable must list parameter-name prefixes, got {self.trainable!r}")
+        for name in ("trainable", "drop"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+                raise ValueError(f"FinetuneConfig.{name} must list parameter-name prefixes, got {value!r}")
         for name, low in (("val_arms", 2), ("arms_choices", 2), ("horizon_choices", 1)):
             values, rule = getattr(self, name), Allowed(low=low, integer=True)
             if not isinstance(values, list) or not all(rule.admits(v) for v in values):

@@ -49,3 +49,14 @@ def test_a_further_model_is_played_alone_on_the_stored_cells(tmp_path, monkeypat
     np.testing.assert_allclose(after[extra], after["linear-generalist"])  # the same checkpoint, the same runs
     np.testing.assert_allclose(after[f"{extra} + safety net"], after["linear-generalist + safety net"])
     assert f"{extra} + safety net" in (out / "table.md").read_text()
+
+
+def test_only_models_plays_the_named_models_and_the_references(tmp_path) -> None:
+    """--only-models: the references and the --model rows, without the default linear-generalist rows."""
+    out = tmp_path / "lu"
+    args = ["--out", str(out), "--runs", "4", "--long-runs", "3", "--cells", "U[0, 1], K=2, T=200"]
+    linear_uninformed.main([*args, "--model", "linear-generalist-v3", "--only-models"])
+    totals = json.loads((out / "cells" / "Gaussian_MAB_U[0,_1],_K=2,_T=200.json").read_text())["totals"]
+    assert "linear-generalist-v3" in totals
+    assert not set(linear_uninformed.MODELS) & set(totals)
+    assert set(linear_uninformed.UNINFORMED) | set(linear_uninformed.TOLD) <= set(totals)

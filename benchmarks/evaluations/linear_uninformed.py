@@ -12,7 +12,8 @@ Rows of every cell, all on the same instances and noise (common random numbers, 
 - told references (columns only): Bayes-UCB and TS told the instance's prior (matched);
 - the shipped ``linear-generalist`` alone, and inside the safety net (:mod:`agents.safety_net`);
 - with ``--model NAME`` (repeatable), each of these linear generalist checkpoints (a shipped name or a
-  path) alone, its row named NAME, and with ``--net`` also inside the safety net ("NAME + safety net").
+  path) alone, its row named NAME, and with ``--net`` also inside the safety net ("NAME + safety net");
+  ``--only-models`` leaves out the two rows of the shipped ``linear-generalist``.
 
 A cell "sigma unknown" marks the noise level unknown (``noise_known=False``): the model and the
 model-averaged index estimate it in context; the references that need sigma are still told it.
@@ -147,8 +148,11 @@ def main(argv: list[str] | None = None) -> None:
         "--model", action="append", default=[], help="a further linear generalist checkpoint to play (repeatable)"
     )
     parser.add_argument("--net", action="store_true", help="also play every --model inside the safety net")
+    parser.add_argument(
+        "--only-models", action="store_true", help="play the --model rows only, not the default linear-generalist rows"
+    )
     args = parser.parse_args(argv)
-    models = {**MODELS, **{name: (name, False) for name in args.model}}
+    models = {**({} if args.only_models else MODELS), **{name: (name, False) for name in args.model}}
     if args.net:
         models.update({f"{name} + safety net": (name, True) for name in args.model})
     out = Path(args.out)

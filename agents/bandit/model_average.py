@@ -288,27 +288,21 @@ class ModelAveragedMOSS(ModelAveragedBayesUCB):
     explores every arm it is unsure of (about 1.45x LinUCB(alpha = 1) on a 20-armed Gaussian bandit of U[0, 1]
     means at T = 200, and 1.55x LinUCB(alpha = 2) under w* ~ N(0, I)); MOSS stops exploring an arm once its
     effective pulls reach its share (T - t) / D of the steps left, and keeps z near Bayes-UCB's for arms it
-    knows little of.  ``scale`` is c.  It is not one of the acceptance's :data:`UNINFORMED_REFERENCES`, and it
-    is the second version's skip index with ``skip_schedule="moss"``
-    (:func:`icrl_gym.models.linear_posterior.moss_quantile`, the same width).
+    knows little of.  ``scale`` is c; T is the environment's, or ``reset(..., horizon=T)``'s.  It is not one of
+    the acceptance's :data:`UNINFORMED_REFERENCES`, and it is the second version's skip index with
+    ``skip_schedule="moss"`` (:func:`icrl_gym.models.linear_posterior.moss_quantile`, the same width).
     """
 
     name = "model_averaged_moss"
 
-    def __init__(
-        self,
-        scale: float = 0.8,
-        noise_std: float | None = None,
-        horizon: int | None = None,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, scale: float = 0.8, noise_std: float | None = None, seed: int | None = None) -> None:
         super().__init__(noise_std=noise_std, seed=seed)
         self.scale = check_number("scale", scale, 0.0, True, MAX_SCALE)
-        self.horizon = horizon
         self.used_horizon = 0
+        """T of the runs, the environment's or ``reset(..., horizon=T)``'s."""
 
     def _reset(self, w_star: np.ndarray | None) -> None:
-        self.used_horizon = resolve_horizon(self.reset_info, self.horizon, "the model-averaged MOSS index")
+        self.used_horizon = resolve_horizon(self.reset_info, None, "the model-averaged MOSS index")
         super()._reset(w_star)
 
     def upper(self, action_sets: np.ndarray, anchor: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -319,6 +313,6 @@ class ModelAveragedMOSS(ModelAveragedBayesUCB):
         return mean + self.scale * z * sd, sd
 
     def config(self) -> dict[str, Any]:
-        """Hyper-parameters: c, sigma (None: the environment's, else estimated) and T (None: the environment's)."""
+        """Hyper-parameters: c and sigma (None: the environment's, else estimated)."""
         out = {k: v for k, v in super().config().items() if k not in ("anchor", "anchor_mass")}
-        return {**out, "scale": self.scale, "horizon": self.horizon}
+        return {**out, "scale": self.scale}

@@ -63,3 +63,9 @@ def test_with_many_arms_and_few_steps_it_loses_less_than_bayes_ucb():
     bayes = evaluate_regret(spec, make_agent("model_averaged_bayes_ucb"), 200, seed=11).sum(1)
     diff = bayes - moss
     assert diff.mean() > 3 * diff.std() / math.sqrt(diff.size)
+
+
+@pytest.mark.parametrize("name", ["model_averaged_bayes_ucb", "model_averaged_moss"])
+def test_the_config_rebuilds_the_agent(name):
+    agent = make_agent(name)
+    assert make_agent(agent.config()).config() == agent.config()

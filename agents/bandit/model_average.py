@@ -263,8 +263,13 @@ class ModelAveragedBayesUCB(IndexAgent):
         return np.sqrt((self.weights() * mean_var).sum(axis=1))
 
     def config(self) -> dict[str, Any]:
-        """Hyper-parameters: sigma (None: the environment's, else estimated) and the anchor prior."""
-        return {**super().config(), "noise_std": self.noise_std, "anchor": self.anchor, "anchor_mass": self.anchor_mass}
+        """Hyper-parameters: sigma (None: the environment's, else estimated) and the anchor prior.
+
+        No temperature: the index is played greedily and the constructor takes none, so ``make_agent(config())``
+        rebuilds the agent.
+        """
+        out = {k: v for k, v in super().config().items() if k != "temperature"}
+        return {**out, "noise_std": self.noise_std, "anchor": self.anchor, "anchor_mass": self.anchor_mass}
 
 
 def moss_width(mean_sd: np.ndarray, noise: np.ndarray, steps_left: int, directions: int) -> np.ndarray:

@@ -1,8 +1,9 @@
-"""A quick probe of a linear-bandit policy: its ratio to the best uninformed reference on 14 small cells.
+"""A quick probe of a linear-bandit policy: its ratio to the best uninformed reference on 17 small cells.
 
 The cells are the fine-tuning's 8 validation cells (T = 200; :data:`icrl_gym.training.finetune_linear.
 VALIDATION_CELLS`, seeds 777,000 + cell) and :data:`LONG_CELLS`, where the second version's index was weakest
-(many arms at T = 200, and T = 1,000; seeds 555,000 + cell).  Every row of a cell plays the same instances and
+(many arms at T = 200, T = 1,000, and T = 50 or two arms, where its horizon-aware width explored too much;
+seeds 555,000 + cell).  Every row of a cell plays the same instances and
 noise (common random numbers); the best uninformed reference is the lowest mean of
 :data:`~agents.bandit.model_average.UNINFORMED_REFERENCES` on them.  ``--runs`` per cell at T <= 200, half as
 many at T = 1,000.  None of these seeds is an acceptance seed (3.1e7, 3.2e7), so a setting chosen here is judged
@@ -12,12 +13,17 @@ specification (``--agent`` as JSON)::
 
     python -m benchmarks.evaluations.linear_probe --model linear-generalist-v3 --set skip_schedule=moss skip_scale=1
     python -m benchmarks.evaluations.linear_probe --agent '{"name": "model_averaged_moss", "scale": 0.8}'
+
+``--cache DIR`` keeps the references' means per cell (they do not depend on the policy), so a search over
+settings plays them once; ``--cells`` plays some cells only (names separated by semicolons).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +34,7 @@ from icrl_gym.algorithm import BanditAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
 from icrl_gym.utils.cli import doc_parser
+from icrl_gym.utils.fileio import atomic_write_bytes
 
 LONG_CELLS: dict[str, BanditSpec] = {
     "MAB N(0, 1), K=50, T=1000": linear_bandit_spec(50, 50, 1000, 0.5, arms="one_hot", prior="gaussian", prior_var=1.0),
@@ -36,13 +43,16 @@ LONG_CELLS: dict[str, BanditSpec] = {
     "MAB U[0, 1], K=50, T=200": linear_bandit_spec(50, 50, 200, 0.5, arms="one_hot"),
     "MAB N(0, 1), K=50, T=200": linear_bandit_spec(50, 50, 200, 0.5, arms="one_hot", prior="gaussian", prior_var=1.0),
     "family d=5, A=2, T=1000": linear_bandit_spec(5, 2, 1000, 0.5, prior="family"),
+    "family d=2, A=10, T=50": linear_bandit_spec(2, 10, 50, 0.5, prior="family"),
+    "family d=5, A=2, T=50": linear_bandit_spec(5, 2, 50, 0.5, prior="family"),
+    "MAB U[0, 1], K=2, T=200": linear_bandit_spec(2, 2, 200, 0.5, arms="one_hot"),
 }
 """The cells beyond the validation's (seeds ``LONG_SEED`` + position)."""
 LONG_SEED = 555_000
 
 
 def probe_cells() -> list[tuple[str, BanditSpec, int]]:
-    """(name, spec, seed) of the 14 cells: the validation's, then :data:`LONG_CELLS`."""
+    """(name, spec, seed) of the 17 cells: the validation's, then :data:`LONG_CELLS`."""
     from icrl_gym.training.finetune_linear import VALIDATION_CELLS, VALIDATION_SEED
 
     return [(name, spec, VALIDATION_SEED + i) for i, (name, spec) in enumerate(VALIDATION_CELLS.items())] + [
@@ -62,10 +72,35 @@ def model_agent(name: str, fields: dict[str, Any], no_width: bool) -> BanditAgen
     return LinearGeneralistAgent.from_model(model, meta, greedy=True)
 
 
-def probe(agent: BanditAgent, runs: int, names: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+def reference_means(spec: BanditSpec, runs: int, seed: int, cache: Path | None) -> dict[str, float]:
+    """Every uninformed reference's mean regret on the cell's ``runs`` instances of ``seed``.
+
+    With ``cache`` a folder, the means are read from (or written to) one JSON file per cell, runs and seed,
+    which records the spec: the references are deterministic under the seed, so a probe of many settings plays
+    them once.
+    """
+    path = None
+    if cache is not None:
+        key = hashlib.sha256(json.dumps([repr(spec), runs, seed, sorted(UNINFORMED_REFERENCES)]).encode())
+        path = cache / f"{key.hexdigest()[:20]}.json"
+        if path.exists():
+            return dict(json.loads(path.read_text())["means"])
+    means = {
+        k: float(evaluate_regret(spec, row, runs, seed=seed, batch_size=runs).sum(1).mean())
+        for k, row in UNINFORMED_REFERENCES.items()
+    }
+    if path is not None:
+        record = {"spec": repr(spec), "runs": runs, "seed": seed, "means": means}
+        atomic_write_bytes(path, json.dumps(record, indent=1).encode())
+    return means
+
+
+def probe(
+    agent: BanditAgent, runs: int, names: tuple[str, ...] = (), cache: Path | None = None
+) -> dict[str, dict[str, Any]]:
     """Per cell: the policy's mean, the best uninformed reference and its mean, the ratio and the failures.
 
-    Only the cells named in ``names`` are played (all when empty).
+    Only the cells named in ``names`` are played (all when empty); ``cache`` as in :func:`reference_means`.
     """
     out = {}
     for name, spec, seed in probe_cells():
@@ -73,10 +108,7 @@ def probe(agent: BanditAgent, runs: int, names: tuple[str, ...] = ()) -> dict[st
             continue
         n = runs if spec.horizon <= 200 else max(runs // 2, 2)
         regret = evaluate_regret(spec, agent, n, seed=seed, batch_size=n).sum(1)
-        refs = {
-            k: evaluate_regret(spec, row, n, seed=seed, batch_size=n).sum(1).mean()
-            for k, row in UNINFORMED_REFERENCES.items()
-        }
+        refs = reference_means(spec, n, seed, cache)
         best = min(refs, key=refs.__getitem__)
         out[name] = {
             "mean": float(regret.mean()),
@@ -96,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-width", action="store_true", help="drop the model's learned width")
     parser.add_argument("--agent", help="an agent specification as JSON, instead of --model")
     parser.add_argument("--runs", type=int, default=200, help="runs per cell at T <= 200 (half at T = 1,000)")
+    parser.add_argument("--cells", default="", help="semicolon-separated cell names to play (default all)")
+    parser.add_argument("--cache", type=Path, help="a folder keeping the references' means between probes")
     args = parser.parse_args(argv)
     if (args.model is None) == (args.agent is None):
         parser.error("give exactly one of --model and --agent")
@@ -107,7 +141,11 @@ def main(argv: list[str] | None = None) -> None:
         assert isinstance(built, BanditAgent)
         agent = built
     start = time.time()
-    cells = probe(agent, args.runs)
+    names = tuple(n for n in args.cells.split(";") if n)
+    unknown = set(names) - {name for name, _, _ in probe_cells()}
+    if unknown:
+        parser.error(f"no probe cell named {sorted(unknown)}")
+    cells = probe(agent, args.runs, names, args.cache)
     for name, row in cells.items():
         print(f"{name:40s} {row['ratio']:.3f}  failures {row['failures']:.3f}  ({row['best']} {row['best mean']:.2f})")
     ratios = [row["ratio"] for row in cells.values()]

@@ -12,6 +12,7 @@ import torch
 from scipy.stats import multivariate_normal
 
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
+from icrl_gym.models.linear_generalist_posterior import informed_arms
 from icrl_gym.models.linear_posterior import (
     arm_posterior,
     bayes_ucb_quantile,
@@ -149,8 +150,9 @@ def _trajectory(b, s, a, d, seed, per_step, one_hot=False):
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("case", ["per_step", "fixed", "one_hot_wider_than_d_max"])
 def test_cached_steps_equal_the_recomputation_from_scratch(case, gated):
-    skip = "moss" if gated else "bayes_ucb"  # the gated model also with the horizon-aware skip index
-    model = _model(noise_estimate=True, index_width=gated, ridge_gate=gated, skip_schedule=skip)
+    skip = "moss" if gated else "bayes_ucb"  # the gated model also with the horizon-aware skip index,
+    scales = {"skip_scale": 0.7, "skip_scale_unpulled": 1.3} if gated else {}  # other on the uninformed arms
+    model = _model(noise_estimate=True, index_width=gated, ridge_gate=gated, skip_schedule=skip, **scales)
     b, s, a, d = 3, 25, 7, 4
     if gated:  # open the gate and the width, so that the ridge columns reach the logits
         with torch.no_grad():
@@ -282,42 +284,93 @@ def _slow_moss(sd, sigma, left, directions):
     return [math.sqrt(2.0 * max(math.log(left * float(v) ** 2 / (directions * sigma**2)), 0.0)) for v in sd]
 
 
+def _untrained_logits(config, arms, actions, rewards, horizon, sigma, width=0.0):
+    """An untrained model's logits (A,) after the history, and its model-averaged posterior computed directly.
+
+    The learned width's output (its bias) is set to ``width`` when the model has one.  Returns the logits, the
+    model's alpha, the averaged mean and sd (A,) of both grids (computed on the float32 inputs the model reads)
+    and sigma as the model sees it.
+    """
+    n, (num_arms, d) = len(actions), arms.shape
+    d_max = config.d_max
+    model = LinearGeneralistTransformer(config).eval()
+    if config.index_width:
+        with torch.no_grad():
+            model.posterior.width[-1].bias.fill_(width)
+    logits = model(
+        torch.as_tensor(arms, dtype=torch.float32)[None],
+        torch.as_tensor(actions)[None],
+        torch.as_tensor(rewards, dtype=torch.float32)[None],
+        torch.tensor([[n]]),
+        horizon,
+        sigma,
+        d,
+    )[0, 0]
+    x_hist, r = arms[actions].astype(np.float32).astype(np.float64), rewards.astype(np.float32).astype(np.float64)
+    sig = torch.tensor(sigma, dtype=torch.float32).double()
+    counts = np.bincount(actions, minlength=num_arms).astype(float)
+    sums = np.bincount(actions, weights=r, minlength=num_arms)
+    total, steps = torch.tensor(r @ r), torch.tensor(float(n))
+    posts = [arm_posterior(torch.as_tensor(counts), torch.as_tensor(sums), total, steps, sig)]
+    if d <= d_max:  # the linear model is on
+        padded = torch.as_tensor(np.pad(arms.astype(np.float32), ((0, 0), (0, d_max - d)))).double()
+        posts.insert(0, linear_posterior(_moments(x_hist, r, d_max), padded, torch.tensor(d), sig))
+    _, mean, sd = model_average(posts, [torch.tensor(True)] * len(posts))
+    return logits, model.posterior.log_alpha.exp().item(), mean, sd, float(sig)
+
+
 @pytest.mark.parametrize(("gamma", "skip"), [(0.0, "bayes_ucb"), (-0.7, "bayes_ucb"), (0.0, "moss"), (-0.3, "moss")])
 def test_untrained_logits_are_the_widened_model_averaged_bayes_ucb(gamma, skip):
     """Head at zero: logits = alpha (u_k - max u) / S with u_k = m_k + (z + gamma) sd_k, the model average
     of both grids computed directly (gamma: the learned width's output, here its bias); z is Bayes-UCB's z_t,
     or with ``skip_schedule="moss"`` c times MOSS's width on the steps left, computed arm by arm."""
     rng = np.random.default_rng(7)
-    d, d_max, num_arms, n, sigma = 3, 5, 4, 9, 0.6
+    d, num_arms, n, sigma = 3, 4, 9, 0.6
     arms = rng.uniform(-1, 1, (num_arms, d))
     actions = rng.integers(0, num_arms, n)
     rewards = rng.normal(0.2, 1.0, n)
     config = LinearGeneralistConfig(**{**TINY, "index_width": True, "skip_schedule": skip, "skip_scale": 0.8})
-    model = LinearGeneralistTransformer(config).eval()
-    with torch.no_grad():
-        model.posterior.width[-1].bias.fill_(gamma)
-    logits = model(
-        torch.as_tensor(arms, dtype=torch.float32)[None],
-        torch.as_tensor(actions)[None],
-        torch.as_tensor(rewards, dtype=torch.float32)[None],
-        torch.tensor([[n]]),
-        50,
-        sigma,
-        d,
-    )[0, 0]
-    x_hist, r = arms[actions].astype(np.float32).astype(np.float64), rewards.astype(np.float32).astype(np.float64)
-    sig = torch.tensor(sigma, dtype=torch.float32).double()
-    padded = torch.as_tensor(np.pad(arms.astype(np.float32), ((0, 0), (0, d_max - d)))).double()
-    lin = linear_posterior(_moments(x_hist, r, d_max), padded, torch.tensor(d), sig)
-    counts = np.bincount(actions, minlength=num_arms).astype(float)
-    sums = np.bincount(actions, weights=r, minlength=num_arms)
-    total, steps = torch.tensor(r @ r), torch.tensor(float(n))
-    arm = arm_posterior(torch.as_tensor(counts), torch.as_tensor(sums), total, steps, sig)
-    _, mean, sd = model_average([lin, arm], [torch.tensor(True), torch.tensor(True)])
+    logits, alpha, mean, sd, sig = _untrained_logits(config, arms, actions, rewards, 50, sigma, gamma)
     if skip == "moss":  # T = 50, n steps played, D = min(d, A) = 3
-        z = 0.8 * torch.tensor(_slow_moss(sd, float(sig), 50 - n, min(d, num_arms)), dtype=torch.float64)
+        z = 0.8 * torch.tensor(_slow_moss(sd, sig, 50 - n, min(d, num_arms)), dtype=torch.float64)
     else:
         z = bayes_ucb_quantile(torch.tensor(n))
     u = mean + (z + gamma) * sd
-    expected = model.posterior.log_alpha.exp().item() * (u - u.max()) / sd.mean()
+    expected = alpha * (u - u.max()) / sd.mean()
     torch.testing.assert_close(logits - logits.max(), expected.float(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("num_arms", [4, 7])
+def test_arms_the_history_says_nothing_of_take_their_own_scale(num_arms):
+    """One-hot arms, only arms 0 and 1 pulled: the MOSS width is c = 0.7 times on those two and 1.3 times on the
+    others, computed arm by arm; with 4 arms the linear model is on (d <= d_max = 5) and reads G x_k = 0 for the
+    unpulled arms, with 7 the arms model alone counts their pulls."""
+    rng = np.random.default_rng(3)
+    n, sigma, horizon = 8, 0.5, 60
+    arms = np.eye(num_arms)
+    actions = np.array([0, 1] * (n // 2))
+    rewards = rng.normal(0.4, 0.5, n)
+    fields = {"skip_schedule": "moss", "skip_scale": 0.7, "skip_scale_unpulled": 1.3}
+    logits, alpha, mean, sd, sig = _untrained_logits(
+        LinearGeneralistConfig(**{**TINY, **fields}), arms, actions, rewards, horizon, sigma
+    )
+    width = _slow_moss(sd, sig, horizon - n, num_arms)
+    c = [0.7 if k < 2 else 1.3 for k in range(num_arms)]
+    u = mean + torch.tensor([ck * wk for ck, wk in zip(c, width, strict=True)], dtype=torch.float64) * sd
+    torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
+    assert min(width[2:]) > 0  # the unpulled arms' scale reaches the index
+
+
+def test_informed_arms_is_whether_the_gram_matrix_reaches_the_arm():
+    """Dense arms: an arm in the span of the unpulled directions is uninformed, any other informed (G x != 0);
+    where the linear model is off, the pull counts decide."""
+    d_max = 4
+    pulled = np.array([[1.0, 0.5, 0.0, 0.0], [0.3, -1.0, 0.0, 0.0]])  # the history spans e_0, e_1
+    arms = np.array([[0.0, 0.0, 0.7, -0.2], [0.1, 0.0, 0.9, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.2, 0.0, 0.0]])
+    moments = _moments(pulled, np.array([0.3, -0.1]), d_max)[None, None]
+    got = informed_arms(moments, torch.as_tensor(arms)[None, None], torch.zeros(1, 1, 4), torch.tensor([[True]]))
+    expected = np.abs(pulled.T @ pulled @ arms.T).max(0) > 0
+    assert got[0, 0].tolist() == expected.tolist() == [False, True, False, True]
+    counts = torch.tensor([[[0.0, 2.0, 1.0, 0.0]]])
+    off = informed_arms(moments, torch.as_tensor(arms)[None, None], counts, torch.tensor([[False]]))
+    assert off[0, 0].tolist() == [False, True, True, False]

@@ -96,7 +96,13 @@ class LinearGeneralistConfig(ArmTokenConfig):
     effective pulls sigma^2 / sd_k^2 reach the steps left per direction.  Only the skip index changes: the network
     reads the Bayes-UCB features either way."""
     skip_scale: float = checked(1.0, POSITIVE)
-    """The constant c of the 'moss' schedule (:attr:`skip_schedule`)."""
+    """The constant c of the 'moss' schedule (:attr:`skip_schedule`) on the arms the history informs."""
+    skip_scale_unpulled: float = checked(1.0, POSITIVE)
+    """The 'moss' schedule's c on the arms the history says nothing of (orthogonal to every arm pulled so far, as an
+    unpulled arm of a multi-armed bandit: their posterior is the inferred prior;
+    :func:`~icrl_gym.models.linear_generalist_posterior.informed_arms`).  With a c below 1 on the informed arms it
+    explores less once every promising arm has been tried, and keeps the many-armed bandits from locking on before
+    they have."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -78,8 +78,8 @@ def posterior_inputs(
     model on, log(1 + max(n - d, 0)), d / d_max, log A / log 50, and the log posterior weights of the
     priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S; with
     ``config.skip_schedule == "moss"`` its u_k = m_k + c z_tk sd_k takes MOSS's horizon-aware width
-    (:func:`~icrl_gym.models.linear_posterior.moss_quantile`, c = ``skip_scale``, D = min(d, A)) while the
-    features keep Bayes-UCB's.  With
+    (:func:`~icrl_gym.models.linear_posterior.moss_quantile`, c = ``skip_scale`` on the arms the history informs
+    and ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A)) while the features keep Bayes-UCB's.  With
     ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width (:data:`RIDGE_COLUMNS`).
     """
     b, nq, na, _ = arms.shape
@@ -159,9 +159,27 @@ def posterior_inputs(
     if config.skip_schedule == "moss":
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
-        index = mean + config.skip_scale * moss_quantile(sd, sigma, steps, horizon_q, directions) * sd
+        informed = informed_arms(raw_moments, x, counts, linear_ok)
+        c = torch.where(informed, config.skip_scale, config.skip_scale_unpulled)
+        index = mean + c * moss_quantile(sd, sigma, steps, horizon_q, directions) * sd
     base = (index - index.max(-1, keepdim=True).values) / scale
     return features.float(), base.float()
+
+
+def informed_arms(
+    raw_moments: torch.Tensor, arms: torch.Tensor, counts: torch.Tensor, linear_ok: torch.Tensor
+) -> torch.Tensor:
+    """Whether the history says anything of each arm's reward (B, Q, A) beyond what the prior does.
+
+    Under the linear model arm x_k is informed iff G x_k != 0 (G = sum_s x_s x_s^T, the history's Gram block of
+    the raw moments (B, Q, E, E)): an arm orthogonal to every arm pulled so far keeps the prior's posterior in
+    every model of the grid (up to the centre and the evidence), as an unpulled arm of a multi-armed bandit
+    does.  Where the linear model is off (d > d_max, a fixed action set) an arm is informed once it was pulled
+    (``counts`` (B, Q, A)).  ``arms`` (B, Q, A, d_max).
+    """
+    dmax = arms.shape[-1]
+    reach = torch.einsum("bqde,bqae->bqad", raw_moments[..., :dmax, :dmax].double(), arms.double())
+    return torch.where(linear_ok.unsqueeze(-1), reach.abs().amax(-1) > 0, counts > 0)
 
 
 def step_mlp(hidden: int, outputs: int, start: tuple[float, ...] = ()) -> nn.Sequential:

@@ -79,8 +79,9 @@ def posterior_inputs(
     priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S; with
     ``config.skip_schedule == "moss"`` its u_k = m_k + c z_tk sd_k takes MOSS's horizon-aware width
     (:func:`~icrl_gym.models.linear_posterior.moss_quantile`, c = ``skip_scale`` on the arms the history informs
-    and ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A)) while the features keep Bayes-UCB's.  With
-    ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width (:data:`RIDGE_COLUMNS`).
+    and ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A)) while the features keep
+    Bayes-UCB's.  With ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width
+    (:data:`RIDGE_COLUMNS`).
     """
     b, nq, na, _ = arms.shape
     dmax = config.d_max

@@ -128,8 +128,12 @@ def is_sealed_card(text: str) -> bool:
 
 
 def shipped_name(meta: Mapping[str, Any]) -> str | None:
-    """The shipped model whose weights the record describes (by ``weights_sha256``), or None."""
-    return _shipped_by_weights().get(str(meta.get("weights_sha256")))
+    """The shipped model whose weights and model configuration the record describes, or None.
+
+    Both count (:func:`_identity`): two shipped models may hold the same weights under configurations that play
+    them differently (a skip index's constants changed without training).
+    """
+    return _shipped_by_identity().get(_identity(meta))
 
 
 def shipped_prose(name: str) -> str:
@@ -410,17 +414,22 @@ def _table(header: tuple[str, str], rows: Iterable[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def _identity(meta: Mapping[str, Any]) -> str:
+    """A record's ``weights_sha256`` and its model configuration (``model``, as canonical JSON), joined."""
+    return f"{meta.get('weights_sha256')}|{json.dumps(meta.get('model'), sort_keys=True)}"
+
+
 @functools.lru_cache(maxsize=1)
-def _shipped_by_weights() -> dict[str, str]:
-    """``weights_sha256 -> name`` of every shipped model (read once per process: the shipped files do not change)."""
+def _shipped_by_identity() -> dict[str, str]:
+    """:func:`_identity` -> name of every shipped model (read once per process: the shipped files do not change)."""
     found: dict[str, str] = {}
     for record_path in sorted(PRETRAINED_DIR.glob("*.json")):
         weights = record_path.with_suffix(".safetensors")
         if not weights.exists():
             continue
-        digest = json.loads(record_path.read_text(encoding="utf-8")).get("weights_sha256")
-        if isinstance(digest, str):
-            found[digest] = record_path.name[: -len(".json")]
+        meta = json.loads(record_path.read_text(encoding="utf-8"))
+        if isinstance(meta.get("weights_sha256"), str):
+            found[_identity(meta)] = record_path.name[: -len(".json")]
     return found
 
 

@@ -150,8 +150,8 @@ def _trajectory(b, s, a, d, seed, per_step, one_hot=False):
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("case", ["per_step", "fixed", "one_hot_wider_than_d_max"])
 def test_cached_steps_equal_the_recomputation_from_scratch(case, gated):
-    skip = "moss" if gated else "bayes_ucb"  # the gated model also with the horizon-aware skip index,
-    scales = {"skip_scale": 0.7, "skip_scale_unpulled": 1.3} if gated else {}  # other on the uninformed arms
+    skip = "moss" if gated else "bayes_ucb"  # the gated model also with the horizon-aware skip index
+    scales = {"skip_scale": 0.7, "skip_scale_unpulled": 1.3} if gated else {}  # and its two constants
     model = _model(noise_estimate=True, index_width=gated, ridge_gate=gated, skip_schedule=skip, **scales)
     b, s, a, d = 3, 25, 7, 4
     if gated:  # open the gate and the width, so that the ridge columns reach the logits

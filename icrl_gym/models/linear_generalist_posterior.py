@@ -160,8 +160,10 @@ def posterior_inputs(
     if config.skip_schedule == "moss":
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
-        informed = informed_arms(raw_moments, x, counts, linear_ok)
-        c = torch.where(informed, config.skip_scale, config.skip_scale_unpulled)
+        c: torch.Tensor | float = config.skip_scale
+        if config.skip_scale_unpulled != config.skip_scale:  # one constant for every arm needs no G x_k
+            informed = informed_arms(raw_moments, x, counts, linear_ok)
+            c = torch.where(informed, config.skip_scale, config.skip_scale_unpulled)
         index = mean + c * moss_quantile(sd, sigma, steps, horizon_q, directions) * sd
     base = (index - index.max(-1, keepdim=True).values) / scale
     return features.float(), base.float()

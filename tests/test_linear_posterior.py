@@ -12,8 +12,9 @@ import torch
 from scipy.stats import multivariate_normal
 
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
-from icrl_gym.models.linear_generalist_posterior import informed_arms
+from icrl_gym.models.linear_generalist_posterior import informed_arms, partly_informed_arms
 from icrl_gym.models.linear_posterior import (
+    Posterior,
     arm_posterior,
     bayes_ucb_quantile,
     estimate_noise_arms,
@@ -193,6 +194,18 @@ def test_permuting_the_arms_permutes_the_logits(per_step):
     torch.testing.assert_close(permuted, logits[..., perm], atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fields", [{}, {"skip_schedule": "moss", "skip_evidence_power": 0.7, "ridge_gate": True}])
+def test_negating_every_feature_leaves_the_logits_unchanged(fields):
+    """The grid's priors are symmetric (w* and -w* equally likely), so the history (-x, r) with arms -x is the
+    history (x, r) seen through w -> -w: every posterior feature, the skip index and so the logits are the same
+    (the symmetry the paper cell's study rests on, benchmarks.evaluations.paper_cell_symmetry)."""
+    model, (b, s, a, d) = _model(n_layers=2, **fields), (2, 20, 6, 3)
+    sets, actions, rewards = _trajectory(b, s, a, d, 4, per_step=False)
+    queries = torch.arange(s).expand(b, s)
+    logits = model(sets, actions, rewards, queries, 30, 0.8, d)
+    torch.testing.assert_close(model(-sets, actions, rewards, queries, 30, 0.8, d), logits, atol=1e-4, rtol=1e-5)
+
+
 def _tiny_run(folder, **kw):
     base = {
         "out_dir": str(folder),
@@ -291,7 +304,7 @@ def _untrained_logits(config, arms, actions, rewards, horizon, sigma, width=0.0)
     model's alpha, the averaged mean and sd (A,) of both grids (computed on the float32 inputs the model reads)
     and sigma as the model sees it.
     """
-    n, (num_arms, d) = len(actions), arms.shape
+    n, d = len(actions), arms.shape[1]
     d_max = config.d_max
     model = LinearGeneralistTransformer(config).eval()
     if config.index_width:
@@ -306,6 +319,15 @@ def _untrained_logits(config, arms, actions, rewards, horizon, sigma, width=0.0)
         sigma,
         d,
     )[0, 0]
+    posts, sig = _direct_posteriors(arms, actions, rewards, sigma, d_max)
+    _, mean, sd = model_average(posts, [torch.tensor(True)] * len(posts))
+    return logits, model.posterior.log_alpha.exp().item(), mean, sd, float(sig)
+
+
+def _direct_posteriors(arms, actions, rewards, sigma, d_max):
+    """Both grids' posteriors after the history (the linear model's first, where d <= d_max), computed on the
+    float32 inputs the model reads, and sigma as the model sees it."""
+    n, (num_arms, d) = len(actions), arms.shape
     x_hist, r = arms[actions].astype(np.float32).astype(np.float64), rewards.astype(np.float32).astype(np.float64)
     sig = torch.tensor(sigma, dtype=torch.float32).double()
     counts = np.bincount(actions, minlength=num_arms).astype(float)
@@ -315,8 +337,7 @@ def _untrained_logits(config, arms, actions, rewards, horizon, sigma, width=0.0)
     if d <= d_max:  # the linear model is on
         padded = torch.as_tensor(np.pad(arms.astype(np.float32), ((0, 0), (0, d_max - d)))).double()
         posts.insert(0, linear_posterior(_moments(x_hist, r, d_max), padded, torch.tensor(d), sig))
-    _, mean, sd = model_average(posts, [torch.tensor(True)] * len(posts))
-    return logits, model.posterior.log_alpha.exp().item(), mean, sd, float(sig)
+    return posts, sig
 
 
 @pytest.mark.parametrize(("gamma", "skip"), [(0.0, "bayes_ucb"), (-0.7, "bayes_ucb"), (0.0, "moss"), (-0.3, "moss")])
@@ -374,3 +395,54 @@ def test_informed_arms_is_whether_the_gram_matrix_reaches_the_arm():
     counts = torch.tensor([[[0.0, 2.0, 1.0, 0.0]]])
     off = informed_arms(moments, torch.as_tensor(arms)[None, None], counts, torch.tensor([[False]]))
     assert off[0, 0].tolist() == [False, True, True, False]
+
+
+def test_partly_informed_arms_straddle_the_span_of_the_pulls():
+    """Dense arms in R^4, a history spanning a random plane: an arm in the plane or orthogonal to it is not partly
+    informed, a generic arm is; checked against the projection onto the pulled arms' span by least squares.  One-hot
+    arms never are, and where the linear model is off no arm is."""
+    rng = np.random.default_rng(11)
+    pulled = rng.normal(size=(2, 4))
+    _, _, vt = np.linalg.svd(pulled)
+    inside, outside = 0.6 * pulled[0] - 1.1 * pulled[1], vt[2] + 0.3 * vt[3]
+    arms = np.stack([inside, outside, rng.normal(size=4), rng.normal(size=4)])
+    moments = _moments(np.repeat(pulled, 3, 0), rng.normal(size=6), 4)[None, None]
+    got = partly_informed_arms(moments, torch.as_tensor(arms)[None, None], torch.tensor([[True]]))
+    coef = np.linalg.lstsq(pulled.T, arms.T, rcond=None)[0]
+    residual = np.linalg.norm(arms.T - pulled.T @ coef, axis=0) / np.linalg.norm(arms, axis=1)
+    projected = np.linalg.norm(pulled.T @ coef, axis=0) / np.linalg.norm(arms, axis=1)
+    expected = (residual > 1e-6) & (projected > 1e-6)
+    assert got[0, 0].tolist() == expected.tolist() == [False, False, True, True]
+    off = partly_informed_arms(moments, torch.as_tensor(arms)[None, None], torch.tensor([[False]]))
+    assert not off.any()
+    one_hot = _moments(np.eye(4)[[0, 2, 2]], rng.normal(size=3), 4)[None, None]
+    eye = torch.eye(4, dtype=torch.float64)[None, None]
+    assert not partly_informed_arms(one_hot, eye, torch.tensor([[True]])).any()
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_tempered_evidence_widens_the_partly_informed_arms_only(one_hot):
+    """skip_evidence_power = eta: on the partly informed arms the skip index takes the model average with weights
+    proportional to p_j^eta, computed directly, on the others eta = 1's, and the scale S stays eta = 1's.  On
+    one-hot arms no arm is partly informed and the logits are eta = 1's."""
+    rng = np.random.default_rng(5)
+    d, num_arms, n, sigma, horizon, eta = 3, 4, 6, 0.3, 80, 0.6
+    arms = np.eye(3)[[0, 1, 2, 0]] if one_hot else rng.uniform(-1, 1, (num_arms, d))
+    actions = np.array([0, 1] * (n // 2))  # two directions of three
+    rewards = rng.normal(0.3, 1.0, n)
+    fields = {**TINY, "skip_schedule": "moss", "skip_scale": 0.9}
+    history = (arms, actions, rewards, horizon, sigma)
+    plain, alpha, mean, sd, sig = _untrained_logits(LinearGeneralistConfig(**fields), *history)
+    config = LinearGeneralistConfig(**{**fields, "skip_evidence_power": eta})
+    logits, *_ = _untrained_logits(config, *history)
+    if one_hot:
+        torch.testing.assert_close(logits, plain)
+        return
+    posts, _ = _direct_posteriors(arms, actions, rewards, sigma, TINY["d_max"])
+    hot = [Posterior(p.mean, p.sd, eta * p.log_evidence) for p in posts]
+    _, hot_mean, hot_sd = model_average(hot, [torch.tensor(True)] * len(hot))
+    partly = torch.tensor([False, False, True, True])  # arms 0 and 1 were pulled; 2 and 3 leave their plane
+    m, s = torch.where(partly, hot_mean, mean), torch.where(partly, hot_sd, sd)
+    u = m + 0.9 * torch.tensor(_slow_moss(s, sig, horizon - n, d), dtype=torch.float64) * s
+    torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(logits, plain)

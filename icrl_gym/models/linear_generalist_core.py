@@ -103,6 +103,12 @@ class LinearGeneralistConfig(ArmTokenConfig):
     :func:`~icrl_gym.models.linear_generalist_posterior.informed_arms`).  With a c below 1 on the informed arms it
     explores less once every promising arm has been tried, and keeps the many-armed bandits from locking on before
     they have."""
+    skip_evidence_power: float = checked(1.0, Allowed(low=0.0, high=1.0, strict=True))
+    """The power eta of the priors' evidence in the skip index's model average on the arms the history informs only
+    in part (:func:`~icrl_gym.models.linear_generalist_posterior.partly_informed_arms`), weights w_j proportional to
+    p_j^eta: a generalised (tempered) posterior over the grid.  The evidence was earned on the directions pulled so
+    far; at eta = 1 it can make one prior so certain of an arm's unseen direction that the arm is never tried
+    again, and the run locks on for good (seen at sigma = 0.1, T = 1,000).  The features keep eta = 1."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

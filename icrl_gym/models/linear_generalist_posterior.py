@@ -29,6 +29,7 @@ from icrl_gym.models.linear_generalist_core import (
 )
 from icrl_gym.models.linear_posterior import (
     NUM_PRIORS,
+    Posterior,
     arm_posterior,
     bayes_ucb_quantile,
     estimate_noise_arms,
@@ -157,6 +158,12 @@ def posterior_inputs(
         ]
     columns = [*per_arm, *(f.unsqueeze(-1) for f in bma + pulls), step_part, *(f.unsqueeze(-1) for f in ridge)]
     features = torch.cat(columns, -1)
+    if config.skip_evidence_power != 1.0:  # the tempered model average on the partly informed arms
+        eta = config.skip_evidence_power
+        _, hot_mean, hot_sd = model_average([Posterior(p.mean, p.sd, eta * p.log_evidence) for p in posts], valid)
+        partly = partly_informed_arms(raw_moments, x, linear_ok)
+        mean, sd = torch.where(partly, hot_mean, mean), torch.where(partly, hot_sd, sd)
+        index = mean + z.unsqueeze(-1) * sd
     if config.skip_schedule == "moss":
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
@@ -183,6 +190,26 @@ def informed_arms(
     dmax = arms.shape[-1]
     reach = torch.einsum("bqde,bqae->bqad", raw_moments[..., :dmax, :dmax].double(), arms.double())
     return torch.where(linear_ok.unsqueeze(-1), reach.abs().amax(-1) > 0, counts > 0)
+
+
+def partly_informed_arms(raw_moments: torch.Tensor, arms: torch.Tensor, linear_ok: torch.Tensor) -> torch.Tensor:
+    """Under the linear model, the arms (B, Q, A) the history informs only in part.
+
+    That is x_k = p_k + r_k with both p_k, in the span of the arms pulled so far (the range of the Gram block G of
+    the raw moments (B, Q, E, E)), and r_k, orthogonal to it, non-zero.  The history fits such an arm's reward
+    along p_k; along r_k only the prior speaks, and the grid's evidence, earned on the pulled directions,
+    extrapolates there.  False where the linear model is off.  ``arms``
+    (B, Q, A, d_max); G's null space is where its eigenvalues are below 1e-9 of the largest (and of 1).
+    """
+    dmax = arms.shape[-1]
+    gram = raw_moments[..., :dmax, :dmax].double()
+    values, vectors = torch.linalg.eigh(gram)
+    null = values < 1e-9 * values[..., -1:].clamp_min(1.0)  # (B, Q, D)
+    coords = torch.einsum("bqde,bqad->bqae", vectors, arms.double()).pow(2)  # (B, Q, A, D): x_k on G's eigenvectors
+    outside = (coords * null.unsqueeze(-2)).sum(-1)
+    inside = (coords * (~null).unsqueeze(-2)).sum(-1)
+    total = coords.sum(-1).clamp_min(1e-300)
+    return linear_ok.unsqueeze(-1) & (outside > 1e-12 * total) & (inside > 1e-12 * total)
 
 
 def step_mlp(hidden: int, outputs: int, start: tuple[float, ...] = ()) -> nn.Sequential:

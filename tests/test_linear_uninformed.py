@@ -26,7 +26,13 @@ def test_small_run_writes_consistent_tables(tmp_path) -> None:
         for key in linear_uninformed.MODELS:  # the default model rows
             ratio = totals[key].mean() / totals[best].mean()
             assert float(row[f"{key} ratio"]) == pytest.approx(ratio, abs=1e-3)
+        limit = max(3 * totals[best].mean(), 20)
+        for key, values in totals.items():  # every row's failures, the references' too, counted run by run
+            assert float(row[f"{key} failures"]) == pytest.approx(
+                sum(v > limit for v in values) / len(values), abs=1e-4
+            )
     assert "Configuration:" in (out / "table.md").read_text()
+    assert "The references' own failures" in (out / "table.md").read_text()
 
 
 def test_a_further_model_is_played_alone_on_the_stored_cells(tmp_path, monkeypatch) -> None:

@@ -118,20 +118,24 @@ def play_cell(
 
 
 def summary(name: str, totals: dict[str, Any], models: dict[str, tuple[str, bool]]) -> dict[str, Any]:
-    """One CSV row: every row's mean, the best uninformed reference, the models' ratios, p99 ratios, tails."""
+    """One CSV row: every row's mean and failures, the best uninformed reference, the models' ratios and p99 ratios.
+
+    A run fails when its regret exceeds max(3 x the best uninformed reference's mean, 20); the references' own
+    failures are kept too, to show how often a policy that is not a model fails by the same rule.
+    """
     played = {k: np.asarray(v) for k, v in totals.items() if not isinstance(v, str)}
     best = min(UNINFORMED, key=lambda k: played[k].mean())
     row: dict[str, Any] = {"cell": name, "best uninformed": best, "best mean": round(float(played[best].mean()), 3)}
+    limit = max(3 * played[best].mean(), 20)
     for key, values in played.items():
         row[key] = round(float(values.mean()), 3)
         row[f"{key} s.e."] = round(float(values.std(ddof=1) / np.sqrt(len(values))), 3)
+        row[f"{key} failures"] = round(float(np.mean(values > limit)), 4)
     for key in models:
         if key in played:
             ratio = played[key].mean() / played[best].mean()
             p99 = np.percentile(played[key], 99) / np.percentile(played[best], 99)
-            fail = np.mean(played[key] > np.maximum(3 * played[best].mean(), 20))
             row[f"{key} ratio"], row[f"{key} p99 ratio"] = round(float(ratio), 3), round(float(p99), 3)
-            row[f"{key} failures"] = round(float(fail), 4)
     return row
 
 
@@ -195,6 +199,20 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 parts.append("cannot play | | |")
         lines.append(f"| {r['cell']} | {best} | " + " | ".join(parts) + " |")
+    lines += [
+        "",
+        "The references' own failures (the same rule): the best uninformed reference's, the fewest of the",
+        "uninformed references', and the Bayes-UCB told the prior's.",
+        "",
+        "| cell | best uninformed | fewest of the uninformed | Bayes-UCB (matched) |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        fewest = min(UNINFORMED, key=lambda k: r[f"{k} failures"])
+        lines.append(
+            f"| {r['cell']} | {r[r['best uninformed'] + ' failures']:.3f} | {r[fewest + ' failures']:.3f} ({fewest}) | "
+            f"{r['Bayes-UCB (matched) failures']:.3f} |"
+        )
     atomic_write_bytes(out / "table.md", ("\n".join(lines) + "\n").encode())
     print("\n".join(lines))
 

@@ -81,8 +81,9 @@ def posterior_inputs(
     ``config.skip_schedule == "moss"`` its u_k = m_k + c z_tk sd_k takes MOSS's horizon-aware width
     (:func:`~icrl_gym.models.linear_posterior.moss_quantile`, c = ``skip_scale`` on the arms the history informs
     and ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A)) while the features keep
-    Bayes-UCB's.  With ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width
-    (:data:`RIDGE_COLUMNS`).
+    Bayes-UCB's.  With ``config.skip_evidence_power`` eta < 1, the skip index's mean and sd on the partly informed
+    arms (:func:`partly_informed_arms`) are those of the model average with weights proportional to p_j^eta.  With
+    ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width (:data:`RIDGE_COLUMNS`).
     """
     b, nq, na, _ = arms.shape
     dmax = config.d_max
@@ -198,8 +199,8 @@ def partly_informed_arms(raw_moments: torch.Tensor, arms: torch.Tensor, linear_o
     That is x_k = p_k + r_k with both p_k, in the span of the arms pulled so far (the range of the Gram block G of
     the raw moments (B, Q, E, E)), and r_k, orthogonal to it, non-zero.  The history fits such an arm's reward
     along p_k; along r_k only the prior speaks, and the grid's evidence, earned on the pulled directions,
-    extrapolates there.  False where the linear model is off.  ``arms``
-    (B, Q, A, d_max); G's null space is where its eigenvalues are below 1e-9 of the largest (and of 1).
+    extrapolates there.  False where the linear model is off.  ``arms`` (B, Q, A, d_max); G's null space is where
+    its eigenvalues are below 1e-9 of the largest (and of 1).
     """
     dmax = arms.shape[-1]
     gram = raw_moments[..., :dmax, :dmax].double()

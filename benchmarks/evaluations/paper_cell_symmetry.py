@@ -65,6 +65,12 @@ class MixtureBayesUCB(IndexAgent):
     def __init__(self, components: list[Component], noise_std: float, scale: float = 1.0) -> None:
         super().__init__()
         self.components, self.noise_std, self.scale = components, noise_std, scale
+        # what each prior contributes at every step: P_j^{-1}, P_j^{-1} m_j, m_j^T P_j^{-1} m_j + log det P_j
+        self._priors: list[tuple[np.ndarray, np.ndarray, float]] = []
+        for centre, cov in components:
+            prior_prec = np.linalg.inv(cov)
+            shift = prior_prec @ centre
+            self._priors.append((prior_prec, shift, float(centre @ shift) + np.linalg.slogdet(cov)[1]))
         self.gram, self.moment, self.square = np.zeros((0, 0, 0)), np.zeros((0, 0)), np.zeros(0)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
@@ -75,14 +81,13 @@ class MixtureBayesUCB(IndexAgent):
         """u_k (B, A) at the action sets (B, A, d)."""
         prec = self.noise_std**-2
         means, variances, log_ev = [], [], []
-        for centre, cov in self.components:
-            prior_prec = np.linalg.inv(cov)
+        for prior_prec, shift, constant in self._priors:
             lam = self.gram * prec + prior_prec
             post_cov = np.linalg.inv(lam)
-            rhs = self.moment * prec + prior_prec @ centre
+            rhs = self.moment * prec + shift
             mu = np.einsum("bij,bj->bi", post_cov, rhs)
-            quad = self.square * prec + centre @ prior_prec @ centre - np.einsum("bi,bi->b", mu, rhs)
-            log_ev.append(-0.5 * (quad + np.linalg.slogdet(cov)[1] + np.linalg.slogdet(lam)[1]))
+            quad = self.square * prec - np.einsum("bi,bi->b", mu, rhs)
+            log_ev.append(-0.5 * (quad + constant + np.linalg.slogdet(lam)[1]))
             means.append(np.einsum("bad,bd->ba", action_sets, mu))
             variances.append(np.einsum("bad,bde,bae->ba", action_sets, post_cov, action_sets))
         logs = np.stack(log_ev, 1)

@@ -164,7 +164,6 @@ def posterior_inputs(
         _, hot_mean, hot_sd = model_average([Posterior(p.mean, p.sd, eta * p.log_evidence) for p in posts], valid)
         partly = partly_informed_arms(raw_moments, x, linear_ok)
         mean, sd = torch.where(partly, hot_mean, mean), torch.where(partly, hot_sd, sd)
-        index = mean + z.unsqueeze(-1) * sd
     if config.skip_schedule == "moss":
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
@@ -173,6 +172,8 @@ def posterior_inputs(
             informed = informed_arms(raw_moments, x, counts, linear_ok)
             c = torch.where(informed, config.skip_scale, config.skip_scale_unpulled)
         index = mean + c * moss_quantile(sd, sigma, steps, horizon_q, directions) * sd
+    elif config.skip_evidence_power != 1.0:  # Bayes-UCB's width on the tempered mean and sd
+        index = mean + z.unsqueeze(-1) * sd
     base = (index - index.max(-1, keepdim=True).values) / scale
     return features.float(), base.float()
 

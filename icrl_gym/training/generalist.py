@@ -37,6 +37,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,12 +58,11 @@ from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.generalist_task import (
-    GeneralistLoopConfig,
     GeneralistTrainer,
     soft_label_loss,
     train_generalist,
 )
-from icrl_gym.training.loop import Logger
+from icrl_gym.training.loop import GeneralistLoopConfig, Logger
 from icrl_gym.training.loop import main as run_main
 
 TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0}
@@ -73,7 +73,7 @@ TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "pr
 class GeneralistTrainConfig(GeneralistLoopConfig):
     """Everything that defines a pretraining run of the Bernoulli generalist transformer.
 
-    The shared fields (:class:`~icrl_gym.training.generalist_task.GeneralistLoopConfig`) keep their defaults;
+    The shared fields (:class:`~icrl_gym.training.loop.GeneralistLoopConfig`) keep their defaults;
     ``model`` holds :class:`GeneralistConfig` fields, T of a batch is log-uniform in
     [min_horizon, max_horizon], and the Gittins table is built for max_horizon.
     """
@@ -301,7 +301,7 @@ def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
 def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
     """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
 
-    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
+    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer[GeneralistTransformer, Any]:
         model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model)).to(device)
 
         def tables(a: float, b: float) -> GittinsTable:  # built once per prior, then kept in memory and on disk
@@ -326,15 +326,9 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
                 f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",
             )
 
-        return GeneralistTrainer(
-            model=model,
-            sample=lambda rng, policy: sample_batch(cfg, tables, rng, policy),
-            loss=batch_loss,
-            evaluate=evaluate,
-            init=init,
-        )
+        return GeneralistTrainer(model, partial(sample_batch, cfg, tables), batch_loss, evaluate, init=init)
 
-    return train_generalist(cfg, echo, build)  # type: ignore[return-value]
+    return train_generalist(cfg, echo, build)
 
 
 def main(argv: list[str] | None = None) -> None:

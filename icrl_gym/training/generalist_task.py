@@ -1,12 +1,12 @@
 """The generalist trainers' loop as a :class:`~icrl_gym.training.trainer.TrainingTask`.
 
 The generalist trainers (:mod:`icrl_gym.training.generalist`, :mod:`icrl_gym.training.linear_generalist`,
-:mod:`icrl_gym.training.mdp_generalist`) share their configuration fields (:class:`GeneralistLoopConfig`)
-and their loop (:func:`train_generalist`, run by the :class:`~icrl_gym.training.trainer.Trainer`): every
-step's batch comes from ``default_rng([seed, step])`` (from ``dagger_start`` on, with probability
-``dagger_fraction``, rolled out by the model: DAgger), a log line every ``log_every`` steps, an
-evaluation every ``eval_every``, a committed state every ``checkpoint_every`` and at the end, under a
-wall-time budget ``time_budget_hours`` (the run's stop condition, with ``steps``).
+:mod:`icrl_gym.training.mdp_generalist`) share their configuration fields
+(:class:`~icrl_gym.training.loop.GeneralistLoopConfig`) and their loop (:func:`train_generalist`, run by the
+:class:`~icrl_gym.training.trainer.Trainer`): every step's batch comes from ``default_rng([seed, step])``
+(from ``dagger_start`` on, with probability ``dagger_fraction``, rolled out by the model: DAgger), a log line
+every ``log_every`` steps, an evaluation every ``eval_every``, a committed state every ``checkpoint_every``
+and at the end, under a wall-time budget ``time_budget_hours`` (the run's stop condition, with ``steps``).
 
 Resumable bit for bit: every ``checkpoint_every`` steps the training state (the weights as the checkpoint
 ``checkpoints/step_NNNNNNN``, the optimiser, the RNG states, the step, the configuration and the history)
@@ -29,25 +29,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_gym.config import (
-    NONNEGATIVE,
-    NONNEGATIVE_INT,
-    POSITIVE,
-    POSITIVE_INT,
-    PROBABILITY,
-    Allowed,
-    checked,
-)
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
+    GeneralistLoopConfig,
     Logger,
-    ScheduleConfig,
     global_means,
     learning_rate,
     scale_to_global_mean,
@@ -59,72 +50,6 @@ from icrl_gym.utils.command import typed_command
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 ModelT = TypeVar("ModelT", bound=torch.nn.Module)
-
-
-@dataclass
-class GeneralistLoopConfig(ScheduleConfig):
-    """The fields both generalist trainers share; each trainer's configuration adds its own and its defaults."""
-
-    out_dir: str = "runs/generalist"
-    model: dict[str, Any] = field(default_factory=dict)
-    """The model configuration's fields (defaults where left out)."""
-    steps: int = 20_000
-    warmup_steps: int = 500
-    time_budget_hours: float = checked(3.5, POSITIVE)
-    """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
-    min_arms: int = checked(2, POSITIVE_INT)
-    """Smallest number of arms of a batch."""
-    max_arms: int = checked(20, POSITIVE_INT)
-    """Largest number of arms of a batch."""
-    min_horizon: int = checked(20, POSITIVE_INT)
-    """Smallest horizon T of a batch."""
-    max_horizon: int = checked(500, POSITIVE_INT)
-    """Largest horizon T of a batch."""
-    queries: int = checked(16, POSITIVE_INT)
-    """Query steps Q per trajectory at which the loss is computed."""
-    min_batch: int = checked(4, POSITIVE_INT)
-    """Fewest trajectories in a batch."""
-    max_batch: int = checked(256, POSITIVE_INT)
-    """Most trajectories in a batch."""
-    max_epsilon: float = checked(0.5, PROBABILITY)
-    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
-    dagger_start: int = checked(5_000, NONNEGATIVE_INT)
-    """Step from which batches may be rolled out by the model."""
-    dagger_fraction: float = checked(0.15, PROBABILITY)
-    """Probability that a batch (after dagger_start) is rolled out by the model."""
-    cost_per_batch: float = checked(2.0e6, POSITIVE)
-    """The compute budget of a batch; each trainer turns it into B (its docstring)."""
-    label_temperature: float = checked(0.0, NONNEGATIVE)
-    """0: hard targets (the expert's maximisers); > 0: softmax(index / label_temperature)."""
-    log_every: int = checked(50, POSITIVE_INT)
-    """Steps between log lines (averages over them)."""
-    checkpoint_every: int = checked(250, POSITIVE_INT)
-    """Steps between saved (resumable) states."""
-    eval_every: int = checked(1_000, NONNEGATIVE_INT)
-    """Steps between regret evaluations (0: never)."""
-    eval_instances: int = checked(200, Allowed(low=2, integer=True))
-    """Instances of the in-training regret evaluation (at least two: the standard error needs them)."""
-
-    resumable_changes: ClassVar[tuple[str, ...]] = (
-        "steps",
-        "time_budget_hours",
-        "log_every",
-        "checkpoint_every",
-        "eval_every",
-        "eval_instances",
-        "device",
-        "threads",
-    )
-    """The fields a resumed run may change: the loop's (its length and budget, logging, evaluation size, device
-    and threads) and those each trainer adds."""
-
-    def checkpoint_fields(self) -> dict[str, Any]:
-        """The trainer's fields of the checkpoint record: what the run trained on (env, trained_range, ...)."""
-        raise NotImplementedError(f"{type(self).__name__} does not say what its checkpoints record")
-
-    def check(self) -> None:
-        """The ranges are ordered."""
-        self.check_order(("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
 
 
 class ShardableBatch(Protocol):
@@ -165,7 +90,8 @@ class GeneralistTrainer(Generic[ModelT, GBatchT]):
     """What a generalist trainer passes to :func:`train_generalist`: its model, batch, loss and evaluation.
 
     What its checkpoints record and which fields a resumed run may change are its configuration's
-    (:meth:`GeneralistLoopConfig.checkpoint_fields`, :attr:`GeneralistLoopConfig.resumable_changes`);
+    (:meth:`~icrl_gym.training.loop.GeneralistLoopConfig.checkpoint_fields`,
+    :attr:`~icrl_gym.training.loop.GeneralistLoopConfig.resumable_changes`);
     the checkpoint kind is the model class's row of the kind table.
     """
 
@@ -350,9 +276,9 @@ class GeneralistTask(TrainingTask):
 
 
 def train_generalist(
-    cfg: GeneralistLoopConfig, echo: bool, build: Callable[[torch.device, DistContext], GeneralistTrainer]
-) -> torch.nn.Module:
-    """Train (or resume) a generalist run in ``cfg.out_dir``; returns the model.
+    cfg: GeneralistLoopConfig, echo: bool, build: Callable[[torch.device, DistContext], GeneralistTrainer[ModelT, Any]]
+) -> ModelT:
+    """Train (or resume) a generalist run in ``cfg.out_dir``; returns the model ``build`` made.
 
     ``build(device, ctx)`` makes the trainer's pieces (after the model is seeded); the
     :class:`~icrl_gym.training.trainer.Trainer` runs them (:class:`GeneralistTask`): on resume the RNG

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -49,7 +50,6 @@ from icrl_gym.envs.prior_family import sample_prior
 from icrl_gym.models.linear_generalist import D_MAX, LinearGeneralistConfig, LinearGeneralistTransformer
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.generalist_task import (
-    GeneralistLoopConfig,
     GeneralistTrainer,
     train_generalist,
 )
@@ -62,7 +62,7 @@ from icrl_gym.training.linear_expert import (
     targets_from_index,
 )
 from icrl_gym.training.linear_family import FamilyOptions, draw_family
-from icrl_gym.training.loop import Logger
+from icrl_gym.training.loop import GeneralistLoopConfig, Logger
 from icrl_gym.training.loop import main as run_main
 from icrl_gym.utils.memory import release_freed_memory
 
@@ -74,7 +74,7 @@ PRIORS = ("uniform", "family")
 class LinearGeneralistTrainConfig(GeneralistLoopConfig):
     """Everything that defines a pretraining run of the linear generalist transformer.
 
-    The shared fields (:class:`~icrl_gym.training.generalist_task.GeneralistLoopConfig`) with the defaults of
+    The shared fields (:class:`~icrl_gym.training.loop.GeneralistLoopConfig`) with the defaults of
     this trainer; ``model`` holds :class:`LinearGeneralistConfig` fields and the evaluations run on
     ``eval_cells``.
     """
@@ -361,7 +361,7 @@ CURVE_EVERY = 1_000
 def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGeneralistTransformer:
     """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
 
-    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
+    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer[LinearGeneralistTransformer, Any]:
         model = LinearGeneralistTransformer(LinearGeneralistConfig.from_dict(cfg.model)).to(device)
 
         def evaluate_cells(step: int, log: Logger) -> dict[str, Any]:
@@ -381,16 +381,16 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
             return entry
 
         return GeneralistTrainer(
-            model=model,
-            sample=lambda rng, policy: sample_batch(cfg, rng, policy),
-            loss=batch_loss,
-            evaluate=evaluate_cells,
+            model,
+            partial(sample_batch, cfg),
+            batch_loss,
+            evaluate_cells,
             metrics={"loss": ".4f", "agree": ".3f", "gap": ".4f"},
             keep_every=CURVE_EVERY,
             after_log=release_freed_memory,
         )
 
-    return train_generalist(cfg, echo, build)  # type: ignore[return-value]
+    return train_generalist(cfg, echo, build)
 
 
 def main(argv: list[str] | None = None) -> None:

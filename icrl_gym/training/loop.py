@@ -7,7 +7,8 @@ batch, their loss, their evaluation and their checkpoint record; everything else
 
 - the fields every trainer has (:class:`TrainerConfig`: ``out_dir``, ``seed``, ``lr``,
   ``grad_clip``, ``device``, ``threads``; :class:`ScheduleConfig` adds ``steps``,
-  ``warmup_steps``, ``min_lr_ratio`` and ``weight_decay``), checked when a configuration is built,
+  ``warmup_steps``, ``min_lr_ratio`` and ``weight_decay``; :class:`GeneralistLoopConfig` adds those
+  the three generalist trainers share), checked when a configuration is built,
   before any file is written: a refused value raises a ``ValueError`` naming the field, the value
   and the allowed range (:func:`icrl_gym.config.check_fields`);
 - :func:`upgrade_config`, the one reader of older records (configuration files and the ``pretrain``
@@ -20,7 +21,7 @@ batch, their loss, their evaluation and their checkpoint record; everything else
   scales its loss so that DDP's average of the gradients is the gradient of the global mean.
 
 The run itself (folder, resume, commits, evaluation cadence) is the
-:class:`~icrl_gym.training.trainer.Trainer`'s; the generalist trainers' shared fields and loop are in
+:class:`~icrl_gym.training.trainer.Trainer`'s; the generalist trainers' shared loop is in
 :mod:`icrl_gym.training.generalist_task`.
 """
 
@@ -32,7 +33,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -171,6 +172,72 @@ def warmup_cosine(step: int, lr: float, warmup: int, steps: int, min_lr_ratio: f
         return lr * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, steps - warmup))
     return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@dataclass
+class GeneralistLoopConfig(ScheduleConfig):
+    """The fields both generalist trainers share; each trainer's configuration adds its own and its defaults."""
+
+    out_dir: str = "runs/generalist"
+    model: dict[str, Any] = field(default_factory=dict)
+    """The model configuration's fields (defaults where left out)."""
+    steps: int = 20_000
+    warmup_steps: int = 500
+    time_budget_hours: float = checked(3.5, POSITIVE)
+    """Stop (and save) once the run's training wall time, summed over resumes, exceeds this."""
+    min_arms: int = checked(2, POSITIVE_INT)
+    """Smallest number of arms of a batch."""
+    max_arms: int = checked(20, POSITIVE_INT)
+    """Largest number of arms of a batch."""
+    min_horizon: int = checked(20, POSITIVE_INT)
+    """Smallest horizon T of a batch."""
+    max_horizon: int = checked(500, POSITIVE_INT)
+    """Largest horizon T of a batch."""
+    queries: int = checked(16, POSITIVE_INT)
+    """Query steps Q per trajectory at which the loss is computed."""
+    min_batch: int = checked(4, POSITIVE_INT)
+    """Fewest trajectories in a batch."""
+    max_batch: int = checked(256, POSITIVE_INT)
+    """Most trajectories in a batch."""
+    max_epsilon: float = checked(0.5, PROBABILITY)
+    """Exploration rate eps of a behaviour trajectory ~ U[0, max_epsilon]."""
+    dagger_start: int = checked(5_000, NONNEGATIVE_INT)
+    """Step from which batches may be rolled out by the model."""
+    dagger_fraction: float = checked(0.15, PROBABILITY)
+    """Probability that a batch (after dagger_start) is rolled out by the model."""
+    cost_per_batch: float = checked(2.0e6, POSITIVE)
+    """The compute budget of a batch; each trainer turns it into B (its docstring)."""
+    label_temperature: float = checked(0.0, NONNEGATIVE)
+    """0: hard targets (the expert's maximisers); > 0: softmax(index / label_temperature)."""
+    log_every: int = checked(50, POSITIVE_INT)
+    """Steps between log lines (averages over them)."""
+    checkpoint_every: int = checked(250, POSITIVE_INT)
+    """Steps between saved (resumable) states."""
+    eval_every: int = checked(1_000, NONNEGATIVE_INT)
+    """Steps between regret evaluations (0: never)."""
+    eval_instances: int = checked(200, Allowed(low=2, integer=True))
+    """Instances of the in-training regret evaluation (at least two: the standard error needs them)."""
+
+    resumable_changes: ClassVar[tuple[str, ...]] = (
+        "steps",
+        "time_budget_hours",
+        "log_every",
+        "checkpoint_every",
+        "eval_every",
+        "eval_instances",
+        "device",
+        "threads",
+    )
+    """The fields a resumed run may change: the loop's (its length and budget, logging, evaluation size, device
+    and threads) and those each trainer adds."""
+
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """The trainer's fields of the checkpoint record: what the run trained on (env, trained_range, ...)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what its checkpoints record")
+
+    def check(self) -> None:
+        """The ranges are ordered."""
+        self.check_order(("min_arms", "max_arms"), ("min_horizon", "max_horizon"), ("min_batch", "max_batch"))
 
 
 def learning_rate(cfg: ScheduleConfig, step: int) -> float:

@@ -44,7 +44,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from functools import partial
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -63,12 +64,11 @@ from icrl_gym.models.mdp_generalist import (
 )
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.generalist_task import (
-    GeneralistLoopConfig,
     GeneralistTrainer,
     soft_label_loss,
     train_generalist,
 )
-from icrl_gym.training.loop import Logger
+from icrl_gym.training.loop import GeneralistLoopConfig, Logger
 from icrl_gym.training.loop import main as run_main
 from icrl_gym.training.mdp_expert_rollout import (
     QueryBatch,
@@ -344,7 +344,7 @@ def evaluate_cells(
 def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
     """Train (or resume) the run in ``cfg.out_dir``; returns the model.  See the module docstring."""
 
-    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer:
+    def build(device: torch.device, ctx: DistContext) -> GeneralistTrainer[MDPGeneralist, Any]:
         model = MDPGeneralist(MDPGeneralistConfig.from_dict(cfg.model)).to(device)
         references: dict[str, dict[str, float]] = {}
 
@@ -359,14 +359,9 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
                 )
             return {"step": step, "eval": rows}
 
-        return GeneralistTrainer(
-            model=model,
-            sample=lambda rng, policy: sample_batch(cfg, rng, policy),
-            loss=batch_loss,
-            evaluate=evaluate,
-        )
+        return GeneralistTrainer(model, partial(sample_batch, cfg), batch_loss, evaluate)
 
-    return cast(MDPGeneralist, train_generalist(cfg, echo, build))
+    return train_generalist(cfg, echo, build)
 
 
 def main(argv: list[str] | None = None) -> None:

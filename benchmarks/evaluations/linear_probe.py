@@ -30,6 +30,7 @@ import numpy as np
 
 from agents import make_agent
 from agents.bandit.model_average import UNINFORMED_REFERENCES
+from benchmarks.experiments.grid.cells import failure_limit
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
@@ -115,7 +116,7 @@ def probe(
             "best": best,
             "best mean": float(refs[best]),
             "ratio": float(regret.mean() / refs[best]),
-            "failures": float(np.mean(regret > max(3 * refs[best], 20))),
+            "failures": float(np.mean(regret > failure_limit(refs[best]))),
         }
     return out
 

@@ -37,6 +37,7 @@ import numpy as np
 
 import agents
 from agents.bandit.model_average import UNINFORMED_REFERENCES as UNINFORMED
+from benchmarks.experiments.grid.cells import failure_limit
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
@@ -126,7 +127,7 @@ def summary(name: str, totals: dict[str, Any], models: dict[str, tuple[str, bool
     played = {k: np.asarray(v) for k, v in totals.items() if not isinstance(v, str)}
     best = min(UNINFORMED, key=lambda k: played[k].mean())
     row: dict[str, Any] = {"cell": name, "best uninformed": best, "best mean": round(float(played[best].mean()), 3)}
-    limit = max(3 * played[best].mean(), 20)
+    limit = failure_limit(float(played[best].mean()))
     for key, values in played.items():
         row[key] = round(float(values.mean()), 3)
         row[f"{key} s.e."] = round(float(values.std(ddof=1) / np.sqrt(len(values))), 3)

@@ -50,6 +50,16 @@ def failure_fraction(
     return float(np.mean((totals > factor * reference) & (totals > floor)))
 
 
+def failure_limit(reference_mean: float, factor: float = FAILURE_FACTOR, floor: float = FAILURE_FLOOR) -> float:
+    """The regret max(``factor`` x the reference's mean regret, ``floor``) above which a run counts as failed.
+
+    The unpaired form of :func:`failure_fraction`, used by the linear evaluations
+    (:mod:`benchmarks.evaluations.linear_uninformed`, :mod:`benchmarks.evaluations.linear_probe`): a run is
+    judged against the reference's mean over the cell, not against the reference's run on the same instance.
+    """
+    return max(factor * reference_mean, floor)
+
+
 def tail_stats(totals: np.ndarray, reference: np.ndarray | None) -> dict[str, float]:
     """A row's ``p99``; against a ``reference`` row of the same runs, ``p99_ratio_to_best``, ``failure_fraction``."""
     p99 = regret_quantile(totals)

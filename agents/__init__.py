@@ -26,7 +26,7 @@ from agents.bandit.index_agent import IndexAgent
 from agents.bandit.kl_ucb import KLUCB
 from agents.bandit.linear_posterior import PosteriorMeanGreedy
 from agents.bandit.linucb import LinUCB, SoftLinUCB
-from agents.bandit.model_average import ModelAveragedBayesUCB, ModelAveragedMOSS
+from agents.bandit.model_average import ModelAveragedBayesUCB, ModelAveragedGittins, ModelAveragedMOSS
 from agents.bandit.optimal import Optimal
 from agents.bandit.thompson import BernoulliThompson, LinearThompson
 from agents.bandit.ucb import UCB
@@ -53,6 +53,7 @@ for _algorithm in (
     LinearBayesUCB,
     ModelAveragedBayesUCB,
     ModelAveragedMOSS,
+    ModelAveragedGittins,
     PosteriorMeanGreedy,
     BoxPosteriorMC,
     BernoulliBayesOptimal,

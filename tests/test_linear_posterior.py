@@ -11,8 +11,9 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
+from icrl_gym.estimators.gaussian_gittins import gaussian_gittins_table
 from icrl_gym.models.linear_generalist import LinearGeneralistConfig, LinearGeneralistTransformer
-from icrl_gym.models.linear_generalist_posterior import informed_arms, partly_informed_arms
+from icrl_gym.models.linear_generalist_posterior import independent_arms, informed_arms, partly_informed_arms
 from icrl_gym.models.linear_posterior import (
     Posterior,
     arm_posterior,
@@ -446,3 +447,30 @@ def test_tempered_evidence_widens_the_partly_informed_arms_only(one_hot):
     u = m + 0.9 * torch.tensor(_slow_moss(s, sig, horizon - n, d), dtype=torch.float64) * s
     torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
     assert not torch.allclose(logits, plain)
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_the_gittins_schedule_reads_the_table_on_orthogonal_arms_and_moss_elsewhere(one_hot):
+    """skip_schedule = "gittins": on one-hot arms u_k = m_k + z(sigma^2 / sd_k^2, T - t) sd_k, the table read at
+    each arm's effective pulls (no constant); on dense arms the logits are the 'moss' schedule's."""
+    rng = np.random.default_rng(9)
+    num_arms, n, sigma, horizon = 4, 6, 0.4, 70
+    arms = np.eye(num_arms) if one_hot else rng.uniform(-1, 1, (num_arms, 3))
+    actions = np.array([0, 1, 2] * (n // 3))
+    rewards = rng.normal(0.3, 0.5, n)
+    history = (arms, actions, rewards, horizon, sigma)
+    fields = {**TINY, "skip_scale": 0.9}
+    gittins, alpha, mean, sd, sig = _untrained_logits(
+        LinearGeneralistConfig(**fields, skip_schedule="gittins"), *history
+    )
+    moss, *_ = _untrained_logits(LinearGeneralistConfig(**fields, skip_schedule="moss"), *history)
+    assert independent_arms(torch.as_tensor(arms)[None, None], torch.tensor([[True]])).item() == one_hot
+    if not one_hot:
+        torch.testing.assert_close(gittins, moss)
+        return
+    width = gaussian_gittins_table(horizon).width((sig / sd).square().numpy(), np.full(num_arms, horizon - n))
+    u = mean + torch.as_tensor(width) * sd
+    torch.testing.assert_close(
+        gittins - gittins.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4
+    )
+    assert not torch.allclose(gittins, moss)

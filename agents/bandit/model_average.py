@@ -55,6 +55,7 @@ from agents.bandit.index_agent import IndexAgent
 from icrl_gym.agent_base import resolve_horizon
 from icrl_gym.envs.bandit_core import BanditReward
 from icrl_gym.envs.validation import MAX_SCALE, check_number
+from icrl_gym.estimators.gaussian_gittins import gaussian_gittins_table
 
 PRIOR_SCALES = tuple(float(s) for s in np.geomspace(0.03, 3.0, 6))
 """Absolute prior scales s of the grid when sigma is known (0.03 to 3, log-spaced)."""
@@ -321,3 +322,31 @@ class ModelAveragedMOSS(ModelAveragedBayesUCB):
         """Hyper-parameters: c and sigma (None: the environment's, else estimated)."""
         out = {k: v for k, v in super().config().items() if k not in ("anchor", "anchor_mass")}
         return {**out, "scale": self.scale}
+
+
+class ModelAveragedGittins(ModelAveragedMOSS):
+    """The model-averaged posterior with the finite-horizon Gittins width on a multi-armed bandit.
+
+    On one-hot arms (a K-armed Gaussian bandit) the index is u_k = m_k + z(n_k, T - t) sd_k, the Gittins index of
+    a Gaussian arm with posterior N(m_k, sd_k^2), effective pulls n_k = sigma^2 / sd_k^2 and T - t pulls left
+    (:mod:`icrl_gym.estimators.gaussian_gittins`; sigma the environment's or estimated); elsewhere it is
+    :class:`ModelAveragedMOSS`'s index with constant ``scale``.  The Gittins index is Bayes-optimal's index for
+    independent arms told their prior; here the prior is the grid's evidence-weighted average, moment-matched per
+    arm.  It is the second version's skip index with ``skip_schedule="gittins"``
+    (:func:`icrl_gym.models.linear_posterior.gittins_quantile`), and not one of the acceptance's references.
+    """
+
+    name = "model_averaged_gittins"
+
+    def __init__(self, scale: float = 1.0, noise_std: float | None = None, seed: int | None = None) -> None:
+        super().__init__(scale=scale, noise_std=noise_std, seed=seed)
+
+    def upper(self, action_sets: np.ndarray, anchor: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The index (B, A) and sd_k (B, A): the Gittins width on one-hot arms, MOSS's elsewhere."""
+        if not self.one_hot_arms:
+            return super().upper(action_sets, anchor)
+        mean, sd = self.arm_posterior(action_sets, anchor)
+        left = max(self.used_horizon - self.t, 1)
+        effective = np.square(self.noise_estimate())[:, None] / np.maximum(np.square(sd), 1e-300)
+        width = gaussian_gittins_table(left).width(effective, np.full(sd.shape, left))
+        return mean + width * sd, sd

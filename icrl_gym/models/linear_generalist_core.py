@@ -35,7 +35,7 @@ from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 D_MAX = 8
 """Largest dimension d of the arms (smaller d are zero-padded to it)."""
-SKIP_SCHEDULES = ("bayes_ucb", "moss")
+SKIP_SCHEDULES = ("bayes_ucb", "moss", "gittins")
 """The skip index's widths (:attr:`LinearGeneralistConfig.skip_schedule`)."""
 FEATURES = ("moments", "posterior")
 """The models' ways of reading the history (``LinearGeneralistConfig.features``)."""
@@ -94,7 +94,9 @@ class LinearGeneralistConfig(ArmTokenConfig):
     the same for every arm at every horizon; 'moss': the horizon-aware z_tk = c sqrt(2 log+((T - t) sd_k^2 /
     (D sigma^2))) (:func:`~icrl_gym.models.linear_posterior.moss_quantile`), which stops exploring an arm once its
     effective pulls sigma^2 / sd_k^2 reach the steps left per direction.  Only the skip index changes: the network
-    reads the Bayes-UCB features either way."""
+    reads the Bayes-UCB features either way.  'gittins': MOSS's width, except on action sets of mutually orthogonal
+    arms (the Gaussian multi-armed bandit), where each arm's width is its finite-horizon Gittins index
+    (:func:`~icrl_gym.models.linear_posterior.gittins_quantile`, no constant)."""
     skip_scale: float = checked(1.0, POSITIVE)
     """The constant c of the 'moss' schedule (:attr:`skip_schedule`) on the arms the history informs."""
     skip_scale_unpulled: float = checked(1.0, POSITIVE)

@@ -33,6 +33,7 @@ from icrl_gym.models.linear_posterior import (
     arm_posterior,
     bayes_ucb_quantile,
     estimate_noise_arms,
+    gittins_quantile,
     linear_posterior,
     model_average,
     moss_quantile,
@@ -164,18 +165,35 @@ def posterior_inputs(
         _, hot_mean, hot_sd = model_average([Posterior(p.mean, p.sd, eta * p.log_evidence) for p in posts], valid)
         partly = partly_informed_arms(raw_moments, x, linear_ok)
         mean, sd = torch.where(partly, hot_mean, mean), torch.where(partly, hot_sd, sd)
-    if config.skip_schedule == "moss":
+    if config.skip_schedule in ("moss", "gittins"):
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
         c: torch.Tensor | float = config.skip_scale
         if config.skip_scale_unpulled != config.skip_scale:  # one constant for every arm needs no G x_k
             informed = informed_arms(raw_moments, x, counts, linear_ok)
             c = torch.where(informed, config.skip_scale, config.skip_scale_unpulled)
-        index = mean + c * moss_quantile(sd, sigma, steps, horizon_q, directions) * sd
+        width = c * moss_quantile(sd, sigma, steps, horizon_q, directions)
+        if config.skip_schedule == "gittins":
+            own = independent_arms(x, linear_ok).unsqueeze(-1)
+            width = torch.where(own, gittins_quantile(sd, sigma, steps, horizon_q), width)
+        index = mean + width * sd
     elif config.skip_evidence_power != 1.0:  # Bayes-UCB's width on the tempered mean and sd
         index = mean + z.unsqueeze(-1) * sd
     base = (index - index.max(-1, keepdim=True).values) / scale
     return features.float(), base.float()
+
+
+def independent_arms(arms: torch.Tensor, linear_ok: torch.Tensor) -> torch.Tensor:
+    """Whether each action set's arms (B, Q, A, d_max) are mutually orthogonal, or the linear model is off (B, Q).
+
+    Then a pull informs, under each zero-centred prior of the grid, only the arm pulled (one-hot arms: the
+    Gaussian multi-armed bandit), the case the Gittins index of one arm is written for.  Orthogonal means every
+    off-diagonal entry of X X^T is at most 1e-9 of its largest diagonal entry (and of 1).
+    """
+    gram = torch.einsum("bqad,bqcd->bqac", arms.double(), arms.double())
+    diagonal = torch.diagonal(gram, dim1=-2, dim2=-1)
+    off = (gram - torch.diag_embed(diagonal)).abs().amax((-2, -1))
+    return ~linear_ok | (off <= 1e-9 * diagonal.amax(-1).clamp_min(1.0))
 
 
 def informed_arms(

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 
 import torch
 
+from icrl_gym.estimators.gaussian_gittins import gaussian_gittins_table
+
 PRIOR_SCALES = tuple(float(s) for s in torch.logspace(math.log10(0.03), math.log10(3.0), 6, dtype=torch.float64))
 """The grid of prior scales s (log-spaced, 0.03 to 3)."""
 CENTRE_SCALES = (0.0, 1.0)
@@ -210,6 +212,30 @@ def moss_quantile(
     left = (horizon.double() - steps.double()).clamp_min(1.0)
     ratio = left.unsqueeze(-1) * sd.double().square() / (directions.double() * sigma.double().square()).unsqueeze(-1)
     return (2.0 * ratio.clamp_min(1e-300).log().clamp_min(0.0)).sqrt()
+
+
+def gittins_quantile(sd: torch.Tensor, sigma: torch.Tensor, steps: torch.Tensor, horizon: torch.Tensor) -> torch.Tensor:
+    """The finite-horizon Gittins width z(n_k, T - t) (..., A) of independent Gaussian arms, in posterior sds.
+
+    The index m_k + z sd_k of an arm whose pulls inform only itself is the Gittins index of a Gaussian arm with
+    known noise sigma, effective pulls n_k = sigma^2 / sd_k^2 and T - t pulls left
+    (:mod:`icrl_gym.estimators.gaussian_gittins`, read linearly in log n).  Unlike MOSS's width it does not
+    divide the steps left among the arms: a fresh arm of a many-armed bandit gets less optimism and an arm pulled
+    a few times more, so the policy keeps a good arm longer and tries fewer.  ``sd`` (..., A), ``sigma`` and
+    0-based ``steps`` t (...), ``horizon`` T broadcast against ``steps``.
+    """
+    left = (horizon.long() - steps.long()).clamp(1, None)
+    table = gaussian_gittins_table(int(left.max()))
+    log_n = torch.as_tensor(table.log_n, dtype=torch.float64, device=sd.device)
+    widths = torch.as_tensor(table.widths, dtype=torch.float64, device=sd.device)
+    effective = (sigma.double().unsqueeze(-1) / sd.double().clamp_min(1e-300)).square()
+    pos = ((effective.log() - log_n[0]) / (log_n[1] - log_n[0])).clamp(0.0, log_n.numel() - 1.0)
+    lo = pos.floor().long().clamp(max=log_n.numel() - 2)
+    frac = pos - lo
+    row = widths[left.unsqueeze(-1).expand_as(lo)]  # (..., A, N)
+    below = row.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
+    above = row.gather(-1, (lo + 1).unsqueeze(-1)).squeeze(-1)
+    return below * (1.0 - frac) + above * frac
 
 
 def estimate_noise_arms(counts: torch.Tensor, sums: torch.Tensor, rr: torch.Tensor, n: torch.Tensor) -> torch.Tensor:

@@ -224,18 +224,11 @@ def gittins_quantile(sd: torch.Tensor, sigma: torch.Tensor, steps: torch.Tensor,
     a few times more, so the policy keeps a good arm longer and tries fewer.  ``sd`` (..., A), ``sigma`` and
     0-based ``steps`` t (...), ``horizon`` T broadcast against ``steps``.
     """
-    left = (horizon.long() - steps.long()).clamp(1, None)
-    table = gaussian_gittins_table(int(left.max()))
-    log_n = torch.as_tensor(table.log_n, dtype=torch.float64, device=sd.device)
-    widths = torch.as_tensor(table.widths, dtype=torch.float64, device=sd.device)
+    left = (horizon.long() - steps.long()).clamp(1, None).unsqueeze(-1).expand(sd.shape)
     effective = (sigma.double().unsqueeze(-1) / sd.double().clamp_min(1e-300)).square()
-    pos = ((effective.log() - log_n[0]) / (log_n[1] - log_n[0])).clamp(0.0, log_n.numel() - 1.0)
-    lo = pos.floor().long().clamp(max=log_n.numel() - 2)
-    frac = pos - lo
-    row = widths[left.unsqueeze(-1).expand_as(lo)]  # (..., A, N)
-    below = row.gather(-1, lo.unsqueeze(-1)).squeeze(-1)
-    above = row.gather(-1, (lo + 1).unsqueeze(-1)).squeeze(-1)
-    return below * (1.0 - frac) + above * frac
+    table = gaussian_gittins_table(int(left.max()))
+    width = table.width(effective.detach().cpu().numpy(), left.cpu().numpy())
+    return torch.as_tensor(width, dtype=torch.float64, device=sd.device)
 
 
 def estimate_noise_arms(counts: torch.Tensor, sums: torch.Tensor, rr: torch.Tensor, n: torch.Tensor) -> torch.Tensor:

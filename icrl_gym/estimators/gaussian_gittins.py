@@ -70,12 +70,19 @@ class GaussianGittinsTable:
         left = np.asarray(left)
         if left.size and (left.min() < 0 or left.max() > self.horizon):
             raise ValueError(f"pulls left must lie in 0..{self.horizon} for this table, got {left.min()}..{left.max()}")
-        step = self.log_n[1] - self.log_n[0]
-        pos = np.clip((np.log(effective_pulls) - self.log_n[0]) / step, 0.0, self.log_n.size - 1.0)
-        lo = np.minimum(pos.astype(np.int64), self.log_n.size - 2)
-        frac = pos - lo
+        lo, frac = _grid_position(self.log_n, np.asarray(effective_pulls))
         r = left.astype(np.int64)
         return self.widths[r, lo] * (1.0 - frac) + self.widths[r, lo + 1] * frac
+
+
+def _grid_position(log_n: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``values`` fall on the equally spaced grid ``log_n`` of log n, clamped to its ends.
+
+    The lower grid point's index and the upper one's weight, for linear interpolation in log n.
+    """
+    pos = np.clip((np.log(values) - log_n[0]) / (log_n[1] - log_n[0]), 0.0, log_n.size - 1.0)
+    lo = np.minimum(pos.astype(np.int64), log_n.size - 2)
+    return lo, pos - lo
 
 
 def _expectation_operator(mean: np.ndarray, sd: np.ndarray, knots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -112,9 +119,7 @@ def build_gaussian_gittins_table(horizon: int) -> GaussianGittinsTable:
     delta = z[None, :] / np.sqrt(n)[:, None]  # (N, Z): delta on each n's grid
     step_sd = np.sqrt(1.0 / (n * (n + 1.0)))
     # n + 1 on the log grid (clamped at its top): its two neighbours and the weight of the upper one
-    pos = np.clip((np.log(n + 1.0) - log_n[0]) / (log_n[1] - log_n[0]), 0.0, N_POINTS - 1.0)
-    lo = np.minimum(pos.astype(np.int64), N_POINTS - 2)
-    frac = pos - lo
+    lo, frac = _grid_position(log_n, n + 1.0)
     operators = []
     for neighbour, share in ((lo, 1.0 - frac), (lo + 1, frac)):
         weights, tail = _expectation_operator(delta, step_sd, delta[neighbour])

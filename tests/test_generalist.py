@@ -58,6 +58,26 @@ def test_grouped_cache_equals_forward(k):
     torch.testing.assert_close(cache.totals, slow.sum(1))
 
 
+def test_folded_counts_decision_equals_forward_with_large_biases_and_weights():
+    """The folded cross-attention of ``decide_counts`` (three keys per head, multiplicity
+    e^beta n + m) equals the full attention's logits where e^beta overflows a float (beta = 100) and the
+    weights are far from their initial scale; empty arms and arms holding every pull are among the states."""
+    model = _model(seed=7, n_heads=4, d_model=16, same_arm_bias=[0.0, 4.0, 16.0, 100.0])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    b, s, k = 6, 30, 5
+    actions, rewards = _trajectory(b, s, k, seed=8)
+    actions[0] = 2  # one run pulls a single arm: the other arms are empty, and arm 2 holds every step
+    full = model(actions, rewards, torch.arange(s).expand(b, s), s, k)
+    counts = torch.zeros(b, k, 2)
+    for t in range(s):
+        rows = torch.arange(b)
+        folded = model.decide_counts(counts, counts.sum(1), t, s)
+        torch.testing.assert_close(folded, full[:, t], atol=1e-4, rtol=1e-4)
+        counts[rows, actions[:, t], rewards[:, t].long()] += 1
+
+
 def test_grouped_cache_refuses_what_it_cannot_hold():
     model = _model()
     cache = model.new_cache(2, EnvInfo(num_actions=3, horizon=5))

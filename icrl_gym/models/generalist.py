@@ -128,6 +128,24 @@ class CrossAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)  # (B, H, QK, dh)
         return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
 
+    def grouped_maps(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The attention over the sink and two history tokens, folded into two linear maps.
+
+        ``tokens`` (1, 2, D) are x(0) and x(1).  With kappa_hj and nu_hj head h's key and value of
+        j in (sink, x(0), x(1)), the score of query token x is (W_q x + b_q)_h . kappa_hj / sqrt(dh)
+        = x . a_hj + c_hj, and the output of weights w_hj is W_o sum_j w_hj nu_hj + b_o
+        = sum_hj w_hj e_hj + b_o with e_hj = W_o,h nu_hj.  Returns a (D, 3H), c (3H,) and e (3H, D),
+        index h * 3 + j.
+        """
+        h, dh = self.n_heads, self.head_dim
+        k, v = self.keys_values(tokens)  # (1, H, 2, dh)
+        keys = torch.cat([self.sink_key.view(h, 1, dh), k[0]], dim=1) / math.sqrt(dh)  # (H, 3, dh)
+        values = torch.cat([self.sink_value.view(h, 1, dh), v[0]], dim=1)
+        score_map = torch.einsum("hed,hje->dhj", self.query.weight.view(h, dh, -1), keys).reshape(-1, 3 * h)
+        score_bias = torch.einsum("he,hje->hj", self.query.bias.view(h, dh), keys).reshape(3 * h)
+        out_map = torch.einsum("dhe,hje->hjd", self.out.weight.view(-1, h, dh), values).reshape(3 * h, -1)
+        return score_map, score_bias, out_map
+
 
 class ArmSelfAttention(nn.Module):
     """Attention across the K arm tokens of one step (no mask, no positions: permutation-equivariant)."""
@@ -372,37 +390,39 @@ class GeneralistTransformer(nn.Module):
 
     @torch.no_grad()
     def decide_counts(self, counts: torch.Tensor, totals: torch.Tensor, t: int, horizon: int) -> torch.Tensor:
-        """Logits (B, K) at step t of T = ``horizon`` from the grouped counts (module docstring: five grouped keys).
+        """Logits (B, K) at step t of T = ``horizon`` from the grouped counts (module docstring: grouped keys).
 
         ``counts`` (B, K, 2): the steps s < t with a_s = k and r_s = r; ``totals`` (B, 2): their sums
         over the arms.  The grouped cache's decision, which is a function of the counts and (t, T) only.
+
+        Each cross-attention is computed in its folded form (:meth:`CrossAttention.grouped_maps`): the
+        five grouped keys collapse to three per head, the sink and x(r) with multiplicity
+        mu_hr = e^{beta_h} n_kr + (N_r - n_kr) (the same-arm steps' biased terms and the other arms'
+        terms share one exponent), so head h's weights are softmax_j(x . a_hj + c_hj + log mu_hj), and
+        the output is W_o y + b_o = sum_hj w_hj e_hj + b_o.  Two maps, D -> 3H and 3H -> D, replace the
+        query and output projections and the per-head products with the grouped keys and values.  The
+        arm tokens enter the first block equal (they depend on (t, T) only), so that block's scores are
+        computed once.
         """
         b, num_arms = counts.shape[:2]
         device = counts.device
-        features = step_features(torch.full((b, 1), t, device=device), torch.full((b, 1), horizon, device=device))
-        arms = self.arm_in(features).unsqueeze(2).expand(b, 1, num_arms, -1)  # (B, 1, K, D)
         h = self.config.n_heads
-        beta = torch.tensor(self.config.same_arm_bias, device=device).view(1, h, 1, 1)
-        same = counts.permute(0, 2, 1).unsqueeze(1)  # (B, 1, 2, K): steps of arm k with reward r
-        other = totals.view(b, 1, 2, 1) - same  # steps of the other arms with reward r
-        log_m = torch.cat([same, other], dim=2).log()  # (B, 1, 4, K): log multiplicities, -inf for none
+        features = step_features(torch.full((1,), t, device=device), torch.full((1,), horizon, device=device))
+        arms = self.arm_in(features).view(1, 1, -1)  # (1, 1, D), broadcast over runs and arms until block 1 adds
+        beta = torch.tensor(self.config.same_arm_bias, device=device).view(1, 1, h, 1)
+        same = counts.unsqueeze(2).log()  # (B, K, 1, 2): log n_kr, -inf for none
+        other = (totals.view(b, 1, 1, 2) - counts.unsqueeze(2)).log()  # log (N_r - n_kr)
+        log_mu = torch.logaddexp(same + beta, other)  # (B, K, H, 2)
         tokens = self._history(torch.tensor([[0.0, 1.0]], device=device))  # (1, 2, D): x(0), x(1)
         for block in self.blocks:
             blk = _as_block(block)
-            cross = blk.cross
-            dh = cross.head_dim
-            q = cross.query(blk.ln_cross(arms)).view(b, num_arms, h, dh).transpose(1, 2)  # (B, H, K, dh)
-            k, v = cross.keys_values(tokens)  # (1, H, 2, dh): the keys/values of x(0), x(1)
-            keys = torch.cat([cross.sink_key.view(1, h, 1, dh), k], dim=2)  # (1, H, 3, dh): sink, r=0, r=1
-            scores = (q @ keys.transpose(-1, -2)) / math.sqrt(dh)  # (B, H, K, 3)
-            s_r = scores[..., 1:].transpose(-1, -2)  # (B, H, 2, K)
-            grouped = torch.cat([scores[..., :1].transpose(-1, -2), s_r + beta, s_r], dim=2) + F.pad(
-                log_m, (0, 0, 1, 0)
-            )
-            w = torch.softmax(grouped, dim=2)  # (B, H, 5, K) over: sink, (r, same arm), (r, other arms)
-            w_r = w[:, :, 1:3] + w[:, :, 3:5]  # (B, H, 2, K): the weight on each reward value
-            y = w[:, :, :1].transpose(-1, -2) * cross.sink_value.view(1, h, 1, dh) + w_r.transpose(-1, -2) @ v
-            arms = arms + cross.out(y.transpose(1, 2).reshape(b, 1, num_arms, -1))
-            arms = arms + blk.self_attn(blk.ln_self(arms))
+            score_map, score_bias, out_map = blk.cross.grouped_maps(tokens)
+            x = blk.ln_cross(arms)
+            scores = (x @ score_map + score_bias).view(x.shape[0], -1, h, 3)
+            scores = torch.cat([scores[..., :1].expand(b, num_arms, h, 1), scores[..., 1:] + log_mu], dim=-1)
+            w = (scores - scores.amax(dim=-1, keepdim=True)).exp()  # a softmax over 3 values, written out:
+            w = w / w.sum(dim=-1, keepdim=True)  # torch.softmax is several times slower on so short a dim
+            arms = arms + torch.addmm(blk.cross.out.bias, w.view(b * num_arms, 3 * h), out_map).view(b, num_arms, -1)
+            arms = arms + blk.self_attn(blk.ln_self(arms).unsqueeze(1)).squeeze(1)
             arms = arms + blk.mlp(blk.ln_mlp(arms))
-        return self.head(self.ln_out(arms)).squeeze(-1)[:, 0]
+        return self.head(self.ln_out(arms)).squeeze(-1)

@@ -81,3 +81,16 @@ def test_generalist_throughput_times_every_pair_mdp_included(capsys):
     # a run of the MDP pair has K H = 200 steps: the rate is runs x steps / seconds
     assert all(r["env_steps_per_s"] == pytest.approx(2 * 200 / r["seconds"]) for r in mdp)
     assert "| tabular MDP S=5, A=3, H=10, K=20 | generalist |" in capsys.readouterr().out
+
+
+def test_generalist_throughput_does_not_time_a_pair_without_its_generalist(capsys, monkeypatch):
+    from benchmarks.speed import generalist_throughput
+
+    timed = []
+    monkeypatch.setattr(generalist_throughput, "total_regret", lambda spec, agent, *a, **k: timed.append(agent))
+    rows = generalist_throughput.main(["--set", "instances=2", "repeats=1", "linear=none", "mdp=none"])
+    assert {a["checkpoint"] for a in timed} == {"bernoulli-generalist", "bernoulli-ad-ucb"}
+    linear = {r["model"]: r for r in rows if r["setting"].startswith("linear")}
+    assert linear["generalist"]["missing"] and not linear["paper model (linear-bandit-ad-linucb)"]["missing"]
+    out = capsys.readouterr().out
+    assert "missing: no checkpoint 'none'" in out and "| paper model (linear-bandit-ad-linucb) | not timed" in out

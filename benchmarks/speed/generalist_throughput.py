@@ -12,7 +12,8 @@ the vector environment, so the figure is what a user's rollout gets):
 The models of a pair take turns over ``repeats`` timed rounds after one warm-up round
 (:func:`benchmarks.speed.timing.interleaved`), so the machine's load falls on both alike; medians are
 printed as env-steps/s (instances x steps per run / seconds) and the ratio generalist / paper model.  A model
-that is not shipped (or not given as ``bernoulli``/``linear``/``mdp``) is reported as missing.
+that is not shipped (or not given as ``bernoulli``/``linear``/``mdp``, e.g. ``none``) is reported as missing,
+and a pair whose generalist is missing is not timed.
 
     OMP_NUM_THREADS=1 python -m benchmarks.speed.generalist_throughput [CONFIG.json] [--set instances=1000 threads=1]
 """
@@ -87,12 +88,15 @@ def measure(instances: int, repeats: int, bernoulli: str, linear: str, mdp: str)
     rows = []
     for setting, spec, agents in pairs(bernoulli, linear, mdp):
         present = {label: a for label, a in agents.items() if model_available(a["checkpoint"])}
+        if "generalist" not in present:
+            present = {}  # nothing to compare the paper model with: its rounds are not timed
         tasks = {label: (lambda a=a, s=spec: total_regret(s, a, instances, seed=0)) for label, a in present.items()}
         steps = spec.total_steps if isinstance(spec, MDPSpec) else spec.horizon
         times = interleaved(tasks, repeats)
         for label, agent in agents.items():
             if label not in present:
-                rows.append({"setting": setting, "model": label, "checkpoint": agent["checkpoint"], "missing": True})
+                missing = not model_available(agent["checkpoint"])
+                rows.append({"setting": setting, "model": label, "checkpoint": agent["checkpoint"], "missing": missing})
                 continue
             seconds = float(np.median(times[label]))
             rows.append(
@@ -115,10 +119,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print("| setting | model | env-steps/s | ratio to the paper model |\n|---|---|---|---|")
     for setting in dict.fromkeys(r["setting"] for r in rows):
         group = [r for r in rows if r["setting"] == setting]
-        base = next((r for r in group if r["model"].startswith("paper") and not r.get("missing")), None)
+        base = next((r for r in group if r["model"].startswith("paper") and "seconds" in r), None)
         for r in group:
-            if r.get("missing"):
-                print(f"| {setting} | {r['model']} | missing: no checkpoint {r['checkpoint']!r} | |")
+            if "seconds" not in r:
+                why = f"missing: no checkpoint {r['checkpoint']!r}" if r["missing"] else "not timed: no generalist"
+                print(f"| {setting} | {r['model']} | {why} | |")
                 continue
             ratio = f"{base['seconds'] / r['seconds']:.2f}x" if base is not None else ""
             print(f"| {setting} | {r['model']} | {r['env_steps_per_s']:,.0f} | {ratio} |")

@@ -408,3 +408,48 @@ def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins
 def test_a_bad_widened_prior_is_refused(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         tiny_generalist_config(tmp_path / "run", tmp_path / "cache", **overrides)
+
+
+def test_distillation_labels_are_the_teachers_policy_on_the_states_it_reaches(tmp_path):
+    """With a teacher, the labels at the query steps are softmax(z / temperature) of the teacher's logits z,
+    recomputed here by its full forward pass over the trajectory; with no exploration and no DAgger the
+    trajectories are the teacher's greedy play (its argmax at every step); and no Gittins table is read."""
+    from icrl_gym.training.generalist import sample_batch
+
+    teacher_path = _checkpoint(tmp_path)
+    teacher = _model()  # the same seed: the weights of the checkpoint
+    cfg = tiny_generalist_config(
+        tmp_path / "run", tmp_path / "cache", teacher=str(teacher_path), label_temperature=0.5, max_epsilon=0.0
+    )
+    assert cfg.checkpoint_fields()["teacher"]["weights_sha256"] == read_checkpoint(teacher_path)[1]["weights_sha256"]
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        batch = sample_batch(cfg, teacher.requires_grad_(False), rng)
+        b, horizon = batch.actions.shape
+        actions = torch.as_tensor(batch.actions)
+        rewards = torch.as_tensor(batch.rewards, dtype=torch.float32)
+        every = teacher(actions, rewards, torch.arange(horizon).expand(b, horizon), horizon, batch.num_arms)
+        chosen = every.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        assert torch.allclose(chosen, every.max(-1).values, atol=1e-5)  # greedy teacher play (eps = 0), ties at random
+        model_logits = teacher(actions, rewards, torch.as_tensor(batch.query_steps), horizon, batch.num_arms)
+        expected = torch.softmax(model_logits.double() / 0.5, dim=-1).numpy()
+        np.testing.assert_allclose(batch.targets, expected, atol=1e-5)
+
+
+def test_the_beta_family_batches_need_a_teacher_and_draw_each_instance_its_own_prior(tmp_path):
+    from icrl_gym.training.generalist import sample_prior
+
+    with pytest.raises(ValueError, match="needs a teacher"):
+        tiny_generalist_config(tmp_path / "run", tmp_path / "cache", beta_family_fraction=0.5)
+    cfg = tiny_generalist_config(
+        tmp_path / "run", tmp_path / "cache", teacher=str(_checkpoint(tmp_path)), beta_family_fraction=1.0
+    )
+    assert cfg.checkpoint_fields()["trained_range"]["beta_family_fraction"] == 1.0
+    means = np.concatenate([sample_prior(cfg, np.random.default_rng(i), 1000, 2)[0] for i in range(4)])
+    # the two arms of an instance share its Beta(a, b): Cov(mu_1, mu_2) = Var(a / (a + b)) > 0 (iid U[0, 1]
+    # arms: 0), with a, b iid log-uniform on [0.3, 10]; the expectation by quadrature on a log grid
+    grid = np.exp(np.linspace(np.log(0.3), np.log(10.0), 801))
+    ratio = grid[:, None] / (grid[:, None] + grid[None, :])
+    expected = ratio.var()  # E[ratio] = 1/2 by symmetry
+    centred = means - 0.5
+    assert abs((centred[:, 0] * centred[:, 1]).mean() - expected) < 0.01 and abs(means.mean() - 0.5) < 0.02

@@ -23,6 +23,14 @@ uniform over the maximisers of G(s_k, f_k, T - t) (``label_temperature = 0``) or
 softmax(G / label_temperature).  The loss is the cross-entropy; the log also reports the KL to the
 target (0 at a perfect imitation) and the fraction of queries whose argmax is a Gittins action.
 
+Distillation (``teacher``): a trained Bernoulli generalist replaces the Gittins expert, as the
+behaviour (eps-greedy, the same DAgger) and as the labels, its logits z at the query steps in place
+of G (softmax(z / label_temperature): at 1, the teacher's own sampled policy).  It is how a policy
+that is not a table -- e.g. one fine-tuned on the regret of a prior family -- moves into a smaller,
+faster network.  No Gittins table is built then, so the batches may also come from the environment's
+'beta_family' prior (``beta_family_fraction``: every instance its own Beta(a, b), a and b
+log-uniform in [0.3, 10]), whose told expert would need one table per instance.
+
 Resumable bit for bit (the fields of :attr:`GeneralistTrainConfig.resumable_changes` may change) and
 data-parallel under ``torchrun``, as every generalist trainer (:mod:`icrl_gym.training.generalist_task`).
 Run as::
@@ -45,11 +53,11 @@ import torch
 
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
-from icrl_gym.checkpoint import read_checkpoint
+from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
 from icrl_gym.config import POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.data.trajectories import evaluate_regret
-from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, sample_w_star
+from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, draw_instance_priors, sample_w_star
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
@@ -97,6 +105,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     Gittins index told Beta(a, b) (one table per pair).  Empty: every batch's means are U[0, 1]."""
     skewed_fraction: float = checked(0.0, PROBABILITY)
     """With ``beta_priors``: the probability that a batch is skewed (module docstring)."""
+    teacher: str = ""
+    """A Bernoulli generalist checkpoint (shipped name or path) that plays the behaviour and labels the
+    queries instead of the Gittins expert: distillation (module docstring).  '': the Gittins expert."""
+    beta_family_fraction: float = checked(0.0, PROBABILITY)
+    """With a ``teacher``: the probability that a batch's instances come from the 'beta_family' prior."""
 
     resumable_changes: ClassVar[tuple[str, ...]] = (
         *GeneralistLoopConfig.resumable_changes,
@@ -117,7 +130,13 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         if self.beta_priors:
             trained["beta_priors"] = [list(pair) for pair in self.beta_priors]
             trained["skewed_fraction"] = self.skewed_fraction
-        return {"env": TRAINED_ENV, "trained_range": trained}
+        if self.beta_family_fraction:
+            trained["beta_family_fraction"] = self.beta_family_fraction
+        fields: dict[str, Any] = {"env": TRAINED_ENV, "trained_range": trained}
+        if self.teacher:
+            record = read_record(find_checkpoint(self.teacher)).meta
+            fields["teacher"] = {"checkpoint": self.teacher, "weights_sha256": record.get("weights_sha256")}
+        return fields
 
     def check(self) -> None:
         """The shared checks; the model's fields build a :class:`GeneralistConfig`."""
@@ -129,6 +148,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 check_number(f"beta_priors {name}", value, 0.0, True, MAX_SCALE)
         if self.skewed_fraction > 0 and not self.beta_priors:
             raise ValueError("GeneralistTrainConfig.skewed_fraction > 0 needs beta_priors (a widened training prior)")
+        if self.beta_family_fraction > 0 and not self.teacher:
+            raise ValueError(
+                "GeneralistTrainConfig.beta_family_fraction > 0 needs a teacher: the Gittins expert told each "
+                "instance's own Beta prior would need a table per instance"
+            )
         if self.eval_every:  # the evaluation reads the Gittins table, built for max_horizon
             self.check_order(("eval_horizon", "max_horizon"))
         try:
@@ -168,7 +192,10 @@ class Batch:
 
 
 def gittins_targets(index: np.ndarray, temperature: float) -> np.ndarray:
-    """Target distributions (..., K) from Gittins indices (..., K): uniform over the maximisers or a softmax."""
+    """Target distributions (..., K) from scores (..., K), Gittins indices or a teacher's logits.
+
+    Uniform over the maximisers (``temperature`` 0) or softmax(scores / temperature).
+    """
     if temperature > 0:
         z = (index - index.max(axis=-1, keepdims=True)) / temperature
         p = np.exp(z)
@@ -177,30 +204,59 @@ def gittins_targets(index: np.ndarray, temperature: float) -> np.ndarray:
     return p / p.sum(axis=-1, keepdims=True)
 
 
+class GittinsExpert:
+    """The finite-horizon Gittins index of B runs' arms, from their counts (:func:`gittins_indices`)."""
+
+    def __init__(self, table: GittinsTable, b: int, k: int, horizon: int) -> None:
+        self.table, self.stats, self.horizon = table, ArmStatistics(b, k), horizon
+
+    def scores(self, t: int) -> np.ndarray:
+        """G (B, K) before step t."""
+        return gittins_indices(self.table, self.stats, self.horizon - t)
+
+    def tell(self, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Count step t's pulls."""
+        self.stats.update(actions, rewards)
+
+
+class TeacherExpert:
+    """A trained generalist's logits for B runs, played through its cache (distillation)."""
+
+    def __init__(self, teacher: GeneralistTransformer, b: int, k: int, horizon: int) -> None:
+        self.play = ModelPlay(teacher, b, EnvInfo(num_actions=k, horizon=horizon))
+
+    def scores(self, t: int) -> np.ndarray:
+        """The teacher's logits (B, K) before step t."""
+        return self.play.logits(None).cpu().numpy()
+
+    def tell(self, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Feed step t's outcome to the teacher's cache."""
+        self.play.tell(actions, rewards)
+
+
 def rollout(
-    table: GittinsTable,
+    expert: GittinsExpert | TeacherExpert,
     means: np.ndarray,
     horizon: int,
     epsilon: np.ndarray,
     rng: np.random.Generator,
     model: GeneralistTransformer | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Trajectories of eps-Gittins (``model`` None) or eps-greedy model play on arms ``means`` (B, K).
+    """Trajectories of the eps-expert (``model`` None) or of eps-greedy model play on arms ``means`` (B, K).
 
     The bandits are a :class:`~icrl_gym.envs.bandit_core.BanditBatch` of Bernoulli arms with means
-    ``means`` drawing from ``rng``; the expert's index is :func:`icrl_gym.estimators.gittins.gittins_indices`
-    of the arms' counts.  Returns actions (B, T), rewards (B, T) and the Gittins indices G (B, T, K)
-    before every step.
+    ``means`` drawing from ``rng``; the expert scores every step whoever plays (the Gittins index of
+    the arms' counts, or a teacher's logits).  Returns actions (B, T), rewards (B, T) and the expert's
+    scores (B, T, K) before every step.
     """
     b, k = means.shape
     bandits = BanditBatch(bernoulli_bandit_spec(num_arms=k, horizon=horizon), b, rng, w_star=means)
-    stats = ArmStatistics(b, k)
     index = np.zeros((b, horizon, k), dtype=np.float32)
     player = None if model is None else ModelPlay(model, b, EnvInfo(num_actions=k, horizon=horizon))
 
     def choose(t: int) -> np.ndarray:
-        index[:, t] = gittins_indices(table, stats, horizon - t)
-        if player is None:  # Gittins, ties broken at random
+        index[:, t] = expert.scores(t)
+        if player is None:  # the expert, ties broken at random
             best = index[:, t] == index[:, t].max(axis=1, keepdims=True)
             greedy = (best * rng.random((b, k))).argmax(axis=1)
         else:
@@ -208,7 +264,7 @@ def rollout(
         return epsilon_greedy(greedy, epsilon, k, rng)
 
     def on_step(t: int, actions: np.ndarray, outcome: dict[str, Any]) -> None:
-        stats.update(actions, outcome["reward"])
+        expert.tell(actions, outcome["reward"])
         if player is not None:
             player.tell(actions, outcome["reward"])
 
@@ -223,6 +279,9 @@ def sample_prior(
 
     The skewed and Beta means are the environment's own draws (:func:`~icrl_gym.envs.bandit_core.sample_w_star`).
     """
+    if cfg.beta_family_fraction and rng.random() < cfg.beta_family_fraction:  # no draw when 0: old runs replay
+        draw = draw_instance_priors(bernoulli_bandit_spec(k, prior=BanditPrior.BETA_FAMILY), rng, b) or {}
+        return draw["w"], (1.0, 1.0)  # each instance's arms iid Beta(a, b), its own (a, b)
     if not cfg.beta_priors:
         return rng.random((b, k)), (1.0, 1.0)
     if rng.random() < cfg.skewed_fraction:
@@ -234,21 +293,25 @@ def sample_prior(
 
 def sample_batch(
     cfg: GeneralistTrainConfig,
-    tables: Callable[[float, float], GittinsTable],
+    tables: Callable[[float, float], GittinsTable] | GeneralistTransformer,
     rng: np.random.Generator,
     model: GeneralistTransformer | None = None,
 ) -> Batch:
     """Draw (K, T), the prior, B instances and their trajectories (the expert's, or the model's when given).
 
-    ``tables(a, b)``: the Gittins table of the prior Beta(a, b) (built for ``max_horizon``).
+    ``tables(a, b)``: the Gittins table of the prior Beta(a, b) (built for ``max_horizon``); or the
+    teacher model, whose logits label the batch (distillation).
     """
     k = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
     horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
     b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * k * (400 + horizon))), cfg.min_batch, cfg.max_batch))
     means, prior = sample_prior(cfg, rng, b, k)
-    table = tables(*prior)
+    if isinstance(tables, GeneralistTransformer):
+        expert: GittinsExpert | TeacherExpert = TeacherExpert(tables, b, k, horizon)
+    else:
+        expert = GittinsExpert(tables(*prior), b, k, horizon)
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
-    actions, rewards, index = rollout(table, means, horizon, epsilon, rng, model)
+    actions, rewards, index = rollout(expert, means, horizon, epsilon, rng, model)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
     targets = gittins_targets(index[np.arange(b)[:, None], query_steps].astype(np.float64), cfg.label_temperature)
     return Batch(actions, rewards, query_steps, targets, k, horizon, prior)
@@ -326,7 +389,12 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
                 f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",
             )
 
-        return GeneralistTrainer(model, partial(sample_batch, cfg, tables), batch_loss, evaluate, init=init)
+        expert: Callable[[float, float], GittinsTable] | GeneralistTransformer = tables
+        if cfg.teacher:
+            expert, _ = load_checkpoint(
+                find_checkpoint(cfg.teacher), device, kind=CheckpointKind.GENERALIST_TRANSFORMER
+            )
+        return GeneralistTrainer(model, partial(sample_batch, cfg, expert), batch_loss, evaluate, init=init)
 
     return train_generalist(cfg, echo, build)
 

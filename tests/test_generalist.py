@@ -403,6 +403,7 @@ def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins
         ({"beta_priors": [[1.0]]}, "holds \\(a, b\\) pairs"),
         ({"beta_priors": [[0.0, 1.0]]}, "beta_priors a"),
         ({"skewed_fraction": 0.5}, "needs beta_priors"),
+        ({"teacher": "no-such-model"}, "teacher='no-such-model': no shipped model"),
     ],
 )
 def test_a_bad_widened_prior_is_refused(tmp_path, overrides, message):

@@ -134,8 +134,7 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             trained["beta_family_fraction"] = self.beta_family_fraction
         fields: dict[str, Any] = {"env": TRAINED_ENV, "trained_range": trained}
         if self.teacher:
-            record = read_record(find_checkpoint(self.teacher)).meta
-            fields["teacher"] = {"checkpoint": self.teacher, "weights_sha256": record.get("weights_sha256")}
+            fields["teacher"] = {"checkpoint": self.teacher, "weights_sha256": self._teacher_sha256}
         return fields
 
     def check(self) -> None:
@@ -148,6 +147,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 check_number(f"beta_priors {name}", value, 0.0, True, MAX_SCALE)
         if self.skewed_fraction > 0 and not self.beta_priors:
             raise ValueError("GeneralistTrainConfig.skewed_fraction > 0 needs beta_priors (a widened training prior)")
+        if self.teacher:  # read once: the run records these weights even if the name is later given to others
+            try:
+                self._teacher_sha256 = read_record(find_checkpoint(self.teacher)).meta.get("weights_sha256")
+            except (FileNotFoundError, ValueError) as err:
+                raise ValueError(f"GeneralistTrainConfig.teacher={self.teacher!r}: {err}") from err
         if self.beta_family_fraction > 0 and not self.teacher:
             raise ValueError(
                 "GeneralistTrainConfig.beta_family_fraction > 0 needs a teacher: the Gittins expert told each "

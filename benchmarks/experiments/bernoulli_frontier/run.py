@@ -417,6 +417,8 @@ def uninformed_regrets(
                     "mean": float(regret.mean()),
                     "se": float(regret.std(ddof=1) / np.sqrt(runs)),
                     "ratio": float(regret.mean() / ref.mean()),
+                    "p99": float(np.percentile(regret, 99)),
+                    "p99_ratio": float(np.percentile(regret, 99) / np.percentile(ref, 99)),
                 }
             )
     return rows

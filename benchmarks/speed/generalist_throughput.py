@@ -87,15 +87,15 @@ def measure(instances: int, repeats: int, bernoulli: str, linear: str, mdp: str)
     """Median env-steps/s of every available row of the three pairs."""
     rows = []
     for setting, spec, agents in pairs(bernoulli, linear, mdp):
-        present = {label: a for label, a in agents.items() if model_available(a["checkpoint"])}
-        if "generalist" not in present:
-            present = {}  # nothing to compare the paper model with: its rounds are not timed
-        tasks = {label: (lambda a=a, s=spec: total_regret(s, a, instances, seed=0)) for label, a in present.items()}
+        available = {label: model_available(a["checkpoint"]) for label, a in agents.items()}
+        # without its generalist the paper model has nothing to be compared with: the pair is not timed
+        timed = [label for label in agents if available[label] and available["generalist"]]
+        tasks = {label: (lambda a=agents[label], s=spec: total_regret(s, a, instances, seed=0)) for label in timed}
         steps = spec.total_steps if isinstance(spec, MDPSpec) else spec.horizon
         times = interleaved(tasks, repeats)
         for label, agent in agents.items():
-            if label not in present:
-                missing = not model_available(agent["checkpoint"])
+            if label not in timed:
+                missing = not available[label]
                 rows.append({"setting": setting, "model": label, "checkpoint": agent["checkpoint"], "missing": missing})
                 continue
             seconds = float(np.median(times[label]))

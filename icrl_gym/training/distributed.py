@@ -23,6 +23,7 @@ what torchrun sets, as is a value that is not an integer, instead of a ``KeyErro
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -126,7 +127,16 @@ def init_distributed(device: torch.device) -> tuple[DistContext, torch.device]:
 
 
 def close_distributed(ctx: DistContext) -> None:
-    """Leave the process group (after a final barrier)."""
+    """Leave the process group (after a final barrier) while the interpreter is fully alive.
+
+    Garbage is collected before the barrier and after the group is destroyed, so that no
+    DistributedDataParallel wrapper, pending work or tensor still referencing the gloo backend
+    outlives this call: a backend torn down during interpreter finalisation can find its worker
+    threads still joinable and abort the process (SIGABRT, "terminate called without an active
+    exception") after a run that finished and saved everything.
+    """
     if ctx.enabled and dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
+        gc.collect()

@@ -7,12 +7,15 @@ depends on (a longer run, another environment, a DAgger start), so what a test c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from scipy import integrate, stats
 
 from benchmarks.experiments.generalization.cells import GENERALIZATION, GridExperiment
 from icrl_gym.checkpoint import PRETRAINED_DIR, CheckpointKind, read_record, save_checkpoint
@@ -171,3 +174,42 @@ def slow_failure_fraction(totals: Any, reference: Any, factor: float = 3.0, floo
 def raises(kind: type[BaseException] | tuple[type[BaseException], ...], *fragments: str) -> Any:
     """pytest.raises(kind) whose message contains every fragment (literally)."""
     return pytest.raises(kind, match="(?s)" + "".join(f"(?=.*{re.escape(f)})" for f in fragments))
+
+
+@functools.cache
+def _beta_moment(a: float, b: float, s: int, f: int, extra: int) -> float:
+    """int_0^1 p^(s + extra) (1 - p)^f Beta(p; a, b) dp by quadrature (no Beta-function identities)."""
+    density = stats.beta(a, b).pdf
+    return float(integrate.quad(lambda p: p ** (s + extra) * (1 - p) ** f * density(p), 0.0, 1.0, limit=200)[0])
+
+
+def brute_force_family_q(horizon: int, priors: tuple, weights: tuple) -> Any:
+    """Q(counts) -> [Q(counts, k) for every arm] of the Bayes-optimal play of a Bernoulli bandit whose arms
+    are iid Beta(a_j, b_j) under prior j ~ ``weights``: counts ((s_1, f_1), ..., (s_K, f_K)), the
+    predictive by quadrature and the value by enumerating the histories (a reference for the DP)."""
+
+    @functools.cache
+    def predictive(counts: tuple, k: int) -> float:
+        # P(r = 1 | counts, arm k) = sum_j pi_j prod_i m_ij * (m'_kj / m_kj) / sum_j pi_j prod_i m_ij
+        num = den = 0.0
+        for (a, b), w in zip(priors, weights, strict=True):
+            evidence = w * np.prod([_beta_moment(a, b, s, f, 0) for s, f in counts])
+            num += evidence * _beta_moment(a, b, *counts[k], 1) / _beta_moment(a, b, *counts[k], 0)
+            den += evidence
+        return num / den
+
+    @functools.cache
+    def q(counts: tuple) -> list[float]:
+        out = []
+        for k in range(len(counts)):
+            p = predictive(counts, k)
+            win = tuple((s + 1, f) if i == k else (s, f) for i, (s, f) in enumerate(counts))
+            lose = tuple((s, f + 1) if i == k else (s, f) for i, (s, f) in enumerate(counts))
+            out.append(p * (1 + value(win)) + (1 - p) * value(lose))
+        return out
+
+    @functools.cache
+    def value(counts: tuple) -> float:
+        return 0.0 if sum(s + f for s, f in counts) == horizon else max(q(counts))
+
+    return q

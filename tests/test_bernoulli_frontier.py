@@ -4,18 +4,19 @@ Brute force over histories with the predictive integrated numerically, Monte-Car
 agents, and the optimality of the family policy among policies that are not told the prior.
 """
 
-import functools
 import math
 
 import numpy as np
 import pytest
-from scipy import integrate, stats
 
 from agents import make_agent
 from agents.bandit.bernoulli_bayes_optimal import (
     BernoulliBayesOptimal,
     FamilyPredictive,
     bayes_optimal_table,
+    colex_combinations,
+    compositions,
+    family_bayes_advantages,
     family_bayes_table,
 )
 from benchmarks.experiments.bernoulli_frontier.run import (
@@ -34,49 +35,29 @@ from icrl_gym.envs import BernoulliBanditEnv, bernoulli_bandit_spec
 from icrl_gym.estimators.gittins import cached_gittins_table
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.training.exact_bernoulli import expected_best_mean
+from tests.helpers import brute_force_family_q
 
 FAMILY = np.array([[0.5, 2.0], [3.0, 1.0], [1.0, 1.0]])
 WEIGHTS = np.array([0.5, 0.3, 0.2])
 
 
-@functools.cache
-def _moment(a, b, s, f, extra):
-    """int_0^1 p^(s + extra) (1 - p)^f Beta(p; a, b) dp by quadrature (no Beta-function identities)."""
-    density = stats.beta(a, b).pdf
-    return integrate.quad(lambda p: p ** (s + extra) * (1 - p) ** f * density(p), 0.0, 1.0, limit=200)[0]
-
-
-def _brute_force_family_value(horizon, priors, weights):
-    """max over policies of E[sum r] under the mixture, enumerating histories; predictive by quadrature."""
-
-    @functools.cache
-    def predictive(counts, k):
-        # P(r = 1 | counts, arm k) = sum_j pi_j prod_i m_ij * (m'_kj / m_kj) / sum_j pi_j prod_i m_ij
-        num = den = 0.0
-        for (a, b), w in zip(priors, weights, strict=True):
-            evidence = w * np.prod([_moment(a, b, s, f, 0) for s, f in counts])
-            num += evidence * _moment(a, b, *counts[k], 1) / _moment(a, b, *counts[k], 0)
-            den += evidence
-        return num / den
-
-    @functools.cache
-    def value(counts):
-        if sum(s + f for s, f in counts) == horizon:
-            return 0.0
-        best = 0.0
-        for k in range(len(counts)):
-            p = predictive(counts, k)
-            win = tuple((s + 1, f) if i == k else (s, f) for i, (s, f) in enumerate(counts))
-            lose = tuple((s, f + 1) if i == k else (s, f) for i, (s, f) in enumerate(counts))
-            best = max(best, p * (1 + value(win)) + (1 - p) * value(lose))
-        return best
-
-    return value(((0, 0), (0, 0)))
-
-
 def test_family_dp_value_is_the_brute_force_mixture_value():
     _, value = family_bayes_table(2, 4, FAMILY, WEIGHTS)
-    assert value == pytest.approx(_brute_force_family_value(4, tuple(map(tuple, FAMILY)), tuple(WEIGHTS)), abs=1e-7)
+    q = brute_force_family_q(4, tuple(map(tuple, FAMILY)), tuple(WEIGHTS))
+    assert value == pytest.approx(max(q(((0, 0), (0, 0)))), abs=1e-7)
+
+
+def test_family_advantages_are_the_brute_force_q_values_less_their_max():
+    """Every count state of every layer: A(x, k) = Q(x, k) - max_k' Q(x, k'), Q enumerated over histories."""
+    horizon = 4
+    advantages = family_bayes_advantages(2, horizon, FAMILY, WEIGHTS)
+    q = brute_force_family_q(horizon, tuple(map(tuple, FAMILY)), tuple(WEIGHTS))
+    for n in range(horizon):
+        states = compositions(colex_combinations(n + 3, 3), n)  # the layer's states in rank order
+        assert len(states) == len(advantages[n]) == math.comb(n + 3, 3)
+        for x, row in zip(states, advantages[n], strict=True):
+            values = np.array(q(((x[0], x[1]), (x[2], x[3]))))
+            np.testing.assert_allclose(row, values - values.max(), atol=1e-6)
 
 
 def test_family_value_is_the_weighted_per_prior_value_and_beats_every_uninformed_policy():

@@ -131,10 +131,11 @@ def _policy(module, cfg, weights):
     if module == "generalist":
         from icrl_gym.estimators.gittins import cached_gittins_table
         from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
-        from icrl_gym.training.generalist import sample_batch
+        from icrl_gym.training.generalist import Experts, sample_batch
 
         model = GeneralistTransformer(GeneralistConfig.from_dict(cfg.model))
-        batch = sample_batch(cfg, lambda a, b: cached_gittins_table(cfg.max_horizon, cfg.table_cache, a, b), rng)
+        tables = Experts(gittins=lambda a, b: cached_gittins_table(cfg.max_horizon, cfg.table_cache, a, b))
+        batch = sample_batch(cfg, tables, rng)
         args = (torch.as_tensor(batch.actions), torch.as_tensor(batch.rewards, dtype=torch.float32))
         inputs = (*args, torch.as_tensor(batch.query_steps), batch.horizon, batch.num_arms)
     elif module == "linear_generalist":

@@ -361,7 +361,7 @@ def test_the_default_prior_draws_uniform_means_as_the_shipped_training_did(tmp_p
 
 
 def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins_told_their_prior(tmp_path):
-    from icrl_gym.training.generalist import sample_batch, sample_prior
+    from icrl_gym.training.generalist import Experts, sample_batch, sample_prior
 
     priors = [[5.0, 0.5], [0.5, 5.0]]
     cfg = tiny_generalist_config(tmp_path / "run", tmp_path / "cache", beta_priors=priors, skewed_fraction=0.4)
@@ -384,7 +384,7 @@ def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins
     # recounted here from the trajectory and looked up in a table built for that prior
     rng, priors_seen = np.random.default_rng(3), set()
     for _ in range(8):
-        batch = sample_batch(cfg, lambda a, b: gittins_table(cfg.max_horizon, a, b), rng)
+        batch = sample_batch(cfg, Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b)), rng)
         priors_seen.add(batch.prior)
         table = build_gittins_table(cfg.max_horizon, *batch.prior, 256)
         for i in range(batch.size):
@@ -415,7 +415,7 @@ def test_distillation_labels_are_the_teachers_policy_on_the_states_it_reaches(tm
     """With a teacher, the labels at the query steps are softmax(z / temperature) of the teacher's logits z,
     recomputed here by its full forward pass over the trajectory; with no exploration and no DAgger the
     trajectories are the teacher's greedy play (its argmax at every step); and no Gittins table is read."""
-    from icrl_gym.training.generalist import sample_batch
+    from icrl_gym.training.generalist import Experts, sample_batch
 
     teacher_path = _checkpoint(tmp_path)
     teacher = _model()  # the same seed: the weights of the checkpoint
@@ -425,7 +425,7 @@ def test_distillation_labels_are_the_teachers_policy_on_the_states_it_reaches(tm
     assert cfg.checkpoint_fields()["teacher"]["weights_sha256"] == read_checkpoint(teacher_path)[1]["weights_sha256"]
     rng = np.random.default_rng(2)
     for _ in range(4):
-        batch = sample_batch(cfg, teacher.requires_grad_(False), rng)
+        batch = sample_batch(cfg, Experts(teacher=teacher.requires_grad_(False)), rng)
         b, horizon = batch.actions.shape
         actions = torch.as_tensor(batch.actions)
         rewards = torch.as_tensor(batch.rewards, dtype=torch.float32)
@@ -454,3 +454,66 @@ def test_the_beta_family_batches_need_a_teacher_and_draw_each_instance_its_own_p
     expected = ratio.var()  # E[ratio] = 1/2 by symmetry
     centred = means - 0.5
     assert abs((centred[:, 0] * centred[:, 1]).mean() - expected) < 0.01 and abs(means.mean() - 0.5) < 0.02
+
+
+def test_exact_batches_are_labelled_by_the_family_bayes_dp_at_the_counts_of_the_trajectory(tmp_path):
+    """An exact batch takes (K, T) from ``exact_cells``; at every query step its label is
+    softmax((Q - max Q) / exact_temperature) of the mixture's Q-values, enumerated here over histories
+    from the counts recounted from the trajectory; with no exploration and no DAgger the DP plays."""
+    from agents.bandit.bernoulli_bayes_optimal import family_bayes_advantages
+    from icrl_gym.training.exact_bernoulli import BETA_FAMILY
+    from icrl_gym.training.generalist import Experts, sample_batch
+    from tests.helpers import brute_force_family_q
+
+    cells, temperature = [[2, 5], [3, 3]], 0.05
+    cfg = tiny_generalist_config(
+        tmp_path / "run",
+        tmp_path / "cache",
+        exact_fraction=1.0,
+        exact_cells=cells,
+        exact_temperature=temperature,
+        max_epsilon=0.0,
+    )
+    exact = cfg.checkpoint_fields()["trained_range"]["exact"]
+    assert exact["cells"] == cells and exact["temperature"] == temperature and len(exact["beta_priors"]) == 16
+    experts = Experts(exact=lambda k, horizon: family_bayes_advantages(k, horizon, np.array(BETA_FAMILY)))
+    q = {horizon: brute_force_family_q(horizon, BETA_FAMILY, (1.0,) * 16) for _, horizon in cells}
+    rng, seen = np.random.default_rng(4), set()
+    for _ in range(6):
+        batch = sample_batch(cfg, experts, rng)
+        k, horizon = batch.num_arms, batch.horizon
+        seen.add((k, horizon))
+        for i in range(batch.size):
+            for t in range(horizon):
+                acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
+                wins = [int(rews[acts == a].sum()) for a in range(k)]
+                counts = tuple((wins[a], int((acts == a).sum()) - wins[a]) for a in range(k))
+                values = np.array(q[horizon](counts))
+                assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-6)  # the DP played
+                for j in np.flatnonzero(batch.query_steps[i] == t):
+                    target = np.exp((values - values.max()) / temperature)
+                    np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-4)
+    assert seen == {(2, 5), (3, 3)}
+
+
+def test_exact_batch_instances_are_drawn_from_the_uniform_mixture_of_the_16_beta_priors():
+    """E[p] = mean_j a_j / (a_j + b_j); two arms of one instance share its prior: Cov = Var_j(a_j / (a_j + b_j))."""
+    from icrl_gym.training.exact_bernoulli import BETA_FAMILY
+    from icrl_gym.training.generalist import family_mixture_means
+
+    means = family_mixture_means(np.random.default_rng(0), 200_000, 3)
+    centres = np.array([a / (a + b) for a, b in BETA_FAMILY])
+    assert means.mean() == pytest.approx(centres.mean(), abs=0.003)
+    assert np.cov(means[:, 0], means[:, 2])[0, 1] == pytest.approx(centres.var(), abs=0.003)
+    assert means.var() == pytest.approx(
+        np.mean([a * b / ((a + b) ** 2 * (a + b + 1)) for a, b in BETA_FAMILY]) + centres.var(), abs=0.003
+    )
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [([[2]], "holds \\[K, T\\] pairs"), ([[1, 10]], "needs K >= 2"), ([[5, 200]], "count states, more than")],
+)
+def test_an_exact_cell_the_dp_cannot_hold_is_refused(tmp_path, cells, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_generalist_config(tmp_path / "run", tmp_path / "cache", exact_fraction=0.5, exact_cells=cells)

@@ -46,7 +46,7 @@ naming the argument and its value (a ``TypeError`` for an entry that is no numbe
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import comb
 from typing import Any
 
@@ -178,21 +178,21 @@ class FamilyPredictive:
         return np.stack([(w * self.arm_means(x, k)).sum(axis=1) for k in range(x.shape[1] // 2)], axis=1)
 
 
-def family_bayes_table(
-    num_arms: int, horizon: int, priors: np.ndarray, weights: np.ndarray | None = None
+def _family_bayes_dp(
+    num_arms: int,
+    horizon: int,
+    priors: np.ndarray,
+    weights: np.ndarray | None,
+    keep: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[list[np.ndarray], float]:
-    """Action tables per layer n = 0..T-1 (uint8 over the layer's ranked states) and the value V(0).
-
-    The DP of the module docstring with the family's mixture predictive (``weights`` None: uniform);
-    V(0) is the family-Bayes-optimal expected total reward sum_j pi_j E_j[sum_t r_t].
-    """
+    """The DP of the module docstring; per layer n = 0..T-1, ``keep(Q)`` of its Q-values (N, K) over ranked states."""
     priors = np.asarray(priors, dtype=np.float64).reshape(-1, 2)
     model = FamilyPredictive(priors, np.ones(len(priors)) if weights is None else weights, horizon)
     m = 2 * num_arms
     ranker = CompositionRanker(horizon + 1, m)
     bars = colex_combinations(horizon + m - 2, m - 1)  # enough for the layers n <= T - 1
     v_next = np.zeros(comb(horizon + m - 1, m - 1))
-    tables: list[np.ndarray] = [np.zeros(0, np.uint8)] * horizon
+    kept: list[np.ndarray] = [np.zeros(0)] * horizon
     for n in range(horizon - 1, -1, -1):
         x = compositions(bars, n)  # (C(n + m - 1, m - 1), m), row r is the state of rank r
         p = model.predictive(x) if len(priors) > 1 else None
@@ -201,9 +201,34 @@ def family_bayes_table(
             p_k = model.arm_means(x, k)[:, 0] if p is None else p[:, k]
             v_s, v_f = (v_next[ranker.rank(y)] for y in successors(x, k))
             q[:, k] = p_k * (1.0 + v_s) + (1.0 - p_k) * v_f
-        tables[n] = q.argmax(axis=1).astype(np.uint8)
+        kept[n] = keep(q)
         v_next = q.max(axis=1)
-    return tables, float(v_next[0])
+    return kept, float(v_next[0])
+
+
+def family_bayes_table(
+    num_arms: int, horizon: int, priors: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[list[np.ndarray], float]:
+    """Action tables per layer n = 0..T-1 (uint8 over the layer's ranked states) and the value V(0).
+
+    The DP of the module docstring with the family's mixture predictive (``weights`` None: uniform);
+    V(0) is the family-Bayes-optimal expected total reward sum_j pi_j E_j[sum_t r_t].
+    """
+    return _family_bayes_dp(num_arms, horizon, priors, weights, lambda q: q.argmax(axis=1).astype(np.uint8))
+
+
+def family_bayes_advantages(
+    num_arms: int, horizon: int, priors: np.ndarray, weights: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """Per layer n = 0..T-1, Q(x, k) - max_k' Q(x, k') (float32, (N, K) over the layer's ranked states).
+
+    The same DP as :func:`family_bayes_table`: the expected reward an arm loses against the
+    family-Bayes-optimal action before the rest is played optimally (0 for the maximisers).
+    """
+    tables, _ = _family_bayes_dp(
+        num_arms, horizon, priors, weights, lambda q: (q - q.max(axis=1, keepdims=True)).astype(np.float32)
+    )
+    return tables
 
 
 def successors(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,17 @@ faster network.  No Gittins table is built then, so the batches may also come fr
 'beta_family' prior (``beta_family_fraction``: every instance its own Beta(a, b), a and b
 log-uniform in [0.3, 10]), whose told expert would need one table per instance.
 
+Exact batches (``exact_fraction``): where the family-Bayes DP is computable (``exact_cells``, e.g.
+K = 2 with T = 100 and 200, K = 3 with T = 50), a batch may take its (K, T) from those cells, its
+instances from the uniform mixture over the 16 Beta(a, b) priors of the exact validation
+(:data:`~icrl_gym.training.exact_bernoulli.BETA_FAMILY`: one prior per instance, every arm's mean
+iid from it) and its labels from that mixture's Bayes-optimal DP, which no policy that is not told
+the prior beats on it (:mod:`icrl_gym.training.exact_bernoulli`).  The DP plays the behaviour
+(eps-greedy, the same DAgger) and its advantages A(x, k) = Q(x, k) - max_k' Q(x, k') at the query
+states give the labels softmax(A / exact_temperature): an arm that loses 0.05 of expected reward
+against the optimal action gets e^-5 of its weight at 0.01, so the labels are the DP's action
+wherever the choice matters and spread over the arms where it does not.
+
 Resumable bit for bit (the fields of :attr:`GeneralistTrainConfig.resumable_changes` may change) and
 data-parallel under ``torchrun``, as every generalist trainer (:mod:`icrl_gym.training.generalist_task`).
 Run as::
@@ -41,6 +52,7 @@ Run as::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -51,10 +63,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, family_bayes_advantages
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
-from icrl_gym.config import POSITIVE_INT, PROBABILITY, checked
+from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, draw_instance_priors, sample_w_star
@@ -65,6 +78,7 @@ from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
+from icrl_gym.training.exact_bernoulli import BETA_FAMILY
 from icrl_gym.training.generalist_task import (
     GeneralistTrainer,
     soft_label_loss,
@@ -72,6 +86,12 @@ from icrl_gym.training.generalist_task import (
 )
 from icrl_gym.training.loop import GeneralistLoopConfig, Logger
 from icrl_gym.training.loop import main as run_main
+
+EXACT_CELLS = ((2, 100), (2, 200), (3, 50))
+"""The (K, T) where the acceptance evaluates exactly: the default cells of the exact batches."""
+
+MAX_EXACT_STATES = 100_000_000
+"""Largest number of count states an exact cell's DP may hold (K = 2, T = 200 has 68 million)."""
 
 TRAINED_ENV = {"reward": "bernoulli", "arms": "one_hot", "prior": "uniform", "prior_low": 0.0, "prior_high": 1.0}
 """The environment family of the training batches, as the checkpoint records it."""
@@ -110,6 +130,13 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     queries instead of the Gittins expert: distillation (module docstring).  '': the Gittins expert."""
     beta_family_fraction: float = checked(0.0, PROBABILITY)
     """With a ``teacher``: the probability that a batch's instances come from the 'beta_family' prior."""
+    exact_fraction: float = checked(0.0, PROBABILITY)
+    """The probability that a batch is exact: a (K, T) of ``exact_cells``, instances from the 16 Beta priors'
+    mixture, labels from its family-Bayes DP (module docstring)."""
+    exact_cells: list[list[int]] = field(default_factory=lambda: [list(cell) for cell in EXACT_CELLS])
+    """The (K, T) of the exact batches; each DP table is built once (K = 2, T = 200: about a minute, 0.5 GB)."""
+    exact_temperature: float = checked(0.01, POSITIVE)
+    """Temperature of the exact labels softmax(A / exact_temperature), in units of expected reward."""
 
     resumable_changes: ClassVar[tuple[str, ...]] = (
         *GeneralistLoopConfig.resumable_changes,
@@ -132,6 +159,13 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             trained["skewed_fraction"] = self.skewed_fraction
         if self.beta_family_fraction:
             trained["beta_family_fraction"] = self.beta_family_fraction
+        if self.exact_fraction:
+            trained["exact"] = {
+                "fraction": self.exact_fraction,
+                "cells": [list(cell) for cell in self.exact_cells],
+                "temperature": self.exact_temperature,
+                "beta_priors": [list(pair) for pair in BETA_FAMILY],
+            }
         fields: dict[str, Any] = {"env": TRAINED_ENV, "trained_range": trained}
         if self.teacher:
             fields["teacher"] = {"checkpoint": self.teacher, "weights_sha256": self._teacher_sha256}
@@ -157,6 +191,20 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 "GeneralistTrainConfig.beta_family_fraction > 0 needs a teacher: the Gittins expert told each "
                 "instance's own Beta prior would need a table per instance"
             )
+        for cell in self.exact_cells:
+            if not isinstance(cell, (list, tuple)) or len(cell) != 2 or not all(isinstance(v, int) for v in cell):
+                raise ValueError(f"GeneralistTrainConfig.exact_cells holds [K, T] pairs of integers, got {cell!r}")
+            k, horizon = cell
+            if k < 2 or horizon < 1:
+                raise ValueError(f"GeneralistTrainConfig.exact_cells: [K, T] = {cell} needs K >= 2 and T >= 1")
+            states = math.comb(horizon + 2 * k, 2 * k)
+            if states > MAX_EXACT_STATES:
+                raise ValueError(
+                    f"GeneralistTrainConfig.exact_cells: the DP of [K, T] = {cell} holds {states:,} count states, "
+                    f"more than {MAX_EXACT_STATES:,}"
+                )
+        if self.exact_fraction > 0 and not self.exact_cells:
+            raise ValueError("GeneralistTrainConfig.exact_fraction > 0 needs exact_cells")
         if self.eval_every:  # the evaluation reads the Gittins table, built for max_horizon
             self.check_order(("eval_horizon", "max_horizon"))
         try:
@@ -182,7 +230,8 @@ class Batch:
     horizon: int
     """T."""
     prior: tuple[float, float] = (1.0, 1.0)
-    """(a, b) of the Beta prior whose Gittins index labelled the batch (:func:`sample_prior`)."""
+    """(a, b) of the Beta prior whose Gittins index labelled the batch (:func:`sample_prior`); (1, 1) when
+    every instance has its own prior or a teacher or the DP labels it."""
 
     @property
     def size(self) -> int:
@@ -206,6 +255,22 @@ def gittins_targets(index: np.ndarray, temperature: float) -> np.ndarray:
     else:
         p = (index == index.max(axis=-1, keepdims=True)).astype(np.float64)
     return p / p.sum(axis=-1, keepdims=True)
+
+
+class FamilyBayesExpert:
+    """The family-Bayes DP's advantages at B runs' counts (exact batches; :func:`family_bayes_advantages`)."""
+
+    def __init__(self, advantages: list[np.ndarray], b: int, k: int) -> None:
+        self.advantages, self.counts = advantages, np.zeros((b, 2 * k), dtype=np.int64)
+        self.ranker = CompositionRanker(len(advantages), 2 * k)
+
+    def scores(self, t: int) -> np.ndarray:
+        """A(x_t, k) (B, K) before step t, x_t = (s_1, f_1, ..., s_K, f_K) of steps s < t."""
+        return self.advantages[t][self.ranker.rank(self.counts)]
+
+    def tell(self, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Count step t's pulls: a success of arm k in column 2k, a failure in 2k + 1."""
+        self.counts[np.arange(len(actions)), 2 * actions + (np.asarray(rewards) < 0.5)] += 1
 
 
 class GittinsExpert:
@@ -238,8 +303,24 @@ class TeacherExpert:
         self.play.tell(actions, rewards)
 
 
+Expert = GittinsExpert | TeacherExpert | FamilyBayesExpert
+"""What scores the arms of a batch's runs: it labels the queries and, without DAgger, plays."""
+
+
+@dataclass
+class Experts:
+    """Where the batches' labels come from (the module docstring says which batch takes which)."""
+
+    gittins: Callable[[float, float], GittinsTable] | None = None
+    """The Gittins table of the prior Beta(a, b), built for ``max_horizon`` (no ``teacher``)."""
+    teacher: GeneralistTransformer | None = None
+    """The distillation's teacher, in place of the Gittins expert."""
+    exact: Callable[[int, int], list[np.ndarray]] | None = None
+    """The family-Bayes DP's advantages per layer of (K, T) (exact batches)."""
+
+
 def rollout(
-    expert: GittinsExpert | TeacherExpert,
+    expert: Expert,
     means: np.ndarray,
     horizon: int,
     epsilon: np.ndarray,
@@ -276,6 +357,15 @@ def rollout(
     return runs.actions, runs.rewards, index
 
 
+def family_mixture_means(rng: np.random.Generator, b: int, k: int) -> np.ndarray:
+    """Arm means (B, K) of an exact batch, from the mixture the family-Bayes DP is optimal for.
+
+    Each instance draws one (a, b) of :data:`BETA_FAMILY` uniformly and its K arms' means iid Beta(a, b).
+    """
+    pairs = np.array(BETA_FAMILY)[rng.integers(len(BETA_FAMILY), size=b)]
+    return rng.beta(pairs[:, :1], pairs[:, 1:], (b, k))
+
+
 def sample_prior(
     cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int
 ) -> tuple[np.ndarray, tuple[float, float]]:
@@ -297,27 +387,43 @@ def sample_prior(
 
 def sample_batch(
     cfg: GeneralistTrainConfig,
-    tables: Callable[[float, float], GittinsTable] | GeneralistTransformer,
+    experts: Experts,
     rng: np.random.Generator,
     model: GeneralistTransformer | None = None,
 ) -> Batch:
     """Draw (K, T), the prior, B instances and their trajectories (the expert's, or the model's when given).
 
-    ``tables(a, b)``: the Gittins table of the prior Beta(a, b) (built for ``max_horizon``); or the
-    teacher model, whose logits label the batch (distillation).
+    ``experts``: the Gittins tables, or the teacher (distillation), and the exact DP's advantages.
     """
-    k = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
-    horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
-    b = int(np.clip(round(cfg.cost_per_batch / (cfg.queries * k * (400 + horizon))), cfg.min_batch, cfg.max_batch))
-    means, prior = sample_prior(cfg, rng, b, k)
-    if isinstance(tables, GeneralistTransformer):
-        expert: GittinsExpert | TeacherExpert = TeacherExpert(tables, b, k, horizon)
+
+    def size(k: int, horizon: int) -> int:
+        b = round(cfg.cost_per_batch / (cfg.queries * k * (400 + horizon)))
+        return int(np.clip(b, cfg.min_batch, cfg.max_batch))
+
+    expert: Expert
+    temperature, prior = cfg.label_temperature, (1.0, 1.0)
+    if cfg.exact_fraction and rng.random() < cfg.exact_fraction:  # no draw when 0: old runs replay
+        k, horizon = (int(v) for v in cfg.exact_cells[int(rng.integers(len(cfg.exact_cells)))])
+        b = size(k, horizon)
+        means = family_mixture_means(rng, b, k)
+        if experts.exact is None:
+            raise ValueError("an exact batch needs the family-Bayes DP (Experts.exact)")
+        expert, temperature = FamilyBayesExpert(experts.exact(k, horizon), b, k), cfg.exact_temperature
     else:
-        expert = GittinsExpert(tables(*prior), b, k, horizon)
+        k = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
+        horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
+        b = size(k, horizon)
+        means, prior = sample_prior(cfg, rng, b, k)
+        if experts.teacher is not None:
+            expert = TeacherExpert(experts.teacher, b, k, horizon)
+        elif experts.gittins is not None:
+            expert = GittinsExpert(experts.gittins(*prior), b, k, horizon)
+        else:
+            raise ValueError("a batch needs the Gittins tables or a teacher (Experts)")
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
     actions, rewards, index = rollout(expert, means, horizon, epsilon, rng, model)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
-    targets = gittins_targets(index[np.arange(b)[:, None], query_steps].astype(np.float64), cfg.label_temperature)
+    targets = gittins_targets(index[np.arange(b)[:, None], query_steps].astype(np.float64), temperature)
     return Batch(actions, rewards, query_steps, targets, k, horizon, prior)
 
 
@@ -393,12 +499,13 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
                 f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",
             )
 
-        expert: Callable[[float, float], GittinsTable] | GeneralistTransformer = tables
+        exact = functools.cache(partial(family_bayes_advantages, priors=np.array(BETA_FAMILY)))  # built once per (K, T)
+        experts = Experts(gittins=tables, exact=exact)
         if cfg.teacher:
-            expert, _ = load_checkpoint(
+            experts.teacher, _ = load_checkpoint(
                 find_checkpoint(cfg.teacher), device, kind=CheckpointKind.GENERALIST_TRANSFORMER
             )
-        return GeneralistTrainer(model, partial(sample_batch, cfg, expert), batch_loss, evaluate, init=init)
+        return GeneralistTrainer(model, partial(sample_batch, cfg, experts), batch_loss, evaluate, init=init)
 
     return train_generalist(cfg, echo, build)
 

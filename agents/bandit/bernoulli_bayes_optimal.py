@@ -231,6 +231,12 @@ def family_bayes_advantages(
     return tables
 
 
+def count_states(stats: ArmStatistics) -> np.ndarray:
+    """The count states (B, 2K) = (s_1, f_1, ..., s_K, f_K) of B runs of 0/1 rewards, as the DP ranks them."""
+    s, n = stats.sums, stats.counts
+    return np.stack([s, n - s], axis=-1).reshape(len(s), -1).astype(np.int64)
+
+
 def successors(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The states after a success and after a failure of arm k, from states ``x`` (N, 2K)."""
     success, failure = x.copy(), x.copy()
@@ -360,9 +366,7 @@ class BernoulliBayesOptimal(ResolvedModelMixin, BanditAgent):
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
         if self.t >= self.used["horizon"]:
             raise RuntimeError(f"the table covers T={self.used['horizon']} steps; reset for a new run")
-        s, n = self.stats.sums, self.stats.counts
-        x = np.stack([s, n - s], axis=-1).reshape(self.batch_size, -1).astype(np.int64)  # (s_1, f_1, s_2, ...)
-        return self.tables[self.t][self.ranker.rank(x)].astype(np.int64)
+        return self.tables[self.t][self.ranker.rank(count_states(self.stats))].astype(np.int64)
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:
         return np.eye(self.num_actions)[self._act(action_sets)]

@@ -63,7 +63,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, family_bayes_advantages
+from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, count_states, family_bayes_advantages
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
@@ -261,16 +261,16 @@ class FamilyBayesExpert:
     """The family-Bayes DP's advantages at B runs' counts (exact batches; :func:`family_bayes_advantages`)."""
 
     def __init__(self, advantages: list[np.ndarray], b: int, k: int) -> None:
-        self.advantages, self.counts = advantages, np.zeros((b, 2 * k), dtype=np.int64)
+        self.advantages, self.stats = advantages, ArmStatistics(b, k)
         self.ranker = CompositionRanker(len(advantages), 2 * k)
 
     def scores(self, t: int) -> np.ndarray:
         """A(x_t, k) (B, K) before step t, x_t = (s_1, f_1, ..., s_K, f_K) of steps s < t."""
-        return self.advantages[t][self.ranker.rank(self.counts)]
+        return self.advantages[t][self.ranker.rank(count_states(self.stats))]
 
     def tell(self, actions: np.ndarray, rewards: np.ndarray) -> None:
-        """Count step t's pulls: a success of arm k in column 2k, a failure in 2k + 1."""
-        self.counts[np.arange(len(actions)), 2 * actions + (np.asarray(rewards) < 0.5)] += 1
+        """Count step t's pulls (0/1 rewards)."""
+        self.stats.update(actions, rewards)
 
 
 class GittinsExpert:

@@ -107,5 +107,5 @@ def test_dark_room_dpt_improves_over_episodes_and_beats_psrl():
 def test_linear_generalist_below_matched_bayes_ucb_at_the_paper_setting():
     """The shipped linear generalist at d=5, A=10, T=200, sigma=1.5: <= 14.5 and <= 1.10x Bayes-UCB (matched)."""
     spec = linear_bandit_spec()
-    gen = _regret(spec, TransformerAgent.pretrained("linear-generalist"))
+    gen = _regret(spec, TransformerAgent.pretrained("linear-generalist-v1"))
     assert gen <= 14.5 and gen <= 1.10 * _regret(spec, "linear_bayes_ucb")

@@ -186,7 +186,7 @@ def test_harness_plot_only_needs_saved_results(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("module", "config"),
-    [("generalist", "bernoulli-generalist"), ("linear_generalist", "linear-generalist")],
+    [("generalist", "bernoulli-generalist"), ("linear_generalist", "linear-generalist-v1")],
 )
 def test_generalist_trainers_read_set_and_the_recorded_bare_overrides_alike(module, config, capsys, monkeypatch):
     """The shipped models' commands say ``CONFIG.json run_dir=... steps=3800``; ``--set`` says the same.

@@ -135,6 +135,6 @@ def test_bad_configurations_are_refused(base, tmp_path, overrides, problem):
 
 
 def test_a_first_version_checkpoint_is_refused(tmp_path):
-    cfg = tiny_finetune_config("linear-generalist", tmp_path / "v1", rollouts_per_instance=2)
+    cfg = tiny_finetune_config("linear-generalist-v1", tmp_path / "v1", rollouts_per_instance=2)
     with pytest.raises(ValueError, match="second-version linear generalist"):
         finetune(cfg, echo=False)

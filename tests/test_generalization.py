@@ -318,7 +318,7 @@ def test_opt_in_families_play_their_cells_references_checks_and_tails(tmp_path):
     assert "## Gaussian multi-armed bandits" in text and "## Held-out priors of w*" in text
     assert {p.name for p in folder.glob("heatmap-*.png")} == {"heatmap-gaussian-mab.png", "heatmap-held-out.png"}
     config = json.loads((folder / "config.json").read_text())
-    assert config["families"] == list(families) and config["models"]["held-out"]["checkpoint"] == "linear-generalist"
+    assert config["families"] == list(families) and config["models"]["held-out"]["checkpoint"] == "linear-generalist-v1"
 
 
 def test_harness_takes_the_opt_in_families():

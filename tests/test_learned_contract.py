@@ -62,11 +62,11 @@ def test_transformer_agent_pretrained_loads_every_transformer_mdp_included():
         agents.pretrained("nope")
 
 
-@pytest.mark.parametrize("name", ["bernoulli-generalist", "linear-generalist", "bernoulli-dpt-ts-uniform"])
+@pytest.mark.parametrize("name", ["bernoulli-generalist", "linear-generalist-v1", "bernoulli-dpt-ts-uniform"])
 def test_every_learned_agent_checks_the_environment(name):
     """check_compatible runs for the generalists too: a Bernoulli model refuses a linear bandit and back."""
     agent = agents.pretrained(name)
-    linear = name == "linear-generalist"
+    linear = name == "linear-generalist-v1"
     other = bernoulli_bandit_spec(5, 20) if linear else linear_bandit_spec(5, 5, 20, 1.0)
     _, info = BanditVectorEnv(2, other).reset(seed=0)
     with pytest.raises(ValueError, match="reward"):
@@ -74,7 +74,7 @@ def test_every_learned_agent_checks_the_environment(name):
 
 
 def test_every_model_step_returns_a_policy_output():
-    for name in ("bernoulli-generalist", "linear-generalist", "bernoulli-dpt-ts-uniform"):
+    for name in ("bernoulli-generalist", "linear-generalist-v1", "bernoulli-dpt-ts-uniform"):
         model, _ = load_checkpoint(PRETRAINED_DIR / name)
         info = EnvInfo(num_actions=5, horizon=200, dim=5, noise_std=1.0)
         cache = model.new_cache(3, info)
@@ -139,7 +139,7 @@ def test_gittins_reads_the_horizon_from_the_environment():
 
 
 def test_learned_agents_refuse_non_finite_scores_in_act_and_policy():
-    agent = agents.pretrained("linear-generalist")
+    agent = agents.pretrained("linear-generalist-v1")
     spec = linear_bandit_spec(dim=3, num_actions=4, horizon=10, noise_std=1e-30)
     env = BanditVectorEnv(2, spec)
     obs, info = env.reset(seed=0)
@@ -152,10 +152,10 @@ def test_learned_agents_refuse_non_finite_scores_in_act_and_policy():
             call(obs)
 
 
-@pytest.mark.parametrize("name", ["bernoulli-generalist", "linear-generalist"])
+@pytest.mark.parametrize("name", ["bernoulli-generalist", "linear-generalist-v1"])
 def test_learned_agents_refuse_a_step_beyond_the_horizon_and_a_fractional_one(name):
     agent = agents.pretrained(name)
-    linear = name == "linear-generalist"
+    linear = name == "linear-generalist-v1"
     spec = linear_bandit_spec(3, 4, 3, 0.5) if linear else bernoulli_bandit_spec(4, 3)
     env = BanditVectorEnv(2, spec)
     obs, info = env.reset(seed=0)

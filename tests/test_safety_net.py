@@ -49,7 +49,7 @@ def total(spec, agent, runs: int = 100, seed: int = 5) -> float:
 
 def wrong_checkpoint():
     """The shipped linear generalist with its output head negated: it prefers the arms it scores worst."""
-    agent = agents.pretrained("linear-generalist")
+    agent = agents.pretrained("linear-generalist-v1")
     with torch.no_grad():
         agent.model.head.weight.neg_()
         agent.model.head.bias.neg_()
@@ -82,8 +82,8 @@ def test_net_holds_for_a_wrong_checkpoint() -> None:
 
 def test_net_holds_on_a_foreign_prior() -> None:
     """The shipped model on w* ~ N(0, 4 I) is far off alone; netted it is within 2.5x the robust index."""
-    alone = total(FOREIGN, agents.pretrained("linear-generalist"))
-    netted = total(FOREIGN, SafetyNet(agents.pretrained("linear-generalist")))
+    alone = total(FOREIGN, agents.pretrained("linear-generalist-v1"))
+    netted = total(FOREIGN, SafetyNet(agents.pretrained("linear-generalist-v1")))
     robust = total(FOREIGN, make_agent("model_averaged_bayes_ucb"))
     assert netted < 0.4 * alone and netted < 2.5 * robust, (alone, netted, robust)
 
@@ -91,9 +91,9 @@ def test_net_holds_on_a_foreign_prior() -> None:
 def test_net_keeps_the_model_on_its_own_prior() -> None:
     """On the training prior the anchor wins the evidence and the net seldom overrides: it keeps most of the
     model's lead over the robust index (measured at 200 runs: 15.9 against 10.2 for the model alone)."""
-    net = SafetyNet(agents.pretrained("linear-generalist"))
+    net = SafetyNet(agents.pretrained("linear-generalist-v1"))
     netted = total(PAPER, net, runs=200)
-    alone = total(PAPER, agents.pretrained("linear-generalist"), runs=200)
+    alone = total(PAPER, agents.pretrained("linear-generalist-v1"), runs=200)
     robust = total(PAPER, make_agent("model_averaged_bayes_ucb"), runs=200)
     assert net.robust.anchor == pytest.approx((0.5, 1.0 / 12.0))
     assert np.median(net.robust.anchor_weight()) > 0.8 and net.overrides.mean() < 15
@@ -104,7 +104,7 @@ def test_live_loop_without_the_noise_level() -> None:
     """The README's live loop, without noise_std: the model plugs in its in-context estimate of sigma."""
     rng = np.random.default_rng(0)
     arms, w = rng.uniform(-1, 1, size=(10, 5)), rng.uniform(size=5)
-    agent = agents.pretrained("linear-generalist", safety_net=True)
+    agent = agents.pretrained("linear-generalist-v1", safety_net=True)
     agent.reset(dim=5, num_actions=10, horizon=200)
     regret = 0.0
     for _ in range(200):
@@ -129,10 +129,10 @@ def test_config_and_bad_margins() -> None:
 def test_fallback_where_the_model_refuses_the_bandit() -> None:
     """d = 20 > d_max: the net plays the robust index alone (same regret), or raises without ``fallback``."""
     spec = linear_bandit_spec(20, 20, 100, 0.5, arms="one_hot")
-    net = SafetyNet(agents.pretrained("linear-generalist"))
+    net = SafetyNet(agents.pretrained("linear-generalist-v1"))
     netted = evaluate_regret(spec, net, 20, seed=2, batch_size=20)
     robust = evaluate_regret(spec, make_agent("model_averaged_bayes_ucb"), 20, seed=2)
     assert not net.inner_plays and "d <= 8" in net.fallback_reason
     np.testing.assert_array_equal(netted, robust)
     with pytest.raises(ValueError, match="d <= 8"):
-        evaluate_regret(spec, SafetyNet(agents.pretrained("linear-generalist"), fallback=False), 2, seed=2)
+        evaluate_regret(spec, SafetyNet(agents.pretrained("linear-generalist-v1"), fallback=False), 2, seed=2)

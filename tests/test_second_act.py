@@ -18,7 +18,7 @@ from icrl_gym.models.policy import EnvInfo
 
 LEARNED = {
     "bernoulli-generalist": ("generalist", "ICRL-BernoulliBandit-v0", {"horizon": 12}, 12),
-    "linear-generalist": ("linear_generalist", "ICRL-LinearBandit-v0", {"horizon": 12}, 12),
+    "linear-generalist-v1": ("linear_generalist", "ICRL-LinearBandit-v0", {"horizon": 12}, 12),
     "linear-bandit-ad-linucb": ("transformer", "ICRL-LinearBandit-v0", {"horizon": 12}, 12),
     "tabular-mdp-generalist": ("mdp_generalist", "ICRL-TabularMDP-v0", {"horizon": 3, "episodes": 4}, 12),
     "tabular-mdp-dpt-psrl-uniform": ("mdp_transformer", "ICRL-TabularMDP-v0", {"horizon": 10, "episodes": 2}, 20),
@@ -70,7 +70,7 @@ def test_other_observations_first_change_nothing(ckpt):
 def test_a_second_observation_is_answered_for_itself():
     env = gym.make("ICRL-LinearBandit-v0", horizon=5).unwrapped
     obs, info = env.reset(seed=0)
-    agent, fresh = (make_agent({"name": "linear_generalist", "checkpoint": "linear-generalist"}) for _ in range(2))
+    agent, fresh = (make_agent({"name": "linear_generalist", "checkpoint": "linear-generalist-v1"}) for _ in range(2))
     agent.reset(info)
     fresh.reset(info)
     rolled = np.roll(obs.reshape(agent.num_actions, -1), 1, axis=0).reshape(obs.shape)
@@ -99,7 +99,7 @@ def test_a_cache_that_cannot_take_a_step_back_refuses_the_second_observation(mon
     monkeypatch.setattr("icrl_gym.models.linear_generalist_core.LinearGeneralistCache", PlainCache)
     env = gym.make("ICRL-LinearBandit-v0", horizon=5).unwrapped
     obs, info = env.reset(seed=0)
-    agent = make_agent({"name": "linear_generalist", "checkpoint": "linear-generalist"})
+    agent = make_agent({"name": "linear_generalist", "checkpoint": "linear-generalist-v1"})
     agent.reset(info)
     first = agent.act(obs)
     rolled = np.roll(obs.reshape(agent.num_actions, -1), 1, axis=0).reshape(obs.shape)

@@ -58,8 +58,8 @@ def generalist(name: str = "bernoulli-generalist") -> dict[str, Any]:
     return {"name": "generalist", "checkpoint": name, "greedy": True}
 
 
-def linear_generalist(name: str = "linear-generalist") -> dict[str, Any]:
-    """Specification of the shipped linear generalist (greedy: it imitates a deterministic index policy)."""
+def linear_generalist(name: str = "linear-generalist-v1") -> dict[str, Any]:
+    """A shipped linear generalist, by default the first version (greedy: it imitates an index policy)."""
     return {"name": "linear_generalist", "checkpoint": name, "greedy": True}
 
 

@@ -64,7 +64,8 @@ class BenchConfig:
     """Checkpoint (path or shipped name) of the Bernoulli generalist in grid experiments ('': the shipped
     'bernoulli-generalist'; its rows are reported missing when there is none)."""
     linear_generalist: str = ""
-    """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist')."""
+    """Checkpoint of the linear generalist in grid experiments ('': the shipped 'linear-generalist-v1',
+    the first version, trained on w* ~ U[0, 1]^d: the grid's in-range cells are its prior)."""
     grid_families: tuple[str, ...] = ("bernoulli", "linear")
     """Cell families of the generalization grid to run, comma-separated (the families and what each holds:
     below)."""

@@ -42,8 +42,8 @@ against its token: the posterior mean <x_k, mu_t> and width x_k^T Lambda^{-1} x_
 the logit is  w^T LayerNorm(h_k) + b + x_{t,k}^T U_out h_k.
 
 The version above is the first (``features="moments"``, :class:`MomentsLinearGeneralist`, the
-shipped ``linear-generalist``).  The second (``features="posterior"``) no longer inverts the moment
-matrix: it reads closed-form posterior features of a grid of priors
+shipped ``linear-generalist-v1``).  The second (``features="posterior"``, the shipped
+``linear-generalist``) no longer inverts the moment matrix: it reads closed-form posterior features of a grid of priors
 (:mod:`icrl_gym.models.linear_generalist_posterior`) and plays d > d_max on a fixed action set as an
 A-armed bandit.  Both share the configuration, the cache and the frame of the model
 (:mod:`icrl_gym.models.linear_generalist_core`, whose names this module also exports);

@@ -5,9 +5,10 @@ stochastic linear bandits of any dimension d <= d_max, any number of arms A and 
 comes in two versions, chosen by its configuration's ``features``:
 
 * ``"moments"`` (:class:`~icrl_gym.models.linear_generalist.MomentsLinearGeneralist`, the first
-  version, the shipped ``linear-generalist``): linear attention over the moment matrix of the history;
+  version, the shipped ``linear-generalist-v1``): linear attention over the moment matrix of the history;
 * ``"posterior"`` (:class:`~icrl_gym.models.linear_generalist_posterior.PosteriorLinearGeneralist`,
-  the second version): closed-form posterior features of a grid of priors read by a per-arm network.
+  the second version, the shipped ``linear-generalist``): closed-form posterior features of a grid of priors
+  read by a per-arm network.
 
 Both read the same history -- the raw moment matrix M_t = sum_{s<t} e_s e_s^T of the tokens
 e_s = [x_{s,a_s}, r_s, 1] (and per-arm pull counts and reward sums) -- kept by one cache

@@ -30,7 +30,8 @@ capped at ``time_budget_hours`` and data-parallel under ``torchrun``, as every g
 (:mod:`icrl_gym.training.generalist_task`); besides the last two checkpoints, every 1,000th (the learning
 curve) stays, and a folder of an older layout is refused, its files kept.  Run as::
 
-    OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist icrl_gym/pretrained/configs/linear-generalist.json
+    OMP_NUM_THREADS=1 python -m icrl_gym.training.linear_generalist \
+        icrl_gym/pretrained/configs/linear-generalist-v1.json
 """
 
 from __future__ import annotations

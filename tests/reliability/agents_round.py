@@ -28,7 +28,7 @@ rp.surface("Learned agents: a second act() before update()")
 
 LEARNED = {
     "bernoulli-generalist": ("generalist", "ICRL-BernoulliBandit-v0"),
-    "linear-generalist": ("linear_generalist", "ICRL-LinearBandit-v0"),
+    "linear-generalist-v1": ("linear_generalist", "ICRL-LinearBandit-v0"),
     "linear-bandit-ad-linucb": ("transformer", "ICRL-LinearBandit-v0"),
     "tabular-mdp-generalist": ("mdp_generalist", "ICRL-TabularMDP-v0"),
     "tabular-mdp-dpt-psrl-uniform": ("mdp_transformer", "ICRL-TabularMDP-v0"),

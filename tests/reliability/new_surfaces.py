@@ -238,7 +238,7 @@ def _generalists_from_folders(tmp: Path) -> Outcome:
     shown = []
     for name, ckpt, env_id in (
         ("generalist", "bernoulli-generalist", "ICRL-BernoulliBandit-v0"),
-        ("linear_generalist", "linear-generalist", "ICRL-LinearBandit-v0"),
+        ("linear_generalist", "linear-generalist-v1", "ICRL-LinearBandit-v0"),
     ):
         folder = _export(ckpt, tmp / ckpt)
         env = gym.make(env_id, horizon=5).unwrapped

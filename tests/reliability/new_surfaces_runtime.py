@@ -227,7 +227,7 @@ rp.surface("Generalist agents' inputs")
 
 GENERALISTS = {
     "bernoulli-generalist": ("generalist", "ICRL-BernoulliBandit-v0", 1.0),
-    "linear-generalist": ("linear_generalist", "ICRL-LinearBandit-v0", 0.5),
+    "linear-generalist-v1": ("linear_generalist", "ICRL-LinearBandit-v0", 0.5),
 }
 """Shipped generalist -> (agent name, environment, a valid reward)."""
 
@@ -315,9 +315,9 @@ for _ckpt in GENERALISTS:
         )
 
 
-@probe("linear-generalist with noise_std=1e-30", Section.SILENT)
+@probe("linear-generalist-v1 with noise_std=1e-30", Section.SILENT)
 def _tiny_noise(tmp: Path) -> Outcome:
-    agent, obs, _ = _generalist("linear-generalist", horizon=5, noise_std=1e-30)
+    agent, obs, _ = _generalist("linear-generalist-v1", horizon=5, noise_std=1e-30)
     try:
         for _ in range(3):
             action = agent.act(obs)
@@ -363,8 +363,8 @@ def _generalist_wrong_family(tmp: Path) -> Outcome:
         "bernoulli-generalist on a linear bandit": lambda: _reset_on(
             "generalist", "bernoulli-generalist", "ICRL-LinearBandit-v0"
         ),
-        "linear-generalist on a Bernoulli bandit": lambda: _reset_on(
-            "linear_generalist", "linear-generalist", "ICRL-BernoulliBandit-v0"
+        "linear-generalist-v1 on a Bernoulli bandit": lambda: _reset_on(
+            "linear_generalist", "linear-generalist-v1", "ICRL-BernoulliBandit-v0"
         ),
     }
     return rp.refused_by_each("generalists", cases, "reward=", kinds=(ValueError,))
@@ -376,9 +376,9 @@ def _reset_on(name: str, ckpt: str, env_id: str, **kwargs: Any) -> Any:
 
 
 rp.input_probe(
-    "linear-generalist on a bandit with d=9 (it plays d <= 8)",
+    "linear-generalist-v1 on a bandit with d=9 (it plays d <= 8)",
     Section.SILENT,
-    lambda: _reset_on("linear_generalist", "linear-generalist", "ICRL-LinearBandit-v0", dim=9),
+    lambda: _reset_on("linear_generalist", "linear-generalist-v1", "ICRL-LinearBandit-v0", dim=9),
     "d=9",
     kinds=(ValueError,),
 )
@@ -398,7 +398,9 @@ def _generalist_swapped(tmp: Path) -> Outcome:
     from icrl_gym.checkpoint import CheckpointError
 
     cases = {
-        "generalist + linear-generalist": lambda: make_agent({"name": "generalist", "checkpoint": "linear-generalist"}),
+        "generalist + linear-generalist-v1": lambda: make_agent(
+            {"name": "generalist", "checkpoint": "linear-generalist-v1"}
+        ),
         "linear_generalist + bernoulli-generalist": lambda: make_agent(
             {"name": "linear_generalist", "checkpoint": "bernoulli-generalist"}
         ),

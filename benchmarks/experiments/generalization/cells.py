@@ -144,7 +144,7 @@ GENERALIZATION = GridExperiment(
         "TS (matched)": {"name": "linear_ts"},
         "LinUCB": {"name": "linucb"},
     },
-    linear_model={"name": "linear_generalist", "checkpoint": "linear-generalist", "greedy": True},
+    linear_model={"name": "linear_generalist", "checkpoint": "linear-generalist-v1", "greedy": True},
     mab_arms=(2, 5, 20, 50),
     mab_horizons=(200, 1000),
     mab_noise=0.5,

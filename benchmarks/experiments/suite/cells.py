@@ -161,9 +161,9 @@ GENERALIST_ROWS: dict[str, tuple[str, dict[str, Any], str]] = {
         "non-binary rewards or linear bandits (it refuses those).",
     ),
     "linear": (
-        "Generalist (linear-generalist, greedy)",
+        "Generalist (linear-generalist-v1, greedy)",
         linear_generalist(),
-        "One model for every linear bandit with d <= 8: linear-generalist imitates a Gaussian-posterior index "
+        "One model for every linear bandit with d <= 8: linear-generalist-v1 imitates a Gaussian-posterior index "
         "policy with the prior matched to w* ~ U[0, 1]^d, Gaussian rewards (sizes: the training budget table). "
         "It was not trained on d > 8 (it refuses it), other priors of w* (under N(0, I) it is 5x worse than "
         "LinUCB) or non-Gaussian rewards.",

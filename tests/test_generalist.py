@@ -247,11 +247,11 @@ def test_a_corrupt_gittins_cache_file_is_rebuilt(tmp_path, monkeypatch, corrupti
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
-def _train_cfg(run_dir, tmp_path, steps):
+def _train_cfg(run_dir, tmp_path, steps, **overrides):
     """K <= 4, T in [10, 30], DAgger from step 2, a saved state every 3 steps."""
     sizes = dict(max_arms=4, min_horizon=10, max_horizon=30, queries=4, cost_per_batch=2e4, max_batch=16)
     schedule = dict(steps=steps, dagger_start=2, warmup_steps=2, checkpoint_every=3)
-    return tiny_generalist_config(run_dir, tmp_path / "cache", model=TINY, **sizes, **schedule)
+    return tiny_generalist_config(run_dir, tmp_path / "cache", model=TINY, **sizes, **schedule, **overrides)
 
 
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
@@ -517,3 +517,28 @@ def test_exact_batch_instances_are_drawn_from_the_uniform_mixture_of_the_16_beta
 def test_an_exact_cell_the_dp_cannot_hold_is_refused(tmp_path, cells, message):
     with pytest.raises(ValueError, match=message):
         tiny_generalist_config(tmp_path / "run", tmp_path / "cache", exact_fraction=0.5, exact_cells=cells)
+
+
+def test_a_resumed_distillation_refuses_a_teacher_name_that_now_holds_other_weights(tmp_path):
+    """The teacher is read by name; a run resumes only on the weights it was trained with, under any name."""
+    import shutil
+
+    from icrl_gym.training.state import TrainingStateError
+
+    teacher = _checkpoint(tmp_path)  # tmp_path / "tiny"
+    kept = tmp_path / "tiny-v1"
+    for suffix in (".json", ".safetensors"):
+        shutil.copy(teacher.with_suffix(suffix), kept.with_suffix(suffix))
+
+    def cfg(name, steps):
+        return _train_cfg(tmp_path / "run", tmp_path, steps, teacher=str(name), beta_family_fraction=0.5)
+
+    train(cfg(teacher, 3), echo=False)
+    other = _model(seed=1)  # a new model ships under the teacher's name
+    kind = CheckpointKind.GENERALIST_TRANSFORMER
+    save_checkpoint(teacher, other, {"env": TRAINED_ENV}, config=other.config.to_dict(), kind=kind)
+    with pytest.raises(TrainingStateError, match=r"the run's teacher .*tiny' held the weights with SHA-256"):
+        train(cfg(teacher, 6), echo=False)
+    train(cfg(kept, 6), echo=False)  # the same weights under their versioned name
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "resumed from" in log and "changed on resume: teacher" in log

@@ -144,9 +144,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         "eval_horizon",
         "init_checkpoint",
         "table_cache",
+        "teacher",
     )
     """Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
-    (``init_checkpoint`` only starts a new run)."""
+    (``init_checkpoint`` only starts a new run; ``teacher`` may name another checkpoint with the same weights,
+    which the resumed run checks)."""
 
     def checkpoint_fields(self) -> dict[str, Any]:
         """The environment family (:data:`TRAINED_ENV`) and the trained range of K, T (and the priors, if widened)."""

@@ -44,7 +44,7 @@ from icrl_gym.training.loop import (
     scale_to_global_mean,
     shard_rows,
 )
-from icrl_gym.training.state import TrainingState
+from icrl_gym.training.state import TrainingState, TrainingStateError
 from icrl_gym.training.trainer import Trainer, TrainingTask
 from icrl_gym.utils.command import typed_command
 from icrl_gym.utils.fileio import atomic_write_bytes
@@ -175,7 +175,23 @@ class GeneralistTask(TrainingTask):
         return {"step": 0, "wall_time_s": wall, "history": []}
 
     def resumed(self, loaded: TrainingState, changes: list[str]) -> dict[str, Any]:
-        """The saved steps, wall seconds and history."""
+        """The saved steps, wall seconds and history, once the checkpoints the run reads hold the same weights.
+
+        A field of the record that names a checkpoint by its weights (a teacher: ``{"checkpoint": NAME,
+        "weights_sha256": ...}``) must hold the run's weights now: a shipped name can move to other weights when a
+        new model ships under it (the old one kept under a versioned name, which the resumed configuration may
+        name instead), and resuming on another teacher would silently mix two runs.
+        """
+        now = self.cfg.checkpoint_fields()
+        for key, saved in loaded.meta.items():
+            if not (isinstance(saved, Mapping) and "weights_sha256" in saved and isinstance(now.get(key), Mapping)):
+                continue
+            if now[key].get("weights_sha256") != saved["weights_sha256"]:
+                raise TrainingStateError(
+                    f"{self.cfg.out_dir}: the run's {key} {saved.get('checkpoint')!r} held the weights with SHA-256 "
+                    f"{saved['weights_sha256']}, and {now[key].get('checkpoint')!r} now holds "
+                    f"{now[key].get('weights_sha256')}: name the checkpoint that holds the run's weights"
+                )
         wall = loaded.record["wall_time_s"]
         self.log(f"resumed from {loaded.source} at step {loaded.step} ({wall / 3600:.2f} h of training so far)")
         for change in changes:

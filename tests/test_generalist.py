@@ -542,3 +542,14 @@ def test_a_resumed_distillation_refuses_a_teacher_name_that_now_holds_other_weig
     train(cfg(kept, 6), echo=False)  # the same weights under their versioned name
     log = (tmp_path / "run" / "train.log").read_text()
     assert "resumed from" in log and "changed on resume: teacher" in log
+
+
+def test_keep_every_keeps_the_saved_states_of_its_multiples(tmp_path):
+    """Saved states every 3 steps over 6: the newest two stay by default, every multiple of keep_every with it."""
+
+    def kept(run, **overrides):
+        train(_train_cfg(tmp_path / run, tmp_path, 6, **overrides), echo=False)
+        return sorted(p.name for p in (tmp_path / run / "checkpoints").glob("step_*.safetensors"))
+
+    assert kept("default") == ["step_0000003.safetensors", "step_0000006.safetensors"]
+    assert kept("every", keep_every=3) == [f"step_000000{s}.safetensors" for s in (0, 3, 6)]

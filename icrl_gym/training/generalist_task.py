@@ -161,7 +161,7 @@ class GeneralistTask(TrainingTask):
             raise ValueError(f"min_batch={cfg.min_batch} must be >= the {ctx.world_size} processes (each takes rows)")
         torch.manual_seed(cfg.seed)
         self.pieces = self.make(self.device, ctx)
-        self.keep_every = self.pieces.keep_every
+        self.keep_every = cfg.keep_every or self.pieces.keep_every
         model = self.pieces.model
         return model, torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 

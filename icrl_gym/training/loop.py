@@ -213,6 +213,9 @@ class GeneralistLoopConfig(ScheduleConfig):
     """Steps between log lines (averages over them)."""
     checkpoint_every: int = checked(250, POSITIVE_INT)
     """Steps between saved (resumable) states."""
+    keep_every: int = checked(0, NONNEGATIVE_INT)
+    """Besides the newest saved states, keep those of the steps that are multiples of this, to be evaluated or
+    shipped later (0: the trainer's own choice, the newest two only for most)."""
     eval_every: int = checked(1_000, NONNEGATIVE_INT)
     """Steps between regret evaluations (0: never)."""
     eval_instances: int = checked(200, Allowed(low=2, integer=True))
@@ -223,6 +226,7 @@ class GeneralistLoopConfig(ScheduleConfig):
         "time_budget_hours",
         "log_every",
         "checkpoint_every",
+        "keep_every",
         "eval_every",
         "eval_instances",
         "device",

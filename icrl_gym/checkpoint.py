@@ -40,6 +40,7 @@ from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.kinds import KINDS, CheckpointKind, EnvFamily, import_target
 from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, describe_size, json_round_trip
+from icrl_gym.utils.names import did_you_mean
 
 if TYPE_CHECKING:  # torch is imported where weights are read or written: reading a record needs only JSON
     import torch
@@ -203,7 +204,8 @@ def find_checkpoint(checkpoint: str | os.PathLike) -> Path:
         return checkpoint_stem(path)
     what = "a folder that holds no checkpoint" if path.is_dir() else "no such file"
     raise CheckpointError(
-        f"no shipped model {str(checkpoint)!r} and no checkpoint at that path ({what}): shipped models are "
+        f"no shipped model {str(checkpoint)!r}{did_you_mean(str(checkpoint), pretrained_names())} and no "
+        f"checkpoint at that path ({what}): shipped models are "
         f"{pretrained_names()}; a path may be a checkpoint stem (STEM.json + STEM.safetensors), a Hub-layout "
         f"folder ({HF_CONFIG} + {HF_WEIGHTS}) or a training run's folder (holding {RUN_MANIFEST})"
     )

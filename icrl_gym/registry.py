@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from icrl_gym.algorithm import Agent
+from icrl_gym.utils.names import did_you_mean
 
 ENTRY_POINT_GROUP = "icrl_gym.agents"
 """The entry-point group of the packages that register algorithms (loaded on the first lookup)."""
@@ -96,8 +97,9 @@ def agent_class(name: str) -> type[Agent[Any]]:
     _load_plugins()
     if name not in _ENTRY_POINTS:
         raise ValueError(
-            f"unknown agent {name!r}; known agents: {agent_names()} (a package registers its algorithms when "
-            f"imported, e.g. `import agents`, or through the {ENTRY_POINT_GROUP!r} entry points of its installation)"
+            f"unknown agent {name!r}{did_you_mean(name, agent_names())}; known agents: {agent_names()} (a package "
+            f"registers its algorithms when imported, e.g. `import agents`, or through the {ENTRY_POINT_GROUP!r} "
+            "entry points of its installation)"
         )
     module, _, attr = _ENTRY_POINTS[name].partition(":")
     return getattr(importlib.import_module(module), attr)

@@ -223,8 +223,10 @@ def test_agent_errors():
         agent.update(np.array([0]), np.zeros(1))
     with pytest.raises(ValueError, match="needs the instance"):
         Optimal().reset(batch_size=1, dim=2, num_actions=2)
-    with pytest.raises(ValueError, match="unknown agent"):
+    with pytest.raises(ValueError, match=r"unknown agent 'linucbb' \(did you mean 'linucb'\?\)"):
         make_agent("linucbb")
+    with pytest.raises(ValueError, match=r"unknown agent 'zzz'; known"):  # nothing close: no suggestion
+        make_agent("zzz")
     with pytest.raises(ValueError, match="bad parameters"):
         make_agent("linucb", beta=3)
     with pytest.raises(ValueError, match="temperature"):

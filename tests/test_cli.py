@@ -170,6 +170,7 @@ def test_harness_help_is_the_field_docstrings(capsys):
         (["--runs", "1"], ["--runs must be >= 2, got 1", "standard error", "two runs"]),
         (["--runs", "many"], ["--runs", "invalid int value: 'many'"]),
         (["--experiments", "bernoulli-ad-ucb,nope"], ["unknown experiment(s) ['nope']", "'bernoulli-ad-ucb'", "'all'"]),
+        (["--experiments", "bernoulli-ad-ucbb"], ["['bernoulli-ad-ucbb'] (did you mean 'bernoulli-ad-ucb'?)"]),
         (["--device", "tpu"], ["--device must be cpu, cuda or auto, got 'tpu'"]),
         (["--threads", "0"], ["--threads must be >= 1, got 0"]),
     ],

@@ -76,6 +76,9 @@ def test_every_table_row_has_its_headers_cells(path: Path):
     bad = []
     for header_line, rows in tables(path.read_text(encoding="utf-8")):
         width = len(cells(rows[0][1]))
-        bad += [f"line {n}: {len(cells(row))} cells, the header (line {header_line}) has {width}"
-                for n, row in rows[1:] if len(cells(row)) != width]
+        bad += [
+            f"line {n}: {len(cells(row))} cells, the header (line {header_line}) has {width}"
+            for n, row in rows[1:]
+            if len(cells(row)) != width
+        ]
     assert not bad, f"{path.relative_to(ROOT)}: " + "; ".join(bad)

@@ -58,8 +58,10 @@ def test_transformer_agent_pretrained_loads_every_transformer_mdp_included():
     assert isinstance(TransformerAgent.pretrained("bernoulli-generalist"), PolicyRollout)
     with pytest.raises(ValueError, match="not an in-context model"):
         TransformerAgent.pretrained("bernoulli-ppo-statistics")
-    with pytest.raises(ValueError, match="no shipped model 'nope'"):
+    with pytest.raises(ValueError, match="no shipped model 'nope' and no checkpoint"):
         agents.pretrained("nope")
+    with pytest.raises(ValueError, match=r"no shipped model 'linear-generalst' \(did you mean 'linear-generalist'\?\)"):
+        agents.pretrained("linear-generalst")
 
 
 @pytest.mark.parametrize("name", ["bernoulli-generalist", "linear-generalist-v1", "bernoulli-dpt-ts-uniform"])

@@ -15,6 +15,7 @@ from benchmarks.experiments.suite.checks import load_saved
 from benchmarks.experiments.suite.run import run_memory_bytes
 from benchmarks.plots import describe_env
 from icrl_gym.envs.validation import MEMORY_ENV, max_memory_bytes
+from icrl_gym.utils.names import did_you_mean
 
 
 @dataclass
@@ -89,8 +90,9 @@ class BenchConfig:
         known = {**EXPERIMENTS, **GRID_EXPERIMENTS, **MDP_GRID_EXPERIMENTS}
         unknown = [n for n in names if n not in known]
         if unknown or not names:
+            hints = "".join(did_you_mean(n, known) for n in unknown)
             raise ValueError(
-                f"unknown experiment(s) {unknown or names}; choose from {sorted(known)}, 'default' or 'all'"
+                f"unknown experiment(s) {unknown or names}{hints}; choose from {sorted(known)}, 'default' or 'all'"
             )
         return names
 

@@ -24,7 +24,6 @@ import argparse
 import ast
 import copy
 import dataclasses
-import difflib
 import functools
 import inspect
 import json
@@ -37,6 +36,7 @@ import typing
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from icrl_gym.utils.names import did_you_mean
 from icrl_gym.utils.progress import set_quiet
 
 T = TypeVar("T")
@@ -335,8 +335,7 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
 
     def _unknown(self, key: str, where: str) -> typing.NoReturn:
         known = list(self._fields())
-        close = difflib.get_close_matches(key, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(key, known)
         self.error(f"{where}: unknown {self.config_cls.__name__} field {key!r}{hint}; known fields: {', '.join(known)}")
 
     def _read(self, path: str) -> dict[str, Any]:

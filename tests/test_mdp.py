@@ -334,3 +334,15 @@ def test_posterior_mean_planner_plans_each_episode_on_the_closed_form_posterior_
     planner = rollout_mdp(spec, {"name": "posterior_mean_planner"}, 50, seed=3).episode_regret.sum(axis=1)
     uniform = rollout_mdp(spec, {"name": "mdp_uniform"}, 50, seed=3).episode_regret.sum(axis=1)
     assert planner.mean() < 0.5 * uniform.mean()
+
+
+def test_max_over_actions_is_numpys_maximum_to_the_bit():
+    from icrl_gym.envs.mdp_instances import max_over_actions
+
+    rng = np.random.default_rng(3)
+    for shape in [(7, 5, 3), (2, 4, 6, 1), (9, 2)]:
+        q = rng.normal(size=shape)
+        q[0, ..., 0] = np.nan  # a NaN propagates as in ndarray.max
+        np.testing.assert_array_equal(max_over_actions(q), q.max(axis=-1))
+    view = rng.normal(size=(6, 4, 3))[:, 1]  # a strided view, as the planners pass Q[:, h]
+    assert (max_over_actions(view) == view.max(axis=-1)).all()

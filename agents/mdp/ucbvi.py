@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from agents.mdp.greedy_q import GreedyQAgent
+from icrl_gym.envs.mdp_instances import max_over_actions
 from icrl_gym.envs.validation import check_number
 
 
@@ -56,7 +57,7 @@ class UCBVI(GreedyQAgent):
         for h in range(H - 1, -1, -1):
             i = c.index(h)
             q[:, h] = np.minimum(H, r_hat[:, i] + bonus[:, i] + np.einsum("bsat,bt->bsa", p_hat[:, i], v))
-            v = q[:, h].max(axis=-1)
+            v = max_over_actions(q[:, h])
         return q
 
     def _begin_episode(self) -> None:

@@ -35,6 +35,7 @@ from icrl_gym.envs.mdp_instances import (
     DenseInstances,
     InstanceTable,
     MDPInstances,
+    max_over_actions,
 )
 from icrl_gym.envs.run_batch import RunBatch
 from icrl_gym.envs.validation import (
@@ -305,7 +306,7 @@ class MDPBatch(RunBatch[MDPSpec]):
 
     def _optimal_values(self, h: int, states: np.ndarray) -> np.ndarray:
         """V*_h(s) = max_a Q*_h(s, a) of every run at its state (B,)."""
-        return self.q_star[self._rows, h, states].max(axis=-1)
+        return max_over_actions(self.q_star[self._rows, h, states])
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:
         """Take one action per run; returns rewards, mean rewards, the next state (-1 after step H) and the regret.

@@ -16,6 +16,19 @@ from typing import Any, Protocol
 import numpy as np
 
 
+def max_over_actions(q: np.ndarray) -> np.ndarray:
+    """max_a q[..., a], the same numbers as ``q.max(axis=-1)``, as A - 1 elementwise maxima.
+
+    numpy reduces a short last axis one small strided loop per row; with a handful of actions that is
+    5-60x slower than comparing whole (..., ) slices, and the planners below take this maximum once per
+    step of every backward induction.
+    """
+    v = q[..., 0].copy()
+    for a in range(1, q.shape[-1]):
+        np.maximum(v, q[..., a], out=v)
+    return v
+
+
 def backward_induction(
     P: np.ndarray, R: np.ndarray, horizon: int, first_step: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +44,7 @@ def backward_induction(
         Ph = P[:, h if P.shape[1] > 1 else 0]
         Rh = R[:, h if R.shape[1] > 1 else 0]
         Q[:, h] = Rh + np.einsum("bsat,bt->bsa", Ph, V[:, h + 1])
-        V[:, h] = Q[:, h].max(axis=-1)
+        V[:, h] = max_over_actions(Q[:, h])
     return Q, V
 
 
@@ -205,7 +218,7 @@ class DarkRoomInstances:
         reward = (np.arange(S) == goals[:, None]).astype(np.float64)[:, :, None]  # (G, S, 1)
         for h in range(horizon - 1, -1, -1):
             Q[:, h] = reward + V[:, h + 1][:, self.successors]
-            V[:, h] = Q[:, h].max(axis=-1)
+            V[:, h] = max_over_actions(Q[:, h])
         return InstanceTable(Q, index), V[index, 0, self.centre]
 
     def start_states(self, u: np.ndarray) -> np.ndarray:

@@ -180,6 +180,14 @@ class Agent(Generic[ObsT]):
         """The hyper-parameters that define this algorithm (recorded with every artefact)."""
         return {"name": self.name}
 
+    def __repr__(self) -> str:
+        """``LinUCB(alpha=2.0, lam=1.0, temperature=0.0)``: the class and :meth:`config` but its registry name."""
+        try:
+            fields = {k: v for k, v in self.config().items() if k != "name"}
+        except Exception:  # a repr must not raise (debuggers and logs call it on half-built objects)
+            return object.__repr__(self)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+
     def trajectory_components(self) -> list[tuple[float, Agent[Any]]]:
         """(weight, algorithm) pairs of a trajectory-level mixture, whose runs each follow one component.
 

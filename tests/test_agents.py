@@ -15,6 +15,7 @@ from agents import (
     SoftLinUCB,
     Uniform,
     make_agent,
+    pretrained,
     ts_uniform_mixture,
 )
 from icrl_gym.data.trajectories import collect_trajectories, evaluate_regret
@@ -320,3 +321,9 @@ def test_learned_agents_policy_helpers_match_torch_softmax_and_argmax():
     # temperature 0.5 squares the probabilities before normalising: (25, 9, 4) / 38
     counts = np.bincount(logits_action(z, 0.5, np.random.default_rng(2)), minlength=3) / 20_000
     np.testing.assert_allclose(counts, np.array([25, 9, 4]) / 38, atol=0.016)
+
+
+def test_an_agent_prints_as_its_class_and_configuration():
+    assert repr(make_agent("linucb", alpha=0.5)) == "LinUCB(temperature=0.0, alpha=0.5, lam=1.0)"
+    model = repr(pretrained("bernoulli-generalist"))
+    assert "checkpoint='bernoulli-generalist'" in model and model.endswith(")")

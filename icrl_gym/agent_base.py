@@ -181,7 +181,7 @@ class Agent(Generic[ObsT]):
         return {"name": self.name}
 
     def __repr__(self) -> str:
-        """``LinUCB(alpha=2.0, lam=1.0, temperature=0.0)``: the class and :meth:`config` but its registry name."""
+        """``LinUCB(temperature=0.0, alpha=2.0, lam=1.0)``: the class and :meth:`config` but its registry name."""
         try:
             fields = {k: v for k, v in self.config().items() if k != "name"}
         except Exception:  # a repr must not raise (debuggers and logs call it on half-built objects)

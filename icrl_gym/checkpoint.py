@@ -203,10 +203,11 @@ def find_checkpoint(checkpoint: str | os.PathLike) -> Path:
     if checkpoint_files(path)[1].exists():
         return checkpoint_stem(path)
     what = "a folder that holds no checkpoint" if path.is_dir() else "no such file"
+    shipped = pretrained_names()
     raise CheckpointError(
-        f"no shipped model {str(checkpoint)!r}{did_you_mean(str(checkpoint), pretrained_names())} and no "
+        f"no shipped model {str(checkpoint)!r}{did_you_mean(str(checkpoint), shipped)} and no "
         f"checkpoint at that path ({what}): shipped models are "
-        f"{pretrained_names()}; a path may be a checkpoint stem (STEM.json + STEM.safetensors), a Hub-layout "
+        f"{shipped}; a path may be a checkpoint stem (STEM.json + STEM.safetensors), a Hub-layout "
         f"folder ({HF_CONFIG} + {HF_WEIGHTS}) or a training run's folder (holding {RUN_MANIFEST})"
     )
 

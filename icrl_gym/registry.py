@@ -96,8 +96,9 @@ def agent_class(name: str) -> type[Agent[Any]]:
     """The class registered under ``name``, imported on first use."""
     _load_plugins()
     if name not in _ENTRY_POINTS:
+        known = agent_names()
         raise ValueError(
-            f"unknown agent {name!r}{did_you_mean(name, agent_names())}; known agents: {agent_names()} (a package "
+            f"unknown agent {name!r}{did_you_mean(name, known)}; known agents: {known} (a package "
             f"registers its algorithms when imported, e.g. `import agents`, or through the {ENTRY_POINT_GROUP!r} "
             "entry points of its installation)"
         )

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = [
-    ROOT / "README.md",
-    *sorted((ROOT / "docs").glob("*.md")),
-    *sorted((ROOT / "docs" / "research").glob("*.md")),
-    *sorted((ROOT / "icrl_gym" / "pretrained" / "cards").glob("*.md")),
-]
+from tests.test_docs import DOCS as RUNNABLE_DOCS
+from tests.test_docs import ROOT
+
+DOCS = [*RUNNABLE_DOCS, *sorted((ROOT / "icrl_gym" / "pretrained" / "cards").glob("*.md"))]
 DELIMITER = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 

@@ -41,6 +41,7 @@ from icrl_gym.envs.mdp_core import MDPSpec
 from icrl_gym.kinds import KINDS, CheckpointKind, EnvFamily, import_target
 from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write_bytes, content_sha256, describe_size, json_round_trip
 from icrl_gym.utils.names import did_you_mean
+from icrl_gym.utils.provenance import software_environment
 
 if TYPE_CHECKING:  # torch is imported where weights are read or written: reading a record needs only JSON
     import torch
@@ -271,8 +272,8 @@ def save_checkpoint(
     """Save ``model`` and ``meta`` as ``<stem>.safetensors`` + ``<stem>.json``; returns the stem.
 
     ``config`` is the model's configuration record (default: ``model.config.to_dict()``); ``kind``
-    defaults to the one of the model's class.  The record carries the SHA-256 of the weights file
-    and its own hash.
+    defaults to the one of the model's class.  The record carries the SHA-256 of the weights file,
+    its own hash and the software that saved it (:func:`~icrl_gym.utils.provenance.software_environment`).
     """
     # the class a kind's row builds (a model of a subclass, e.g. a version of the linear generalist, is recorded as it)
     named = [cls.__name__ for cls in type(model).__mro__ if _kind_of_model_class(cls.__name__) is not None]
@@ -292,6 +293,7 @@ def save_checkpoint(
         "model": _model_config(model) if config is None else config,
         "model_class": model_class,
         "weights_sha256": hashlib.sha256(blob).hexdigest(),
+        "software": software_environment(),  # what trained these weights (not a base model's record)
     }
     # Weights first, record last: a record always describes weights that are fully on disk.
     weights, record_path = checkpoint_files(stem)

@@ -15,6 +15,7 @@ from benchmarks.experiments.grid.cells import MODEL, failure_fraction, regret_qu
 from benchmarks.experiments.grid.tasks import play_plans
 from benchmarks.harness.cli import main, parse_args
 from icrl_gym.envs import BanditArms, BanditPrior
+from icrl_gym.utils.provenance import software_environment
 from tests.helpers import save_tiny_generalist, slow_failure_fraction, slow_quantile, tiny_generalization
 
 TINY = tiny_generalization(
@@ -47,6 +48,7 @@ def test_outputs_record_config_seeds_and_stats(run, checkpoint):
     assert "heatmap-linear.png" not in names  # no linear model: no ratio to draw
     config = json.loads((folder / "config.json").read_text())
     assert config["seed"] == 30_000_001 and config["runs"] == 6
+    assert config["software"] == software_environment()
     assert config["models"]["bernoulli"]["checkpoint"] == checkpoint
     assert len(config["cells"]) == len(results) == 2 + 1 + 2  # K=2,3 at T=6; Beta(2,2) at K=2; linear 1 + 1
     rows = _rows(folder / "cells.csv")

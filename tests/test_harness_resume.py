@@ -21,6 +21,7 @@ from benchmarks.experiments.suite.cells import EXPERIMENTS
 from benchmarks.harness import cli, report, store
 from benchmarks.plots import plot_files
 from icrl_gym.checkpoint import PRETRAINED_DIR
+from icrl_gym.utils.provenance import software_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST, SECOND = "tabular-mdp-nonstationary", "ood-linear-noise"
@@ -107,6 +108,8 @@ def test_killed_run_resumes_to_the_same_csv(full, tmp_path, computed, capsys):
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
     assert (out / store.STORE / f"{FIRST}.json").read_bytes() == first_bytes
     assert json.loads((out / "config.json").read_text())["reused"] == [FIRST]
+    assert json.loads((out / "config.json").read_text())["software"] == software_environment()
+    assert json.loads(first_bytes)["software"] == software_environment()  # the stored result says what played it
 
 
 def test_same_command_reuses_everything(full, computed):

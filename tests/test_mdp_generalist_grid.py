@@ -15,6 +15,7 @@ from icrl_gym.envs.dark_room import dark_room_spec
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.mdp_env import reset_info
 from icrl_gym.training.mdp_generalist import MDPGeneralistTrainConfig
+from icrl_gym.utils.provenance import software_environment
 from tests.helpers import TINY_MDP_GENERALIST, slow_failure_fraction, slow_quantile, tiny_mdp_generalist
 from tests.test_mdp_generalist import _saved
 
@@ -213,6 +214,7 @@ def test_the_schedule_takes_its_parameters_and_the_deployment_sweep_plays_each_o
     assert by_name["0.3 then argmax"] == pytest.approx(by_name["argmax"])
     deployment_main(["--cells", "3,2,3,4", "--runs", "3", "--checkpoint", str(path), "--out", str(tmp_path / "d")])
     config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["software"] == software_environment()
     assert (
         config["seed"] == deployment_cells.SEED and (tmp_path / "d" / "deployment.csv").read_text().count("\n") == 10
     )  # header, PSRL, 8 deployments

@@ -11,7 +11,8 @@ differences are differences of algorithms, not of luck.  Outputs in ``--out``:
   models solid, experts dashed (:mod:`benchmarks.plots`);
   ``distribution-ratio-difference.png``: regret(TF) - regret(TS) per alpha;
 - ``summary.md``: regret at T/4, T/2 and T with standard errors, next to the paper's numbers;
-- ``config.json``: the configuration, seed and model records that reproduce the run;
+- ``config.json``: the configuration, seed and model records that reproduce the run, and the software that made it
+  (:func:`~icrl_gym.utils.provenance.software_environment`);
 - ``index.html``: the results page, one self-contained file that opens with a summary (each
   experiment's best learned agent against its best expert, the generalists first) and holds every
   figure, table and the configuration (:mod:`benchmarks.results_page`);

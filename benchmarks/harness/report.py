@@ -21,6 +21,7 @@ from benchmarks.experiments.suite.report import experiment_headline, experiment_
 from benchmarks.plots import plot_files, render, write_images
 from benchmarks.results_page import PAGE, Section, write_page
 from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.provenance import software_environment
 
 
 def remove_stale_outputs(out: Path, keep: set[str]) -> list[str]:
@@ -145,6 +146,7 @@ def write_outputs(
     """
     text, sections = write_figures(out, results, runs, seed, executor)
     write_csv(out / "regret.csv", results)
+    record = {**record, "software": software_environment()}
     atomic_write_bytes(out / "config.json", json.dumps(record, indent=2).encode())
     write_results_page(out, sections, record)
     removed = remove_stale_outputs(out, outputs(results))

@@ -24,6 +24,7 @@ from icrl_gym import __version__
 from icrl_gym.checkpoint import checkpoint_files, resolve_checkpoint
 from icrl_gym.utils.fileio import atomic_write_bytes
 from icrl_gym.utils.progress import log
+from icrl_gym.utils.provenance import software_environment
 
 STORE = "experiments"
 """Subfolder of the results folder with one stored result per experiment (``<experiment>.json``)."""
@@ -77,7 +78,7 @@ def save_result(store: Path, key: dict[str, Any], curves: dict[str, dict[str, np
     """Write one finished experiment's curves with its key and checksum to ``store/<experiment>.json`` (atomically)."""
     lists = {label: {k: np.asarray(c[k], dtype=np.float64).tolist() for k in CURVE_KEYS} for label, c in curves.items()}
     path = store / f"{key['experiment']}.json"
-    data = {"key": key, "sha256": _digest(key, lists), "curves": lists}
+    data = {"key": key, "sha256": _digest(key, lists), "software": software_environment(), "curves": lists}
     atomic_write_bytes(path, json.dumps(data).encode())
     return path
 

@@ -71,6 +71,7 @@ from icrl_gym.data.trajectory_data import REQUIRED_ARRAYS, DatasetError, Traject
 from icrl_gym.envs.bandit_core import ActionSet, BanditBatch, BanditSpec
 from icrl_gym.estimators.statistics import RidgeStatistics
 from icrl_gym.utils.fileio import CONTENT_HASH_FIELD, atomic_write, content_sha256, describe_size, json_round_trip
+from icrl_gym.utils.provenance import software_environment
 
 __all__ = [
     "FORMAT_VERSION",
@@ -204,14 +205,16 @@ def save_trajectories(data: TrajectoryData, path: str | os.PathLike, compact_val
 
     The arrays are stored without redundancy (module docstring) and load back bit for bit;
     ``compact_values`` stores the per-arm index values in float16 (relative error <= 2^-11).
-    The record carries the content hash (:data:`~icrl_gym.utils.fileio.CONTENT_HASH_FIELD`) of the arrays and itself.
+    The record carries the content hash (:data:`~icrl_gym.utils.fileio.CONTENT_HASH_FIELD`) of the arrays and itself,
+    and the software that collected the data (:func:`~icrl_gym.utils.provenance.software_environment`).
     """
     data.validate()
     path = Path(path)
     if path.suffix != ".npz":
         path = Path(str(path) + ".npz")  # not with_suffix: names may hold dots (alpha0.5)
     stored, notes = _pack(data, compact_values)
-    meta = json_round_trip({**data.meta, "format_version": FORMAT_VERSION, "storage": notes})
+    software = data.meta.get("software") or software_environment()  # a re-saved dataset keeps its maker's
+    meta = json_round_trip({**data.meta, "format_version": FORMAT_VERSION, "storage": notes, "software": software})
     meta[CONTENT_HASH_FIELD] = content_sha256(meta, stored)
     meta_json = json.dumps(meta, indent=2, sort_keys=True)
     arrays: dict[str, Any] = {**stored, "meta_json": np.array(meta_json)}  # Any: savez takes **kwds

@@ -14,6 +14,7 @@ from typing import Any
 
 from benchmarks.experiments.bernoulli_frontier.cells import BETA_GRID
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
+from icrl_gym.utils.provenance import software_environment
 
 
 def write_uninformed(out: Path, rows: list[dict[str, Any]], config: dict[str, Any]) -> None:
@@ -21,6 +22,7 @@ def write_uninformed(out: Path, rows: list[dict[str, Any]], config: dict[str, An
     atomic_write_csv(out / "uninformed.csv", rows, list(rows[0]))
     run = {"arms": config["arms"], "horizon": config["horizon"], "priors": [list(p) for p in BETA_GRID]}
     run.update(runs=config["runs"], seed=config["seed"], model=config["model"], seconds=config["seconds"])
+    run["software"] = software_environment()
     atomic_write_bytes(out / "uninformed.json", json.dumps(run, indent=2).encode())
     for row in rows:
         label = f"K={row['num_arms']} Beta({row['a']:g}, {row['b']:g})"
@@ -41,6 +43,7 @@ def write_frontier(out: Path, rows: list[dict[str, Any]], certificate: dict[str,
         "model": config["model"],
         "certificate": certificate,
         "seconds": config["seconds"],
+        "software": software_environment(),
     }
     atomic_write_bytes(out / "frontier.json", json.dumps(record, indent=2).encode())
     for row in rows:

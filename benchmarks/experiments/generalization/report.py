@@ -13,7 +13,8 @@ from benchmarks.experiments.grid.report import checks_table, heatmap, tails_tabl
 from benchmarks.experiments.models import describe_range
 from benchmarks.plots import describe_env
 from icrl_gym.envs import BanditSpec
-from icrl_gym.utils.fileio import atomic_write_csv
+from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
+from icrl_gym.utils.provenance import software_environment
 
 HEATMAP_PER_ROW = {"bernoulli-beta": 3}
 """Heatmap panels per row of a family (others: all in one row)."""
@@ -121,7 +122,8 @@ def write_report(exp: GridExperiment, folder: Path, results: list[CellResult], c
     families, runs, eval_seed, records = config["families"], config["runs"], config["seed"], config["model_records"]
     models = {MODEL_OF[f]: config["models"][f] for f in families}
     check_rows = [c for r in results for c in checks(exp, r)]
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    config = {**config, "software": software_environment()}
+    atomic_write_bytes(folder / "config.json", json.dumps(config, indent=2).encode())
     write_cells_csv(folder / "cells.csv", results, runs, eval_seed)
     write_checks_csv(folder / "checks.csv", check_rows)
     kinds = dict.fromkeys(MODEL_OF[f] for f in families)

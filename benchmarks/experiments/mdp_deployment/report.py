@@ -9,6 +9,7 @@ from typing import Any
 from benchmarks.experiments.mdp_deployment.cells import DEPLOYMENTS
 from benchmarks.experiments.rows import mdp_generalist
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
+from icrl_gym.utils.provenance import software_environment
 
 
 def write_deployment(
@@ -30,6 +31,7 @@ def write_deployment(
         "checkpoint": checkpoint or mdp_generalist()["checkpoint"],
         "deployments": DEPLOYMENTS,
         "seconds": seconds,
+        "software": software_environment(),
     }
     atomic_write_bytes(out / "config.json", json.dumps(config, indent=2).encode())
     for row in rows:

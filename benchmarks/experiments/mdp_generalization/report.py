@@ -17,6 +17,7 @@ from benchmarks.experiments.models import describe_range
 from benchmarks.stats import mean_se
 from icrl_gym.envs import MDPSpec
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
+from icrl_gym.utils.provenance import software_environment
 
 
 def _fmt(values: np.ndarray | None) -> str:
@@ -93,6 +94,7 @@ def write_report(
     """
     model, record, runs, eval_seed = config["model"], config["model_record"], config["runs"], config["seed"]
     check_rows = [c for r in results for c in checks(exp, r)]
+    config = {**config, "software": software_environment()}
     atomic_write_bytes(folder / "config.json", json.dumps(config, indent=2).encode())
     write_cells_csv(folder / "cells.csv", exp, results, eval_seed, runs)
     write_checks_csv(folder / "checks.csv", check_rows)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from icrl_gym.algorithm import Agent
-from icrl_gym.utils.names import did_you_mean
+from icrl_gym.utils.names import check_keywords, did_you_mean
 
 ENTRY_POINT_GROUP = "icrl_gym.agents"
 """The entry-point group of the packages that register algorithms (loaded on the first lookup)."""
@@ -125,6 +125,7 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
         return cast(_MixtureClass, cls).of(components, params.pop("weights"), seed=seed, **params)
     params = {**_DEFAULTS.get(name, {}), **params}
     try:
+        check_keywords(cls, params, cls.__name__)
         return cls(seed=seed, **params)
     except TypeError as err:
         raise ValueError(f"bad parameters for agent {name!r}: {err}") from err

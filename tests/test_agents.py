@@ -230,6 +230,10 @@ def test_agent_errors():
         make_agent("zzz")
     with pytest.raises(ValueError, match="bad parameters"):
         make_agent("linucb", beta=3)
+    with pytest.raises(
+        ValueError, match=r"LinUCB takes no parameter 'alpah' \(did you mean 'alpha'\?\); it takes alpha,"
+    ):
+        make_agent({"name": "linucb", "alpah": 1.0})
     with pytest.raises(ValueError, match="temperature"):
         SoftLinUCB(temperature=0.0)
     assert Uniform().config() == {"name": "uniform"}

@@ -167,6 +167,32 @@ def test_inconsistent_linear_kwargs(kwargs, message):
         gym.make("ICRL-LinearBandit-v0", **kwargs)
 
 
+@pytest.mark.parametrize(
+    "env_id, vector, kwargs, message",
+    [
+        ("ICRL-LinearBandit-v0", False, {"dimm": 3}, "LinearBanditEnv takes no parameter 'dimm' (did you mean 'dim'?)"),
+        (
+            "ICRL-LinearBandit-v0",
+            True,
+            {"horizn": 3},
+            "LinearBanditVectorEnv takes no parameter 'horizn' (did you mean",
+        ),
+        ("ICRL-BernoulliBandit-v0", False, {"num_arm": 3}, "takes no parameter 'num_arm' (did you mean 'num_arms'?)"),
+        ("ICRL-TabularMDP-v0", False, {"num_state": 3}, "takes no parameter 'num_state' (did you mean 'num_states'?)"),
+        ("ICRL-TabularMDP-v0", True, {"episodez": 3}, "takes no parameter 'episodez' (did you mean 'episodes'?)"),
+        ("ICRL-LinearBandit-v0", False, {"zzz": 1, "dim": 3}, "takes no parameter 'zzz'; it takes dim, num_actions"),
+    ],
+)
+def test_a_mistyped_field_is_named_with_the_closest_one(env_id, vector, kwargs, message):
+    with pytest.raises(TypeError) as err:
+        if vector:
+            gym.make_vec(env_id, num_envs=2, vectorization_mode="vector_entry_point", **kwargs)
+        else:
+            gym.make(env_id, **kwargs)
+    assert message in str(err.value)
+    assert "max_memory_gib" in str(err.value)  # the options the environment takes besides its fields are listed
+
+
 def test_inconsistent_bernoulli_kwargs():
     with pytest.raises(ValueError, match="num_arms"):
         gym.make("ICRL-BernoulliBandit-v0", num_arms=5, dim=4)

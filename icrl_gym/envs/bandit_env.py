@@ -29,7 +29,15 @@ from gymnasium import spaces
 
 from icrl_gym.envs.bandit_core import BanditBatch, BanditSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
-from icrl_gym.envs.vector import BatchVectorEnv, SingleRunEnv, check_env_memory, check_options, vector_options
+from icrl_gym.envs.vector import (
+    VECTOR_OPTIONS,
+    BatchVectorEnv,
+    SingleRunEnv,
+    check_env_memory,
+    check_options,
+    vector_options,
+)
+from icrl_gym.utils.names import check_keywords
 
 
 def _observation_space(spec: BanditSpec) -> spaces.Box:
@@ -209,6 +217,7 @@ class SpecFieldsEnv(BanditEnv):
     """The environment's spec from its keyword fields (a preset such as ``linear_bandit_spec``)."""
 
     def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **fields: Any) -> None:
+        check_keywords(self.make_spec, fields, type(self).__name__, also=("max_memory_gib", "render_mode"))
         super().__init__(self.make_spec(**fields), max_memory_gib=max_memory_gib, render_mode=render_mode)
 
 
@@ -220,4 +229,5 @@ class SpecFieldsVectorEnv(BanditVectorEnv):
     def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
         """``num_envs`` runs of ``make_spec(**fields)``; the other keywords are the vector options."""
         options, fields = vector_options(kwargs)
+        check_keywords(self.make_spec, fields, type(self).__name__, also=("num_envs", *VECTOR_OPTIONS))
         super().__init__(num_envs, self.make_spec(**fields), **options)

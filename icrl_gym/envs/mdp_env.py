@@ -21,6 +21,7 @@ from gymnasium import spaces
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
 from icrl_gym.envs.vector import BatchVectorEnv, SingleRunEnv, check_env_memory, check_options
+from icrl_gym.utils.names import check_keywords
 
 
 def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
@@ -92,6 +93,8 @@ class TabularMDPEnv(SingleRunEnv):
 
         ``render_mode="ansi"`` makes :meth:`render` return a text description of the current step.
         """
+        if spec is None:
+            check_keywords(MDPSpec, kwargs, type(self).__name__, also=("spec", "max_memory_gib", "render_mode"))
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib
         check_env_memory(
@@ -151,6 +154,9 @@ class TabularMDPVectorEnv(BatchVectorEnv):
     ) -> None:
         """``num_envs`` runs of ``spec`` (or ``MDPSpec(**kwargs)``); the options as in :class:`BanditVectorEnv`."""
         num_envs = check_integer("num_envs", num_envs)
+        if spec is None:
+            also = ("num_envs", "spec", "max_memory_gib", "render_mode", "autoreset_mode")
+            check_keywords(MDPSpec, kwargs, type(self).__name__, also=also)
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib
         what = f"a vector environment of {num_envs:,} {s.kind} MDP runs"

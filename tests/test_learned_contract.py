@@ -62,6 +62,10 @@ def test_transformer_agent_pretrained_loads_every_transformer_mdp_included():
         agents.pretrained("nope")
     with pytest.raises(ValueError, match=r"no shipped model 'linear-generalst' \(did you mean 'linear-generalist'\?\)"):
         agents.pretrained("linear-generalst")
+    with pytest.raises(ValueError, match=r"takes no parameter 'safety_nett' \(did you mean 'safety_net'\?\)"):
+        agents.pretrained("linear-generalist", safety_nett=True)
+    with pytest.raises(ValueError, match=r"'noise_sd' \(did you mean 'noise_std'\?\); it takes greedy, device, seed"):
+        agents.pretrained("linear-generalist", noise_sd=1.0)
 
 
 @pytest.mark.parametrize("name", ["bernoulli-generalist", "linear-generalist-v1", "bernoulli-dpt-ts-uniform"])

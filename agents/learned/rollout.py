@@ -39,6 +39,7 @@ from icrl_gym.algorithm import BanditAgent, ObsT, logits_action, softmax_rows
 from icrl_gym.checkpoint import SIZE_FIELDS, CheckpointKind, CheckpointRecord, load_checkpoint, resolve_checkpoint
 from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyCache, RewindableCache
 from icrl_gym.utils.device import resolve_device
+from icrl_gym.utils.names import did_you_mean
 
 RolloutT = TypeVar("RolloutT", bound="PolicyRollout[Any]")
 
@@ -75,7 +76,12 @@ class PolicyRollout(CheckpointAgent[ObsT]):
     ) -> None:
         unknown = sorted(set(defaults) - set(self.default_fields))
         if unknown:
-            raise TypeError(f"{type(self).__name__} takes the defaults {self.default_fields}, got {unknown}")
+            known = ("greedy", "device", "seed", "safety_net", *self.default_fields)
+            named = "; ".join(f"{key!r}{did_you_mean(key, known)}" for key in unknown)
+            raise TypeError(
+                f"{type(self).__name__} takes no parameter {named}; it takes greedy, device, seed and the defaults "
+                f"{', '.join(self.default_fields)} (and pretrained() takes safety_net)"
+            )
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"{type(self).__name__} plays a torch model, got {type(model).__name__}")
         self.checkpoint, self.model, self.meta = checkpoint, model, meta

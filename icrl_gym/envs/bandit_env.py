@@ -37,7 +37,7 @@ from icrl_gym.envs.vector import (
     check_options,
     vector_options,
 )
-from icrl_gym.utils.names import check_keywords
+from icrl_gym.utils.names import check_keywords, parameter_names
 
 
 def _observation_space(spec: BanditSpec) -> spaces.Box:
@@ -217,7 +217,7 @@ class SpecFieldsEnv(BanditEnv):
     """The environment's spec from its keyword fields (a preset such as ``linear_bandit_spec``)."""
 
     def __init__(self, *, max_memory_gib: float | None = None, render_mode: str | None = None, **fields: Any) -> None:
-        check_keywords(self.make_spec, fields, type(self).__name__, also=("max_memory_gib", "render_mode"))
+        check_keywords(self.make_spec, fields, type(self).__name__, also=parameter_names(SpecFieldsEnv))
         super().__init__(self.make_spec(**fields), max_memory_gib=max_memory_gib, render_mode=render_mode)
 
 
@@ -229,5 +229,6 @@ class SpecFieldsVectorEnv(BanditVectorEnv):
     def __init__(self, num_envs: int = 1, **kwargs: Any) -> None:
         """``num_envs`` runs of ``make_spec(**fields)``; the other keywords are the vector options."""
         options, fields = vector_options(kwargs)
-        check_keywords(self.make_spec, fields, type(self).__name__, also=("num_envs", *VECTOR_OPTIONS))
+        also = (*parameter_names(SpecFieldsVectorEnv), *VECTOR_OPTIONS)
+        check_keywords(self.make_spec, fields, type(self).__name__, also=also)
         super().__init__(num_envs, self.make_spec(**fields), **options)

@@ -21,7 +21,7 @@ from gymnasium import spaces
 from icrl_gym.envs.mdp_core import MDPBatch, MDPSpec
 from icrl_gym.envs.validation import check_integer, memory_limit
 from icrl_gym.envs.vector import BatchVectorEnv, SingleRunEnv, check_env_memory, check_options
-from icrl_gym.utils.names import check_keywords
+from icrl_gym.utils.names import check_keywords, parameter_names
 
 
 def mdp_observation(spec: MDPSpec, state: np.ndarray, h: int) -> np.ndarray:
@@ -94,7 +94,7 @@ class TabularMDPEnv(SingleRunEnv):
         ``render_mode="ansi"`` makes :meth:`render` return a text description of the current step.
         """
         if spec is None:
-            check_keywords(MDPSpec, kwargs, type(self).__name__, also=("spec", "max_memory_gib", "render_mode"))
+            check_keywords(MDPSpec, kwargs, type(self).__name__, also=parameter_names(TabularMDPEnv))
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib
         check_env_memory(
@@ -155,8 +155,7 @@ class TabularMDPVectorEnv(BatchVectorEnv):
         """``num_envs`` runs of ``spec`` (or ``MDPSpec(**kwargs)``); the options as in :class:`BanditVectorEnv`."""
         num_envs = check_integer("num_envs", num_envs)
         if spec is None:
-            also = ("num_envs", "spec", "max_memory_gib", "render_mode", "autoreset_mode")
-            check_keywords(MDPSpec, kwargs, type(self).__name__, also=also)
+            check_keywords(MDPSpec, kwargs, type(self).__name__, also=parameter_names(TabularMDPVectorEnv))
         self.mdp_spec = spec if spec is not None else MDPSpec(**kwargs)
         s, self.max_memory_gib = self.mdp_spec, max_memory_gib
         what = f"a vector environment of {num_envs:,} {s.kind} MDP runs"

@@ -14,6 +14,12 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def parameter_names(func: Callable[..., Any]) -> list[str]:
+    """The names ``func`` (a function or a class) takes as keywords, in its signature's order (no ``*args``)."""
+    params = inspect.signature(func).parameters.values()
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
 def check_keywords(func: Callable[..., Any], given: Iterable[str], what: str, also: Iterable[str] = ()) -> None:
     """A ``TypeError`` naming every keyword in ``given`` that ``func`` does not take, each with the closest it does.
 
@@ -21,10 +27,9 @@ def check_keywords(func: Callable[..., Any], given: Iterable[str], what: str, al
     accepted name, so a mistyped field of an environment or agent says what was meant.  A ``func`` that
     takes ``**kwargs`` is not checked (it decides itself).
     """
-    params = inspect.signature(func).parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
+    if any(p.kind is p.VAR_KEYWORD for p in inspect.signature(func).parameters.values()):
         return
-    accepted = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)] + list(also)
+    accepted = [*parameter_names(func), *also]
     unknown = [key for key in given if key not in accepted]
     if unknown:
         named = "; ".join(f"{key!r}{did_you_mean(key, accepted)}" for key in unknown)

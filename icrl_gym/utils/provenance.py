@@ -32,18 +32,14 @@ def source_revision(root: Path = _ROOT, timeout: float = 5.0) -> dict[str, Any] 
     """
     if not (root / ".git").exists():
         return None
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=timeout, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=True,
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=timeout, check=True
         ).stdout
+
+    try:
+        commit, status = git("rev-parse", "HEAD").strip(), git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "modified": bool(status.strip())}

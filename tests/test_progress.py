@@ -139,3 +139,101 @@ def test_harness_progress_lines_never_collide_with_its_bar(monkeypatch, tmp_path
     messages = [line for line in screen(output) if re.match(r"\[\d+/\d+\] ", line)]
     assert len(messages) == 5 and "\rbenchmarks:" in output  # one per row; the bar was drawn
     check_clean(output, messages, "benchmarks")
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_durations_read_as_hours_minutes_seconds():
+    assert [progress.duration(s) for s in (0, 44.6, 60, 725, 3600, 11_220)] == [
+        "0s",
+        "45s",
+        "1m00s",
+        "12m05s",
+        "1h00m",
+        "3h07m",
+    ]
+
+
+def test_time_left_is_weighted_by_the_tasks_costs(monkeypatch):
+    """Two tasks reused, three to play of costs 8, 1, 1: after the 8 in 4 s, 2 units are left at 2 a second."""
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    clock = Clock()
+    work = progress.WorkProgress([8.0, 1.0, 1.0], "grid", finished=2, clock=clock)
+    assert work.seconds_left() is None and work.status() == "grid: 2/5 tasks, 0% of the estimated work, 0s elapsed"
+    clock.now += 4.0
+    work.advance(8.0)
+    assert work.seconds_left() == 4.0 * 2 / 8  # a count-based rate (1 task in 4 s) would say 8 s
+    assert work.status() == "grid: 3/5 tasks, 80% of the estimated work, 4s elapsed, about 1s left"
+    clock.now += 1.0
+    work.advance(1.0)
+    assert work.seconds_left() == 5.0 * 1 / 9
+    work.advance(1.0)
+    assert work.seconds_left() == 0.0 and work.count == work.total == 5
+    work.close()
+
+
+def test_without_a_terminal_the_progress_is_a_log_line_at_most_every_interval(monkeypatch):
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setattr(progress, "_quiet", False)
+    clock = Clock()
+    work = progress.WorkProgress([1.0] * 6, "grid", interval=60.0, clock=clock)
+    for seconds in (30, 31, 10, 30, 50, 5):  # finished at 30, 61, 71, 101, 151, 156 s: lines at 61 and 151 s
+        clock.now += seconds
+        work.advance(1.0)
+    work.close()
+    assert stream.getvalue().splitlines() == [
+        "grid: 2/6 tasks, 33% of the estimated work, 1m01s elapsed, about 2m02s left",
+        "grid: 5/6 tasks, 83% of the estimated work, 2m31s elapsed, about 30s left",
+    ]
+    monkeypatch.setattr(progress, "_quiet", True)
+    quiet = progress.WorkProgress([1.0], "grid", interval=0.0, clock=clock)
+    clock.now += 5
+    quiet.advance(1.0)
+    assert stream.getvalue().count("\n") == 2  # quiet: nothing more
+
+
+def test_on_a_terminal_the_bar_shows_the_tasks_and_the_time_left(monkeypatch):
+    terminal = use_terminal(monkeypatch)
+    clock = Clock()
+    work = progress.WorkProgress([3.0, 1.0], "grid", finished=1, clock=clock)
+    clock.now += 6.0
+    work.advance(3.0)
+    work.bar.refresh()
+    shown = [line for line in screen(terminal.getvalue()) if line.startswith("grid:")]
+    assert shown and "2/3 tasks" in shown[-1] and "about 2s left" in shown[-1], shown
+    work.close()
+
+
+def test_a_sweep_counts_its_reused_tasks_in_its_one_bar(monkeypatch):
+    """``run_sweep`` draws one bar over all its tasks, whatever the executor; the stored ones count as done."""
+    from benchmarks.executor.local import InlineExecutor
+    from benchmarks.executor.tasks import run_sweep
+
+    class Square:
+        def __init__(self, x: int) -> None:
+            self.x = x
+            self.name, self.cost, self.setup, self.memory = f"square {x}", float(x), None, 0.0
+
+        def run(self) -> int:
+            return self.x * self.x
+
+    class Stored:
+        def load(self, task: Square) -> int | None:
+            return 4 if task.x == 2 else None
+
+        def save(self, task: Square, result: int) -> None:
+            pass
+
+    terminal = use_terminal(monkeypatch)
+    assert run_sweep(InlineExecutor(), [Square(x) for x in (1, 2, 3)], Stored(), desc="squares") == [1, 4, 9]
+    bars = [line for line in screen(terminal.getvalue().replace("\r", "\n")) if line.startswith("squares:")]
+    assert bars and bars[0].split("| ")[1].startswith("1/3 tasks"), bars  # drawn first with the stored task done

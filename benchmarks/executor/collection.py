@@ -163,7 +163,9 @@ def collect_on_executor(
         CollectionSlice(spec, context, labelling, seed, batch, i, min(batch, num_runs - start), approx_dpt_lam)
         for i, start in enumerate(range(0, num_runs, batch))
     ]
-    slices = run_sweep(executor or InlineExecutor(), tasks, None if store is None else SliceStore(store))
+    slices = run_sweep(
+        executor or InlineExecutor(), tasks, None if store is None else SliceStore(store), desc="collect"
+    )
     joined: dict[str, Any] = {}
     for name in slices[0]:
         if name == "meta":

@@ -23,6 +23,7 @@ from benchmarks.experiments.rows import GENERALISTS, LEARNED
 from benchmarks.experiments.suite.cells import Experiment
 from benchmarks.experiments.suite.run import play_row, played_specs
 from icrl_gym.envs import BanditSpec, MDPSpec
+from icrl_gym.utils.progress import WorkProgress
 
 Curves = dict[str, np.ndarray]
 """One row's curves: mean, std and s.e. of cumulative regret and suboptimality per step."""
@@ -141,12 +142,15 @@ def run_sweep(
     tasks: Sequence[Task],
     store: TaskStore | None = None,
     done: Callable[[int, Any, bool], None] | None = None,
+    desc: str = "sweep",
 ) -> list[Any]:
     """The results of ``tasks`` in their order: stored ones reused, the others played by ``executor``.
 
     Each played result is saved to ``store`` the moment it arrives, before ``done(index, result,
     reused)`` is told of it (also told of every reused result, first); a sweep stopped by an error,
-    Ctrl-C or a kill keeps every finished task.
+    Ctrl-C or a kill keeps every finished task.  One progress bar named ``desc`` counts the tasks,
+    whatever the executor, with the time left estimated from the tasks' costs
+    (:class:`~icrl_gym.utils.progress.WorkProgress`: a log line now and then where no bar is drawn).
     """
     results: dict[int, Any] = {}
     todo: list[int] = []
@@ -158,17 +162,25 @@ def run_sweep(
         results[i] = stored
         if done is not None:
             done(i, stored, True)
+    costs = [tasks[i].cost for i in todo]
+    bar = WorkProgress(costs, desc, finished=len(tasks) - len(todo)) if todo else None
 
     def finished(j: int, result: Any) -> None:
         i = todo[j]
         if store is not None:
             store.save(tasks[i], result)
         results[i] = result
+        if bar is not None:
+            bar.advance(costs[j])
         if done is not None:
             done(i, result, False)
 
-    if todo:
-        executor.run([tasks[i] for i in todo], finished)
+    try:
+        if todo:
+            executor.run([tasks[i] for i in todo], finished)
+    finally:
+        if bar is not None:
+            bar.close()
     missing = [tasks[i].name for i in range(len(tasks)) if i not in results]
     if missing:
         raise RuntimeError(f"tasks without a result: {', '.join(missing)}")

@@ -94,7 +94,7 @@ def write_figures(
     Returns the summary and the sections of the results page (each experiment's plots and tables).
     """
     tasks = [FigureTask(name, curves, runs, seed) for name, curves in results.items()]
-    for images in run_sweep(executor or InlineExecutor(), tasks):
+    for images in run_sweep(executor or InlineExecutor(), tasks, desc="plots"):
         write_images(out, images)
     sections = []
     for name, curves in results.items():

@@ -18,7 +18,7 @@ from benchmarks.harness.config import BenchConfig
 from benchmarks.harness.report import PAGE, remove_stale_outputs, write_outputs
 from benchmarks.harness.retrain import retrain_models
 from benchmarks.harness.store import STORE, SuiteStore
-from icrl_gym.utils.progress import log, progress_bar
+from icrl_gym.utils.progress import log
 
 
 def run_experiments(
@@ -47,7 +47,7 @@ def run_experiments(
         if not reused:
             progress(by_name[task.experiment], task.label, 1)
 
-    played = run_sweep(executor, tasks, store, done)
+    played = run_sweep(executor, tasks, store, done, desc="benchmarks")
     return merge(tasks, dict(enumerate(played))), store.reused()
 
 
@@ -65,20 +65,15 @@ def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     start = time.perf_counter()
     total = sum(len(e.algorithms) for e in experiments)
     done = 0
-    bar = progress_bar(total, "benchmarks", unit="algorithm")
 
     def advance(exp: Experiment, text: str, rows: int) -> None:
         nonlocal done
         done += rows
-        bar.update(rows)
         log(f"[{done}/{total}] {exp.name}: {text} ({time.perf_counter() - start:.0f}s)")
 
     with make_executor(cfg.workers, cfg.ray, cfg.threads) as executor:
         executor.start()  # workers (or this process's torch threads) start while the tasks are prepared
-        try:
-            results, reused = run_experiments(cfg, executor, experiments, checkpoints, advance)
-        finally:
-            bar.close()
+        results, reused = run_experiments(cfg, executor, experiments, checkpoints, advance)
         elapsed = time.perf_counter() - start
         run_grids(cfg, out, executor)
         if not experiments:  # the top-level outputs describe exactly this run's curve experiments: none

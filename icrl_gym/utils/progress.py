@@ -15,6 +15,8 @@ no bar is drawn (not a terminal, or quiet) it is a plain ``print`` to stderr.
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from tqdm import tqdm  # type: ignore[import-untyped]
@@ -33,10 +35,17 @@ def bars_enabled() -> bool:
     return not _quiet and sys.stderr.isatty()
 
 
-def progress_bar(total: int, desc: str, unit: str = "it", initial: int = 0) -> tqdm:
+def progress_bar(total: int, desc: str, unit: str = "it", initial: int = 0, bar_format: str | None = None) -> tqdm:
     """A tqdm bar on stderr, disabled when quiet or when stderr is not a terminal."""
     return tqdm(
-        total=total, desc=desc, unit=unit, initial=initial, file=sys.stderr, disable=not bars_enabled(), leave=False
+        total=total,
+        desc=desc,
+        unit=unit,
+        initial=initial,
+        file=sys.stderr,
+        disable=not bars_enabled(),
+        leave=False,
+        bar_format=bar_format,
     )
 
 
@@ -50,3 +59,81 @@ def log(message: str, file: TextIO | None = None) -> None:
     stream = sys.stderr if file is None else file
     tqdm.write(message, file=stream)
     stream.flush()
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads it: ``45s``, ``12m05s``, ``3h07m``."""
+    whole = max(int(round(seconds)), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class WorkProgress:
+    """One bar over a list of tasks of unequal size, whose time left is weighted by each task's estimated cost.
+
+    Tasks played longest first finish ever faster, so a count-based rate (tqdm's own) overstates the
+    time left for most of a sweep.  Here the rate is the estimated cost of the tasks finished so far
+    (those reused from a store not counted) per second since the start, and the time left is the
+    cost still to play at that rate: ``elapsed * left / finished``.  The estimate is only as good as
+    the costs' ratios, and it ignores the tasks in flight, so early on it errs long.
+
+    On a terminal the bar shows the count and that estimate.  Where no bar is drawn (a log file, a
+    pipe) and not quiet, a plain line with the same figures goes to stderr at most every
+    ``interval`` seconds, so a sweep run in the background still says how far it is.
+    """
+
+    BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} tasks [{elapsed}{postfix}]"
+
+    def __init__(
+        self,
+        costs: Sequence[float],
+        desc: str,
+        finished: int = 0,
+        interval: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``costs``: the estimated cost of each task still to play; ``finished``: tasks already done (reused)."""
+        self.desc = desc
+        self.total = len(costs) + finished
+        self.count = finished
+        self.left = float(sum(costs))
+        self.played = 0.0
+        self.interval = interval
+        self.clock = clock
+        self.start = self.last_line = clock()
+        self.bar = progress_bar(self.total, desc, unit="task", initial=finished, bar_format=self.BAR_FORMAT)
+
+    def seconds_left(self) -> float | None:
+        """The estimated seconds until the last task finishes (``None`` before the first played task)."""
+        if self.played <= 0:
+            return None
+        return (self.clock() - self.start) * max(self.left, 0.0) / self.played
+
+    def status(self) -> str:
+        """``desc: n/N tasks, P% of the estimated work, E elapsed, about L left``."""
+        work = self.played + max(self.left, 0.0)
+        share = f", {100 * self.played / work:.0f}% of the estimated work" if work > 0 else ""
+        left = self.seconds_left()
+        eta = "" if left is None else f", about {duration(left)} left"
+        elapsed = duration(self.clock() - self.start)
+        return f"{self.desc}: {self.count}/{self.total} tasks{share}, {elapsed} elapsed{eta}"
+
+    def advance(self, cost: float) -> None:
+        """One task of estimated ``cost`` has finished."""
+        self.count += 1
+        self.played += cost
+        self.left -= cost
+        if not self.bar.disable:
+            left = self.seconds_left()
+            self.bar.set_postfix_str("" if left is None else f"about {duration(left)} left", refresh=False)
+            self.bar.update(1)
+        elif not _quiet and self.clock() - self.last_line >= self.interval:
+            self.last_line = self.clock()
+            log(self.status())
+
+    def close(self) -> None:
+        """Remove the bar from the terminal."""
+        self.bar.close()

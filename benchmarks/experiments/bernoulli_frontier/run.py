@@ -398,7 +398,9 @@ def uninformed_regrets(
         for j in range(len(priors))
         for index, n in enumerate(slice_sizes(runs, slice_runs))
     ]
-    results = run_sweep(executor or InlineExecutor(), tasks, None if store is None else FileTaskStore(store))
+    results = run_sweep(
+        executor or InlineExecutor(), tasks, None if store is None else FileTaskStore(store), desc="bernoulli frontier"
+    )
     rows = []
     for j, (a, b) in enumerate(np.asarray(priors, dtype=np.float64).reshape(-1, 2)):
         parts = [r for task, r in zip(tasks, results, strict=True) if task.j == j]

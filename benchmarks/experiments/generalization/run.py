@@ -148,7 +148,7 @@ def run_generalization(
         kind = MODEL_OF[cell.family]
         model_id = weights[kind] if models[kind] else None
         plans.append(plan_cell(exp, cell, models[kind], runs, eval_seed, cache_dir, store, model_id))
-    results = play_plans(plans, executor or InlineExecutor(), store, exp.slice_runs, progress)
+    results = play_plans(plans, executor or InlineExecutor(), store, exp.slice_runs, progress, exp.name)
     config = {
         **run_identity(exp.name, runs, eval_seed, exp.seed_offset, exp.slice_runs),
         "families": list(families),

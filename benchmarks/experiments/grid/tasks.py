@@ -149,13 +149,14 @@ def play_plans(
     store: Path | None = None,
     slice_runs: int = SLICE_RUNS,
     progress: Callable[[str], None] | None = None,
+    desc: str = "grid",
 ) -> list[CellResult]:
     """Play the rows still to play of every plan, in slices, as tasks of ``executor``; the cells' results in order.
 
     Every slice is stored in ``store`` as it finishes (``<cell>/slices/<row>-<i>.json``; a stopped
     grid resumes from its finished slices); a row whose slices are all in is joined in slice order,
     written as the row's file and its slices removed.  Each finished cell's label and the seconds
-    so far go to ``progress``.
+    so far go to ``progress``; the sweep's progress bar is named ``desc``.
     """
     start = time.perf_counter()
     tasks: list[SliceTask] = []
@@ -197,5 +198,5 @@ def play_plans(
     for p, plan in enumerate(plans):
         if not plan.todo:
             report(p)
-    run_sweep(executor, tasks, slices, done)
+    run_sweep(executor, tasks, slices, done, desc)
     return [plan.result for plan in plans]

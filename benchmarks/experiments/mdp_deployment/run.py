@@ -40,7 +40,7 @@ def play_deployments(
         cell = Cell("mdp", "deployments", f"S={S}, A={A}", f"H={H}, K={K}", spec, True, True)
         rows = {"PSRL": {"name": "psrl"}} | {name: {**model, **keywords} for name, keywords in DEPLOYMENTS.items()}
         plans.append(plan_rows(cell, rows, None, runs, seed, store, weights, slice_runs=slice_runs))
-    results = play_plans(plans, executor or InlineExecutor(), store, slice_runs)
+    results = play_plans(plans, executor or InlineExecutor(), store, slice_runs, desc="mdp deployment")
     out = []
     for (S, A, H, K), result in zip(cells, results, strict=True):
         plays = {name: totals for name, totals in result.totals.items() if totals is not None}

@@ -81,7 +81,7 @@ def run_mdp_generalization(
                 slice_runs=exp.slice_runs,
             )
         )
-    results = play_plans(plans, executor or InlineExecutor(), store, exp.slice_runs, progress)
+    results = play_plans(plans, executor or InlineExecutor(), store, exp.slice_runs, progress, exp.name)
     config = {
         **run_identity(exp.name, runs, eval_seed, exp.seed_offset, exp.slice_runs),
         "groups": list(groups or exp.groups),

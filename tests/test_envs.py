@@ -181,6 +181,13 @@ def test_inconsistent_linear_kwargs(kwargs, message):
         ("ICRL-TabularMDP-v0", False, {"num_state": 3}, "takes no parameter 'num_state' (did you mean 'num_states'?)"),
         ("ICRL-TabularMDP-v0", True, {"episodez": 3}, "takes no parameter 'episodez' (did you mean 'episodes'?)"),
         ("ICRL-LinearBandit-v0", False, {"zzz": 1, "dim": 3}, "takes no parameter 'zzz'; it takes dim, num_actions"),
+        ("ICRL-DarkRoom-v0", False, {"sise": 5}, "DarkRoomEnv takes no parameter 'sise' (did you mean 'size'?)"),
+        (
+            "ICRL-DarkRoom-v0",
+            True,
+            {"episode": 2},
+            "DarkRoomVectorEnv takes no parameter 'episode' (did you mean 'episodes'?)",
+        ),
     ],
 )
 def test_a_mistyped_field_is_named_with_the_closest_one(env_id, vector, kwargs, message):

@@ -20,6 +20,7 @@ from icrl_gym.envs.mdp_instances import (
     dark_room_transitions,
 )
 from icrl_gym.envs.validation import check_integer
+from icrl_gym.utils.names import check_keywords, parameter_names
 
 __all__ = [
     "DARK_ROOM_MOVES",
@@ -63,7 +64,8 @@ class DarkRoomEnv(TabularMDPEnv):
     ``terminated=True`` after K episodes.
 
     ## Arguments
-    size (>= 2), horizon, episodes (integers >= 1).  ``max_memory_gib`` raises the memory limit
+    size (>= 2), horizon, episodes (integers >= 1); any other keyword is refused with the closest of
+    these named.  ``max_memory_gib`` raises the memory limit
     (default 4 GiB, or ``$ICRL_GYM_MAX_MEMORY_GIB``); an instance is stored by its goal, so 10,000
     rooms of 10 x 10 take about 50 MB.
 
@@ -83,7 +85,9 @@ class DarkRoomEnv(TabularMDPEnv):
         *,
         max_memory_gib: float | None = None,
         render_mode: str | None = None,
+        **unknown: Any,
     ) -> None:
+        check_keywords(dark_room_spec, unknown, type(self).__name__, also=parameter_names(type(self)))
         spec = dark_room_spec(size, horizon, episodes)
         super().__init__(spec, max_memory_gib=max_memory_gib, render_mode=render_mode)
 
@@ -101,7 +105,9 @@ class DarkRoomVectorEnv(TabularMDPVectorEnv):
         max_memory_gib: float | None = None,
         render_mode: str | None = None,
         autoreset_mode: Any = None,
+        **unknown: Any,
     ) -> None:
+        check_keywords(dark_room_spec, unknown, type(self).__name__, also=parameter_names(type(self)))
         spec = dark_room_spec(size, horizon, episodes)
         super().__init__(
             num_envs, spec, max_memory_gib=max_memory_gib, render_mode=render_mode, autoreset_mode=autoreset_mode

@@ -29,7 +29,7 @@ def check_keywords(func: Callable[..., Any], given: Iterable[str], what: str, al
     """
     if any(p.kind is p.VAR_KEYWORD for p in inspect.signature(func).parameters.values()):
         return
-    accepted = [*parameter_names(func), *also]
+    accepted = list(dict.fromkeys([*parameter_names(func), *also]))  # once each, in order
     unknown = [key for key in given if key not in accepted]
     if unknown:
         named = "; ".join(f"{key!r}{did_you_mean(key, accepted)}" for key in unknown)

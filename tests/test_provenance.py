@@ -16,6 +16,7 @@ import icrl_gym
 from icrl_gym.checkpoint import read_record
 from icrl_gym.data.trajectories import collect_trajectories, load_trajectories, save_trajectories
 from icrl_gym.envs import linear_bandit_spec
+from icrl_gym.models import native_build
 from icrl_gym.utils import provenance
 from icrl_gym.utils.provenance import software_environment, source_revision
 from tests.helpers import save_tiny_generalist
@@ -36,6 +37,20 @@ def test_the_versions_are_those_of_the_imported_libraries():
     assert env["platform"] == f"{platform.system()} {platform.machine()}"
     assert env["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert json.loads(json.dumps(env)) == env  # plain JSON
+
+
+def test_the_compiled_kernels_switch_and_compiler_are_recorded(monkeypatch):
+    """Off by the switch; else the compiler's version line (no path, even where $CC is one); or no compiler."""
+    monkeypatch.setenv(native_build.DISABLE_ENV, "0")
+    assert software_environment()["native_kernel"] == "off (ICRL_GYM_NATIVE=0)"
+    monkeypatch.delenv(native_build.DISABLE_ENV)
+    compiler = native_build.find_compiler()
+    if compiler is not None:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+        monkeypatch.setenv("CC", shutil.which(compiler) or compiler)
+        assert software_environment()["native_kernel"] == f"on: {version.strip()}"
+    monkeypatch.setattr(native_build, "find_compiler", lambda: None)
+    assert software_environment()["native_kernel"] == "on, no C compiler: the PyTorch path"
 
 
 @needs_git

@@ -394,13 +394,35 @@ def self_test(kernel: ReluDecodeKernel) -> None:
             )
 
 
+def disabled() -> bool:
+    """Whether ``$ICRL_GYM_NATIVE`` turns the kernel off (``0``, ``false``, ``no``, ``off``)."""
+    return os.environ.get(DISABLE_ENV, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def kernel_state() -> str:
+    """Whether rollouts may use the compiled kernel here, and the compiler that builds it, for provenance.
+
+    ``off (ICRL_GYM_NATIVE=0)``, ``on: <the compiler's version line>`` (its flags follow from the
+    compiler and the processor, :data:`FLAG_SETS` in order), or ``on, no C compiler: the PyTorch
+    path``.  Nothing is built, and the answer does not depend on whether a model has asked for the
+    kernel yet, so every artefact of a run records the same.
+    """
+    if disabled():
+        return f"off ({DISABLE_ENV}={os.environ[DISABLE_ENV]})"
+    cc = find_compiler()
+    if cc is None:
+        return "on, no C compiler: the PyTorch path"
+    version = _compiler_version(cc).partition("\n")[0].strip()
+    return f"on: {version or 'a compiler without a version line'}"
+
+
 @functools.cache
 def relu_decode_kernel() -> ReluDecodeKernel | None:
     """The kernel, built and self-tested once per process.
 
     None where it cannot be (after one warning naming the cause) or with ``ICRL_GYM_NATIVE=0``.
     """
-    if os.environ.get(DISABLE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if disabled():
         return None
     with _lock:
         try:

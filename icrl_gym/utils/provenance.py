@@ -4,7 +4,8 @@ A result is reproducible from its configuration and seed only in the software th
 policy's argmax can flip on a near-tie when a library version, the CPU kernels torch dispatches to or
 the code itself differ, and one flip changes the rest of that run.  So every results folder
 (``config.json``), stored result and checkpoint record carries :func:`software_environment`: the
-package, Python, numpy, torch and gymnasium versions, the platform, torch's CPU kernel level, and,
+package, Python, numpy, torch and gymnasium versions, the platform, torch's CPU kernel level, the
+state of the compiled decode kernel (:func:`icrl_gym.models.native_build.kernel_state`), and,
 when the package runs from a git checkout, the commit and whether tracked files were modified.  No
 path is recorded.
 """
@@ -63,5 +64,7 @@ def _versions() -> dict[str, Any]:
 
 
 def software_environment() -> dict[str, Any]:
-    """What made an artefact, as JSON (module docstring): versions, platform, CPU kernel level and code revision."""
-    return {**_versions(), "code": source_revision()}
+    """What made an artefact, as JSON (module docstring): versions, platform, CPU kernels and code revision."""
+    from icrl_gym.models.native_build import kernel_state
+
+    return {**_versions(), "native_kernel": kernel_state(), "code": source_revision()}

@@ -33,7 +33,7 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        "test": ["pytest>=7", "ruff>=0.4", "mypy>=1.10", "hypothesis>=6.80"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "ruff>=0.4", "mypy>=1.10", "hypothesis>=6.80"],
         "tensorboard": ["tensorboard>=2.10"],
         # the benchmark harness's Ray executor (python -m benchmarks --ray ADDRESS)
         "ray": ["ray>=2.9"],

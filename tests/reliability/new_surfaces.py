@@ -270,6 +270,20 @@ def _render_mode_none(tmp: Path) -> Outcome:
     return handled_by_each("environments", each_env(lambda env_id: _make_and_step(env_id, render_mode=None)))
 
 
+@probe("gym.make(id, horizn=10) and gym.make_vec: a mistyped keyword", Section.CRASH)
+def _mistyped_env_keyword(tmp: Path) -> Outcome:
+    def vector(env_id: str) -> Any:
+        return gym.make_vec(env_id, num_envs=2, vectorization_mode="vector_entry_point", horizn=10)
+
+    cases = {
+        **each_env(lambda env_id: gym.make(env_id, horizn=10)),
+        **{f"{k} (vector)": v for k, v in each_env(vector).items()},
+    }
+    return rp.refused_by_each(
+        "environments, single and vector", cases, "'horizn'", "did you mean 'horizon'", kinds=(TypeError,)
+    )
+
+
 def _text_frame(env_id: str) -> str:
     env = gym.make(env_id, render_mode="ansi")
     env.reset(seed=0)

@@ -155,7 +155,9 @@ def _processor() -> str:
     return text
 
 
+@functools.cache
 def _compiler_version(cc: str) -> str:
+    """``cc --version``'s output (once per compiler and process: every artefact's provenance asks for it)."""
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):

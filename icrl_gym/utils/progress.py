@@ -99,23 +99,28 @@ class WorkProgress:
         self.desc = desc
         self.total = len(costs) + finished
         self.count = finished
-        self.left = float(sum(costs))
+        self.work = float(sum(costs))
+        """The estimated cost of every task to play."""
         self.played = 0.0
+        """The estimated cost of those finished."""
         self.interval = interval
         self.clock = clock
         self.start = self.last_line = clock()
         self.bar = progress_bar(self.total, desc, unit="task", initial=finished, bar_format=self.BAR_FORMAT)
 
+    def left(self) -> float:
+        """The estimated cost still to play."""
+        return max(self.work - self.played, 0.0)
+
     def seconds_left(self) -> float | None:
         """The estimated seconds until the last task finishes (``None`` before the first played task)."""
         if self.played <= 0:
             return None
-        return (self.clock() - self.start) * max(self.left, 0.0) / self.played
+        return (self.clock() - self.start) * self.left() / self.played
 
     def status(self) -> str:
         """``desc: n/N tasks, P% of the estimated work, E elapsed, about L left``."""
-        work = self.played + max(self.left, 0.0)
-        share = f", {100 * self.played / work:.0f}% of the estimated work" if work > 0 else ""
+        share = f", {100 * min(self.played / self.work, 1.0):.0f}% of the estimated work" if self.work > 0 else ""
         left = self.seconds_left()
         eta = "" if left is None else f", about {duration(left)} left"
         elapsed = duration(self.clock() - self.start)
@@ -125,7 +130,6 @@ class WorkProgress:
         """One task of estimated ``cost`` has finished."""
         self.count += 1
         self.played += cost
-        self.left -= cost
         if not self.bar.disable:
             left = self.seconds_left()
             self.bar.set_postfix_str("" if left is None else f"about {duration(left)} left", refresh=False)

@@ -75,6 +75,23 @@ def test_no_revision_outside_a_checkout_or_without_git(tmp_path, monkeypatch):
     assert source_revision(tmp_path) is None
 
 
+def test_the_revision_is_the_one_the_process_started_from(monkeypatch):
+    """A commit made while a run goes on does not change what its later artefacts record: git is not asked again."""
+    started = software_environment()["code"]
+    assert started == provenance.STARTED_FROM
+
+    def no_git(*args, **kwargs):
+        raise AssertionError("git was run again")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    monkeypatch.setattr(provenance, "source_revision", lambda *a, **k: {"commit": "0" * 40, "modified": True})
+    env = software_environment()
+    assert env["code"] == started
+    if started is not None:
+        env["code"]["modified"] = not started["modified"]  # the record is a copy
+        assert software_environment()["code"] == started
+
+
 def test_no_path_of_the_machine_is_recorded():
     text = json.dumps(software_environment())
     assert str(provenance._ROOT) not in text and "/" not in text

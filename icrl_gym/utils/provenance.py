@@ -8,6 +8,11 @@ package, Python, numpy, torch and gymnasium versions, the platform, torch's CPU 
 state of the compiled decode kernel (:func:`icrl_gym.models.native_build.kernel_state`), and,
 when the package runs from a git checkout, the commit and whether tracked files were modified.  No
 path is recorded.
+
+The commit is read once, when this module is first imported (in practice when the process first loads the
+package's checkpoints, datasets or results code, which import it): a run that outlives a commit, such as a
+sweep resumed over several sessions or a training run, records the code it started from in every
+artefact, not the checkout's newest commit, which it never ran.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ def source_revision(root: Path = _ROOT, timeout: float = 5.0) -> dict[str, Any] 
     return {"commit": commit, "modified": bool(status.strip())}
 
 
+STARTED_FROM = source_revision()
+""":func:`source_revision` of the package's checkout when this process imported this module (module docstring)."""
+
+
 @functools.cache
 def _versions() -> dict[str, Any]:
     """The parts of :func:`software_environment` that cannot change while the process runs."""
@@ -67,4 +76,5 @@ def software_environment() -> dict[str, Any]:
     """What made an artefact, as JSON (module docstring): versions, platform, CPU kernels and code revision."""
     from icrl_gym.models.native_build import kernel_state
 
-    return {**_versions(), "native_kernel": kernel_state(), "code": source_revision()}
+    code = None if STARTED_FROM is None else dict(STARTED_FROM)  # a copy: a caller's edit stays its own
+    return {**_versions(), "native_kernel": kernel_state(), "code": code}

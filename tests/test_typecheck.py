@@ -1,4 +1,4 @@
-"""mypy runs clean on ``icrl_gym`` and ``agents`` with the settings of ``[tool.mypy]`` in pyproject.toml."""
+"""mypy runs clean on ``icrl_gym``, ``agents`` and ``benchmarks`` with the settings of ``[tool.mypy]``."""
 
 from pathlib import Path
 

@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = ridge_transformer(5, 10, args.horizon, args.max_layers, lam=args.lam, accelerated=accelerated)
         kappa = model.construction["kappa"]
         curves[name] = error_per_layer(model, sets, actions, rewards, exact)
+    assert kappa is not None  # set by both constructions
     result = {"horizon": args.horizon, "runs": args.runs, "seed": args.seed, "lam": args.lam, "kappa": kappa}
     print(f"T={args.horizon}, {args.runs} runs, lambda={args.lam}, kappa={kappa:.0f}")
     print("| error eps | GD layers | AGD layers | AGD / sqrt(GD) |\n|---|---|---|---|")

@@ -24,7 +24,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -65,12 +65,13 @@ def model_agent(name: str, fields: dict[str, Any], no_width: bool) -> BanditAgen
     """A greedy agent of the checkpoint ``name`` with configuration ``fields`` set (and its learned width dropped)."""
     from agents.learned.linear_generalist import LinearGeneralistAgent
     from icrl_gym.checkpoint import load_checkpoint, resolve_checkpoint
+    from icrl_gym.models.linear_generalist import LinearGeneralistTransformer
     from icrl_gym.training.finetune import widened
 
     model, meta = load_checkpoint(resolve_checkpoint(name))
     widen = {**fields, **({"index_width": False} if no_width else {})}
     model, meta = widened(model, meta, widen, drop=("posterior.width.",) if no_width else ())
-    return LinearGeneralistAgent.from_model(model, meta, greedy=True)
+    return LinearGeneralistAgent.from_model(cast(LinearGeneralistTransformer, model), meta, greedy=True)
 
 
 def reference_means(spec: BanditSpec, runs: int, seed: int, cache: Path | None) -> dict[str, float]:

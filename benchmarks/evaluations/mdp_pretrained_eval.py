@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
+
+import numpy as np
 
 from agents import make_agent
+from agents.learned.mdp_transformer import MDPTransformerAgent
 from benchmarks.evaluations.pretrained_eval import EVAL_SEED, mean_se, models_parser, paired_difference, selected_models
+from benchmarks.experiments.rows import as_algorithm
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.envs import MDPKind, MDPSpec
@@ -44,9 +49,11 @@ def reduced_expert(meta: dict) -> dict:
 def evaluate_model(name: str, runs: int) -> dict:
     """Regret, ratio to the expert and returns per episode of one shipped MDP model."""
     probe = make_agent({"name": "mdp_transformer", "checkpoint": name})
+    if not isinstance(probe, MDPTransformerAgent):
+        raise TypeError(f"{name!r} is played by {type(probe).__name__}, not by an MDP transformer agent")
     spec = MDPSpec.from_dict(probe.meta["env"])
     expert = reduced_expert(probe.meta)
-    algorithms = {
+    algorithms: dict[str, dict[str, Any]] = {
         "TF (sampled)": {"name": "mdp_transformer", "checkpoint": name},
         "TF (greedy)": {"name": "mdp_transformer", "checkpoint": name, "greedy": True},
         "expert": expert,
@@ -58,7 +65,8 @@ def evaluate_model(name: str, runs: int) -> dict:
         posterior = algorithms["PSRL"]
         algorithms["Bayes DPT (sampled)"] = {"name": "posterior_optimal_action", "posterior": posterior}
         algorithms["Bayes DPT (greedy)"] = {"name": "posterior_optimal_action", "posterior": posterior, "greedy": True}
-    rows, totals = {}, {}
+    rows: dict[str, dict[str, Any]] = {}
+    totals: dict[str, np.ndarray] = {}
     v_star = None
     for label, config in algorithms.items():
         same = next((done for done in rows if rows[done]["config"] == config), None)
@@ -66,7 +74,7 @@ def evaluate_model(name: str, runs: int) -> dict:
             rows[label], totals[label] = rows[same], totals[same]
             continue
         start = time.perf_counter()
-        out = rollout_mdp(spec, make_agent(config, seed=0), runs, seed=EVAL_SEED, batch_size=BATCH)
+        out = rollout_mdp(spec, as_algorithm(make_agent(config, seed=0)), runs, seed=EVAL_SEED, batch_size=BATCH)
         regret = out.episode_regret
         totals[label] = regret.sum(axis=1)
         v_star = out.v_star
@@ -80,6 +88,7 @@ def evaluate_model(name: str, runs: int) -> dict:
     for label in ("TF (sampled)", "TF (greedy)"):
         paired[label] = mean_se(totals[label] - totals["expert"])
     training = probe.meta["training"]
+    assert v_star is not None  # set by the first row, which is always played
     return {
         "model": name,
         "runs": runs,

@@ -24,7 +24,13 @@ import torch
 
 from agents import make_agent
 from agents.learned.transformer import TransformerAgent
-from benchmarks.experiments.rows import BERNOULLI_BASELINES, LINEAR_BASELINES, PAPER_TS
+from benchmarks.experiments.rows import (
+    BERNOULLI_BASELINES,
+    LINEAR_BASELINES,
+    PAPER_TS,
+    as_algorithm,
+    as_bandit_agent,
+)
 from benchmarks.stats import mean_se
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.diagnostics import imitation_error
@@ -66,7 +72,7 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
     expert = reduced_expert(probe.meta)
     tf_totals = {}
     for greedy in (False, True):
-        agent = TransformerAgent.pretrained(name, greedy=greedy, seed=0)
+        agent = as_algorithm(TransformerAgent.pretrained(name, greedy=greedy, seed=0))
         start = time.perf_counter()
         label = "TF (greedy)" if greedy else "TF (sampled)"
         regret = evaluate_regret(spec, agent, runs, seed=EVAL_SEED, batch_size=BATCH)
@@ -80,7 +86,11 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
     for label, totals in tf_totals.items():  # common random numbers: a paired difference per instance
         paired[label] = mean_se(totals - expert_regret.sum(axis=1))
     imitation = imitation_error(
-        TransformerAgent.pretrained(name, seed=1), make_agent(expert, seed=1), spec, imitation_runs, seed=EVAL_SEED + 1
+        as_bandit_agent(TransformerAgent.pretrained(name, seed=1)),
+        as_bandit_agent(make_agent(expert, seed=1)),
+        spec,
+        imitation_runs,
+        seed=EVAL_SEED + 1,
     )
     training = probe.meta["training"]
     return {

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.bandit.linear_posterior import PAPER_TS_PRIOR
+from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 
 PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
 """The paper's linear TS: its N(0, I_d) prior on w* ~ Unif([0,1]^d) (misspecified); the noise level is the env's.
@@ -19,7 +20,7 @@ BERNOULLI_BASELINES = {"UCB": {"name": "ucb"}, "TS": {"name": "bernoulli_ts"}, "
 """The paper's comparison algorithms on Bernoulli bandits: UCB, Thompson sampling, the empirical mean."""
 
 
-LINEAR_BASELINES = {"LinUCB": {"name": "linucb"}, "TS": PAPER_TS, "Emp": {"name": "emp"}}
+LINEAR_BASELINES: dict[str, dict[str, Any]] = {"LinUCB": {"name": "linucb"}, "TS": PAPER_TS, "Emp": {"name": "emp"}}
 """The paper's comparison algorithms on linear bandits: LinUCB, its TS (:data:`PAPER_TS`), the empirical mean."""
 
 
@@ -71,3 +72,17 @@ def mdp_generalist(name: str = "tabular-mdp-generalist") -> dict[str, Any]:
 def bayes_dpt(posterior: str, greedy: bool) -> dict[str, Any]:
     """The Bayes-optimal DPT policy on ``posterior``'s P(a* = a | D): what a perfectly pretrained DPT model does."""
     return {"name": "posterior_optimal_action", "posterior": {"name": posterior}, "greedy": greedy}
+
+
+def as_algorithm(agent: Agent[Any]) -> BanditAgent | MDPAgent:
+    """``agent`` (as ``make_agent`` builds it) as the bandit or MDP algorithm a rollout plays; ``TypeError`` if not."""
+    if not isinstance(agent, BanditAgent | MDPAgent):
+        raise TypeError(f"{type(agent).__name__} is not a bandit or MDP algorithm")
+    return agent
+
+
+def as_bandit_agent(agent: Agent[Any]) -> BanditAgent:
+    """``agent`` (as ``make_agent`` builds it) as a bandit algorithm; ``TypeError`` if it is not one."""
+    if not isinstance(agent, BanditAgent):
+        raise TypeError(f"{type(agent).__name__} is not a bandit algorithm")
+    return agent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,7 @@ class BenchConfig:
     mdp_cells: tuple[str, ...] = ("in-range", "fixed", "dark", "beyond")
     """Cell groups of the MDP grid to run, comma-separated (the groups and what each holds: below)."""
 
-    def _names(self) -> list[str]:
+    def _names(self) -> builtins.list[str]:
         if self.experiments == ("all",):
             return [*EXPERIMENTS, *GRID_EXPERIMENTS, *MDP_GRID_EXPERIMENTS]
         if self.experiments == ("default",):
@@ -96,15 +97,15 @@ class BenchConfig:
             )
         return names
 
-    def selected(self) -> list[Experiment]:
+    def selected(self) -> builtins.list[Experiment]:
         """The curve experiments named in ``experiments`` (clear error for unknown names)."""
         return [EXPERIMENTS[n] for n in self._names() if n in EXPERIMENTS]
 
-    def selected_grids(self) -> list[GridExperiment]:
+    def selected_grids(self) -> builtins.list[GridExperiment]:
         """The grid experiments named in ``experiments`` (opt-in: never in 'default')."""
         return [GRID_EXPERIMENTS[n] for n in self._names() if n in GRID_EXPERIMENTS]
 
-    def selected_mdp_grids(self) -> list[MDPGridExperiment]:
+    def selected_mdp_grids(self) -> builtins.list[MDPGridExperiment]:
         """The MDP grid experiments named in ``experiments`` (opt-in: never in 'default')."""
         return [MDP_GRID_EXPERIMENTS[n] for n in self._names() if n in MDP_GRID_EXPERIMENTS]
 

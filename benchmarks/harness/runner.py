@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,11 @@ def run(cfg: BenchConfig) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     return results
 
 
+def labelled_log(name: str) -> Callable[[str], None]:
+    """A progress callback that logs each label prefixed with ``name``."""
+    return lambda label: log(f"{name}: {label}")
+
+
 def run_grids(cfg: BenchConfig, out: Path, executor: Executor) -> None:
     """The grid experiments of ``cfg``, each into its own folder in ``out``, their tasks played by ``executor``."""
     for grid in cfg.selected_grids():
@@ -104,7 +110,7 @@ def run_grids(cfg: BenchConfig, out: Path, executor: Executor) -> None:
             families=cfg.grid_families,
             arms=cfg.grid_arms or None,
             horizons=cfg.grid_horizons or None,
-            progress=lambda label, name=grid.name: log(f"{name}: {label}"),
+            progress=labelled_log(grid.name),
             executor=executor,
         )
         print(f"{grid.name}: results in {out / grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")
@@ -116,7 +122,7 @@ def run_grids(cfg: BenchConfig, out: Path, executor: Executor) -> None:
             cfg.seed,
             checkpoint=cfg.mdp_generalist or None,
             groups=cfg.mdp_cells,
-            progress=lambda label, name=mdp_grid.name: log(f"{name}: {label}"),
+            progress=labelled_log(mdp_grid.name),
             executor=executor,
         )
         print(f"{mdp_grid.name}: results in {out / mdp_grid.name}/ (summary.md, cells.csv, checks.csv, heatmap-*.png)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from benchmarks.speed.timing import TimedConfig, interleaved, train_step
 from icrl_gym.config import POSITIVE_INT, checked
 from icrl_gym.models.mdp_transformer import MDPTransformer, MDPTransformerConfig
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "relu, prev_tokens=0 (paper)": {"attention": "relu", "prev_tokens": 0},
     "softmax, prev_tokens=0": {"attention": "softmax", "prev_tokens": 0},
     "softmax, prev_tokens=2 (shipped)": {"attention": "softmax", "prev_tokens": 2},
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = MDPTrainingSpeedConfig.from_command_line(argv)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    cfg = {"n_layer": 4, "n_head": 4, "n_embd": 64}
+    cfg: dict[str, Any] = {"n_layer": 4, "n_head": 4, "n_embd": 64}
     models = {name: MDPTransformer(MDPTransformerConfig(**cfg, **v)) for name, v in VARIANTS.items()}
     optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-3) for name, m in models.items()}
     T, c = 200, next(iter(models.values())).config
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     steps = {name: functools.partial(train_step, model, batch, optimizers[name]) for name, model in models.items()}
     times = interleaved(steps, args.repeats)
     base = float(np.median(times[next(iter(models))]))
-    result = {
+    result: dict[str, Any] = {
         "batch": args.batch,
         "threads": args.threads,
         "tokens_per_run": c.state_token(T - 1) + 1,

@@ -18,6 +18,7 @@ Targets on a 2-core CPU: >= 10,000 env-steps/s with the cache and >= 20x the rec
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from dataclasses import dataclass
@@ -60,6 +61,11 @@ def cached_rollout(agent: TransformerAgent, n: int, steps: int) -> float:
     return n * steps / timed(play)
 
 
+def last_actions(model: BanditTransformer, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The greedy actions after the whole prefix ``inputs``: one forward pass over every step of it."""
+    return model(*inputs)[0][:, -1].argmax(-1)
+
+
 def recompute_rollout(model: BanditTransformer, n: int, steps: int, probes: int) -> float:
     """Env-steps/s of re-running the whole prefix at every step, for ``steps`` steps on ``n`` instances.
 
@@ -77,7 +83,7 @@ def recompute_rollout(model: BanditTransformer, n: int, steps: int, probes: int)
         rewards = torch.randn(n, t)
         inputs = (sets.expand(n, t, *sets.shape[2:]), actions, rewards)
         with torch.no_grad():
-            costs.append(timed(lambda inputs=inputs: model(*inputs)[0][:, -1].argmax(-1)))
+            costs.append(timed(functools.partial(last_actions, model, inputs)))
     total = float(np.interp(np.arange(1, steps + 1), lengths, costs).sum())
     return n * steps / total
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -151,9 +151,10 @@ def random_batch(model: torch.nn.Module, batch: int, device: torch.device) -> tu
     return tuple(x.to(device) for x in (*xs, labels))
 
 
-def rollout(model: torch.nn.Module, sets: torch.Tensor, steps: int, torch_path: bool = False) -> None:
+def rollout(model: Any, sets: torch.Tensor, steps: int, torch_path: bool = False) -> None:
     """Greedy cached rollout: ``sets`` (steps, B, A, d), rewards a fixed function of the action.
 
+    ``model`` is the new transformer or the reference one (different classes, same methods).
     ``torch_path`` takes the PyTorch decode path of the new model (a token-major ``KVCache``; the
     reference has no other path).
     """
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             train_step(old, data)
         tokens = (data[0].shape[1] * 2 - 1) if getattr(new.config, "layout", "") == "paper" else data[0].shape[1]
         if cls == "MDPTransformer":
-            tokens = new.config.state_token(data[0].shape[1] - 1) + 1
+            tokens = cast(Any, new.config).state_token(data[0].shape[1] - 1) + 1
         pairs[name] = (old, new, data, counter.get_total_flops() / args.batch, tokens)
     paper = transformer.BanditTransformer(transformer.TransformerConfig()).to(device).eval()
     paper_old = ref_tf.BanditTransformer(ref_tf.TransformerConfig()).to(device).eval()

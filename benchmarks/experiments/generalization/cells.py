@@ -96,7 +96,7 @@ class GridExperiment(GridSettings):
     """Runs per task of a row (a cell's runs are played in slices of this many, one CRN batch each)."""
 
 
-MATCHED_AND_LINUCB = {
+MATCHED_AND_LINUCB: dict[str, dict[str, Any]] = {
     "Bayes-UCB (matched)": {"name": "linear_bayes_ucb"},
     "TS (matched)": {"name": "linear_ts"},
     "LinUCB (alpha=1)": {"name": "linucb", "alpha": 1.0},

@@ -32,8 +32,8 @@ def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
         return []
     g = float(gen.mean())
     if cell.family == "bernoulli-beta":
-        gittins = [totals.get(k) for k, agent in exp.beta_references.items() if agent["name"] == "gittins"]
-        bound = None if not gittins or gittins[0] is None else BETA_FACTOR * float(gittins[0].mean())
+        gittins_rows = [totals.get(k) for k, agent in exp.beta_references.items() if agent["name"] == "gittins"]
+        bound = None if not gittins_rows or gittins_rows[0] is None else BETA_FACTOR * float(gittins_rows[0].mean())
         return threshold_rows(cell, [(BETA_CHECK, g, bound)])
 
     def mean(label: str) -> float | None:
@@ -67,14 +67,14 @@ def checks(exp: GridExperiment, result: CellResult) -> list[dict[str, Any]]:
         if (spec.num_actions, spec.horizon) == (5, 200):
             out.append(("<= 6.3", g, 6.3))
     else:
-        ref = totals[result.best_reference()]
-        assert ref is not None
+        best = totals[result.best_reference()]
+        assert best is not None
         compared = "/".join(dict.fromkeys(label.split(" (")[0] for label in result.references))
         if cell.family == "held-out":
-            out.append((f"<= 1.15 x best of {compared}", g, 1.15 * float(ref.mean())))
+            out.append((f"<= 1.15 x best of {compared}", g, 1.15 * float(best.mean())))
         elif cell.in_range and cell.base_prior:
-            out.append((f"<= 1.10 x best of {compared}", g, 1.10 * float(ref.mean())))
-        out.append(("p99 <= 1.5 x best reference's p99", regret_quantile(gen), 1.5 * regret_quantile(ref)))
+            out.append((f"<= 1.10 x best of {compared}", g, 1.10 * float(best.mean())))
+        out.append(("p99 <= 1.5 x best reference's p99", regret_quantile(gen), 1.5 * regret_quantile(best)))
         standard = linear_bandit_spec(5, 10, 200, 1.5)
         if spec == standard:
             out.append(("<= 14.5", g, 14.5))

@@ -130,7 +130,7 @@ def write_report(exp: GridExperiment, folder: Path, results: list[CellResult], c
     header = (
         f"# {exp.title}\n\n{runs} runs per row and cell, seed {eval_seed} (common random numbers: every row of a "
         f"cell plays the same instances).  Models: "
-        + ", ".join(f"{k}: {models[k]['checkpoint']} (step {records[k].get('steps')})" for k in kinds if models[k])  # type: ignore[index]
+        + ", ".join(f"{k}: {models[k]['checkpoint']} (step {records[k].get('steps')})" for k in kinds if models[k])
     )
     (folder / "summary.md").write_text(markdown(results, check_rows, header, config["missing"]))
     for family in FAMILIES:

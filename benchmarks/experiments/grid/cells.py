@@ -123,7 +123,7 @@ class CellResult:
         ref = self.totals[best]
         assert ref is not None
         tails = self.tails()
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for name, r in self.totals.items():
             if r is None:
                 out[name] = {"status": self.notes.get(name, "n/a")}

@@ -15,6 +15,7 @@ import numpy as np
 
 from agents import make_agent
 from benchmarks.experiments.grid.cells import MODEL, Cell
+from benchmarks.experiments.rows import as_algorithm
 from icrl_gym.data.mdp_rollout import rollout_mdp
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, MDPSpec
@@ -33,9 +34,9 @@ def total_regret(
     if isinstance(spec, MDPSpec):
         rollouts = rollout_mdp(spec, agent, runs, seed=seed, batch_size=runs, first_batch=first_batch)
         return rollouts.episode_regret.sum(axis=1)
-    return evaluate_regret(spec, make_agent(agent), runs, seed=seed, batch_size=runs, first_batch=first_batch).sum(
-        axis=1
-    )
+    return evaluate_regret(
+        spec, as_algorithm(make_agent(agent)), runs, seed=seed, batch_size=runs, first_batch=first_batch
+    ).sum(axis=1)
 
 
 def slug(text: str) -> str:

@@ -30,7 +30,7 @@ from benchmarks.experiments.rows import (
 )
 from icrl_gym.envs import BanditReward, BanditSpec, MDPSpec, bernoulli_bandit_spec, dark_room_spec, linear_bandit_spec
 
-TABULAR_EXPERTS = {
+TABULAR_EXPERTS: dict[str, dict[str, Any]] = {
     "PSRL": {"name": "psrl"},
     "soft UCB-VI (tau=0.1, bonus x0.01)": SOFT_UCBVI,
     "UCB-VI (bonus x0.01)": {"name": "ucbvi", "bonus_scale": 0.01},
@@ -63,7 +63,7 @@ MDP_BOUNDS = {
 }
 """The last rows of every MDP experiment: uniform play and the optimal policy (the regret's two ends)."""
 
-TABULAR_REFERENCES = {
+TABULAR_REFERENCES: dict[str, dict[str, Any]] = {
     **TABULAR_EXPERTS,
     "UCB-VI (paper bonus)": {"name": "ucbvi"},
     **MDP_BOUNDS,
@@ -183,7 +183,7 @@ def generalist_experiment(
     if spec.reward is BanditReward.BERNOULLI:
         family, size = "bernoulli", f"Bernoulli bandit K={spec.num_actions}, T={spec.horizon}"
         name = f"generalist-bernoulli-k{spec.num_actions}-t{spec.horizon}"
-        references = {
+        references: dict[str, dict[str, Any]] = {
             "Gittins (finite horizon)": {"name": "gittins", "horizon": spec.horizon},
             "TS": {"name": "bernoulli_ts"},
             "UCB": {"name": "ucb"},

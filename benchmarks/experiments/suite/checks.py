@@ -67,12 +67,14 @@ def read_csv(path: Path) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     if not rows:
         raise damaged("it holds no results")
     for exp_name, algs in rows.items():
-        exp = EXPERIMENTS[exp_name]
+        experiment = EXPERIMENTS[exp_name]
         for alg, c in algs.items():
-            if len(c[CURVE_KEYS[0]]) != steps(exp):
-                raise damaged(f"{exp_name} / {alg} has {len(c[CURVE_KEYS[0]])} steps, expected {steps(exp)}")
+            if len(c[CURVE_KEYS[0]]) != steps(experiment):
+                raise damaged(f"{exp_name} / {alg} has {len(c[CURVE_KEYS[0]])} steps, expected {steps(experiment)}")
         absent = [
-            label for label in (*exp.difference, *([exp.reference] if exp.reference else [])) if label not in algs
+            label
+            for label in (*experiment.difference, *([experiment.reference] if experiment.reference else []))
+            if label not in algs
         ]
         if absent:
             raise damaged(f"{exp_name} lacks the rows {absent} that its difference plot needs")

@@ -22,8 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from agents import make_agent
-from benchmarks.experiments.rows import as_algorithm
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
 from icrl_gym.utils.cli import doc_parser
@@ -90,9 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         model = {"name": "linear_generalist", "checkpoint": args.checkpoint, "greedy": not args.sample}
         agents = {model_row: model, **REFERENCES}
         totals = {
-            row: evaluate_regret(
-                spec, as_algorithm(make_agent(agent)), args.runs, seed=args.seed + i, batch_size=args.runs
-            ).sum(1)
+            row: evaluate_regret(spec, agent, args.runs, seed=args.seed + i, batch_size=args.runs).sum(1)
             for row, agent in agents.items()
         }
         table = compare(totals, model_row)

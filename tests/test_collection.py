@@ -191,3 +191,18 @@ def test_old_records_name_the_mdp_posterior_expert_and_mean_the_same():
     assert upgrade_label_fields(bandit) == {**bandit, "posterior": None}
     new = {**mdp, "expert": None, "posterior": {"name": "psrl"}}
     assert upgrade_label_fields(new) == new
+
+
+def test_an_agent_that_is_neither_a_bandit_nor_an_mdp_algorithm_is_refused_by_name():
+    """build_agent plays an algorithm object as it is, builds a spec, and refuses any other agent with a TypeError."""
+    from agents import make_agent
+    from icrl_gym.agent_base import Agent
+    from icrl_gym.data.pipeline import build_agent
+
+    linucb = make_agent("linucb")
+    assert build_agent(linucb) is linucb
+    assert type(build_agent({"name": "linucb"})) is type(linucb)
+    with pytest.raises(TypeError, match="is not a bandit or MDP algorithm"):
+        build_agent(Agent())
+    with pytest.raises(TypeError, match="is not a bandit or MDP algorithm"):
+        evaluate_regret(LINEAR, Agent(), 2)

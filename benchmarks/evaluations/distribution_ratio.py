@@ -19,8 +19,9 @@ import torch
 
 from agents import make_agent, ts_uniform_mixture
 from agents.learned.transformer import TransformerAgent
-from benchmarks.experiments.rows import as_algorithm, as_bandit_agent
+from benchmarks.experiments.rows import as_bandit_agent
 from icrl_gym.data.diagnostics import distribution_ratio
+from icrl_gym.data.pipeline import build_agent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import bernoulli_bandit_spec
 from icrl_gym.utils.cli import doc_parser
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             as_bandit_agent(make_agent(ts_uniform_mixture(float(alpha)), seed=0)), spec,
             args.ratio_runs, seed=args.seed + 1,
         )  # fmt: skip
-        agent = as_algorithm(TransformerAgent.pretrained(f"bernoulli-dpt-alpha{alpha}", seed=0))
+        agent = build_agent(TransformerAgent.pretrained(f"bernoulli-dpt-alpha{alpha}", seed=0))
         tf = evaluate_regret(spec, agent, args.regret_runs, seed=args.seed, batch_size=1000).sum(1)
         gap = tf - ts_regret  # common random numbers: a paired difference
         row = {

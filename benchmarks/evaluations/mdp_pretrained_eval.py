@@ -25,9 +25,9 @@ import numpy as np
 from agents import make_agent
 from agents.learned.mdp_transformer import MDPTransformerAgent
 from benchmarks.evaluations.pretrained_eval import EVAL_SEED, mean_se, models_parser, paired_difference, selected_models
-from benchmarks.experiments.rows import as_algorithm
 from icrl_gym.checkpoint import CheckpointKind
 from icrl_gym.data.mdp_rollout import rollout_mdp
+from icrl_gym.data.pipeline import build_agent
 from icrl_gym.envs import MDPKind, MDPSpec
 
 BATCH = 500
@@ -74,7 +74,7 @@ def evaluate_model(name: str, runs: int) -> dict:
             rows[label], totals[label] = rows[same], totals[same]
             continue
         start = time.perf_counter()
-        out = rollout_mdp(spec, as_algorithm(make_agent(config, seed=0)), runs, seed=EVAL_SEED, batch_size=BATCH)
+        out = rollout_mdp(spec, build_agent(make_agent(config, seed=0)), runs, seed=EVAL_SEED, batch_size=BATCH)
         regret = out.episode_regret
         totals[label] = regret.sum(axis=1)
         v_star = out.v_star

@@ -28,12 +28,12 @@ from benchmarks.experiments.rows import (
     BERNOULLI_BASELINES,
     LINEAR_BASELINES,
     PAPER_TS,
-    as_algorithm,
     as_bandit_agent,
 )
 from benchmarks.stats import mean_se
 from icrl_gym.checkpoint import CheckpointKind, pretrained_names
 from icrl_gym.data.diagnostics import imitation_error
+from icrl_gym.data.pipeline import build_agent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditReward, BanditSpec
 from icrl_gym.utils.cli import doc_parser
@@ -72,7 +72,7 @@ def evaluate_model(name: str, runs: int, imitation_runs: int) -> dict:
     expert = reduced_expert(probe.meta)
     tf_totals = {}
     for greedy in (False, True):
-        agent = as_algorithm(TransformerAgent.pretrained(name, greedy=greedy, seed=0))
+        agent = build_agent(TransformerAgent.pretrained(name, greedy=greedy, seed=0))
         start = time.perf_counter()
         label = "TF (greedy)" if greedy else "TF (sampled)"
         regret = evaluate_regret(spec, agent, runs, seed=EVAL_SEED, batch_size=BATCH)

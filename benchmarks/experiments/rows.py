@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.bandit.linear_posterior import PAPER_TS_PRIOR
-from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
+from icrl_gym.algorithm import Agent, BanditAgent
 
 PAPER_TS = {"name": "linear_ts", **PAPER_TS_PRIOR}
 """The paper's linear TS: its N(0, I_d) prior on w* ~ Unif([0,1]^d) (misspecified); the noise level is the env's.
@@ -72,13 +72,6 @@ def mdp_generalist(name: str = "tabular-mdp-generalist") -> dict[str, Any]:
 def bayes_dpt(posterior: str, greedy: bool) -> dict[str, Any]:
     """The Bayes-optimal DPT policy on ``posterior``'s P(a* = a | D): what a perfectly pretrained DPT model does."""
     return {"name": "posterior_optimal_action", "posterior": {"name": posterior}, "greedy": greedy}
-
-
-def as_algorithm(agent: Agent[Any]) -> BanditAgent | MDPAgent:
-    """``agent`` (as ``make_agent`` builds it) as the bandit or MDP algorithm a rollout plays; ``TypeError`` if not."""
-    if not isinstance(agent, BanditAgent | MDPAgent):
-        raise TypeError(f"{type(agent).__name__} is not a bandit or MDP algorithm")
-    return agent
 
 
 def as_bandit_agent(agent: Agent[Any]) -> BanditAgent:

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypedDict, TypeVar
 
 import numpy as np
 
-from icrl_gym.algorithm import BanditAgent, MDPAgent
+from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 from icrl_gym.data.crn import CRNBatch, crn_batches
 from icrl_gym.data.labels import AgentSpec, Labelling, LabelMode
 from icrl_gym.registry import make_agent
@@ -185,9 +185,9 @@ def run_collection(
     return recorder.result(out, meta)
 
 
-def build_agent(spec: AgentSpec) -> Algorithm:
-    """The algorithm ``spec`` names (an agent object is used as it is)."""
-    agent = spec if isinstance(spec, BanditAgent | MDPAgent) else make_agent(spec)
+def build_agent(spec: AgentSpec | Agent[Any]) -> Algorithm:
+    """The algorithm ``spec`` names (an agent object is used as it is); ``TypeError`` unless a bandit or MDP one."""
+    agent = spec if isinstance(spec, Agent) else make_agent(spec)
     if not isinstance(agent, BanditAgent | MDPAgent):
         raise TypeError(f"{spec!r} is not a bandit or MDP algorithm")
     return agent

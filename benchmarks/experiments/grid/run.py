@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from agents import make_agent
 from benchmarks.experiments.grid.cells import MODEL, Cell
-from benchmarks.experiments.rows import as_algorithm
 from icrl_gym.data.mdp_rollout import rollout_mdp
+from icrl_gym.data.pipeline import build_agent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, MDPSpec
 from icrl_gym.registry import agent_class
@@ -34,9 +33,9 @@ def total_regret(
     if isinstance(spec, MDPSpec):
         rollouts = rollout_mdp(spec, agent, runs, seed=seed, batch_size=runs, first_batch=first_batch)
         return rollouts.episode_regret.sum(axis=1)
-    return evaluate_regret(
-        spec, as_algorithm(make_agent(agent)), runs, seed=seed, batch_size=runs, first_batch=first_batch
-    ).sum(axis=1)
+    return evaluate_regret(spec, build_agent(agent), runs, seed=seed, batch_size=runs, first_batch=first_batch).sum(
+        axis=1
+    )
 
 
 def slug(text: str) -> str:

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from agents import make_agent
-from benchmarks.experiments.rows import LEARNED, as_algorithm
+from benchmarks.experiments.rows import LEARNED
 from benchmarks.experiments.suite.cells import Experiment
 from icrl_gym.data.mdp_rollout import rollout_mdp
+from icrl_gym.data.pipeline import build_agent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import BanditSpec, MDPSpec
 
@@ -60,7 +60,7 @@ def play_row(env: BanditSpec | MDPSpec, spec: dict[str, Any], runs: int, seed: i
     numbers of ``seed``, one batch of ``runs``), so the rows of an experiment can be played in any
     order, in any process, and give the same curves.
     """
-    agent = as_algorithm(make_agent(spec))  # a learned agent checks its checkpoint against the environment at reset
+    agent = build_agent(spec)  # a learned agent checks its checkpoint against the environment at reset
     if isinstance(env, MDPSpec):  # regret per episode: V* - return of episode k
         regret = rollout_mdp(env, agent, runs, seed=seed, batch_size=runs).episode_regret
     else:  # regret per step: max_k <a_k, w*> - <a_t, w*>

@@ -21,6 +21,7 @@ from agents.bandit.bayes_ucb import BayesUCB, LinearBayesUCB
 from agents.bandit.bernoulli_bayes_optimal import BernoulliBayesOptimal
 from agents.bandit.box_posterior import BoxPosteriorMC
 from agents.bandit.empirical_mean import EmpiricalMean
+from agents.bandit.family_gittins import FamilyGittins
 from agents.bandit.gittins import Gittins
 from agents.bandit.index_agent import IndexAgent
 from agents.bandit.kl_ucb import KLUCB
@@ -47,6 +48,7 @@ for _algorithm in (
     LinearThompson,
     BernoulliThompson,
     Gittins,
+    FamilyGittins,
     UCB,
     KLUCB,
     BayesUCB,

@@ -233,6 +233,7 @@ SMALL = {
 LINEAR = {*LINEAR_EXPERTS, "optimal", "uniform", "model_averaged_bayes_ucb", "safety_net"}
 SPECS = {
     "gittins": {"name": "gittins", "horizon": 8},
+    "family_gittins": {"name": "family_gittins", "horizon": 8},
     "safety_net": {"name": "safety_net", "inner": {"name": "linucb"}},
     "mixture": {"name": "mixture", "components": [{"name": "bernoulli_ts"}, {"name": "ucb"}], "weights": [0.5, 0.5]},
     "posterior_optimal_action": {

@@ -456,6 +456,58 @@ def test_the_beta_family_batches_need_a_teacher_and_draw_each_instance_its_own_p
     assert abs((centred[:, 0] * centred[:, 1]).mean() - expected) < 0.01 and abs(means.mean() - 0.5) < 0.02
 
 
+def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_recounted_counts(tmp_path):
+    """With ``family_index`` the labels are softmax(G / label_temperature) of the family Gittins index, G read
+    here at each query step from the counts recounted from the trajectory, the mixture's moments summed over
+    the 16 priors one by one; with no exploration and no DAgger the index plays; the Beta-family instances
+    (no told table) are allowed, a teacher beside it is not."""
+    from scipy.special import betaln
+
+    from agents.bandit.family_gittins import BETA_FAMILY, FamilyGittinsIndex
+    from icrl_gym.estimators.gittins import BetaGittins
+    from icrl_gym.training.generalist import Experts, sample_batch
+
+    with pytest.raises(ValueError, match="keep one"):
+        tiny_generalist_config(tmp_path / "r", tmp_path / "c", teacher=str(_checkpoint(tmp_path)), family_index=True)
+    temperature = 0.02
+    cfg = tiny_generalist_config(
+        tmp_path / "run",
+        tmp_path / "cache",
+        family_index=True,
+        beta_family_fraction=0.5,
+        label_temperature=temperature,
+        max_epsilon=0.0,
+        dagger_start=10**6,
+    )
+    assert len(cfg.checkpoint_fields()["family_index"]["beta_priors"]) == 16
+    family = FamilyGittinsIndex(cfg.max_horizon, BETA_FAMILY)
+    lattice = BetaGittins.build(family.tables.horizon)
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        batch = sample_batch(cfg, Experts(family=family), rng)
+        k, horizon = batch.num_arms, batch.horizon
+        for i in range(batch.size):
+            for t in range(horizon):
+                acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
+                s = np.array([rews[acts == a].sum() for a in range(k)])
+                f = np.array([(acts == a).sum() for a in range(k)]) - s
+                log_w = np.array([sum(betaln(a + s, b + f) - betaln(a, b)) for a, b in BETA_FAMILY])
+                w = np.exp(log_w - log_w.max()) / np.exp(log_w - log_w.max()).sum()
+                index = []
+                for arm in range(k):
+                    mu = [(a + s[arm]) / (a + b + s[arm] + f[arm]) for a, b in BETA_FAMILY]
+                    n = [a + b + s[arm] + f[arm] for a, b in BETA_FAMILY]
+                    mean = sum(wj * m for wj, m in zip(w, mu, strict=True))
+                    second = sum(wj * (m * (1 - m) / (nj + 1) + m * m) for wj, m, nj in zip(w, mu, n, strict=True))
+                    c = mean * (1 - mean) / (second - mean**2) - 1
+                    index.append(float(lattice.index(np.array(mean * c), np.array((1 - mean) * c), horizon - t)))
+                values = np.array(index)
+                assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-9)  # the index played
+                for j in np.flatnonzero(batch.query_steps[i] == t):
+                    target = np.exp((values - values.max()) / temperature)
+                    np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
+
+
 def test_exact_batches_are_labelled_by_the_family_bayes_dp_at_the_counts_of_the_trajectory(tmp_path):
     """An exact batch takes (K, T) from ``exact_cells``; at every query step its label is
     softmax((Q - max Q) / exact_temperature) of the mixture's Q-values, enumerated here over histories

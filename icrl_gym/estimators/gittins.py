@@ -138,6 +138,72 @@ def gittins_table(horizon: int, prior_a: float = 1.0, prior_b: float = 1.0, grid
     return table
 
 
+HALF_INTEGER_PRIORS = ((0.5, 0.5), (0.5, 1.0), (1.0, 0.5), (1.0, 1.0))
+"""The four priors whose tables hold G for every half-integer Beta(alpha, beta), alpha, beta >= 1/2."""
+
+
+class BetaGittins:
+    """G(Beta(alpha, beta), m) for any real alpha, beta >= 1/2, from the tables of :data:`HALF_INTEGER_PRIORS`.
+
+    The table of prior (a0, b0) holds G(Beta(a0 + s, b0 + f), m) for integers s, f >= 0, so the four priors
+    a0, b0 in {1/2, 1} hold every point of the half-integer lattice (alpha, beta) in (Z / 2)^2, alpha, beta
+    >= 1/2.  Between lattice points the index is interpolated bilinearly in (alpha, beta): G is continuous
+    in the posterior's parameters, and the lattice's step of 1/2 pseudo-count is small beside the counts
+    of an arm pulled a few times.  ``horizon`` is the largest m + alpha + beta asked for (a table for N
+    holds s + f + m <= N + 1); a state beyond it keeps its mean alpha / (alpha + beta) and has its
+    pseudo-counts scaled down to fit (a slightly wider posterior, never an error).  It is how an index
+    policy reads the Gittins index of a posterior that is not a Beta of integer counts, e.g. the
+    moment-matched posterior of a mixture (:mod:`agents.bandit.family_gittins`).
+    """
+
+    def __init__(self, tables: dict[tuple[float, float], GittinsTable]) -> None:
+        if set(tables) != set(HALF_INTEGER_PRIORS):
+            raise ValueError(f"BetaGittins needs the tables of the priors {HALF_INTEGER_PRIORS}, got {sorted(tables)}")
+        self.tables = tables
+        self.horizon = min(table.horizon for table in tables.values())
+
+    @classmethod
+    def build(cls, horizon: int, cache_dir: str | os.PathLike | None = None) -> BetaGittins:
+        """The four tables for N = ``horizon`` (kept in ``cache_dir`` when given: :func:`cached_gittins_table`)."""
+        if cache_dir is None:
+            return cls({prior: gittins_table(horizon, *prior) for prior in HALF_INTEGER_PRIORS})
+        return cls({prior: cached_gittins_table(horizon, cache_dir, *prior) for prior in HALF_INTEGER_PRIORS})
+
+    def index(self, alpha: np.ndarray, beta: np.ndarray, remaining: int) -> np.ndarray:
+        """G(Beta(alpha, beta), ``remaining``) elementwise; alpha and beta are clipped to >= 1/2."""
+        if not 1 <= remaining <= self.horizon:
+            raise IndexError(f"{remaining} pulls left: the tables hold 1 to {self.horizon}")
+        twice_a = np.maximum(2.0 * np.asarray(alpha, dtype=np.float64), 1.0)
+        twice_b = np.maximum(2.0 * np.asarray(beta, dtype=np.float64), 1.0)
+        room = self.horizon + 1 - remaining  # alpha + beta + 1 (the upper lattice point) within s + f + m <= N + 1
+        scale = np.minimum(1.0, 2.0 * room / (twice_a + twice_b))
+        twice_a, twice_b = np.maximum(twice_a * scale, 1.0), np.maximum(twice_b * scale, 1.0)
+        low_a, low_b = np.floor(twice_a), np.floor(twice_b)
+        frac_a, frac_b = twice_a - low_a, twice_b - low_b
+        out = np.zeros(np.broadcast(twice_a, twice_b).shape)
+        for step_a, weight_a in ((0, 1.0 - frac_a), (1, frac_a)):
+            for step_b, weight_b in ((0, 1.0 - frac_b), (1, frac_b)):
+                out += weight_a * weight_b * self._lattice(low_a + step_a, low_b + step_b, remaining)
+        return out
+
+    def _lattice(self, twice_a: np.ndarray, twice_b: np.ndarray, remaining: int) -> np.ndarray:
+        """G at the lattice points (twice_a / 2, twice_b / 2), integers twice_a, twice_b >= 1."""
+        twice_a, twice_b = np.broadcast_arrays(twice_a.astype(np.int64), twice_b.astype(np.int64))
+        odd_a, odd_b = twice_a % 2 == 1, twice_b % 2 == 1  # alpha = 1/2 + s, else 1 + s
+        out = np.empty(twice_a.shape, dtype=np.float64)
+        for prior, rows in (
+            ((0.5, 0.5), odd_a & odd_b),
+            ((0.5, 1.0), odd_a & ~odd_b),
+            ((1.0, 0.5), ~odd_a & odd_b),
+            ((1.0, 1.0), ~odd_a & ~odd_b),
+        ):
+            if rows.any():
+                s = (twice_a[rows] - 2 * prior[0]) // 2
+                f = (twice_b[rows] - 2 * prior[1]) // 2
+                out[rows] = self.tables[prior].lookup(s.astype(np.int64), f.astype(np.int64), remaining)
+        return out
+
+
 CACHE_ENV = "ICRL_GYM_GITTINS_CACHE"
 """Environment variable naming the directory the Gittins agent keeps its tables in (unset: none)."""
 

@@ -42,6 +42,7 @@ from agents.bandit.bernoulli_bayes_optimal import (
     family_bayes_table,
     successors,
 )
+from agents.bandit.family_gittins import BETA_FAMILY
 from icrl_gym.models.generalist import GeneralistTransformer
 
 Policy = Callable[[int, np.ndarray], np.ndarray]
@@ -50,10 +51,6 @@ Policy = Callable[[int, np.ndarray], np.ndarray]
 
 MODEL_CHUNK = 65_536
 """Count states the Bernoulli generalist scores at once when it is evaluated exactly (:func:`generalist_policy`)."""
-
-
-BETA_FAMILY = tuple((a, b) for a in (0.5, 1.0, 2.0, 5.0) for b in (0.5, 1.0, 2.0, 5.0))
-"""The 16 Beta(a, b) priors, a, b in {0.5, 1, 2, 5}: the family of the exact validation."""
 
 
 def expected_best_mean(a: float, b: float, num_arms: int) -> float:

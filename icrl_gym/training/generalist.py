@@ -31,6 +31,14 @@ faster network.  No Gittins table is built then, so the batches may also come fr
 'beta_family' prior (``beta_family_fraction``: every instance its own Beta(a, b), a and b
 log-uniform in [0.3, 10]), whose told expert would need one table per instance.
 
+The family Gittins index (``family_index``): the same, with the family Gittins index of
+:mod:`agents.bandit.family_gittins` in place of the teacher, as the behaviour and as the labels
+(softmax(G / label_temperature), the maximisers at 0).  That index is not told the prior either: it
+weighs the 16 Beta(a, b) priors of :data:`~agents.bandit.family_gittins.BETA_FAMILY` by their evidence
+in the counts and reads the Gittins index of each arm's moment-matched posterior, so its labels are an
+uninformed policy's, which the model can copy exactly from the trajectory (told-prior labels teach at
+best their posterior vote).  Its tables are built once for ``max_horizon``.
+
 Exact batches (``exact_fraction``): where the family-Bayes DP is computable (``exact_cells``, e.g.
 K = 2 with T = 100 and 200, K = 3 with T = 50), a batch may take its (K, T) from those cells, its
 instances from the uniform mixture over the 16 Beta(a, b) priors of the exact validation
@@ -64,6 +72,7 @@ import numpy as np
 import torch
 
 from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, count_states, family_bayes_advantages
+from agents.bandit.family_gittins import FamilyGittinsIndex
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
@@ -128,8 +137,12 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     teacher: str = ""
     """A Bernoulli generalist checkpoint (shipped name or path) that plays the behaviour and labels the
     queries instead of the Gittins expert: distillation (module docstring).  '': the Gittins expert."""
+    family_index: bool = False
+    """Label (and play) the batches that are not exact with the family Gittins index instead of the Gittins
+    expert told the batch's prior or a teacher (module docstring)."""
     beta_family_fraction: float = checked(0.0, PROBABILITY)
-    """With a ``teacher``: the probability that a batch's instances come from the 'beta_family' prior."""
+    """With a ``teacher`` or ``family_index``: the probability that a batch's instances come from the
+    'beta_family' prior."""
     exact_fraction: float = checked(0.0, PROBABILITY)
     """The probability that a batch is exact: a (K, T) of ``exact_cells``, instances from the 16 Beta priors'
     mixture, labels from its family-Bayes DP (module docstring)."""
@@ -171,6 +184,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         fields: dict[str, Any] = {"env": TRAINED_ENV, "trained_range": trained}
         if self.teacher:
             fields["teacher"] = {"checkpoint": self.teacher, "weights_sha256": self._teacher_sha256}
+        if self.family_index:
+            fields["family_index"] = {"beta_priors": [list(pair) for pair in BETA_FAMILY]}
         return fields
 
     def check(self) -> None:
@@ -188,10 +203,12 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 self._teacher_sha256 = read_record(find_checkpoint(self.teacher)).meta.get("weights_sha256")
             except (FileNotFoundError, ValueError) as err:
                 raise ValueError(f"GeneralistTrainConfig.teacher={self.teacher!r}: {err}") from err
-        if self.beta_family_fraction > 0 and not self.teacher:
+        if self.teacher and self.family_index:
+            raise ValueError("GeneralistTrainConfig: a teacher and family_index both label the batches; keep one")
+        if self.beta_family_fraction > 0 and not (self.teacher or self.family_index):
             raise ValueError(
-                "GeneralistTrainConfig.beta_family_fraction > 0 needs a teacher: the Gittins expert told each "
-                "instance's own Beta prior would need a table per instance"
+                "GeneralistTrainConfig.beta_family_fraction > 0 needs a teacher or family_index: the Gittins expert "
+                "told each instance's own Beta prior would need a table per instance"
             )
         for cell in self.exact_cells:
             if not isinstance(cell, (list, tuple)) or len(cell) != 2 or not all(isinstance(v, int) for v in cell):
@@ -305,7 +322,23 @@ class TeacherExpert:
         self.play.tell(actions, rewards)
 
 
-Expert = GittinsExpert | TeacherExpert | FamilyBayesExpert
+class FamilyIndexExpert:
+    """The family Gittins index of B runs' arms, from their counts (:class:`FamilyGittinsIndex`)."""
+
+    def __init__(self, index: FamilyGittinsIndex, b: int, k: int, horizon: int) -> None:
+        self.index, self.stats, self.horizon = index, ArmStatistics(b, k), horizon
+
+    def scores(self, t: int) -> np.ndarray:
+        """The index (B, K) before step t."""
+        s = self.stats.sums.astype(np.int64)
+        return self.index.scores(s, self.stats.counts.astype(np.int64) - s, self.horizon - t)
+
+    def tell(self, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """Count step t's pulls."""
+        self.stats.update(actions, rewards)
+
+
+Expert = GittinsExpert | TeacherExpert | FamilyBayesExpert | FamilyIndexExpert
 """What scores the arms of a batch's runs: it labels the queries and, without DAgger, plays."""
 
 
@@ -319,6 +352,8 @@ class Experts:
     """The distillation's teacher, in place of the Gittins expert."""
     exact: Callable[[int, int], list[np.ndarray]] | None = None
     """The family-Bayes DP's advantages per layer of (K, T) (exact batches)."""
+    family: FamilyGittinsIndex | None = None
+    """The family Gittins index, in place of the Gittins expert (``family_index``)."""
 
 
 def rollout(
@@ -418,6 +453,8 @@ def sample_batch(
         means, prior = sample_prior(cfg, rng, b, k)
         if experts.teacher is not None:
             expert = TeacherExpert(experts.teacher, b, k, horizon)
+        elif experts.family is not None:
+            expert = FamilyIndexExpert(experts.family, b, k, horizon)
         elif experts.gittins is not None:
             expert = GittinsExpert(experts.gittins(*prior), b, k, horizon)
         else:
@@ -503,6 +540,8 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
 
         exact = functools.cache(partial(family_bayes_advantages, priors=np.array(BETA_FAMILY)))  # built once per (K, T)
         experts = Experts(gittins=tables, exact=exact)
+        if cfg.family_index:
+            experts.family = FamilyGittinsIndex(cfg.max_horizon, BETA_FAMILY, cache_dir=cfg.table_cache)
         if cfg.teacher:
             experts.teacher, _ = load_checkpoint(
                 find_checkpoint(cfg.teacher), device, kind=CheckpointKind.GENERALIST_TRANSFORMER

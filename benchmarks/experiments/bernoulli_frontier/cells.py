@@ -20,7 +20,13 @@ MONTE_CARLO_OUTPUTS = ("uninformed.csv", "uninformed.json")
 """The files the Monte-Carlo rows write to ``--out``."""
 
 
-MONTE_CARLO_POLICIES = ("Gittins told U[0, 1]", "posterior vote", "evidence-mixed index", "model (greedy)")
+MONTE_CARLO_POLICIES = (
+    "Gittins told U[0, 1]",
+    "posterior vote",
+    "evidence-mixed index",
+    "family Gittins",
+    "model (greedy)",
+)
 """The Monte-Carlo rows' policies besides told Gittins (``--policies`` keeps some of them)."""
 
 

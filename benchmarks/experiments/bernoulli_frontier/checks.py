@@ -54,9 +54,11 @@ def monte_carlo_memory_bytes(num_arms: int, horizon: int, num_priors: int, runs:
 
     Per run: the uniform draws of every step (T float64) and, per arm, the counts, the means and the
     J members' indices and posterior weights (about 4 J + 8 numbers); then the Gittins tables of the
-    J priors and of U[0, 1].
+    J priors and of U[0, 1], and the family Gittins index's four lattice tables (for T plus the largest
+    prior strength, at most 12 more steps here).
     """
-    return 8 * runs * (horizon + num_arms * (4 * num_priors + 8)) + gittins_memory_bytes(horizon, num_priors + 1)
+    per_run = 8 * runs * (horizon + num_arms * (4 * num_priors + 8))
+    return per_run + gittins_memory_bytes(horizon, num_priors + 1) + gittins_memory_bytes(horizon + 12, 4)
 
 
 def memory_limit_bytes(gib: float | None) -> float:

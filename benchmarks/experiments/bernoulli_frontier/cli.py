@@ -29,8 +29,9 @@ sees only the history x, learns at best P(label = k | x) = sum_j w_j(x) 1[k maxi
 with w_j(x) the posterior of the prior (:class:`~agents.bandit.bernoulli_bayes_optimal.FamilyPredictive`);
 played greedily that is the *posterior vote* of the told experts -- not the family-Bayes policy.
 The Monte-Carlo rows play it next to told Gittins, Gittins told U[0, 1] (what the shipped
-generalist imitates) and the evidence-mixed index sum_j w_j(x) G_j, on the same instances and
-reward draws (common random numbers).
+generalist imitates), the evidence-mixed index sum_j w_j(x) G_j and the family Gittins index (the
+Gittins index of each arm's moment-matched posterior under the family, :mod:`agents.bandit.family_gittins`),
+on the same instances and reward draws (common random numbers).
 
 Command line (at T = 200 on one core: 10.5 min for the first exact pass, 4 min per further
 weighting; the Monte-Carlo rows at K = 2, 5, 10, 20 with 1,000 runs: 3 min)::

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, family_bayes_table
+from agents.bandit.family_gittins import FamilyGittinsIndex
 from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.memory import EXPERT_STEP_BYTES, MODEL_STEP_BYTES
 from benchmarks.executor.store import FileTaskStore
@@ -181,7 +182,7 @@ def uninformed_slice(
     tables = [cached_gittins_table(horizon, cache_dir, a_, b_) for a_, b_ in grid]
     uniform = cached_gittins_table(horizon, cache_dir, 1.0, 1.0)
     family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
-    names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index"]
+    names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index", "family Gittins"]
     names += [] if generalist is None else ["model (greedy)"]
     if policies is not None:
         names = [name for name in names if name == "told Gittins" or name in policies]
@@ -196,6 +197,9 @@ def uninformed_slice(
             return lambda s, f, t: uniform.lookup(s, f, horizon - t)
         if name == "model (greedy)" and generalist is not None:
             return lambda s, f, t: generalist_logits_at(generalist, s, f, t, horizon)
+        if name == "family Gittins":
+            index = FamilyGittinsIndex(horizon, grid, cache_dir=cache_dir)
+            return lambda s, f, t: index.scores(s, f, horizon - t)
         return lambda s, f, t: uninformed_indices(tables, family, s, f, horizon - t)[name]
 
     return {name: play_index(scores(name), means, draws, np.random.default_rng([seed, j, 1, index])) for name in names}
@@ -382,6 +386,8 @@ def uninformed_regrets(
     """
     for a, b in [*priors, (1.0, 1.0)]:  # built once here and cached in cache_dir: every slice loads them
         cached_gittins_table(horizon, cache_dir, a, b)
+    if policies is None or "family Gittins" in policies:
+        FamilyGittinsIndex(horizon, priors, cache_dir=cache_dir)  # its four lattice tables, likewise
     tasks = [
         UninformedTask(
             num_arms,

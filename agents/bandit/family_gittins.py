@@ -1,0 +1,179 @@
+"""The family Gittins index: a Bernoulli-bandit index that infers the arms' Beta prior in context.
+
+The arms' means are iid Beta(a_J, b_J) for a prior J of a finite family {(a_j, b_j)} (by default the 16
+priors a, b in {1/2, 1, 2, 5} of :data:`BETA_FAMILY`) that the agent is not told.  Given the counts x =
+(s_1, f_1, ..., s_K, f_K) the posterior of J is
+
+    w_j(x) ∝ pi_j prod_k B(a_j + s_k, b_j + f_k) / B(a_j, b_j)
+
+(:class:`~agents.bandit.bernoulli_bayes_optimal.FamilyPredictive`, pi uniform), and arm k's mean has the
+mixture posterior sum_j w_j(x) Beta(a_j + s_k, b_j + f_k), with mean and variance
+
+    m_k = sum_j w_j mu_jk,   v_k = sum_j w_j (sigma2_jk + mu_jk^2) - m_k^2,
+    mu_jk = (a_j + s_k) / n_jk,   sigma2_jk = mu_jk (1 - mu_jk) / (n_jk + 1),   n_jk = a_j + b_j + s_k + f_k.
+
+The index is the finite-horizon Gittins index (Gittins, Glazebrook & Weber, ch. 7) of the Beta with that
+mean and variance (moment matching),
+
+    alpha_k = m_k c_k,   beta_k = (1 - m_k) c_k,   c_k = m_k (1 - m_k) / v_k - 1,
+
+with T - t pulls left, read from the half-integer lattice of Gittins tables
+(:class:`~icrl_gym.estimators.gittins.BetaGittins`).  A one-member family is the Gittins policy told that
+prior.  It is the Bernoulli sibling of the model-averaged indices of linear bandits
+(:mod:`agents.bandit.model_average`): the evidence weighs the priors, the mixture's spread widens the
+index while the prior is uncertain, and it narrows to the told prior's index as the evidence settles.
+Two approximations separate it from the family-Bayes optimal policy
+(:class:`~agents.bandit.bernoulli_bayes_optimal.BernoulliBayesOptimal` with a ``hyperprior``, computable
+only for K <= 3 at short horizons): the Beta moment match of the mixture, and the index policy itself,
+which ignores that one arm's pulls inform every other arm's prior.
+
+Measured on the Bernoulli frontier's Monte-Carlo cells (K = 5, 10, 20, T = 200, the 16 priors; the
+results page has the table), it is within 1.25x of the Gittins index told the prior on far more priors
+than the index mixture sum_j w_j G_j, and the moment match is what makes the difference under the
+concentrated priors (Beta(5, 1/2): the told prior's index once the evidence has settled, where the index
+mixture keeps a share of the diffuse members' exploration).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, check_hyperprior, check_hyperprior_weights
+from agents.bandit.index_agent import IndexAgent
+from icrl_gym.algorithm import resolve_horizon
+from icrl_gym.envs.validation import check_integer
+from icrl_gym.estimators.gittins import BetaGittins, gittins_build_bytes, gittins_cache_dir
+from icrl_gym.estimators.statistics import ArmStatistics
+
+BETA_FAMILY = tuple((a, b) for a in (0.5, 1.0, 2.0, 5.0) for b in (0.5, 1.0, 2.0, 5.0))
+"""The 16 Beta(a, b) priors, a, b in {1/2, 1, 2, 5}: the family of the Bernoulli frontier and its exact validation."""
+
+
+def family_moments(model: FamilyPredictive, s: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance (B, K) of every arm's mixture posterior sum_j w_j(x) Beta(a_j + s_k, b_j + f_k).
+
+    ``s``, ``f`` (B, K) integer successes and failures; w_j(x) from every arm's counts (module docstring).
+    """
+    w = model.posterior(np.stack([s, f], axis=-1).reshape(len(s), -1))[:, None, :]  # (B, 1, J)
+    a = model.priors[:, 0] + s[..., None]
+    n = model.priors.sum(axis=1) + (s + f)[..., None]  # (B, K, J)
+    mu = a / n
+    mean = (w * mu).sum(axis=-1)
+    second = (w * (mu * (1.0 - mu) / (n + 1.0) + mu**2)).sum(axis=-1)
+    return mean, np.maximum(second - mean**2, 0.0)
+
+
+def matched_beta(mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Beta(alpha, beta) with the given mean in (0, 1) and variance: c = mean (1 - mean) / var - 1 pseudo-counts.
+
+    A variance at or above a Bernoulli's, mean (1 - mean), has no Beta; it and a zero variance are clipped to
+    c in [1e-6, 1e9] (the lattice reader clips alpha, beta >= 1/2 and to its room in any case).
+    """
+    c = np.clip(mean * (1.0 - mean) / np.maximum(var, 1e-300) - 1.0, 1e-6, 1e9)
+    return mean * c, (1.0 - mean) * c
+
+
+class FamilyGittinsIndex:
+    """The family Gittins index of B runs' arms from their counts (module docstring).
+
+    ``priors`` (J, 2) the family, ``weights`` (J,) its prior mass pi (None: uniform), ``horizon`` the longest
+    run; the Gittins tables are built for ``horizon`` plus the largest prior strength a_j + b_j (the
+    matched Beta's pseudo-counts never exceed it plus the pulls), kept in ``cache_dir`` when given.
+    """
+
+    def __init__(
+        self,
+        horizon: int,
+        priors: Any = BETA_FAMILY,
+        weights: Any = None,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        grid = np.asarray(check_hyperprior(priors, "priors"), dtype=np.float64)
+        self.model = FamilyPredictive(grid, np.ones(len(grid)) if weights is None else np.asarray(weights), horizon)
+        self.horizon = int(horizon)
+        self.tables = BetaGittins.build(self.table_horizon(horizon, grid), cache_dir)
+
+    @staticmethod
+    def table_horizon(horizon: int, priors: np.ndarray) -> int:
+        """N of the lattice's tables for runs of ``horizon`` steps: T + max_j ceil(a_j + b_j) + 1."""
+        return int(horizon + np.ceil(np.asarray(priors, dtype=np.float64).sum(axis=1).max()) + 1)
+
+    def scores(self, s: np.ndarray, f: np.ndarray, remaining: int) -> np.ndarray:
+        """G(Beta(alpha_k, beta_k), ``remaining``) (B, K) for counts ``s``, ``f`` (B, K)."""
+        alpha, beta = matched_beta(*family_moments(self.model, s, f))
+        return self.tables.index(alpha, beta, remaining)
+
+
+class FamilyGittins(IndexAgent):
+    """Pulls the arm with the largest family Gittins index (module docstring): not told the arms' prior.
+
+    ``hyperprior`` the family of Beta priors (default :data:`BETA_FAMILY`), ``hyperprior_weights`` their
+    prior mass (default uniform); T is the environment's (the constructor's ``horizon`` for runs whose
+    environment states none).  ``cache_dir`` (else ``$ICRL_GYM_GITTINS_CACHE``) keeps the four lattice
+    tables between processes (a few minutes to build at T = 500).
+    """
+
+    name = "family_gittins"
+    binary_rewards = True
+    stats: ArmStatistics
+    """Successes and pulls of every arm of every run (set by ``reset``)."""
+    family: FamilyGittinsIndex
+    """The index of the family for this reset's horizon (set by ``reset``)."""
+
+    def __init__(
+        self,
+        horizon: int | None = None,
+        hyperprior: list[list[float]] | None = None,
+        hyperprior_weights: list[float] | None = None,
+        seed: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(temperature=0.0, seed=seed)
+        self.default_horizon = None if horizon is None else check_integer("horizon", horizon)
+        self.horizon = self.default_horizon or 0
+        self.hyperprior = check_hyperprior(BETA_FAMILY if hyperprior is None else hyperprior)
+        self.hyperprior_weights = (
+            None
+            if hyperprior_weights is None
+            else check_hyperprior_weights(hyperprior_weights, len(self.hyperprior), "hyperprior_weights")
+        )
+        self.cache_dir = gittins_cache_dir(cache_dir)
+        self._built: FamilyGittinsIndex | None = None
+
+    def _start(self, info: dict[str, Any]) -> None:
+        self.horizon = resolve_horizon(info, self.default_horizon, "FamilyGittins")
+        super()._start(info)
+
+    def _memory_bytes(self) -> int:
+        """The base statistics and the four lattice tables."""
+        n = FamilyGittinsIndex.table_horizon(self.horizon, np.asarray(self.hyperprior))
+        return super()._memory_bytes() + 4 * gittins_build_bytes(n)
+
+    def _reset(self, w_star: np.ndarray | None) -> None:
+        self.stats = ArmStatistics(self.batch_size, self.num_actions)
+        if self._built is None or self._built.horizon < self.horizon:  # one index serves every shorter horizon
+            self._built = FamilyGittinsIndex(self.horizon, self.hyperprior, self.hyperprior_weights, self.cache_dir)
+        self.family = self._built
+
+    def index(self, action_sets: np.ndarray) -> np.ndarray:
+        """The family Gittins index of every arm with T - t pulls left."""
+        remaining = self.horizon - self.t
+        if remaining < 1:
+            raise ValueError(f"the family Gittins index was built for T={self.horizon} steps")
+        s = self.stats.sums.astype(np.int64)
+        return self.family.scores(s, self.stats.counts.astype(np.int64) - s, remaining)
+
+    def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        self.stats.update(actions, rewards)
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters (horizon None: the environment's)."""
+        return {
+            "name": self.name,
+            "horizon": self.default_horizon,
+            "hyperprior": self.hyperprior,
+            "hyperprior_weights": self.hyperprior_weights,
+        }

@@ -1,0 +1,118 @@
+"""The family Gittins index: the lattice reader, the mixture's moments, the one-member case and its regret."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from scipy import integrate, stats
+from scipy.special import betaln
+
+import icrl_gym  # noqa: F401  (registers the environments)
+from agents import make_agent
+from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive
+from agents.bandit.family_gittins import BETA_FAMILY, FamilyGittinsIndex, family_moments, matched_beta
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs.bandit_core import BanditPrior
+from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
+from icrl_gym.estimators.gittins import BetaGittins, gittins_table
+
+
+@pytest.fixture(scope="module")
+def lattice() -> BetaGittins:
+    return BetaGittins.build(40)
+
+
+@pytest.mark.parametrize("prior", [(2.0, 5.0), (0.5, 2.0), (5.0, 0.5), (1.0, 1.0)])
+def test_lattice_points_are_the_told_tables(lattice, prior):
+    """Beta(a0 + s, b0 + f) for integer counts is a lattice point: the value of prior (a0, b0)'s own table."""
+    table = gittins_table(40, *prior)
+    for s, f, m in [(0, 0, 20), (3, 4, 10), (10, 2, 5), (0, 7, 1), (1, 0, 25)]:
+        got = lattice.index(np.array(prior[0] + s), np.array(prior[1] + f), m)
+        assert got == pytest.approx(float(table.lookup(s, f, m)), abs=1e-6)
+
+
+def test_between_lattice_points_the_index_is_monotone(lattice):
+    """G grows with alpha and falls with beta; the interpolated values keep that order between lattice points."""
+    alphas = np.linspace(0.5, 6.0, 45)
+    row = lattice.index(alphas, np.full_like(alphas, 3.0), 15)
+    assert np.all(np.diff(row) > 0)
+    betas = np.linspace(0.5, 6.0, 45)
+    col = lattice.index(np.full_like(betas, 3.0), betas, 15)
+    assert np.all(np.diff(col) < 0)
+
+
+def test_a_posterior_beyond_the_tables_keeps_its_mean(lattice):
+    """Pseudo-counts past the tables' room (11 at N = 40 with 30 pulls left) are scaled down to it, keeping
+    the mean 3/4: Beta(300, 100) is read as Beta(8.25, 2.75), not refused."""
+    value = lattice.index(np.array(300.0), np.array(100.0), 30)
+    assert value == pytest.approx(float(lattice.index(np.array(8.25), np.array(2.75), 30)))
+    assert 0.75 < value < 0.9
+    with pytest.raises(IndexError, match="pulls left"):
+        lattice.index(np.array(1.0), np.array(1.0), 41)
+
+
+def test_family_moments_match_the_mixture_by_quadrature():
+    """Mean and variance of sum_j w_j Beta(a_j + s, b_j + f), w_j from every arm's counts, by slow direct sums."""
+    priors = np.array(BETA_FAMILY)
+    model = FamilyPredictive(priors, np.ones(len(priors)), 50)
+    s = np.array([[3, 0, 7]])
+    f = np.array([[1, 2, 0]])
+    mean, var = family_moments(model, s, f)
+    log_w = np.array([sum(betaln(a + s[0, k], b + f[0, k]) - betaln(a, b) for k in range(3)) for a, b in priors])
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    for k in range(3):
+
+        def density(p: float, k: int = k) -> float:
+            return sum(wj * stats.beta.pdf(p, a + s[0, k], b + f[0, k]) for wj, (a, b) in zip(w, priors, strict=True))
+
+        m1 = integrate.quad(lambda p: p * density(p), 0, 1, limit=200)[0]
+        m2 = integrate.quad(lambda p: p * p * density(p), 0, 1, limit=200)[0]
+        assert mean[0, k] == pytest.approx(m1, rel=1e-6)
+        assert var[0, k] == pytest.approx(m2 - m1**2, rel=1e-5)
+
+
+def test_matched_beta_inverts_the_moments():
+    alpha, beta = matched_beta(
+        *family_moments(FamilyPredictive(np.array([[2.0, 5.0]]), np.ones(1), 10), np.array([[3]]), np.array([[4]]))
+    )
+    assert alpha[0, 0] == pytest.approx(5.0) and beta[0, 0] == pytest.approx(9.0)
+
+
+def test_a_one_member_family_plays_as_gittins_told_that_prior():
+    """With the family {Beta(2, 5)} the index is Gittins's for that prior: the same actions on the same bandits."""
+    spec = bernoulli_bandit_spec(num_arms=4, horizon=30, prior=BanditPrior.BETA, prior_a=2.0, prior_b=5.0)
+    told = make_agent({"name": "gittins", "prior_a": 2.0, "prior_b": 5.0})
+    family = make_agent({"name": "family_gittins", "hyperprior": [[2.0, 5.0]]})
+    a = evaluate_regret(spec, told, 64, seed=3, batch_size=64)
+    b = evaluate_regret(spec, family, 64, seed=3, batch_size=64)
+    np.testing.assert_allclose(a, b)
+
+
+def test_it_infers_a_concentrated_prior_it_is_not_told():
+    """Under Beta(5, 1/2) means (K = 5, T = 100, 300 runs) the family index, told nothing, stays within 1.3x of
+    Gittins told the prior, where Gittins told U[0, 1] pays 1.5x or more (the prior's cost it avoids)."""
+    spec = bernoulli_bandit_spec(num_arms=5, horizon=100, prior=BanditPrior.BETA, prior_a=5.0, prior_b=0.5)
+    regret = {
+        name: evaluate_regret(spec, make_agent(agent), 300, seed=11, batch_size=300).sum(axis=1).mean()
+        for name, agent in {
+            "told": {"name": "gittins", "prior_a": 5.0, "prior_b": 0.5},
+            "uniform": {"name": "gittins", "prior_a": 1.0, "prior_b": 1.0},
+            "family": {"name": "family_gittins"},
+        }.items()
+    }
+    assert regret["family"] <= 1.3 * regret["told"]
+    assert regret["uniform"] >= 1.5 * regret["told"]
+
+
+def test_the_agent_reads_the_horizon_and_round_trips_its_config():
+    env = gym.make("ICRL-BernoulliBandit-v0", num_arms=3, horizon=12)
+    agent = make_agent("family_gittins")
+    obs, info = env.reset(seed=0)
+    agent.reset(info=info)
+    assert agent.horizon == 12 and isinstance(agent.family, FamilyGittinsIndex)
+    again = make_agent(agent.config())
+    assert again.config() == agent.config()
+    with pytest.raises(ValueError, match="hyperprior"):
+        make_agent({"name": "family_gittins", "hyperprior": [[1.0, -1.0]]})

@@ -116,3 +116,18 @@ def test_the_agent_reads_the_horizon_and_round_trips_its_config():
     assert again.config() == agent.config()
     with pytest.raises(ValueError, match="hyperprior"):
         make_agent({"name": "family_gittins", "hyperprior": [[1.0, -1.0]]})
+
+
+def test_its_memory_estimate_holds_one_table_built_and_three_kept():
+    """At T = 500 (tables for N = 511) the estimate is one build's arrays plus three finished tables: above what the
+    four finished tables hold, and below the package's default limit, so the documented horizons are not refused."""
+    from icrl_gym.envs.validation import max_memory_bytes
+    from icrl_gym.estimators.gittins import gittins_build_bytes
+
+    agent = make_agent("family_gittins")
+    agent.horizon = 500
+    n = FamilyGittinsIndex.table_horizon(500, np.array(BETA_FAMILY))
+    assert n == 511
+    tables = 4 * 4 * (n + 2) ** 3 // 6
+    assert tables < agent._memory_bytes() < gittins_build_bytes(n) + tables
+    assert agent._memory_bytes() < max_memory_bytes()

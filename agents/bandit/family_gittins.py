@@ -148,9 +148,9 @@ class FamilyGittins(IndexAgent):
         super()._start(info)
 
     def _memory_bytes(self) -> int:
-        """The base statistics and the four lattice tables."""
+        """The base statistics and the four lattice tables: one being built while the other three are held."""
         n = FamilyGittinsIndex.table_horizon(self.horizon, np.asarray(self.hyperprior))
-        return super()._memory_bytes() + 4 * gittins_build_bytes(n)
+        return super()._memory_bytes() + gittins_build_bytes(n) + 3 * 4 * (n + 2) ** 3 // 6
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

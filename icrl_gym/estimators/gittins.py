@@ -19,8 +19,8 @@ the dense cube), and one table built for the largest horizon serves every smalle
 exactly the same float32 operations whatever N, so a table for N >= T holds the same numbers as
 one built for T.
 
-This module is the table math and the index of a batch of runs (:func:`gittins_indices`); the policy
-playing it is ``agents.bandit.gittins.Gittins``, and the generalist trainer's expert reads the same index.
+This module is the table math; the policy playing it is ``agents.bandit.gittins.Gittins``, and the
+generalist trainer's expert reads the same table (:meth:`GittinsTable.lookup`).
 
 Building the table for N = 500 takes about 5 minutes, so :func:`cached_gittins_table` keeps it on
 disk for later processes, in a directory the caller names (nothing is written by default; the
@@ -40,7 +40,6 @@ from pathlib import Path
 
 import numpy as np
 
-from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.utils.fileio import atomic_write
 
 
@@ -76,17 +75,6 @@ class GittinsTable:
         """``table[s, f, m]``, as the dense table was indexed."""
         s, f, m = key
         return self.lookup(s, f, m)
-
-
-def gittins_indices(table: GittinsTable, stats: ArmStatistics, remaining: int) -> np.ndarray:
-    """G(s_k, f_k, m) of every arm of every run (B, K): s_k the successes, f_k the failures, m = ``remaining`` pulls.
-
-    The Beta-Bernoulli index policy's scores, for the Gittins agent and for the generalist trainer's
-    expert alike; ``stats`` holds the pulls N_k and reward sums S_k (s = S, f = N - S).
-    """
-    s = stats.sums.astype(np.int64)
-    f = (stats.counts - stats.sums).astype(np.int64)
-    return table.lookup(s, f, remaining)
 
 
 def _triangle(r: int) -> int:

@@ -82,7 +82,7 @@ from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, draw_instance_priors, sample_w_star
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.envs.validation import MAX_SCALE, check_number
-from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, gittins_indices
+from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
@@ -292,18 +292,27 @@ class FamilyBayesExpert:
         self.stats.update(actions, rewards)
 
 
-class GittinsExpert:
-    """The finite-horizon Gittins index of B runs' arms, from their counts (:func:`gittins_indices`)."""
+IndexOfCounts = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+"""An index (B, K) of the arms' successes, failures (B, K) and the pulls left."""
 
-    def __init__(self, table: GittinsTable, b: int, k: int, horizon: int) -> None:
-        self.table, self.stats, self.horizon = table, ArmStatistics(b, k), horizon
+
+class CountIndexExpert:
+    """An index of B runs' arms read from their counts (the Gittins expert and the family Gittins index).
+
+    ``score(s, f, m)`` gives the index (B, K) from the successes s, failures f and m = T - t pulls left: a
+    Gittins table's ``lookup``, or :meth:`FamilyGittinsIndex.scores`.
+    """
+
+    def __init__(self, score: IndexOfCounts, b: int, k: int, horizon: int) -> None:
+        self.score, self.stats, self.horizon = score, ArmStatistics(b, k), horizon
 
     def scores(self, t: int) -> np.ndarray:
-        """G (B, K) before step t."""
-        return gittins_indices(self.table, self.stats, self.horizon - t)
+        """The index (B, K) before step t."""
+        s = self.stats.sums.astype(np.int64)
+        return self.score(s, self.stats.counts.astype(np.int64) - s, self.horizon - t)
 
     def tell(self, actions: np.ndarray, rewards: np.ndarray) -> None:
-        """Count step t's pulls."""
+        """Count step t's pulls (0/1 rewards)."""
         self.stats.update(actions, rewards)
 
 
@@ -322,23 +331,7 @@ class TeacherExpert:
         self.play.tell(actions, rewards)
 
 
-class FamilyIndexExpert:
-    """The family Gittins index of B runs' arms, from their counts (:class:`FamilyGittinsIndex`)."""
-
-    def __init__(self, index: FamilyGittinsIndex, b: int, k: int, horizon: int) -> None:
-        self.index, self.stats, self.horizon = index, ArmStatistics(b, k), horizon
-
-    def scores(self, t: int) -> np.ndarray:
-        """The index (B, K) before step t."""
-        s = self.stats.sums.astype(np.int64)
-        return self.index.scores(s, self.stats.counts.astype(np.int64) - s, self.horizon - t)
-
-    def tell(self, actions: np.ndarray, rewards: np.ndarray) -> None:
-        """Count step t's pulls."""
-        self.stats.update(actions, rewards)
-
-
-Expert = GittinsExpert | TeacherExpert | FamilyBayesExpert | FamilyIndexExpert
+Expert = CountIndexExpert | TeacherExpert | FamilyBayesExpert
 """What scores the arms of a batch's runs: it labels the queries and, without DAgger, plays."""
 
 
@@ -454,9 +447,9 @@ def sample_batch(
         if experts.teacher is not None:
             expert = TeacherExpert(experts.teacher, b, k, horizon)
         elif experts.family is not None:
-            expert = FamilyIndexExpert(experts.family, b, k, horizon)
+            expert = CountIndexExpert(experts.family.scores, b, k, horizon)
         elif experts.gittins is not None:
-            expert = GittinsExpert(experts.gittins(*prior), b, k, horizon)
+            expert = CountIndexExpert(experts.gittins(*prior).lookup, b, k, horizon)
         else:
             raise ValueError("a batch needs the Gittins tables or a teacher (Experts)")
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)

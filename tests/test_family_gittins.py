@@ -52,14 +52,18 @@ def test_a_posterior_beyond_the_tables_keeps_its_mean(lattice):
         lattice.index(np.array(1.0), np.array(1.0), 41)
 
 
-def test_family_moments_match_the_mixture_by_quadrature():
-    """Mean and variance of sum_j w_j Beta(a_j + s, b_j + f), w_j from every arm's counts, by slow direct sums."""
+@pytest.mark.parametrize("power", [1.0, 0.7])
+def test_family_moments_match_the_mixture_by_quadrature(power):
+    """Mean and variance of sum_j w_j Beta(a_j + s, b_j + f), w_j ∝ L_j^eta from every arm's counts (eta = 1: the
+    posterior; 0.7: tempered), by slow direct sums."""
     priors = np.array(BETA_FAMILY)
     model = FamilyPredictive(priors, np.ones(len(priors)), 50)
     s = np.array([[3, 0, 7]])
     f = np.array([[1, 2, 0]])
-    mean, var = family_moments(model, s, f)
-    log_w = np.array([sum(betaln(a + s[0, k], b + f[0, k]) - betaln(a, b) for k in range(3)) for a, b in priors])
+    mean, var = family_moments(model, s, f, power)
+    log_w = power * np.array(
+        [sum(betaln(a + s[0, k], b + f[0, k]) - betaln(a, b) for k in range(3)) for a, b in priors]
+    )
     w = np.exp(log_w - log_w.max())
     w /= w.sum()
     for k in range(3):
@@ -116,6 +120,23 @@ def test_the_agent_reads_the_horizon_and_round_trips_its_config():
     assert again.config() == agent.config()
     with pytest.raises(ValueError, match="hyperprior"):
         make_agent({"name": "family_gittins", "hyperprior": [[1.0, -1.0]]})
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="evidence_power"):
+            make_agent({"name": "family_gittins", "evidence_power": bad})
+
+
+def test_tempering_keeps_the_priors_weights_closer_to_uniform():
+    """w ∝ pi L^eta: with eta < 1 the heaviest prior's weight falls and the weights' entropy rises, on any counts."""
+    model = FamilyPredictive(np.array(BETA_FAMILY), np.ones(len(BETA_FAMILY)), 60)
+    x = np.array([[9, 1, 7, 0, 12, 2], [0, 5, 1, 8, 0, 0]])
+
+    def entropy(w: np.ndarray) -> np.ndarray:
+        return -(w * np.log(w)).sum(axis=1)
+
+    full, tempered = model.posterior(x), model.posterior(x, 0.7)
+    assert np.all(tempered.max(axis=1) < full.max(axis=1))
+    assert np.all(entropy(tempered) > entropy(full))
+    np.testing.assert_allclose(model.posterior(x, 1.0), full)
 
 
 def test_its_memory_estimate_holds_one_table_built_and_three_kept():

@@ -459,28 +459,34 @@ def test_the_beta_family_batches_need_a_teacher_and_draw_each_instance_its_own_p
 def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_recounted_counts(tmp_path):
     """With ``family_index`` the labels are softmax(G / label_temperature) of the family Gittins index, G read
     here at each query step from the counts recounted from the trajectory, the mixture's moments summed over
-    the 16 priors one by one; with no exploration and no DAgger the index plays; the Beta-family instances
-    (no told table) are allowed, a teacher beside it is not."""
+    the 16 priors one by one (weights ∝ L_j^eta, eta the recorded ``family_index_power``); with no exploration
+    and no DAgger the index plays; the Beta-family instances (no told table) are allowed, a teacher beside it
+    is not, and eta outside (0, 1] is refused."""
     from scipy.special import betaln
 
-    from agents.bandit.family_gittins import BETA_FAMILY, FamilyGittinsIndex
+    from agents.bandit.family_gittins import BETA_FAMILY
     from icrl_gym.estimators.gittins import BetaGittins
-    from icrl_gym.training.generalist import Experts, sample_batch
+    from icrl_gym.training.generalist import Experts, family_expert, sample_batch
 
     with pytest.raises(ValueError, match="keep one"):
         tiny_generalist_config(tmp_path / "r", tmp_path / "c", teacher=str(_checkpoint(tmp_path)), family_index=True)
-    temperature = 0.02
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="family_index_power"):
+            tiny_generalist_config(tmp_path / "r", tmp_path / "c", family_index=True, family_index_power=bad)
+    temperature, power = 0.02, 0.7
     cfg = tiny_generalist_config(
         tmp_path / "run",
         tmp_path / "cache",
         family_index=True,
+        family_index_power=power,
         beta_family_fraction=0.5,
         label_temperature=temperature,
         max_epsilon=0.0,
         dagger_start=10**6,
     )
     assert len(cfg.checkpoint_fields()["family_index"]["beta_priors"]) == 16
-    family = FamilyGittinsIndex(cfg.max_horizon, BETA_FAMILY)
+    assert cfg.checkpoint_fields()["family_index"]["evidence_power"] == power
+    family = family_expert(cfg)
     lattice = BetaGittins.build(family.tables.horizon)
     rng = np.random.default_rng(5)
     for _ in range(4):
@@ -491,7 +497,7 @@ def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_re
                 acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
                 s = np.array([rews[acts == a].sum() for a in range(k)])
                 f = np.array([(acts == a).sum() for a in range(k)]) - s
-                log_w = np.array([sum(betaln(a + s, b + f) - betaln(a, b)) for a, b in BETA_FAMILY])
+                log_w = power * np.array([sum(betaln(a + s, b + f) - betaln(a, b)) for a, b in BETA_FAMILY])
                 w = np.exp(log_w - log_w.max()) / np.exp(log_w - log_w.max()).sum()
                 index = []
                 for arm in range(k):

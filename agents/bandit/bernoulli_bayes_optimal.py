@@ -159,11 +159,14 @@ class FamilyPredictive:
         counts = np.arange(max_count + 1, dtype=np.float64)
         self.log_evidence = betaln(a + counts[:, None], b + counts[None, :]) - betaln(a, b)  # (J, n, n)
 
-    def posterior(self, x: np.ndarray) -> np.ndarray:
-        """w_j(x), shape (N, J), for states ``x`` (N, 2K)."""
+    def posterior(self, x: np.ndarray, power: float = 1.0) -> np.ndarray:
+        """w_j(x), shape (N, J), for states ``x`` (N, 2K).
+
+        ``power`` eta < 1 tempers the evidence, w_j ∝ pi_j L_j(x)^eta (a fractional posterior); 1 is Bayes's rule.
+        """
         log_w = np.broadcast_to(self.log_weights, (len(x), len(self.priors))).copy()
         for k in range(x.shape[1] // 2):
-            log_w += self.log_evidence[:, x[:, 2 * k], x[:, 2 * k + 1]].T
+            log_w += power * self.log_evidence[:, x[:, 2 * k], x[:, 2 * k + 1]].T
         w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
         return w / w.sum(axis=1, keepdims=True)
 

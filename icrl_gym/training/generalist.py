@@ -35,7 +35,8 @@ The family Gittins index (``family_index``): the same, with the family Gittins i
 :mod:`agents.bandit.family_gittins` in place of the teacher, as the behaviour and as the labels
 (softmax(G / label_temperature), the maximisers at 0).  That index is not told the prior either: it
 weighs the 16 Beta(a, b) priors of :data:`~agents.bandit.family_gittins.BETA_FAMILY` by their evidence
-in the counts and reads the Gittins index of each arm's moment-matched posterior, so its labels are an
+in the counts (raised to ``family_index_power``, 1 by default: the posterior; the agent's default tempers
+it) and reads the Gittins index of each arm's moment-matched posterior, so its labels are an
 uninformed policy's, which the model can copy exactly from the trajectory (told-prior labels teach at
 best their posterior vote).  Its tables are built once for ``max_horizon``.
 
@@ -76,7 +77,7 @@ from agents.bandit.family_gittins import FamilyGittinsIndex
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
-from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, checked
+from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
 from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, draw_instance_priors, sample_w_star
@@ -140,6 +141,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     family_index: bool = False
     """Label (and play) the batches that are not exact with the family Gittins index instead of the Gittins
     expert told the batch's prior or a teacher (module docstring)."""
+    family_index_power: float = checked(1.0, Allowed(low=0, high=1, strict=True))
+    """With ``family_index``: the index's evidence power eta, w_j ∝ pi_j L_j(x)^eta (1: the posterior;
+    :mod:`agents.bandit.family_gittins`)."""
     beta_family_fraction: float = checked(0.0, PROBABILITY)
     """With a ``teacher`` or ``family_index``: the probability that a batch's instances come from the
     'beta_family' prior."""
@@ -185,7 +189,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         if self.teacher:
             fields["teacher"] = {"checkpoint": self.teacher, "weights_sha256": self._teacher_sha256}
         if self.family_index:
-            fields["family_index"] = {"beta_priors": [list(pair) for pair in BETA_FAMILY]}
+            fields["family_index"] = {
+                "beta_priors": [list(pair) for pair in BETA_FAMILY],
+                "evidence_power": self.family_index_power,
+            }
         return fields
 
     def check(self) -> None:
@@ -347,6 +354,16 @@ class Experts:
     """The family-Bayes DP's advantages per layer of (K, T) (exact batches)."""
     family: FamilyGittinsIndex | None = None
     """The family Gittins index, in place of the Gittins expert (``family_index``)."""
+
+
+def family_expert(cfg: GeneralistTrainConfig) -> FamilyGittinsIndex:
+    """The family Gittins index that labels ``cfg``'s batches (``family_index``).
+
+    The 16 priors, runs up to ``max_horizon``, evidence power ``family_index_power``, tables in ``table_cache``.
+    """
+    return FamilyGittinsIndex(
+        cfg.max_horizon, BETA_FAMILY, cache_dir=cfg.table_cache, evidence_power=cfg.family_index_power
+    )
 
 
 def rollout(
@@ -534,7 +551,7 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
         exact = functools.cache(partial(family_bayes_advantages, priors=np.array(BETA_FAMILY)))  # built once per (K, T)
         experts = Experts(gittins=tables, exact=exact)
         if cfg.family_index:
-            experts.family = FamilyGittinsIndex(cfg.max_horizon, BETA_FAMILY, cache_dir=cfg.table_cache)
+            experts.family = family_expert(cfg)
         if cfg.teacher:
             experts.teacher, _ = load_checkpoint(
                 find_checkpoint(cfg.teacher), device, kind=CheckpointKind.GENERALIST_TRANSFORMER

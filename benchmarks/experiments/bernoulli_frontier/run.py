@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, family_bayes_table
-from agents.bandit.family_gittins import FamilyGittinsIndex
+from agents.bandit.family_gittins import EVIDENCE_POWER, FamilyGittinsIndex
 from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.memory import EXPERT_STEP_BYTES, MODEL_STEP_BYTES
 from benchmarks.executor.store import FileTaskStore
@@ -198,7 +198,7 @@ def uninformed_slice(
         if name == "model (greedy)" and generalist is not None:
             return lambda s, f, t: generalist_logits_at(generalist, s, f, t, horizon)
         if name == "family Gittins":
-            index = FamilyGittinsIndex(horizon, grid, cache_dir=cache_dir)
+            index = FamilyGittinsIndex(horizon, grid, cache_dir=cache_dir, evidence_power=EVIDENCE_POWER)
             return lambda s, f, t: index.scores(s, f, horizon - t)
         return lambda s, f, t: uninformed_indices(tables, family, s, f, horizon - t)[name]
 

@@ -52,14 +52,17 @@ import numpy as np
 from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, check_hyperprior, check_hyperprior_weights
 from agents.bandit.index_agent import IndexAgent
 from icrl_gym.algorithm import resolve_horizon
+from icrl_gym.config import Allowed
 from icrl_gym.envs.validation import check_integer, check_number
-from icrl_gym.estimators.gittins import BetaGittins, gittins_build_bytes, gittins_cache_dir
+from icrl_gym.estimators.gittins import BetaGittins, gittins_cache_dir, gittins_memory_bytes
 from icrl_gym.estimators.statistics import ArmStatistics
 
 BETA_FAMILY = tuple((a, b) for a in (0.5, 1.0, 2.0, 5.0) for b in (0.5, 1.0, 2.0, 5.0))
 """The 16 Beta(a, b) priors, a, b in {1/2, 1, 2, 5}: the family of the Bernoulli frontier and its exact validation."""
 EVIDENCE_POWER = 0.5
 """The agent's default eta of the tempered weights w_j ∝ pi_j L_j(x)^eta (module docstring, "Tempered evidence")."""
+EVIDENCE_POWER_RANGE = Allowed(low=0, high=1, strict=True)
+"""The etas allowed, (0, 1]: the agent's ``evidence_power`` and the trainer's ``family_index_power``."""
 
 
 def family_moments(
@@ -90,10 +93,12 @@ def matched_beta(mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def check_evidence_power(value: Any) -> float:
-    """The tempering eta in (0, 1] as a float (``ValueError`` naming it otherwise; 1 is Bayes's rule)."""
-    eta = check_number("evidence_power", value, low=0.0, strict=True)
-    if eta > 1.0:
-        raise ValueError(f"evidence_power must be in (0, 1] (1: the posterior, below 1: tempered), got {eta}")
+    """The tempering eta as a float in :data:`EVIDENCE_POWER_RANGE` (a ``TypeError`` or ``ValueError`` naming it)."""
+    eta = check_number("evidence_power", value)
+    if not EVIDENCE_POWER_RANGE.admits(eta):
+        raise ValueError(
+            f"evidence_power must be {EVIDENCE_POWER_RANGE} (1: the posterior, below 1: tempered), got {eta}"
+        )
     return eta
 
 
@@ -176,7 +181,7 @@ class FamilyGittins(IndexAgent):
     def _memory_bytes(self) -> int:
         """The base statistics and the four lattice tables: one being built while the other three are held."""
         n = FamilyGittinsIndex.table_horizon(self.horizon, np.asarray(self.hyperprior))
-        return super()._memory_bytes() + gittins_build_bytes(n) + 3 * 4 * (n + 2) ** 3 // 6
+        return super()._memory_bytes() + gittins_memory_bytes(n, 3)
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         self.stats = ArmStatistics(self.batch_size, self.num_actions)

@@ -113,6 +113,15 @@ def gittins_build_bytes(horizon: int, grid: int = 256) -> int:
     return 4 * (4 * grid * n * n + 2 * n**3 // 6)
 
 
+def gittins_memory_bytes(horizon: int, tables: int) -> int:
+    """Memory of ``tables`` finished tables for T = ``horizon`` while one more is built.
+
+    Each finished table keeps about (T + 2)^3 / 6 float32 values; the build's arrays are :func:`gittins_build_bytes`.
+    """
+    n = horizon + 2
+    return tables * 4 * (n**3 // 6) + gittins_build_bytes(horizon)
+
+
 _TABLES: dict[tuple[float, float, int], GittinsTable] = {}
 
 

@@ -73,11 +73,11 @@ import numpy as np
 import torch
 
 from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, count_states, family_bayes_advantages
-from agents.bandit.family_gittins import FamilyGittinsIndex
+from agents.bandit.family_gittins import EVIDENCE_POWER_RANGE, FamilyGittinsIndex
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
-from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, Allowed, checked
+from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, draw_instance_priors, sample_w_star
@@ -141,7 +141,7 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     family_index: bool = False
     """Label (and play) the batches that are not exact with the family Gittins index instead of the Gittins
     expert told the batch's prior or a teacher (module docstring)."""
-    family_index_power: float = checked(1.0, Allowed(low=0, high=1, strict=True))
+    family_index_power: float = checked(1.0, EVIDENCE_POWER_RANGE)
     """With ``family_index``: the index's evidence power eta, w_j ∝ pi_j L_j(x)^eta (1: the posterior;
     :mod:`agents.bandit.family_gittins`)."""
     beta_family_fraction: float = checked(0.0, PROBABILITY)

@@ -8,21 +8,12 @@ from math import exp, lgamma
 
 from benchmarks.experiments.bernoulli_frontier.cells import DEFAULT_MEMORY_GIB
 from icrl_gym.envs.validation import GIB, MEMORY_ENV, max_memory_bytes
+from icrl_gym.estimators.gittins import gittins_memory_bytes
 from icrl_gym.training.exact_bernoulli import MODEL_CHUNK
 
 MODEL_BYTES = 4096
 """Memory of the Bernoulli generalist per count state and arm while it scores a chunk of states (torch activations;
 measured by the peak resident size: about 500 MiB for 65,536 states at K = 2, 750 MiB at K = 3)."""
-
-
-def gittins_memory_bytes(horizon: int, tables: int) -> int:
-    """Memory of ``tables`` finite-horizon Gittins tables for T = ``horizon``, as the Gittins agent estimates it.
-
-    Each table keeps about (T + 2)^3 / 6 float32 indices; building one holds four float32 arrays
-    of 256 x (T + 2)^2 (the retirement grid) for a while, and the packed table twice.
-    """
-    n = horizon + 2
-    return tables * 4 * (n**3 // 6) + 4 * (4 * 256 * n * n + 2 * n**3 // 6)
 
 
 def exact_memory_bytes(num_arms: int, horizon: int, num_priors: int, policies: int, model: bool = False) -> float:
@@ -33,8 +24,8 @@ def exact_memory_bytes(num_arms: int, horizon: int, num_priors: int, policies: i
     and their product with its action distribution (K each), plus the arm means, the successors'
     values and their ranks and the allocator's slack (about 2K + 8 more): 8 J (P (K + 2) + 2K + 8)
     bytes per state.  With the ``model`` (one of the P policies) its activations on a chunk of
-    states come on top (:data:`MODEL_BYTES` per state and arm), and the Gittins tables of the J
-    priors in any case (:func:`gittins_memory_bytes`).  Measured at K = 2, T = 100 with the model
+    states come on top (:data:`MODEL_BYTES` per state and arm), and the Gittins tables of the J priors in any
+    case (:func:`~icrl_gym.estimators.gittins.gittins_memory_bytes`).  Measured at K = 2, T = 100 with the model
     (P = 4, J = 16): a peak resident size 1,073 MiB above the process's start, against this
     estimate's 1,169 MiB (tracemalloc sees 2,868 bytes per state of numpy arrays, against 3,584 here);
     at K = 2, T = 40..60 and K = 3, T = 16 without it, tracemalloc sees 2,140 to 2,290 bytes per state

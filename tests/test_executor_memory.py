@@ -74,6 +74,19 @@ def test_the_budget_admits_what_fits_and_always_one_task():
     assert equal.admits(1)  # tasks of the typical size fill every worker
 
 
+def test_the_budget_grows_by_a_quarter_of_the_largest_task_per_worker():
+    heavy = [300 * MIB, 300 * MIB, 250 * MIB] + [10 * MIB] * 20
+    two = MemoryBudget(heavy, workers=2)
+    assert two.budget == pytest.approx(1.25 * 300 * MIB)
+    two.start(0)
+    assert two.next_of([1, 2, 3]) == 3  # on two workers the heavy tasks never play together
+    sixteen = MemoryBudget(heavy, workers=16)
+    assert sixteen.budget == pytest.approx((1 + 0.25 * 15) * 300 * MIB)
+    for i in (0, 1, 2):  # 850 MiB of heavy tasks within 1425 MiB: all three play at once
+        assert sixteen.admits(i)
+        sixteen.start(i)
+
+
 def test_equal_heavy_tasks_play_on_every_worker():
     spans = play([Sleep(f"slice {i}", 300 * MIB, 0.3) for i in range(4)], None)
     assert overlap(spans["slice 0"], spans["slice 1"]) or overlap(spans["slice 0"], spans["slice 2"])

@@ -16,9 +16,12 @@ acceptance: at most 0.6) and the median peak-memory ratio (acceptance: at most 1
 memory the process tree uses, each page counted once; RSS is printed beside it, but it counts a page
 shared by the driver and its forked workers once per process, so it overstates what several
 processes use by their shared libraries).  Run it on a quiet machine: other jobs on the cores
-distort the time ratio.  Usage::
+distort the time ratio.  With ``curve=true`` it also times every power of two below ``workers``
+(the scaling curve 1, 2, 4, ..., ``workers``), and ``memory=false`` skips the memory-sampled runs
+(which double the script's time) when only the times are wanted.  Usage::
 
     python -m benchmarks.speed.executor_scaling [CONFIG.json] [--set runs=200 mdp_runs=200 repeats=3 workers=2]
+    python -m benchmarks.speed.executor_scaling --set workers=16 curve=true memory=false repeats=1
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class ExecutorScalingConfig(DictConfig):
     """Runs of the small MDP grid (its fixed-size cell plays twice as many)."""
     workers: int = checked(2, Allowed(low=2, integer=True))
     """The worker count compared with one."""
+    curve: bool = False
+    """Also time every power of two below ``workers`` (the counts 1, 2, 4, ..., ``workers``)."""
+    memory: bool = True
+    """Sample the peak memory too (each count runs a second time with the sampler on)."""
     repeats: int = checked(3, POSITIVE_INT)
     """Rounds (each runs every command once per worker count); the ratios are their medians."""
     sample_seconds: float = checked(0.05, POSITIVE)
@@ -141,22 +148,37 @@ def commands(args: ExecutorScalingConfig) -> dict[str, tuple[list[str], str]]:
     }
 
 
+def worker_counts(args: ExecutorScalingConfig) -> tuple[int, ...]:
+    """The compared worker counts: 1 and ``workers``, with the powers of two between them on a curve."""
+    if not args.curve:
+        return (1, args.workers)
+    counts = [1]
+    while counts[-1] * 2 < args.workers:
+        counts.append(counts[-1] * 2)
+    return (*counts, args.workers)
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Run the comparison; return per command the median time ratio and peak-memory ratios."""
+    """Run the comparison; return per command the median time ratio and peak-memory ratios.
+
+    The ratios are those of ``workers`` against one worker (``time``, ``rss``, ``pss``; the memory
+    ratios only with ``memory``), and on a curve ``time@N`` for every other count N.
+    """
     args = parse_config(ExecutorScalingConfig, argv)
     out = Path(args.out)
-    counts = (1, args.workers)
+    counts = worker_counts(args)
     print(f"cores: {os.cpu_count()}; load average: {'/'.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     results: dict[str, dict[str, float]] = {}
     for name, (command, output) in commands(args).items():
         seconds: dict[int, list[float]] = {n: [] for n in counts}
         rss: dict[int, list[int]] = {n: [] for n in counts}
         pss: dict[int, list[int]] = {n: [] for n in counts}
+        runs = [(n, False) for n in counts] + ([(n, True) for n in counts] if args.memory else [])
         for round_ in range(args.repeats):
             made: dict[int, bytes] = {}
-            # the worker counts take turns, so a change of the machine's load hits both; each is run twice,
+            # the worker counts take turns, so a change of the machine's load hits each; each is run twice,
             # timed alone, then with its memory sampled
-            for n, sampled in [(n, False) for n in counts] + [(n, True) for n in counts]:
+            for n, sampled in runs:
                 folder = out / name.replace(" ", "-") / f"workers-{n}"
                 shutil.rmtree(folder, ignore_errors=True)
                 argv = [*command, "--workers", str(n), "--out", str(folder)]
@@ -173,24 +195,34 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 seconds[n].append(t)
                 made[n] = (folder / output).read_bytes()
                 print(f"{name:8s} round {round_ + 1} --workers {n}: {t:7.1f} s", flush=True)
-            if made[1] != made[args.workers]:
-                raise SystemExit(f"{name}: {output} differs between --workers 1 and --workers {args.workers}")
-        one, many = counts
-        ratios = {
-            "time": statistics.median(a / b for a, b in zip(seconds[many], seconds[one], strict=True)),
-            "rss": statistics.median(a / b for a, b in zip(rss[many], rss[one], strict=True)),
-            "pss": statistics.median(a / b for a, b in zip(pss[many], pss[one], strict=True)),
-        }
+            differing = [n for n in counts if made[n] != made[1]]
+            if differing:
+                raise SystemExit(f"{name}: {output} differs between --workers 1 and --workers {differing}")
+
+        def ratio(values: dict[int, list[int]] | dict[int, list[float]], n: int) -> float:
+            return statistics.median(a / b for a, b in zip(values[n], values[1], strict=True))
+
+        many = args.workers
+        ratios = {"time": ratio(seconds, many)}
+        if args.memory:
+            ratios |= {"rss": ratio(rss, many), "pss": ratio(pss, many)}
+        ratios |= {f"time@{n}": ratio(seconds, n) for n in counts[1:-1]}
         results[name] = ratios
         time_verdict = "pass" if ratios["time"] <= TARGET_TIME_RATIO else "FAIL"
-        memory_verdict = "pass" if ratios["pss"] <= TARGET_MEMORY_RATIO else "FAIL"
-        print(
-            f"{name}: {output} byte-identical; --workers {many} / --workers 1: time {ratios['time']:.3f} "
-            f"(target <= {TARGET_TIME_RATIO}: {time_verdict}), peak memory PSS {ratios['pss']:.2f} "
-            f"(target <= {TARGET_MEMORY_RATIO}: {memory_verdict}; RSS {ratios['rss']:.2f}, which counts each "
-            "shared page once per process)",
-            flush=True,
+        line = (
+            f"{name}: {output} byte-identical across --workers {', '.join(map(str, counts))}; "
+            f"--workers {many} / --workers 1: time {ratios['time']:.3f} (target <= {TARGET_TIME_RATIO}: {time_verdict})"
         )
+        if args.memory:
+            memory_verdict = "pass" if ratios["pss"] <= TARGET_MEMORY_RATIO else "FAIL"
+            line += (
+                f", peak memory PSS {ratios['pss']:.2f} (target <= {TARGET_MEMORY_RATIO}: {memory_verdict}; "
+                f"RSS {ratios['rss']:.2f}, which counts each shared page once per process)"
+            )
+        if args.curve:
+            curve = ", ".join(f"{n}: {statistics.median(seconds[n]):.1f} s ({ratio(seconds, n):.3f})" for n in counts)
+            line += f"\n{name} scaling curve (median seconds, ratio to one worker): {curve}"
+        print(line, flush=True)
     return results
 
 

@@ -94,3 +94,12 @@ def test_generalist_throughput_does_not_time_a_pair_without_its_generalist(capsy
     assert linear["generalist"]["missing"] and not linear["paper model (linear-bandit-ad-linucb)"]["missing"]
     out = capsys.readouterr().out
     assert "missing: no checkpoint 'none'" in out and "| paper model (linear-bandit-ad-linucb) | not timed" in out
+
+
+def test_executor_scaling_compares_one_worker_with_the_count_or_a_curve_of_powers_of_two():
+    from benchmarks.speed.executor_scaling import ExecutorScalingConfig, worker_counts
+
+    assert worker_counts(ExecutorScalingConfig(workers=16)) == (1, 16)
+    assert worker_counts(ExecutorScalingConfig(workers=16, curve=True)) == (1, 2, 4, 8, 16)
+    assert worker_counts(ExecutorScalingConfig(workers=6, curve=True)) == (1, 2, 4, 6)
+    assert worker_counts(ExecutorScalingConfig(workers=2, curve=True)) == (1, 2)

@@ -10,10 +10,10 @@ largest) the heaviest tasks play beside light ones, never beside each other, and
 sweep stays close to one worker's whatever the order in which the workers free up; on more workers
 the heavy tasks play several at a time, the peak growing by a quarter of the largest task per
 worker.  (A budget fixed at 1.25x whatever the workers held a 16-core machine's default suite to
-0.5-0.6x the serial wall time: its heavy rows, a third of the work, played one after another.)
-The budget never holds back tasks of the typical size: it is at least the workers times the median
-estimate, so a sweep of equal tasks (a grid's slices, a collection's
-batches) plays on every worker.  A task over the budget on its own still plays, alone.
+0.5-0.6x the serial wall time: its heavy rows played one after another.)  The budget never holds
+back tasks of the typical size: it is at least the workers times the median estimate, so a sweep of
+equal tasks (a grid's slices, a collection's batches) plays on every worker.  A task over the
+budget on its own still plays, alone.
 
 The estimates need no torch (the driver does not import it): they are the allocations the agents
 make, from the checkpoint record's sizes, and per run-step figures measured on the default suite

@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         runs = [(n, False) for n in counts] + ([(n, True) for n in counts] if args.memory else [])
         for round_ in range(args.repeats):
             made: dict[int, bytes] = {}
-            # the worker counts take turns, so a change of the machine's load hits each; each is run twice,
-            # timed alone, then with its memory sampled
+            # the worker counts take turns, so a change of the machine's load hits each; each is run timed
+            # alone, then (with ``memory``) again with its memory sampled
             for n, sampled in runs:
                 folder = out / name.replace(" ", "-") / f"workers-{n}"
                 shutil.rmtree(folder, ignore_errors=True)

@@ -64,7 +64,7 @@ def test_replayed_network_gives_the_whole_trajectory_logits(base, per_step):
 
 def _method(base, **overrides):
     _, meta = load_checkpoint(base)
-    cfg = FinetuneConfig(base=str(base), rollouts_per_instance=2, **overrides)
+    cfg = FinetuneConfig(base=str(base), **{"rollouts_per_instance": 2, **overrides})
     return finetune_linear.LinearGeneralistFinetune.for_base(cfg, meta)
 
 
@@ -81,6 +81,27 @@ def test_advantages_are_the_scaled_leave_one_out_regret_to_go(base):
             expected = (gaps[b, t:].sum() - gaps[other, t:].sum()) / scale
             assert advantage[b, q] == pytest.approx(expected)
     assert stats["regret"] == pytest.approx(gaps.sum(axis=1).mean())
+
+
+def test_the_tail_term_adds_each_runs_hinge_over_its_siblings_minus_their_mean(base):
+    """lambda (h_j - b_j) on every loss step, h_j = (R_j / (1 + m_-j) - kappa)_+, from a slow loop over runs."""
+    rng = np.random.default_rng(1)
+    gaps = rng.exponential(1.0, (9, 8))
+    gaps[4] *= 12.0  # one run of the second instance far above its siblings
+    steps = np.array([0, 3, 6])
+    runs = {"gaps": gaps, "loss_steps": np.broadcast_to(steps, (9, 3))}
+    plain, _ = _method(base, rollouts_per_instance=3).advantages(runs)
+    advantage, stats = _method(base, rollouts_per_instance=3, tail_weight=2.0, tail_ratio=1.5).advantages(runs)
+    totals = gaps.sum(axis=1)
+    hinge = []
+    for j in range(9):
+        siblings = [k for k in range(3 * (j // 3), 3 * (j // 3) + 3) if k != j]
+        hinge.append(max(totals[j] / (1.0 + np.mean(totals[siblings])) - 1.5, 0.0))
+    for j in range(9):
+        siblings = [k for k in range(3 * (j // 3), 3 * (j // 3) + 3) if k != j]
+        expected = 2.0 * (hinge[j] - np.mean([hinge[k] for k in siblings]))
+        np.testing.assert_allclose(advantage[j] - plain[j], expected, rtol=1e-12, atol=1e-12)
+    assert hinge[4] > 0 and stats["tail_runs"] == pytest.approx(np.mean(np.array(hinge) > 0))
 
 
 def test_a_tiny_run_validates_against_the_best_uninformed_reference(base, tmp_path, monkeypatch):
@@ -116,6 +137,9 @@ def test_a_tiny_run_validates_against_the_best_uninformed_reference(base, tmp_pa
     )
     assert history[0]["val_regret"] == pytest.approx(played.sum(1).mean() / min(refs))
     assert history[0]["val tiny"] == history[0]["val_worst"] == history[0]["val_regret"]
+    # A run fails above max(3 x the best reference's mean, 20); this run counts none, the score is the ratio alone.
+    failed = np.mean(played.sum(1) > max(3 * min(refs), 20.0))
+    assert history[0]["val failures tiny"] == history[0]["val_failures"] == pytest.approx(failed)
     assert "worst cell" in (tmp_path / "ft" / "train.log").read_text()
     finetune_linear.uninformed_best.cache_clear()
 
@@ -132,6 +156,25 @@ def test_bad_configurations_are_refused(base, tmp_path, overrides, problem):
     cfg = tiny_finetune_config(base, tmp_path / "bad", **{"rollouts_per_instance": 2, **overrides})
     with pytest.raises(ValueError, match=problem):
         finetune(cfg, echo=False)
+
+
+def test_the_failure_weight_adds_the_failed_fraction_to_the_score(base, monkeypatch):
+    """score = mean ratio + c x mean failed fraction, the fractions as counted above failure_limit."""
+    from icrl_gym.training.finetune_linear import LinearGeneralistFinetune
+
+    cells = {"a": (1.05, 0.04), "b": (0.95, 0.0)}
+    monkeypatch.setattr(finetune_linear, "validation_ratios", lambda *args: cells)
+    model, _ = load_checkpoint(base)
+    method = _method(base, val_failure_weight=5.0)
+    assert LinearGeneralistFinetune.validation_regret(method, model, torch.device("cpu")) == pytest.approx(1.0 + 0.1)
+    assert method.details["val_failures"] == pytest.approx(0.02) and method.details["val failures a"] == 0.04
+
+
+def test_the_tail_fields_are_refused_outside_the_linear_generalist(tmp_path):
+    for field_name in ("tail_weight", "val_failure_weight"):
+        cfg = tiny_finetune_config("bernoulli-generalist", tmp_path / field_name, **{field_name: 1.0})
+        with pytest.raises(ValueError, match=f"{field_name} is the linear generalist's only"):
+            finetune(cfg, echo=False)
 
 
 def test_a_first_version_checkpoint_is_refused(tmp_path):

@@ -37,9 +37,8 @@ import numpy as np
 
 import agents
 from agents.bandit.model_average import UNINFORMED_REFERENCES as UNINFORMED
-from benchmarks.experiments.grid.cells import failure_limit
 from icrl_gym.algorithm import BanditAgent
-from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.data.trajectories import evaluate_regret, failure_limit
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
 from icrl_gym.utils.cli import doc_parser
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv

@@ -474,6 +474,21 @@ def collect_trajectories(
     )
 
 
+FAILURE_FACTOR = 3.0
+FAILURE_FLOOR = 20.0
+"""A run fails when its regret exceeds both FAILURE_FACTOR x a reference's and this floor (the acceptance's rule)."""
+
+
+def failure_limit(reference_mean: float, factor: float = FAILURE_FACTOR, floor: float = FAILURE_FLOOR) -> float:
+    """The regret max(``factor`` x the reference's mean regret, ``floor``) above which a run counts as failed.
+
+    A run is judged against the reference's mean over a cell of runs, not against the reference's run on the
+    same instance (the paired form is the harness's ``failure_fraction``).  Used by the linear evaluations and
+    by the fine-tuning's validation, which counts the runs of the model above this limit.
+    """
+    return max(factor * reference_mean, floor)
+
+
 def evaluate_regret(
     spec: BanditSpec,
     agent: AgentSpec,

@@ -164,6 +164,10 @@ def method_for(cfg: FinetuneConfig, meta: dict[str, Any]) -> FinetuneMethod:
     """The method of the base checkpoint's kind, refusing the fields that kind does not take (``ValueError``)."""
     name = CheckpointKind(checkpoint_kind(meta)).entry.finetune
     assert name is not None  # _load_base admits only the kinds with a method
+    if name != "linear_generalist":
+        for field_name in ("tail_weight", "val_failure_weight"):
+            if getattr(cfg, field_name):
+                raise ValueError(f"{field_name} is the linear generalist's only; {cfg.base!r} is a {name} model")
     if name != "generalist":
         if cfg.validation == "exact_family":
             raise ValueError(

@@ -80,6 +80,18 @@ class FinetuneConfig(TrainerConfig):
     loss_steps: int = checked(0, Allowed(low=0, integer=True))
     """The linear generalist: the loss reads this many steps of the runs, drawn uniformly without replacement
     every iteration (0: every step); an unbiased estimate of the whole runs' loss at a fraction of the cost."""
+    tail_weight: float = checked(0.0, NONNEGATIVE)
+    """The linear generalist: lambda of a tail term added to every run's objective (0: none).  Run j of an
+    instance also pays lambda * (R_j / (1 + m_-j) - kappa)_+, R_j its total regret and m_-j the mean total
+    regret of the instance's other runs, so a run that locks on where its siblings did not is penalised beyond
+    its share of the mean (:func:`tail_advantages`; kappa is ``tail_ratio``)."""
+    tail_ratio: float = checked(3.0, POSITIVE)
+    """kappa of the tail term: a run is penalised once its regret exceeds kappa (1 + m_-j) (the acceptance counts a
+    run as failed above 3x the best reference's mean)."""
+    val_failure_weight: float = checked(0.0, NONNEGATIVE)
+    """The linear generalist: the validation score adds this times the mean over the cells of the fraction of the
+    model's runs that fail (regret above :func:`~icrl_gym.data.trajectories.failure_limit` of the best
+    uninformed reference's mean): 5 weighs 2% of failed runs as 0.10 of the regret ratio."""
     widen: dict[str, Any] = field(default_factory=dict)
     """Model configuration fields to set on the base before fine-tuning (e.g. ``{"ridge_gate": true}``): the
     model is rebuilt with them and given the base's weights; the modules they add must start at zero output,
@@ -141,6 +153,22 @@ def leave_one_out_advantages(gaps: np.ndarray, group: int) -> tuple[np.ndarray, 
 def instance_advantages(gaps: np.ndarray, rollouts: int) -> tuple[np.ndarray, dict[str, float]]:
     """The gaps' regret-to-go minus the baseline over an instance's M = ``rollouts`` runs (M >= 2), else the batch's."""
     return leave_one_out_advantages(gaps, rollouts if rollouts >= 2 else gaps.shape[0])
+
+
+def tail_advantages(totals: np.ndarray, group: int, ratio: float) -> np.ndarray:
+    """h_j - b_j (B,) of the tail term h_j = (R_j / (1 + m_-j) - kappa)_+, kappa = ``ratio``, for runs in groups.
+
+    The runs come in groups of ``group`` consecutive rows (an instance's runs); R_j is run j's total regret,
+    m_-j the mean of its group's other runs, b_j the mean of h over them (the leave-one-out baseline).  m_-j is
+    held fixed in the gradient: a run is judged against its siblings as they played, so the policy gains
+    nothing by making the siblings worse.  The term's weight on every step of run j is h_j - b_j.
+    """
+    b = totals.shape[0]
+    grouped = np.asarray(totals, dtype=np.float64).reshape(b // group, group)
+    others = (grouped.sum(axis=1, keepdims=True) - grouped) / (group - 1)
+    tail = np.maximum(grouped / (1.0 + others) - ratio, 0.0)
+    baseline = (tail.sum(axis=1, keepdims=True) - tail) / (group - 1)
+    return (tail - baseline).reshape(b)
 
 
 LogitsOf = Callable[[torch.nn.Module, dict[str, np.ndarray], torch.device], torch.Tensor]

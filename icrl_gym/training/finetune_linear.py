@@ -11,10 +11,17 @@ grad log E[Reg_i] = grad E[Reg_i] / E[Reg_i] weighs a 1% gain on a low-noise ins
 high-noise instance (without it the sigma = 3 instances, whose regret is a hundred times that of the
 sigma = 0.05 ones, would own the gradient).
 
+The mean is not the whole acceptance: it also bounds the fraction of failed runs (a run locked on a wrong arm),
+which a policy trained on the mean alone pays for with a heavy tail.  ``tail_weight`` lambda > 0 adds to run j's
+objective lambda (R_j / (1 + m_-j) - kappa)_+, the excess of its regret over kappa times its instance's other
+runs' mean (:func:`~icrl_gym.training.finetune_core.tail_advantages`): a risk-sensitive return, whose score
+function weighs every step of the run (the hinge is not a sum over steps, so there is no regret-to-go form).
+
 Validation (what keeps the best checkpoint) plays the model greedily, as the agent does, on fixed
 instances of :data:`VALIDATION_CELLS` (seed ``VALIDATION_SEED + seed + cell``, common random numbers), and
 scores the mean over the cells of its mean regret over the best uninformed reference's
-(:data:`agents.bandit.model_average.UNINFORMED_REFERENCES`, played once on the same instances): the
+(:data:`agents.bandit.model_average.UNINFORMED_REFERENCES`, played once on the same instances), plus
+``val_failure_weight`` times the mean fraction of failed runs: the
 measure of the acceptance, on cells of the in-family grid, a held-out prior, the Gaussian multi-armed
 bandit and the paper's setting.  No reference in the score is told the prior.
 """
@@ -32,13 +39,13 @@ import torch
 from agents.bandit.model_average import UNINFORMED_REFERENCES
 from agents.learned.linear_generalist import LinearGeneralistAgent
 from icrl_gym.data.rollout import ModelPlay, play
-from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.data.trajectories import evaluate_regret, failure_limit
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.linear_bandit import linear_bandit_spec
 from icrl_gym.envs.padded_linear import InstanceBatch, Instances
 from icrl_gym.models.linear_generalist import LinearGeneralistTransformer
 from icrl_gym.models.linear_generalist_posterior import PosteriorLinearGeneralist
-from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages
+from icrl_gym.training.finetune_core import VALIDATION_SEED, FinetuneConfig, instance_advantages, tail_advantages
 from icrl_gym.training.linear_expert import model_env_info
 from icrl_gym.training.linear_generalist import LinearGeneralistTrainConfig, family_instances, family_options
 
@@ -132,14 +139,19 @@ def uninformed_best(cell: str, runs: int, seed: int) -> tuple[str, float]:
 
 def validation_ratios(
     model: LinearGeneralistTransformer, meta: dict[str, Any], runs: int, seed: int
-) -> dict[str, float]:
-    """Per validation cell, the greedy model's mean regret over the best uninformed reference's (same instances)."""
+) -> dict[str, tuple[float, float]]:
+    """Per validation cell: the greedy model's regret ratio and failed fraction against the best uninformed reference.
+
+    The ratio is the model's mean regret over the reference's on the same instances; a run fails above
+    :func:`~icrl_gym.data.trajectories.failure_limit` of the reference's mean.
+    """
     out = {}
     agent = LinearGeneralistAgent.from_model(model, meta, greedy=True)  # every evaluation resets it
     for i, (cell, spec) in enumerate(VALIDATION_CELLS.items()):
         cell_seed = VALIDATION_SEED + seed + i
-        regret = evaluate_regret(spec, agent, runs, seed=cell_seed, batch_size=runs).sum(1).mean()
-        out[cell] = float(regret) / uninformed_best(cell, runs, cell_seed)[1]
+        totals = evaluate_regret(spec, agent, runs, seed=cell_seed, batch_size=runs).sum(1)
+        best = uninformed_best(cell, runs, cell_seed)[1]
+        out[cell] = (float(totals.mean()) / best, float(np.mean(totals > failure_limit(best))))
     return out
 
 
@@ -181,14 +193,24 @@ class LinearGeneralistFinetune:
     def advantages(self, runs: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, float]]:
         """:func:`instance_advantages` of the gaps, at the loss steps (B, Q).
 
-        Each instance's are divided by 1 + its runs' mean total regret (module docstring).
+        Each instance's are divided by 1 + its runs' mean total regret (module docstring); with ``tail_weight``
+        lambda > 0 every loss step of run j adds lambda (h_j - b_j) of the tail term (:func:`tail_advantages`),
+        and ``tail_runs`` in the stats is the fraction of runs above kappa (1 + m_-j).
         """
         gaps = runs["gaps"].astype(np.float64)
         advantage, stats = instance_advantages(gaps, self.cfg.rollouts_per_instance)
         m = self.cfg.rollouts_per_instance
-        totals = gaps.sum(axis=1).reshape(-1, m).mean(axis=1)  # (N,) each instance's mean total regret
+        run_totals = gaps.sum(axis=1)
+        totals = run_totals.reshape(-1, m).mean(axis=1)  # (N,) each instance's mean total regret
         advantage = np.take_along_axis(advantage, runs["loss_steps"], axis=1)
-        return advantage / np.repeat(1.0 + totals, m)[:, None], stats
+        advantage = advantage / np.repeat(1.0 + totals, m)[:, None]
+        if self.cfg.tail_weight > 0:
+            tail = tail_advantages(run_totals, m, self.cfg.tail_ratio)
+            advantage = advantage + self.cfg.tail_weight * tail[:, None]
+            grouped = run_totals.reshape(-1, m)
+            others = (grouped.sum(axis=1, keepdims=True) - grouped) / (m - 1)
+            stats["tail_runs"] = float(np.mean(grouped > self.cfg.tail_ratio * (1.0 + others)))
+        return advantage, stats
 
     def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:
         """The sampled policy's logits / tau (B, Q, A) at the loss steps: the network on the rollout's inputs."""
@@ -202,12 +224,22 @@ class LinearGeneralistFinetune:
     """How the log names ``val_worst`` (the Bernoulli method's is the worst prior)."""
 
     def validation_regret(self, model: torch.nn.Module, device: torch.device) -> float:
-        """The mean over :data:`VALIDATION_CELLS` of the greedy model's regret over the best uninformed reference's."""
+        """The mean over :data:`VALIDATION_CELLS` of the greedy model's regret over the best uninformed reference's.
+
+        With ``val_failure_weight`` c > 0 the score adds c times the mean over the cells of the failed runs' fraction.
+        """
         model.eval()
         assert isinstance(model, LinearGeneralistTransformer)
-        ratios = validation_ratios(model, self.meta, self.cfg.val_runs, self.cfg.seed)
-        self.details = {"val_worst": max(ratios.values()), **{f"val {cell}": r for cell, r in ratios.items()}}
-        return float(np.mean(list(ratios.values())))
+        cells = validation_ratios(model, self.meta, self.cfg.val_runs, self.cfg.seed)
+        ratios = {cell: ratio for cell, (ratio, _) in cells.items()}
+        failures = {cell: failed for cell, (_, failed) in cells.items()}
+        self.details = {
+            "val_worst": max(ratios.values()),
+            "val_failures": float(np.mean(list(failures.values()))),
+            **{f"val {cell}": r for cell, r in ratios.items()},
+            **{f"val failures {cell}": f for cell, f in failures.items()},
+        }
+        return float(np.mean(list(ratios.values()))) + self.cfg.val_failure_weight * self.details["val_failures"]
 
     @classmethod
     def for_base(cls, cfg: FinetuneConfig, meta: dict[str, Any]) -> LinearGeneralistFinetune:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stats import mean_se
+from icrl_gym.data.trajectories import FAILURE_FACTOR, FAILURE_FLOOR
 from icrl_gym.envs import BanditSpec, MDPSpec
 
 MODEL = "generalist"
@@ -20,11 +21,6 @@ SLICE_RUNS = 100
 
 TAIL_LEVEL = 0.99
 """The quantile of per-run regret reported as a row's tail (its p99)."""
-
-
-FAILURE_FACTOR = 3.0
-FAILURE_FLOOR = 20.0
-"""A run fails when its regret exceeds both FAILURE_FACTOR x the best reference's on the same instance and this."""
 
 
 def regret_quantile(totals: np.ndarray, level: float = TAIL_LEVEL) -> float:
@@ -48,16 +44,6 @@ def failure_fraction(
     if totals.shape != reference.shape:
         raise ValueError(f"paired runs need equal shapes, got {totals.shape} and {reference.shape}")
     return float(np.mean((totals > factor * reference) & (totals > floor)))
-
-
-def failure_limit(reference_mean: float, factor: float = FAILURE_FACTOR, floor: float = FAILURE_FLOOR) -> float:
-    """The regret max(``factor`` x the reference's mean regret, ``floor``) above which a run counts as failed.
-
-    The unpaired form of :func:`failure_fraction`, used by the linear evaluations
-    (:mod:`benchmarks.evaluations.linear_uninformed`, :mod:`benchmarks.evaluations.linear_probe`): a run is
-    judged against the reference's mean over the cell, not against the reference's run on the same instance.
-    """
-    return max(factor * reference_mean, floor)
 
 
 def tail_stats(totals: np.ndarray, reference: np.ndarray | None) -> dict[str, float]:

@@ -356,8 +356,8 @@ def test_the_default_prior_draws_uniform_means_as_the_shipped_training_did(tmp_p
     from icrl_gym.training.generalist import sample_prior
 
     cfg = tiny_generalist_config(tmp_path / "run", tmp_path / "cache")
-    means, prior = sample_prior(cfg, np.random.default_rng(5), 7, 3)
-    assert prior == (1.0, 1.0) and np.array_equal(means, np.random.default_rng(5).random((7, 3)))
+    means, prior, skewed = sample_prior(cfg, np.random.default_rng(5), 7, 3)
+    assert prior == (1.0, 1.0) and not skewed and np.array_equal(means, np.random.default_rng(5).random((7, 3)))
 
 
 def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins_told_their_prior(tmp_path):
@@ -368,8 +368,9 @@ def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins
     assert cfg.checkpoint_fields()["trained_range"]["beta_priors"] == priors
     rng, seen = np.random.default_rng(0), {"skewed": 0, (5.0, 0.5): [], (0.5, 5.0): []}
     for _ in range(400):
-        means, prior = sample_prior(cfg, rng, 50, 4)
-        if prior == (1.0, 1.0):  # skewed: one half of the arms in [0.5, 1], the other in [0, 0.5]
+        means, prior, skewed = sample_prior(cfg, rng, 50, 4)
+        assert skewed == (prior == (1.0, 1.0))
+        if skewed:  # skewed: one half of the arms in [0.5, 1], the other in [0, 0.5]
             high = means[0] >= 0.5
             assert high.sum() == 2 and (high[:2].all() or high[2:].all())
             assert np.array_equal(means >= 0.5, np.broadcast_to(high, means.shape))
@@ -512,6 +513,46 @@ def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_re
                 for j in np.flatnonzero(batch.query_steps[i] == t):
                     target = np.exp((values - values.max()) / temperature)
                     np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
+
+
+def test_skewed_batches_keep_the_uniform_gittins_labels_beside_the_family_index(tmp_path):
+    """With ``skewed_told_uniform`` a skewed batch is played and labelled by the Gittins index told U[0, 1] (its
+    table looked up at the counts recounted from the trajectory), the Beta batches still by the family index."""
+    from icrl_gym.training.generalist import Experts, family_expert, sample_batch
+
+    temperature = 0.02
+    cfg = tiny_generalist_config(
+        tmp_path / "run",
+        tmp_path / "cache",
+        family_index=True,
+        beta_priors=[[5.0, 0.5]],
+        skewed_fraction=0.5,
+        skewed_told_uniform=True,
+        label_temperature=temperature,
+        max_epsilon=0.0,
+        dagger_start=10**6,
+    )
+    family = family_expert(cfg)
+    uniform = build_gittins_table(cfg.max_horizon, 1.0, 1.0, 256)
+    experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), family=family)
+    rng, kinds = np.random.default_rng(2), set()
+    for _ in range(6):
+        batch = sample_batch(cfg, experts, rng)
+        skewed = batch.prior == (1.0, 1.0)
+        kinds.add(skewed)
+        k, horizon = batch.num_arms, batch.horizon
+        for i in range(batch.size):
+            for t in range(horizon):
+                acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
+                s = np.array([rews[acts == a].sum() for a in range(k)], dtype=np.int64)
+                f = np.array([(acts == a).sum() for a in range(k)], dtype=np.int64) - s
+                told = uniform.lookup(s, f, np.int64(horizon - t))
+                values = told if skewed else family.scores(s[None], f[None], horizon - t)[0]
+                assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-9)
+                for j in np.flatnonzero(batch.query_steps[i] == t):
+                    target = np.exp((values - values.max()) / temperature)
+                    np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
+    assert kinds == {True, False}
 
 
 def test_exact_batches_are_labelled_by_the_family_bayes_dp_at_the_counts_of_the_trajectory(tmp_path):

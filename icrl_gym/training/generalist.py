@@ -38,7 +38,11 @@ weighs the 16 Beta(a, b) priors of :data:`~agents.bandit.family_gittins.BETA_FAM
 in the counts (raised to ``family_index_power``, 1 by default: the posterior; the agent's default tempers
 it) and reads the Gittins index of each arm's moment-matched posterior, so its labels are an
 uninformed policy's, which the model can copy exactly from the trajectory (told-prior labels teach at
-best their posterior vote).  Its tables are built once for ``max_horizon``.
+best their posterior vote).  Its tables are built once for ``max_horizon``.  With ``skewed_told_uniform`` the
+skewed batches keep the U[0, 1] expert: the skewed sets lie outside the family (one half of the arms above 1/2,
+the other below; each arm's mean is U[0, 1] over the two halves), and their reference is that expert, so the
+model learns its play where a history looks like theirs, a vote between it and the family index where the
+histories of the two kinds overlap.
 
 Exact batches (``exact_fraction``): where the family-Bayes DP is computable (``exact_cells``, e.g.
 K = 2 with T = 100 and 200, K = 3 with T = 50), a batch may take its (K, T) from those cells, its
@@ -141,6 +145,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     family_index: bool = False
     """Label (and play) the batches that are not exact with the family Gittins index instead of the Gittins
     expert told the batch's prior or a teacher (module docstring)."""
+    skewed_told_uniform: bool = False
+    """With ``family_index``: the skewed batches keep the Gittins index told U[0, 1] as their behaviour and labels
+    (the reference the skewed sets are judged against) instead of the family index, whose reading of them through
+    the 16 Beta priors pays 1.08-1.10x that reference there (module docstring)."""
     family_index_power: float = checked(1.0, EVIDENCE_POWER_RANGE)
     """With ``family_index``: the index's evidence power eta, w_j ∝ pi_j L_j(x)^eta (1: the posterior;
     :mod:`agents.bandit.family_gittins`)."""
@@ -415,21 +423,22 @@ def family_mixture_means(rng: np.random.Generator, b: int, k: int) -> np.ndarray
 
 def sample_prior(
     cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int
-) -> tuple[np.ndarray, tuple[float, float]]:
-    """The arm means (B, K) of a batch and the (a, b) of the Gittins prior that labels it (module docstring).
+) -> tuple[np.ndarray, tuple[float, float], bool]:
+    """The arm means (B, K) of a batch, the (a, b) of the Gittins prior that labels it and whether it is skewed.
 
     The skewed and Beta means are the environment's own draws (:func:`~icrl_gym.envs.bandit_core.sample_w_star`).
     """
     if cfg.beta_family_fraction and rng.random() < cfg.beta_family_fraction:  # no draw when 0: old runs replay
         draw = draw_instance_priors(bernoulli_bandit_spec(k, prior=BanditPrior.BETA_FAMILY), rng, b) or {}
-        return draw["w"], (1.0, 1.0)  # each instance's arms iid Beta(a, b), its own (a, b)
+        return draw["w"], (1.0, 1.0), False  # each instance's arms iid Beta(a, b), its own (a, b)
     if not cfg.beta_priors:
-        return rng.random((b, k)), (1.0, 1.0)
+        return rng.random((b, k)), (1.0, 1.0), False
     if rng.random() < cfg.skewed_fraction:
         skewed = BanditPrior.SKEWED_REVERSED if rng.random() < 0.5 else BanditPrior.SKEWED
-        return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b), (1.0, 1.0)
+        return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b), (1.0, 1.0), True
     a, beta = (float(x) for x in cfg.beta_priors[int(rng.integers(len(cfg.beta_priors)))])
-    return sample_w_star(bernoulli_bandit_spec(k, prior=BanditPrior.BETA, prior_a=a, prior_b=beta), rng, b), (a, beta)
+    means = sample_w_star(bernoulli_bandit_spec(k, prior=BanditPrior.BETA, prior_a=a, prior_b=beta), rng, b)
+    return means, (a, beta), False
 
 
 def sample_batch(
@@ -460,10 +469,10 @@ def sample_batch(
         k = int(rng.integers(cfg.min_arms, cfg.max_arms + 1))
         horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
         b = size(k, horizon)
-        means, prior = sample_prior(cfg, rng, b, k)
+        means, prior, skewed = sample_prior(cfg, rng, b, k)
         if experts.teacher is not None:
             expert = TeacherExpert(experts.teacher, b, k, horizon)
-        elif experts.family is not None:
+        elif experts.family is not None and not (skewed and cfg.skewed_told_uniform):
             expert = CountIndexExpert(experts.family.scores, b, k, horizon)
         elif experts.gittins is not None:
             expert = CountIndexExpert(experts.gittins(*prior).lookup, b, k, horizon)

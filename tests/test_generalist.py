@@ -520,6 +520,8 @@ def test_skewed_batches_keep_the_uniform_gittins_labels_beside_the_family_index(
     table looked up at the counts recounted from the trajectory), the Beta batches still by the family index."""
     from icrl_gym.training.generalist import Experts, family_expert, sample_batch
 
+    with pytest.raises(ValueError, match="skewed_told_uniform needs family_index"):
+        tiny_generalist_config(tmp_path / "r", tmp_path / "c", skewed_told_uniform=True)
     temperature = 0.02
     cfg = tiny_generalist_config(
         tmp_path / "run",

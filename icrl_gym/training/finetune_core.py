@@ -155,20 +155,21 @@ def instance_advantages(gaps: np.ndarray, rollouts: int) -> tuple[np.ndarray, di
     return leave_one_out_advantages(gaps, rollouts if rollouts >= 2 else gaps.shape[0])
 
 
-def tail_advantages(totals: np.ndarray, group: int, ratio: float) -> np.ndarray:
+def tail_advantages(totals: np.ndarray, group: int, ratio: float) -> tuple[np.ndarray, float]:
     """h_j - b_j (B,) of the tail term h_j = (R_j / (1 + m_-j) - kappa)_+, kappa = ``ratio``, for runs in groups.
 
     The runs come in groups of ``group`` consecutive rows (an instance's runs); R_j is run j's total regret,
     m_-j the mean of its group's other runs, b_j the mean of h over them (the leave-one-out baseline).  m_-j is
     held fixed in the gradient: a run is judged against its siblings as they played, so the policy gains
-    nothing by making the siblings worse.  The term's weight on every step of run j is h_j - b_j.
+    nothing by making the siblings worse.  The term's weight on every step of run j is h_j - b_j.  Also the
+    fraction of runs with h_j > 0 (above kappa (1 + m_-j)).
     """
     b = totals.shape[0]
     grouped = np.asarray(totals, dtype=np.float64).reshape(b // group, group)
     others = (grouped.sum(axis=1, keepdims=True) - grouped) / (group - 1)
     tail = np.maximum(grouped / (1.0 + others) - ratio, 0.0)
     baseline = (tail.sum(axis=1, keepdims=True) - tail) / (group - 1)
-    return (tail - baseline).reshape(b)
+    return (tail - baseline).reshape(b), float(np.mean(tail > 0))
 
 
 LogitsOf = Callable[[torch.nn.Module, dict[str, np.ndarray], torch.device], torch.Tensor]

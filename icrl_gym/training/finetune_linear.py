@@ -205,11 +205,8 @@ class LinearGeneralistFinetune:
         advantage = np.take_along_axis(advantage, runs["loss_steps"], axis=1)
         advantage = advantage / np.repeat(1.0 + totals, m)[:, None]
         if self.cfg.tail_weight > 0:
-            tail = tail_advantages(run_totals, m, self.cfg.tail_ratio)
+            tail, stats["tail_runs"] = tail_advantages(run_totals, m, self.cfg.tail_ratio)
             advantage = advantage + self.cfg.tail_weight * tail[:, None]
-            grouped = run_totals.reshape(-1, m)
-            others = (grouped.sum(axis=1, keepdims=True) - grouped) / (m - 1)
-            stats["tail_runs"] = float(np.mean(grouped > self.cfg.tail_ratio * (1.0 + others)))
         return advantage, stats
 
     def logits(self, model: torch.nn.Module, runs: dict[str, np.ndarray], device: torch.device) -> torch.Tensor:

@@ -213,6 +213,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 check_number(f"beta_priors {name}", value, 0.0, True, MAX_SCALE)
         if self.skewed_fraction > 0 and not self.beta_priors:
             raise ValueError("GeneralistTrainConfig.skewed_fraction > 0 needs beta_priors (a widened training prior)")
+        if self.skewed_told_uniform and not (self.family_index and self.skewed_fraction > 0):
+            raise ValueError(
+                "GeneralistTrainConfig.skewed_told_uniform needs family_index and skewed_fraction > 0: it keeps the "
+                "U[0, 1] expert on the skewed batches beside the family index"
+            )
         if self.teacher:  # read once: the run records these weights even if the name is later given to others
             try:
                 self._teacher_sha256 = read_record(find_checkpoint(self.teacher)).meta.get("weights_sha256")

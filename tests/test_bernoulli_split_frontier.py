@@ -1,0 +1,76 @@
+"""The two-armed split-prior frontier (benchmarks.evaluations.bernoulli_split_frontier).
+
+The truncated-Beta evidence and predictive against quadrature; the mixture DP against the family-Bayes DP of
+agents.bandit.bernoulli_bayes_optimal (an independent implementation) when the split prior has no weight; fixed
+policies against their closed-form regret on the split prior; the frontier's order; the command's files.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+from agents.bandit.family_gittins import BETA_FAMILY
+from benchmarks.evaluations import bernoulli_split_frontier as sf
+from icrl_gym.training.exact_bernoulli import family_bayes_regrets
+
+
+@pytest.mark.parametrize("high", [True, False])
+def test_the_half_uniform_arm_is_the_truncated_beta_by_quadrature(high):
+    log_ev, pred = sf.half_uniform_arm(high, 60)
+    low, top = (0.5, 1.0) if high else (0.0, 0.5)
+    for s, f in [(0, 0), (3, 1), (0, 40), (25, 2), (7, 30)]:
+        mass = integrate.quad(lambda p, s=s, f=f: p**s * (1 - p) ** f, low, top, epsabs=0, epsrel=1e-12)[0]
+        first = integrate.quad(lambda p, s=s, f=f: p ** (s + 1) * (1 - p) ** f, low, top, epsabs=0, epsrel=1e-12)[0]
+        assert log_ev[s, f] == pytest.approx(np.log(mass / (top - low)), rel=1e-9)
+        assert pred[s, f] == pytest.approx(first / mass, rel=1e-9)
+
+
+def test_without_the_split_prior_the_mixture_dp_is_the_family_bayes_dp():
+    horizon = 12
+    mix = sf.SplitMixture(horizon)
+    regret = mix.regrets(weights=np.array([1.0] * 16 + [0.0, 0.0]))
+    np.testing.assert_allclose(regret[:16], family_bayes_regrets(2, horizon, tuple(BETA_FAMILY)), rtol=1e-9, atol=1e-9)
+
+
+def test_fixed_policies_have_their_closed_form_regret_on_the_split_prior():
+    """T (E[max] - E[p_pulled]): always arm 0 pays 0 on the skewed prior and (3/4 - 1/4) T on the reversed one,
+    each arm with probability 1/2 pays (3/4 - 1/2) T on both."""
+    horizon = 10
+    mix = sf.SplitMixture(horizon)
+    for act, expected in (([1.0, 0.0], [0.0, 0.5]), ([0.5, 0.5], [0.25, 0.25])):
+        regret = mix.regrets(policy=lambda n, x, act=act: np.tile(act, (len(x), 1)))
+        np.testing.assert_allclose(regret[16:], np.array(expected) * horizon, rtol=1e-12, atol=1e-12)
+
+
+def test_the_frontier_trades_the_family_sum_against_the_split_prior(tmp_path):
+    result = sf.main(
+        [
+            "--horizon",
+            "10",
+            "--lambdas",
+            "0",
+            "0.2",
+            "1000000",
+            "--cache",
+            str(tmp_path / "c"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    rows = result["rows"]
+    split_alone, mid, family = rows["lambda=0"], rows["lambda=0.2"], rows["lambda=1e+06"]
+    assert split_alone["split"] <= mid["split"] <= family["split"]  # more weight on the family: worse on the split
+    assert split_alone["family_sum"] >= mid["family_sum"] >= family["family_sum"] == pytest.approx(1.0, abs=1e-9)
+    assert split_alone["split"] <= rows["Gittins told U[0, 1]"]["split"] <= 0.25 * 10  # Bayes-optimal on it
+    saved = json.loads((tmp_path / "out" / "split-frontier.json").read_text())
+    assert saved["config"]["horizon"] == 10 and saved["rows"] == rows  # floats round-trip through JSON exactly
+    assert "| lambda=0.2 |" in (tmp_path / "out" / "split-frontier.md").read_text()
+
+
+def test_weights_and_a_policy_are_exclusive():
+    with pytest.raises(ValueError, match="not both"):
+        sf.SplitMixture(4).regrets()

@@ -47,6 +47,7 @@ from scipy.special import betainc, betaincc, betaln
 
 from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, colex_combinations, compositions, successors
 from agents.bandit.family_gittins import BETA_FAMILY
+from benchmarks.experiments.bernoulli_frontier.run import gittins_policy
 from icrl_gym.estimators.gittins import cached_gittins_table
 from icrl_gym.training.exact_bernoulli import best_totals, family_bayes_regrets
 from icrl_gym.utils.cli import doc_parser
@@ -92,12 +93,15 @@ class SplitMixture:
         self._ranker = CompositionRanker(horizon + 1, 4)
         self._bars = colex_combinations(horizon + 2, 3)
 
-    def _layer(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per component: the log-evidence (N, C) of states x and the arms' predictive (N, C, 2)."""
+    def _log_evidence(self, x: np.ndarray) -> np.ndarray:
+        """Per component, the log-evidence (N, C) of states x."""
         s, f = x[:, 0::2], x[:, 1::2]
-        log_ev = np.stack([arms[0][0][s[:, 0], f[:, 0]] + arms[1][0][s[:, 1], f[:, 1]] for arms in self.components], 1)
-        pred = np.stack([np.stack([arms[k][1][s[:, k], f[:, k]] for k in (0, 1)], 1) for arms in self.components], 1)
-        return log_ev, pred
+        return np.stack([arms[0][0][s[:, 0], f[:, 0]] + arms[1][0][s[:, 1], f[:, 1]] for arms in self.components], 1)
+
+    def _predictive(self, x: np.ndarray) -> np.ndarray:
+        """Per component, the arms' predictive P(r = 1) (N, C, 2) at states x."""
+        s, f = x[:, 0::2], x[:, 1::2]
+        return np.stack([np.stack([arms[k][1][s[:, k], f[:, k]] for k in (0, 1)], 1) for arms in self.components], 1)
 
     def regrets(self, weights: np.ndarray | None = None, policy: SplitPolicy | None = None) -> np.ndarray:
         """Per component (C,), the Bayes regret of ``policy`` or of the mixture's Bayes-optimal policy.
@@ -111,14 +115,14 @@ class SplitMixture:
         values = np.zeros((comb(self.horizon + 3, 3), len(self.components)))
         for n in range(self.horizon - 1, -1, -1):
             x = compositions(self._bars, n)
-            log_ev, pred = self._layer(x)
+            pred = self._predictive(x)
             q = np.empty((len(x), len(self.components), 2))
             for k in (0, 1):
                 r_s, r_f = (self._ranker.rank(y) for y in successors(x, k))
                 q[:, :, k] = pred[:, :, k] * (1.0 + values[r_s]) + (1.0 - pred[:, :, k]) * values[r_f]
             if policy is None:
                 assert log_prior is not None
-                log_w = log_ev + log_prior
+                log_w = self._log_evidence(x) + log_prior
                 w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
                 mixed = (w[:, :, None] * q).sum(axis=1) / w.sum(axis=1, keepdims=True)
                 act = uniform_over_maximisers(mixed)
@@ -135,28 +139,31 @@ def uniform_over_maximisers(scores: np.ndarray, tolerance: float = 1e-12) -> np.
 
 
 def gittins_uniform_policy(horizon: int, cache: str) -> SplitPolicy:
-    """The finite-horizon Gittins index told U[0, 1], its maximisers played uniformly."""
-    table = cached_gittins_table(horizon, cache, 1.0, 1.0)
-    return lambda n, x: uniform_over_maximisers(table.lookup(x[:, 0::2], x[:, 1::2], np.int64(horizon - n)))
+    """The finite-horizon Gittins index told U[0, 1], its maximisers played uniformly.
+
+    The frontier's :func:`~benchmarks.experiments.bernoulli_frontier.run.gittins_policy` with the one table.
+    """
+    told = gittins_policy([cached_gittins_table(horizon, cache, 1.0, 1.0)], horizon)
+    return lambda n, x: told(n, x)[:, 0]
 
 
 def split_frontier(horizon: int, lambdas: Sequence[float], cache: str = "runs/gittins-cache") -> dict[str, Any]:
     """The family-Bayes DP, the Gittins told U[0, 1] and each P_lambda on the three K = 2 lines (module docstring)."""
     mix = SplitMixture(horizon)
     family = family_bayes_regrets(2, horizon, tuple(mix.family))
-    s_f = float(family.sum())
+    s_f, members = float(family.sum()), len(mix.family)
 
     def row(regret: np.ndarray) -> dict[str, float]:
         return {
-            "family_sum": float(regret[:16].sum() / s_f),
-            "worst_prior": float((regret[:16] / family).max()),
-            "split": float(regret[16:].mean()),
+            "family_sum": float(regret[:members].sum() / s_f),
+            "worst_prior": float((regret[:members] / family).max()),
+            "split": float(regret[members:].mean()),
         }
 
     gittins = row(mix.regrets(policy=gittins_uniform_policy(horizon, cache)))
     rows: dict[str, dict[str, float]] = {"Gittins told U[0, 1]": gittins}
     for lam in lambdas:
-        rows[f"lambda={lam:g}"] = row(mix.regrets(weights=np.array([lam] * 16 + [0.5, 0.5])))
+        rows[f"lambda={lam:g}"] = row(mix.regrets(weights=np.array([lam] * members + [0.5, 0.5])))
     for values in rows.values():
         values["split_ratio"] = values["split"] / gittins["split"]
     return {"horizon": horizon, "family_bayes_sum": s_f, "rows": rows}

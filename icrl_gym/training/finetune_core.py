@@ -146,8 +146,12 @@ def leave_one_out_advantages(gaps: np.ndarray, group: int) -> tuple[np.ndarray, 
     to_go = np.flip(np.cumsum(np.flip(gaps, axis=1), axis=1), axis=1)  # Reg_t
     B, T = to_go.shape
     grouped = to_go.reshape(B // group, group, T)
-    baseline = (grouped.sum(axis=1, keepdims=True) - grouped) / (group - 1)  # leave-one-out mean
-    return (grouped - baseline).reshape(B, T), {"regret": float(gaps.sum(axis=1).mean())}
+    return (grouped - others_mean(grouped)).reshape(B, T), {"regret": float(gaps.sum(axis=1).mean())}
+
+
+def others_mean(grouped: np.ndarray) -> np.ndarray:
+    """The leave-one-out mean over axis 1 (a group's runs): for each run, the mean of the group's other runs."""
+    return (grouped.sum(axis=1, keepdims=True) - grouped) / (grouped.shape[1] - 1)
 
 
 def instance_advantages(gaps: np.ndarray, rollouts: int) -> tuple[np.ndarray, dict[str, float]]:
@@ -166,10 +170,8 @@ def tail_advantages(totals: np.ndarray, group: int, ratio: float) -> tuple[np.nd
     """
     b = totals.shape[0]
     grouped = np.asarray(totals, dtype=np.float64).reshape(b // group, group)
-    others = (grouped.sum(axis=1, keepdims=True) - grouped) / (group - 1)
-    tail = np.maximum(grouped / (1.0 + others) - ratio, 0.0)
-    baseline = (tail.sum(axis=1, keepdims=True) - tail) / (group - 1)
-    return (tail - baseline).reshape(b), float(np.mean(tail > 0))
+    tail = np.maximum(grouped / (1.0 + others_mean(grouped)) - ratio, 0.0)
+    return (tail - others_mean(tail)).reshape(b), float(np.mean(tail > 0))
 
 
 LogitsOf = Callable[[torch.nn.Module, dict[str, np.ndarray], torch.device], torch.Tensor]

@@ -13,14 +13,16 @@ import numpy as np
 import pytest
 from scipy import integrate
 
+from agents.bandit.bernoulli_bayes_optimal import family_bayes_advantages
 from agents.bandit.family_gittins import BETA_FAMILY
 from benchmarks.evaluations import bernoulli_split_frontier as sf
+from icrl_gym.training import split_prior
 from icrl_gym.training.exact_bernoulli import family_bayes_regrets
 
 
 @pytest.mark.parametrize("high", [True, False])
 def test_the_half_uniform_arm_is_the_truncated_beta_by_quadrature(high):
-    log_ev, pred = sf.half_uniform_arm(high, 60)
+    log_ev, pred = split_prior.half_uniform_arm(high, 60)
     low, top = (0.5, 1.0) if high else (0.0, 0.5)
     for s, f in [(0, 0), (3, 1), (0, 40), (25, 2), (7, 30)]:
         mass = integrate.quad(lambda p, s=s, f=f: p**s * (1 - p) ** f, low, top, epsabs=0, epsrel=1e-12)[0]
@@ -31,7 +33,7 @@ def test_the_half_uniform_arm_is_the_truncated_beta_by_quadrature(high):
 
 def test_without_the_split_prior_the_mixture_dp_is_the_family_bayes_dp():
     horizon = 12
-    mix = sf.SplitMixture(horizon)
+    mix = split_prior.SplitMixture(horizon)
     regret = mix.regrets(weights=np.array([1.0] * 16 + [0.0, 0.0]))
     np.testing.assert_allclose(regret[:16], family_bayes_regrets(2, horizon, tuple(BETA_FAMILY)), rtol=1e-9, atol=1e-9)
 
@@ -40,7 +42,7 @@ def test_fixed_policies_have_their_closed_form_regret_on_the_split_prior():
     """T (E[max] - E[p_pulled]): always arm 0 pays 0 on the skewed prior and (3/4 - 1/4) T on the reversed one,
     each arm with probability 1/2 pays (3/4 - 1/2) T on both."""
     horizon = 10
-    mix = sf.SplitMixture(horizon)
+    mix = split_prior.SplitMixture(horizon)
     for act, expected in (([1.0, 0.0], [0.0, 0.5]), ([0.5, 0.5], [0.25, 0.25])):
         regret = mix.regrets(policy=lambda n, x, act=act: np.tile(act, (len(x), 1)))
         np.testing.assert_allclose(regret[16:], np.array(expected) * horizon, rtol=1e-12, atol=1e-12)
@@ -73,4 +75,28 @@ def test_the_frontier_trades_the_family_sum_against_the_split_prior(tmp_path):
 
 def test_weights_and_a_policy_are_exclusive():
     with pytest.raises(ValueError, match="not both"):
-        sf.SplitMixture(4).regrets()
+        split_prior.SplitMixture(4).regrets()
+
+
+def test_the_advantages_at_zero_split_share_are_the_family_bayes_dps():
+    horizon = 9
+    got = split_prior.SplitMixture(horizon).advantages(split_prior.split_weights(0.0))
+    want = family_bayes_advantages(2, horizon, np.array(BETA_FAMILY))
+    assert len(got) == len(want) == horizon
+    for layer, (a, b) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(a, b, atol=1e-6, err_msg=f"layer {layer}")
+
+
+def test_playing_the_advantages_greedily_has_the_mixtures_bayes_regret():
+    """The maximisers of the advantages (ties uniform), played as a count-state policy, are the mixture's
+    Bayes-optimal policy: the same regret per component as the backward pass that plays it."""
+    horizon, weights = 10, split_prior.split_weights(0.25)
+    mix = split_prior.SplitMixture(horizon)
+    tables = mix.advantages(weights)
+    assert all(np.all(t <= 0) and np.all(t.max(axis=1) == 0) for t in tables)
+    played = mix.regrets(policy=lambda n, x: split_prior.uniform_over_maximisers(tables[n].astype(np.float64), 1e-6))
+    np.testing.assert_allclose(played, mix.regrets(weights=weights), rtol=1e-6, atol=1e-6)
+    alone = mix.regrets(weights=split_prior.split_weights(1.0))[16:].mean()
+    assert alone <= played[16:].mean() + 1e-12  # told the split prior it can only do better there
+    with pytest.raises(ValueError, match="split_share"):
+        split_prior.split_weights(1.5)

@@ -654,3 +654,67 @@ def test_keep_every_keeps_the_saved_states_of_its_multiples(tmp_path):
 
     assert kept("default") == ["step_0000003.safetensors", "step_0000006.safetensors"]
     assert kept("every", keep_every=3) == [f"step_000000{s}.safetensors" for s in (0, 3, 6)]
+
+
+def test_exact_two_armed_batches_with_a_split_share_are_labelled_by_the_mixture_dp(tmp_path):
+    """With ``exact_split_share`` s every label of a K = 2 exact batch is softmax(A / T) of the DP of the mixture
+    with the split prior, A looked up in the DP's own enumeration of the layer at the counts recounted from the
+    trajectory; K = 3 keeps the family-Bayes DP."""
+    from agents.bandit.bernoulli_bayes_optimal import colex_combinations, compositions, family_bayes_advantages
+    from icrl_gym.training.exact_bernoulli import BETA_FAMILY
+    from icrl_gym.training.generalist import Experts, exact_advantages, sample_batch
+    from icrl_gym.training.split_prior import SplitMixture, split_weights
+
+    share, temperature, horizon = 0.5, 0.05, 6
+    cfg = tiny_generalist_config(
+        tmp_path / "run",
+        tmp_path / "cache",
+        exact_fraction=1.0,
+        exact_cells=[[2, horizon]],
+        exact_temperature=temperature,
+        exact_split_share=share,
+        max_epsilon=0.0,
+    )
+    assert cfg.checkpoint_fields()["trained_range"]["exact"]["split_share_at_two_arms"] == share
+    mixture = SplitMixture(horizon).advantages(split_weights(share))
+    for got, want in zip(exact_advantages(share, 2, horizon), mixture, strict=True):
+        np.testing.assert_array_equal(got, want)
+    family = family_bayes_advantages(3, 4, np.array(BETA_FAMILY))
+    for got, want in zip(exact_advantages(share, 3, 4), family, strict=True):
+        np.testing.assert_array_equal(got, want)
+    layers = [[tuple(row) for row in compositions(colex_combinations(horizon + 2, 3), t)] for t in range(horizon)]
+    batch = sample_batch(cfg, Experts(exact=lambda k, t: exact_advantages(share, k, t)), np.random.default_rng(5))
+    for i in range(batch.size):
+        x = [0, 0, 0, 0]
+        for t in range(horizon):
+            a, r = int(batch.actions[i, t]), int(batch.rewards[i, t])
+            adv = mixture[t][layers[t].index(tuple(x))].astype(np.float64)
+            assert adv[a] == 0.0  # the DP played (no exploration, no DAgger)
+            for j in np.flatnonzero(batch.query_steps[i] == t):
+                target = np.exp(adv / temperature)
+                np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-5)
+            x[2 * a + (1 - r)] += 1
+
+
+def test_exact_two_armed_means_come_from_the_split_prior_with_its_share(tmp_path):
+    """One arm in [1/2, 1] and the other in [0, 1/2] (either order) in a share s of the K = 2 draws; K = 3 never."""
+    from icrl_gym.training.generalist import exact_means
+
+    cfg = tiny_generalist_config(
+        tmp_path / "run", tmp_path / "cache", exact_fraction=1.0, exact_cells=[[2, 6]], exact_split_share=0.3
+    )
+    rng = np.random.default_rng(7)
+    draws = [exact_means(cfg, rng, 50, 2) for _ in range(600)]
+    split = np.array([bool(np.all((m[:, 0] >= 0.5) != (m[:, 1] >= 0.5))) for m in draws])
+    assert abs(split.mean() - 0.3) < 4 * np.sqrt(0.3 * 0.7 / 600)
+    first_high = np.concatenate([m[:, 0] >= 0.5 for m, s in zip(draws, split, strict=True) if s])
+    assert abs(first_high.mean() - 0.5) < 0.1
+    three = [exact_means(cfg, rng, 50, 3) for _ in range(20)]
+    assert not any(bool(np.all((m[:, 0] >= 0.5) != (m[:, 1] >= 0.5))) for m in three)
+
+
+def test_a_split_share_without_a_two_armed_exact_cell_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="exact_split_share > 0 needs exact batches"):
+        tiny_generalist_config(
+            tmp_path / "run", tmp_path / "cache", exact_fraction=0.5, exact_cells=[[3, 10]], exact_split_share=0.2
+        )

@@ -1,7 +1,7 @@
 """A quick probe of a linear-bandit policy: its ratio to the best uninformed reference on 17 small cells.
 
-The cells are the fine-tuning's 8 validation cells (T = 200; :data:`icrl_gym.training.finetune_linear.
-VALIDATION_CELLS`, seeds 777,000 + cell) and :data:`LONG_CELLS`, where the second version's index was weakest
+The cells are the fine-tuning's 9 validation cells (T = 200 and one low-noise cell at T = 1,000;
+:data:`icrl_gym.training.finetune_linear.VALIDATION_CELLS`, seeds 777,000 + cell) and :data:`LONG_CELLS`, where the second version's index was weakest
 (many arms at T = 200, T = 1,000, and T = 50 or two arms, where its horizon-aware width explored too much;
 seeds 555,000 + cell).  Every row of a cell plays the same instances and
 noise (common random numbers); the best uninformed reference is the lowest mean of
@@ -52,11 +52,13 @@ LONG_SEED = 555_000
 
 
 def probe_cells() -> list[tuple[str, BanditSpec, int]]:
-    """(name, spec, seed) of the 17 cells: the validation's, then :data:`LONG_CELLS`."""
+    """(name, spec, seed) of the 17 cells: the validation's, then the rest of :data:`LONG_CELLS`."""
     from icrl_gym.training.finetune_linear import VALIDATION_CELLS, VALIDATION_SEED
 
     return [(name, spec, VALIDATION_SEED + i) for i, (name, spec) in enumerate(VALIDATION_CELLS.items())] + [
-        (name, spec, LONG_SEED + i) for i, (name, spec) in enumerate(LONG_CELLS.items())
+        (name, spec, LONG_SEED + i)
+        for i, (name, spec) in enumerate(LONG_CELLS.items())
+        if name not in VALIDATION_CELLS  # the long low-noise cell is a validation cell too: played once
     ]
 
 

@@ -53,7 +53,12 @@ the prior beats on it (:mod:`icrl_gym.training.exact_bernoulli`).  The DP plays 
 (eps-greedy, the same DAgger) and its advantages A(x, k) = Q(x, k) - max_k' Q(x, k') at the query
 states give the labels softmax(A / exact_temperature): an arm that loses 0.05 of expected reward
 against the optimal action gets e^-5 of its weight at 0.01, so the labels are the DP's action
-wherever the choice matters and spread over the arms where it does not.
+wherever the choice matters and spread over the arms where it does not.  With ``exact_split_share`` s > 0 the
+K = 2 exact batches also cover the skewed sets: their instances come from the split prior (one arm ~ U[1/2, 1], the
+other ~ U[0, 1/2], which one uniform) with probability s, and their labels from the DP of the mixture that gives
+the split prior the weight s and each Beta prior (1 - s) / 16 (:mod:`icrl_gym.training.split_prior`): the
+family-Bayes DP reads a split instance as a U-shaped Beta prior and pays 1.13x the Gittins told U[0, 1] there at
+T = 200 (:mod:`benchmarks.evaluations.bernoulli_split_frontier` has the mixture's).
 
 Resumable bit for bit (the fields of :attr:`GeneralistTrainConfig.resumable_changes` may change) and
 data-parallel under ``torchrun``, as every generalist trainer (:mod:`icrl_gym.training.generalist_task`).
@@ -100,6 +105,7 @@ from icrl_gym.training.generalist_task import (
 )
 from icrl_gym.training.loop import GeneralistLoopConfig, Logger
 from icrl_gym.training.loop import main as run_main
+from icrl_gym.training.split_prior import SplitMixture, split_weights
 
 EXACT_CELLS = ((2, 100), (2, 200), (3, 50))
 """The (K, T) where the acceptance evaluates exactly: the default cells of the exact batches."""
@@ -162,6 +168,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     """The (K, T) of the exact batches; each DP table is built once (K = 2, T = 200: about a minute, 0.5 GB)."""
     exact_temperature: float = checked(0.01, POSITIVE)
     """Temperature of the exact labels softmax(A / exact_temperature), in units of expected reward."""
+    exact_split_share: float = checked(0.0, PROBABILITY)
+    """The split prior's share of the exact K = 2 batches' mixture: their instances come from it with this
+    probability (else from the 16 Beta priors) and their labels from the DP of that mixture
+    (:mod:`icrl_gym.training.split_prior`; module docstring).  0: the family-Bayes DP alone."""
 
     resumable_changes: ClassVar[tuple[str, ...]] = (
         *GeneralistLoopConfig.resumable_changes,
@@ -193,6 +203,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 "temperature": self.exact_temperature,
                 "beta_priors": [list(pair) for pair in BETA_FAMILY],
             }
+            if self.exact_split_share:
+                trained["exact"]["split_share_at_two_arms"] = self.exact_split_share
         fields: dict[str, Any] = {"env": TRAINED_ENV, "trained_range": trained}
         if self.teacher:
             fields["teacher"] = {"checkpoint": self.teacher, "weights_sha256": self._teacher_sha256}
@@ -217,6 +229,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             raise ValueError(
                 "GeneralistTrainConfig.skewed_told_uniform needs family_index and skewed_fraction > 0: it keeps the "
                 "U[0, 1] expert on the skewed batches beside the family index"
+            )
+        if self.exact_split_share > 0 and not (self.exact_fraction > 0 and any(k == 2 for k, _ in self.exact_cells)):
+            raise ValueError(
+                "GeneralistTrainConfig.exact_split_share > 0 needs exact batches (exact_fraction > 0) with a K = 2 "
+                "cell in exact_cells: the split prior's DP is two-armed"
             )
         if self.teacher:  # read once: the run records these weights even if the name is later given to others
             try:
@@ -446,6 +463,29 @@ def sample_prior(
     return means, (a, beta), False
 
 
+def exact_means(cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int) -> np.ndarray:
+    """The arm means (B, K) of an exact batch.
+
+    At K = 2, with probability ``exact_split_share``, the split prior's (one arm ~ U[1/2, 1], the other
+    ~ U[0, 1/2], which one uniform per batch), else the 16 Beta priors' mixture.
+    """
+    if k == 2 and cfg.exact_split_share and rng.random() < cfg.exact_split_share:  # no draw when 0: old runs replay
+        skewed = BanditPrior.SKEWED_REVERSED if rng.random() < 0.5 else BanditPrior.SKEWED
+        return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b)
+    return family_mixture_means(rng, b, k)
+
+
+def exact_advantages(split_share: float, k: int, horizon: int) -> list[np.ndarray]:
+    """The exact batches' labels per layer (the advantages A(x, k) over the layer's ranked states).
+
+    The family-Bayes DP's, or at K = 2 with ``split_share`` > 0 those of the DP of the mixture with the split
+    prior (:func:`~icrl_gym.training.split_prior.split_weights`).
+    """
+    if k == 2 and split_share:
+        return SplitMixture(horizon).advantages(split_weights(split_share))
+    return family_bayes_advantages(k, horizon, np.array(BETA_FAMILY))
+
+
 def sample_batch(
     cfg: GeneralistTrainConfig,
     experts: Experts,
@@ -466,7 +506,7 @@ def sample_batch(
     if cfg.exact_fraction and rng.random() < cfg.exact_fraction:  # no draw when 0: old runs replay
         k, horizon = (int(v) for v in cfg.exact_cells[int(rng.integers(len(cfg.exact_cells)))])
         b = size(k, horizon)
-        means = family_mixture_means(rng, b, k)
+        means = exact_means(cfg, rng, b, k)
         if experts.exact is None:
             raise ValueError("an exact batch needs the family-Bayes DP (Experts.exact)")
         expert, temperature = FamilyBayesExpert(experts.exact(k, horizon), b, k), cfg.exact_temperature
@@ -562,7 +602,7 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
                 f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",
             )
 
-        exact = functools.cache(partial(family_bayes_advantages, priors=np.array(BETA_FAMILY)))  # built once per (K, T)
+        exact = functools.cache(partial(exact_advantages, cfg.exact_split_share))  # built once per (K, T)
         experts = Experts(gittins=tables, exact=exact)
         if cfg.family_index:
             experts.family = family_expert(cfg)

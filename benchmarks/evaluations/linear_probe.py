@@ -1,7 +1,8 @@
 """A quick probe of a linear-bandit policy: its ratio to the best uninformed reference on 17 small cells.
 
 The cells are the fine-tuning's 9 validation cells (T = 200 and one low-noise cell at T = 1,000;
-:data:`icrl_gym.training.finetune_linear.VALIDATION_CELLS`, seeds 777,000 + cell) and :data:`LONG_CELLS`, where the second version's index was weakest
+:data:`icrl_gym.training.finetune_linear.VALIDATION_CELLS`, seeds 777,000 + cell) and :data:`LONG_CELLS`,
+where the second version's index was weakest
 (many arms at T = 200, T = 1,000, and T = 50 or two arms, where its horizon-aware width explored too much;
 seeds 555,000 + cell).  Every row of a cell plays the same instances and
 noise (common random numbers); the best uninformed reference is the lowest mean of

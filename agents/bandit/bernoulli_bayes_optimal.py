@@ -164,11 +164,16 @@ class FamilyPredictive:
 
         ``power`` eta < 1 tempers the evidence, w_j ∝ pi_j L_j(x)^eta (a fractional posterior); 1 is Bayes's rule.
         """
+        log_w = self.log_joint(x, power)
+        w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
+        return w / w.sum(axis=1, keepdims=True)
+
+    def log_joint(self, x: np.ndarray, power: float = 1.0) -> np.ndarray:
+        """Log pi_j + power log L_j(x), shape (N, J): the posterior's log-weights before normalisation."""
         log_w = np.broadcast_to(self.log_weights, (len(x), len(self.priors))).copy()
         for k in range(x.shape[1] // 2):
             log_w += power * self.log_evidence[:, x[:, 2 * k], x[:, 2 * k + 1]].T
-        w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
-        return w / w.sum(axis=1, keepdims=True)
+        return log_w
 
     def arm_means(self, x: np.ndarray, k: int) -> np.ndarray:
         """(a_j + s_k) / (a_j + b_j + s_k + f_k), shape (N, J): arm k's posterior mean under each member."""

@@ -51,6 +51,7 @@ import numpy as np
 
 from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, check_hyperprior, check_hyperprior_weights
 from agents.bandit.index_agent import IndexAgent
+from agents.bandit.split_member import SplitMember
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.config import Allowed
 from icrl_gym.envs.validation import check_integer, check_number
@@ -66,19 +67,38 @@ EVIDENCE_POWER_RANGE = Allowed(low=0, high=1, strict=True)
 
 
 def family_moments(
-    model: FamilyPredictive, s: np.ndarray, f: np.ndarray, power: float = 1.0
+    model: FamilyPredictive,
+    s: np.ndarray,
+    f: np.ndarray,
+    power: float = 1.0,
+    split: SplitMember | None = None,
+    split_weight: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and variance (B, K) of every arm's mixture posterior sum_j w_j(x) Beta(a_j + s_k, b_j + f_k).
 
     ``s``, ``f`` (B, K) integer successes and failures; w_j(x) ∝ pi_j L_j(x)^power from every arm's counts
-    (module docstring; ``power`` 1 is the posterior).
+    (module docstring; ``power`` 1 is the posterior).  With ``split`` the split member
+    (:mod:`agents.bandit.split_member`) holds ``split_weight`` of the prior mass, the Beta members the rest, and
+    its tempered weight and per-arm moments join the mixture.
     """
-    w = model.posterior(np.stack([s, f], axis=-1).reshape(len(s), -1), power)[:, None, :]  # (B, 1, J)
+    log_w = model.log_joint(np.stack([s, f], axis=-1).reshape(len(s), -1), power)  # (B, J)
+    if split is not None:
+        log_split, pi = split.high_probability(s, f)
+        log_w = np.concatenate(
+            [log_w + np.log1p(-split_weight), (np.log(split_weight) + power * log_split)[:, None]], axis=1
+        )
+    w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
     a = model.priors[:, 0] + s[..., None]
     n = model.priors.sum(axis=1) + (s + f)[..., None]  # (B, K, J)
     mu = a / n
-    mean = (w * mu).sum(axis=-1)
-    second = (w * (mu * (1.0 - mu) / (n + 1.0) + mu**2)).sum(axis=-1)
+    beta_w = w[:, None, : len(model.priors)]
+    mean = (beta_w * mu).sum(axis=-1)
+    second = (beta_w * (mu * (1.0 - mu) / (n + 1.0) + mu**2)).sum(axis=-1)
+    if split is not None:
+        split_mean, split_second = split.moments(s, f, pi)
+        mean = mean + w[:, -1, None] * split_mean
+        second = second + w[:, -1, None] * split_second
     return mean, np.maximum(second - mean**2, 0.0)
 
 
@@ -102,13 +122,22 @@ def check_evidence_power(value: Any) -> float:
     return eta
 
 
+def check_split_weight(value: Any) -> float:
+    """The split member's share of the prior mass as a float in [0, 1) (a ``ValueError`` naming it)."""
+    share = check_number("split_weight", value)
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"split_weight must be in [0, 1) (the split member's share of the prior mass), got {share}")
+    return share
+
+
 class FamilyGittinsIndex:
     """The family Gittins index of B runs' arms from their counts (module docstring).
 
     ``priors`` (J, 2) the family, ``weights`` (J,) its prior mass pi (None: uniform), ``horizon`` the longest
     run, ``evidence_power`` eta of the tempered weights w_j ∝ pi_j L_j(x)^eta (module docstring); the Gittins
     tables are built for ``horizon`` plus the largest prior strength a_j + b_j (the matched Beta's
-    pseudo-counts never exceed it plus the pulls), kept in ``cache_dir`` when given.
+    pseudo-counts never exceed it plus the pulls), kept in ``cache_dir`` when given.  ``split_weight`` > 0 adds
+    the split member (:mod:`agents.bandit.split_member`) with that share of the prior mass ("The split member").
     """
 
     def __init__(
@@ -118,10 +147,13 @@ class FamilyGittinsIndex:
         weights: Any = None,
         cache_dir: str | os.PathLike | None = None,
         evidence_power: float = 1.0,
+        split_weight: float = 0.0,
     ) -> None:
         grid = np.asarray(check_hyperprior(priors, "priors"), dtype=np.float64)
         self.evidence_power = check_evidence_power(evidence_power)
+        self.split_weight = check_split_weight(split_weight)
         self.model = FamilyPredictive(grid, np.ones(len(grid)) if weights is None else np.asarray(weights), horizon)
+        self.split = SplitMember(horizon) if self.split_weight > 0 else None
         self.horizon = int(horizon)
         self.tables = BetaGittins.build(self.table_horizon(horizon, grid), cache_dir)
 
@@ -132,7 +164,8 @@ class FamilyGittinsIndex:
 
     def scores(self, s: np.ndarray, f: np.ndarray, remaining: int) -> np.ndarray:
         """G(Beta(alpha_k, beta_k), ``remaining``) (B, K) for counts ``s``, ``f`` (B, K)."""
-        alpha, beta = matched_beta(*family_moments(self.model, s, f, self.evidence_power))
+        moments = family_moments(self.model, s, f, self.evidence_power, self.split, self.split_weight)
+        alpha, beta = matched_beta(*moments)
         return self.tables.index(alpha, beta, remaining)
 
 
@@ -140,7 +173,8 @@ class FamilyGittins(IndexAgent):
     """Pulls the arm with the largest family Gittins index (module docstring): not told the arms' prior.
 
     ``hyperprior`` the family of Beta priors (default :data:`BETA_FAMILY`), ``hyperprior_weights`` their
-    prior mass (default uniform); T is the environment's (the constructor's ``horizon`` for runs whose
+    prior mass (default uniform), ``split_weight`` the split member's share of it (0: none; "The split member" of
+    the module docstring); T is the environment's (the constructor's ``horizon`` for runs whose
     environment states none).  ``cache_dir`` (else ``$ICRL_GYM_GITTINS_CACHE``) keeps the four lattice
     tables between processes (a few minutes to build at T = 500).
     """
@@ -160,9 +194,11 @@ class FamilyGittins(IndexAgent):
         seed: int | None = None,
         cache_dir: str | os.PathLike | None = None,
         evidence_power: float = EVIDENCE_POWER,
+        split_weight: float = 0.0,
     ) -> None:
         super().__init__(temperature=0.0, seed=seed)
         self.evidence_power = check_evidence_power(evidence_power)
+        self.split_weight = check_split_weight(split_weight)
         self.default_horizon = None if horizon is None else check_integer("horizon", horizon)
         self.horizon = self.default_horizon or 0
         self.hyperprior = check_hyperprior(BETA_FAMILY if hyperprior is None else hyperprior)
@@ -187,7 +223,12 @@ class FamilyGittins(IndexAgent):
         self.stats = ArmStatistics(self.batch_size, self.num_actions)
         if self._built is None or self._built.horizon < self.horizon:  # one index serves every shorter horizon
             self._built = FamilyGittinsIndex(
-                self.horizon, self.hyperprior, self.hyperprior_weights, self.cache_dir, self.evidence_power
+                self.horizon,
+                self.hyperprior,
+                self.hyperprior_weights,
+                self.cache_dir,
+                self.evidence_power,
+                self.split_weight,
             )
         self.family = self._built
 
@@ -210,4 +251,5 @@ class FamilyGittins(IndexAgent):
             "hyperprior": self.hyperprior,
             "hyperprior_weights": self.hyperprior_weights,
             "evidence_power": self.evidence_power,
+            "split_weight": self.split_weight,
         }

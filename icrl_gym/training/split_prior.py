@@ -30,14 +30,12 @@ from collections.abc import Callable, Sequence
 from math import comb
 
 import numpy as np
-from scipy.special import betainc, betaincc, betaln
+from scipy.special import betaln
 
 from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, colex_combinations, compositions, successors
 from agents.bandit.family_gittins import BETA_FAMILY
+from agents.bandit.split_member import ArmTables, half_uniform_arm
 from icrl_gym.training.exact_bernoulli import best_totals
-
-ArmTables = tuple[np.ndarray, np.ndarray]
-"""One arm's prior as tables over its counts (s, f), s, f <= T: the log-evidence and the predictive P(r = 1)."""
 
 SplitPolicy = Callable[[int, np.ndarray], np.ndarray]
 """(layer n, states (N, 4)) -> action distribution (N, 2)."""
@@ -50,17 +48,6 @@ def beta_arm(a: float, b: float, horizon: int) -> ArmTables:
     """Beta(a, b): log B(a + s, b + f) - log B(a, b) and (a + s) / (a + b + s + f)."""
     s, f = np.arange(horizon + 1.0)[:, None], np.arange(horizon + 1.0)[None, :]
     return betaln(a + s, b + f) - betaln(a, b), (a + s) / (a + b + s + f)
-
-
-def half_uniform_arm(high: bool, horizon: int) -> ArmTables:
-    """U[1/2, 1] (``high``) or U[0, 1/2]: the truncated-Beta evidence and predictive of the module docstring."""
-    s, f = np.arange(horizon + 1.0)[:, None], np.arange(horizon + 1.0)[None, :]
-
-    def mass(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # P_{Beta(x, y)}(the half)
-        return betaincc(x, y, 0.5) if high else betainc(x, y, 0.5)
-
-    inside = mass(s + 1, f + 1)
-    return betaln(s + 1, f + 1) + np.log(inside) + np.log(2.0), (s + 1) / (s + f + 2) * mass(s + 2, f + 1) / inside
 
 
 class SplitMixture:

@@ -718,3 +718,25 @@ def test_a_split_share_without_a_two_armed_exact_cell_is_refused(tmp_path):
         tiny_generalist_config(
             tmp_path / "run", tmp_path / "cache", exact_fraction=0.5, exact_cells=[[3, 10]], exact_split_share=0.2
         )
+
+
+def test_the_family_expert_takes_the_split_member_and_records_it(tmp_path):
+    """The index that labels the batches is the agent's with the same split weight: the same scores."""
+    from agents.bandit.family_gittins import FamilyGittinsIndex
+    from icrl_gym.training.generalist import family_expert
+
+    cfg = tiny_generalist_config(
+        tmp_path / "run", tmp_path / "cache", family_index=True, family_index_split_weight=0.2, max_horizon=12
+    )
+    assert cfg.checkpoint_fields()["family_index"]["split_weight"] == 0.2
+    expert = family_expert(cfg)
+    rng = np.random.default_rng(3)
+    s, f = rng.integers(0, 4, (5, 4)), rng.integers(0, 4, (5, 4))
+    want = FamilyGittinsIndex(12, cache_dir=tmp_path / "cache", evidence_power=1.0, split_weight=0.2).scores(s, f, 6)
+    np.testing.assert_array_equal(expert.scores(s, f, 6), want)
+    assert not np.array_equal(want, FamilyGittinsIndex(12, cache_dir=tmp_path / "cache").scores(s, f, 6))
+    for index, weight, message in ((False, 0.2, "needs family_index"), (True, 1.0, "must be below 1")):
+        with pytest.raises(ValueError, match=message):
+            tiny_generalist_config(
+                tmp_path / "r2", tmp_path / "cache", family_index=index, family_index_split_weight=weight
+            )

@@ -158,6 +158,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     family_index_power: float = checked(1.0, EVIDENCE_POWER_RANGE)
     """With ``family_index``: the index's evidence power eta, w_j ∝ pi_j L_j(x)^eta (1: the posterior;
     :mod:`agents.bandit.family_gittins`)."""
+    family_index_split_weight: float = checked(0.0, PROBABILITY)
+    """With ``family_index``: the split member's share of the index's prior mass (0: the 16 Beta priors alone;
+    "The split member" of :mod:`agents.bandit.family_gittins`)."""
     beta_family_fraction: float = checked(0.0, PROBABILITY)
     """With a ``teacher`` or ``family_index``: the probability that a batch's instances come from the
     'beta_family' prior."""
@@ -213,6 +216,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 "beta_priors": [list(pair) for pair in BETA_FAMILY],
                 "evidence_power": self.family_index_power,
             }
+            if self.family_index_split_weight:
+                fields["family_index"]["split_weight"] = self.family_index_split_weight
         return fields
 
     def check(self) -> None:
@@ -234,6 +239,12 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             raise ValueError(
                 "GeneralistTrainConfig.exact_split_share > 0 needs exact batches (exact_fraction > 0) with a K = 2 "
                 "cell in exact_cells: the split prior's DP is two-armed"
+            )
+        if self.family_index_split_weight and not self.family_index:
+            raise ValueError("GeneralistTrainConfig.family_index_split_weight needs family_index (the index it joins)")
+        if self.family_index_split_weight == 1:
+            raise ValueError(
+                "GeneralistTrainConfig.family_index_split_weight must be below 1: the Beta members keep a share"
             )
         if self.teacher:  # read once: the run records these weights even if the name is later given to others
             try:
@@ -389,10 +400,15 @@ class Experts:
 def family_expert(cfg: GeneralistTrainConfig) -> FamilyGittinsIndex:
     """The family Gittins index that labels ``cfg``'s batches (``family_index``).
 
-    The 16 priors, runs up to ``max_horizon``, evidence power ``family_index_power``, tables in ``table_cache``.
+    The 16 priors (and the split member with ``family_index_split_weight``), runs up to ``max_horizon``, evidence
+    power ``family_index_power``, tables in ``table_cache``.
     """
     return FamilyGittinsIndex(
-        cfg.max_horizon, BETA_FAMILY, cache_dir=cfg.table_cache, evidence_power=cfg.family_index_power
+        cfg.max_horizon,
+        BETA_FAMILY,
+        cache_dir=cfg.table_cache,
+        evidence_power=cfg.family_index_power,
+        split_weight=cfg.family_index_split_weight,
     )
 
 

@@ -41,14 +41,21 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
+TIE_TOLERANCE = 1e-4
+"""Logits this close to the largest are a tie in a greedy action (a probability ratio of 1.0001 at temperature 1)."""
+
+
 def logits_action(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
     """The action of a learned policy from its logits (B, A): a draw from softmax(logits / temperature).
 
     Temperature 1 draws from the policy itself, a lower one sharpens it towards the argmax, and
-    temperature 0 is the argmax.
+    temperature 0 is the argmax.  At temperature 0 logits within :data:`TIE_TOLERANCE` of the largest are a tie,
+    which goes to the first of them, as every index agent's argmax breaks its exact ties: a network whose teacher
+    tied two arms (an arm-symmetric one at the first step, say) returns them equal up to float rounding, and that
+    rounding, not the arms' order, would otherwise choose.
     """
     if temperature == 0.0:
-        return logits.argmax(axis=1)
+        return (logits >= logits.max(axis=1, keepdims=True) - TIE_TOLERANCE).argmax(axis=1)
     return sample_categorical(softmax_rows(logits if temperature == 1.0 else logits / temperature), rng)
 
 

@@ -19,7 +19,8 @@ cells where F_pi's ratio is largest (multiplicative updates), keeping the best c
 
 Every value is exact for the model: Reg_j(P) = T E_j[max_k p_k] - V_j(P), where V_j(P) is P's
 expected total reward under Beta(a_j, b_j)^K from a backward pass over the count states
-(:func:`policy_values`; Gittins breaks ties uniformly at random, as the agent does), and
+(:func:`policy_values`; Gittins breaks ties uniformly at random here, where the agent takes the first of
+its tied arms: the two differ only where the arms are not exchangeable, as in the skewed sets), and
 E_j[max_k p_k] = int_0^1 (1 - F_j(x)^K) dx by quadrature.  The table and the certificate record
 the family, T, K and every weight.
 

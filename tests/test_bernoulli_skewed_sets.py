@@ -1,0 +1,35 @@
+"""The skewed-sets evaluation: common random numbers, the reference's ratio 1 and a closed form of uniform play."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from benchmarks.evaluations import bernoulli_skewed_sets as ss
+
+
+def test_the_reference_replayed_is_one_and_uniform_play_has_its_closed_form(tmp_path):
+    """Uniform play pays T (E[max] - E[mean]) = T (3/4 - 1/2) on both two-armed sets; the Gittins agent given again
+    plays the reference's instances and draws (ratio exactly 1); the oracle pays nothing."""
+    agents = ["same=" + json.dumps({"name": "gittins"}), 'uniform={"name": "uniform"}', 'oracle={"name": "optimal"}']
+    result = ss.main(
+        ["--runs", "400", "--seed", "5", "--arms", "2", "--out", str(tmp_path)]
+        + [arg for agent in agents for arg in ("--agent", agent)]
+    )
+    assert set(result["sets"]) == {"skewed K=2", "reversed K=2"}
+    for row in result["sets"].values():
+        assert row[ss.REFERENCE]["ratio"] == 1.0 and row["same"]["ratio"] == 1.0
+        assert row["uniform"]["mean"] == pytest.approx(200 * 0.25, abs=4 * row["uniform"]["se"] + 1e-9)
+        assert row["oracle"]["mean"] == pytest.approx(0.0, abs=1e-9)
+    saved = json.loads((tmp_path / "skewed-sets.json").read_text())
+    assert saved["config"]["seed"] == 5 and saved["config"]["agents"]["uniform"] == {"name": "uniform"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"), [("nolabel", "LABEL=JSON"), ("a={bad", "not JSON"), ('a={"arm": 1}', 'needs a "name"')]
+)
+def test_a_malformed_agent_is_refused_with_its_reason(text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        ss.parse_agent(text)

@@ -41,6 +41,12 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
+def uniform_over_maximisers(values: np.ndarray, tolerance: float = 1e-12) -> np.ndarray:
+    """(N, A) values -> the policy uniform over each row's maximisers (within ``tolerance``: exact ties)."""
+    top = values >= values.max(axis=1, keepdims=True) - tolerance
+    return top / top.sum(axis=1, keepdims=True)
+
+
 TIE_TOLERANCE = 1e-4
 """Logits this close to the largest are a tie in a greedy action (a probability ratio of 1.0001 at temperature 1)."""
 

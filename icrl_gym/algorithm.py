@@ -73,6 +73,7 @@ from icrl_gym.agent_base import (
     resolve_horizon,
     sample_categorical,
     softmax_rows,
+    uniform_over_maximisers,
 )
 from icrl_gym.bandit_agent import BanditAgent
 from icrl_gym.mdp_agent import MDPAgent, MDPObservation
@@ -89,4 +90,5 @@ __all__ = [
     "resolve_horizon",
     "sample_categorical",
     "softmax_rows",
+    "uniform_over_maximisers",
 ]

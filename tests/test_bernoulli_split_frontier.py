@@ -16,6 +16,7 @@ from scipy import integrate
 from agents.bandit.bernoulli_bayes_optimal import family_bayes_advantages
 from agents.bandit.family_gittins import BETA_FAMILY
 from benchmarks.evaluations import bernoulli_split_frontier as sf
+from icrl_gym.algorithm import uniform_over_maximisers
 from icrl_gym.training import split_prior
 from icrl_gym.training.exact_bernoulli import family_bayes_regrets
 
@@ -94,7 +95,7 @@ def test_playing_the_advantages_greedily_has_the_mixtures_bayes_regret():
     mix = split_prior.SplitMixture(horizon)
     tables = mix.advantages(weights)
     assert all(np.all(t <= 0) and np.all(t.max(axis=1) == 0) for t in tables)
-    played = mix.regrets(policy=lambda n, x: split_prior.uniform_over_maximisers(tables[n].astype(np.float64), 1e-6))
+    played = mix.regrets(policy=lambda n, x: uniform_over_maximisers(tables[n].astype(np.float64), 1e-6))
     np.testing.assert_allclose(played, mix.regrets(weights=weights), rtol=1e-6, atol=1e-6)
     alone = mix.regrets(weights=split_prior.split_weights(1.0))[16:].mean()
     assert alone <= played[16:].mean() + 1e-12  # told the split prior it can only do better there

@@ -9,16 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from icrl_gym.algorithm import MDPAgent
+from icrl_gym.algorithm import MDPAgent, uniform_over_maximisers
 from icrl_gym.envs.mdp_instances import InstanceTable, backward_induction
 from icrl_gym.envs.validation import check_number
 from icrl_gym.estimators.statistics import TransitionCounts
-
-
-def uniform_over_maximisers(values: np.ndarray) -> np.ndarray:
-    """(B, A) values -> the policy uniform over each row's maximisers (exact ties, common under the clip at H)."""
-    best = np.isclose(values, values.max(axis=1, keepdims=True), rtol=0.0, atol=1e-12)
-    return best / best.sum(axis=1, keepdims=True)
 
 
 class GreedyQAgent(MDPAgent):

@@ -21,8 +21,7 @@ from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 
-from agents.mdp.greedy_q import uniform_over_maximisers
-from icrl_gym.algorithm import MDPAgent, child_rng
+from icrl_gym.algorithm import MDPAgent, child_rng, uniform_over_maximisers
 from icrl_gym.registry import make_agent
 
 

@@ -459,6 +459,12 @@ def family_mixture_means(rng: np.random.Generator, b: int, k: int) -> np.ndarray
     return rng.beta(pairs[:, :1], pairs[:, 1:], (b, k))
 
 
+def skewed_means(rng: np.random.Generator, b: int, k: int) -> np.ndarray:
+    """B instances (B, K) of the skewed prior or, half the time, the reversed one (the environment's own draws)."""
+    skewed = BanditPrior.SKEWED_REVERSED if rng.random() < 0.5 else BanditPrior.SKEWED
+    return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b)
+
+
 def sample_prior(
     cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int
 ) -> tuple[np.ndarray, tuple[float, float], bool]:
@@ -472,8 +478,7 @@ def sample_prior(
     if not cfg.beta_priors:
         return rng.random((b, k)), (1.0, 1.0), False
     if rng.random() < cfg.skewed_fraction:
-        skewed = BanditPrior.SKEWED_REVERSED if rng.random() < 0.5 else BanditPrior.SKEWED
-        return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b), (1.0, 1.0), True
+        return skewed_means(rng, b, k), (1.0, 1.0), True
     a, beta = (float(x) for x in cfg.beta_priors[int(rng.integers(len(cfg.beta_priors)))])
     means = sample_w_star(bernoulli_bandit_spec(k, prior=BanditPrior.BETA, prior_a=a, prior_b=beta), rng, b)
     return means, (a, beta), False
@@ -486,8 +491,7 @@ def exact_means(cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k:
     ~ U[0, 1/2], which one uniform per batch), else the 16 Beta priors' mixture.
     """
     if k == 2 and cfg.exact_split_share and rng.random() < cfg.exact_split_share:  # no draw when 0: old runs replay
-        skewed = BanditPrior.SKEWED_REVERSED if rng.random() < 0.5 else BanditPrior.SKEWED
-        return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b)
+        return skewed_means(rng, b, k)
     return family_mixture_means(rng, b, k)
 
 

@@ -35,6 +35,7 @@ from scipy.special import betaln
 from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, colex_combinations, compositions, successors
 from agents.bandit.family_gittins import BETA_FAMILY
 from agents.bandit.split_member import ArmTables, half_uniform_arm
+from icrl_gym.algorithm import uniform_over_maximisers
 from icrl_gym.training.exact_bernoulli import best_totals
 
 SplitPolicy = Callable[[int, np.ndarray], np.ndarray]
@@ -89,11 +90,15 @@ class SplitMixture:
             values = (q * decide(n, x, q)[:, None, :]).sum(axis=2)
         return values[0]
 
-    def _mixed(self, weights: np.ndarray, x: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """The mixture's Q(x, k) = sum_c w_c(x) Q_c(x, k) (N, 2), w_c(x) ∝ pi_c L_c(x) (module docstring)."""
+    def _log_prior(self, weights: np.ndarray) -> np.ndarray:
+        """The log-prior log pi_c (C,) of the mixture's unnormalised ``weights``, one per component."""
         log_prior = np.log(np.maximum(np.asarray(weights, dtype=np.float64), 1e-300))
         if log_prior.shape != (len(self.components),):
             raise ValueError(f"weights must be {len(self.components)} numbers, one per component, got {weights!r}")
+        return log_prior
+
+    def _mixed(self, log_prior: np.ndarray, x: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The mixture's Q(x, k) = sum_c w_c(x) Q_c(x, k) (N, 2), w_c(x) ∝ pi_c L_c(x) (module docstring)."""
         log_w = self._log_evidence(x) + log_prior
         w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
         return (w[:, :, None] * q).sum(axis=1) / w.sum(axis=1, keepdims=True)
@@ -108,8 +113,8 @@ class SplitMixture:
             raise ValueError("give the mixture's weights (its Bayes-optimal policy) or a policy, not both")
         if policy is None:
             assert weights is not None
-            chosen = weights
-            return self.best - self._backward(lambda n, x, q: uniform_over_maximisers(self._mixed(chosen, x, q)))
+            log_prior = self._log_prior(weights)
+            return self.best - self._backward(lambda n, x, q: uniform_over_maximisers(self._mixed(log_prior, x, q)))
         return self.best - self._backward(lambda n, x, q: policy(n, x))
 
     def advantages(self, weights: np.ndarray) -> list[np.ndarray]:
@@ -121,9 +126,10 @@ class SplitMixture:
         prior with the high arm first and second); the continuation is the mixture's Bayes-optimal policy.
         """
         kept: list[np.ndarray] = [np.zeros(0)] * self.horizon
+        log_prior = self._log_prior(weights)
 
         def decide(n: int, x: np.ndarray, q: np.ndarray) -> np.ndarray:
-            mixed = self._mixed(weights, x, q)
+            mixed = self._mixed(log_prior, x, q)
             kept[n] = (mixed - mixed.max(axis=1, keepdims=True)).astype(np.float32)
             return uniform_over_maximisers(mixed)
 
@@ -140,9 +146,3 @@ def split_weights(split_share: float, members: int = len(BETA_FAMILY)) -> np.nda
     if not 0.0 <= split_share <= 1.0:
         raise ValueError(f"split_share must be in [0, 1], got {split_share}")
     return np.array([(1.0 - split_share) / members] * members + [split_share / 2.0] * 2)
-
-
-def uniform_over_maximisers(scores: np.ndarray, tolerance: float = 1e-12) -> np.ndarray:
-    """(N, K) -> the uniform distribution over each row's maximisers (within ``tolerance``)."""
-    top = scores >= scores.max(axis=1, keepdims=True) - tolerance
-    return top / top.sum(axis=1, keepdims=True)

@@ -47,6 +47,14 @@ def uniform_over_maximisers(values: np.ndarray, tolerance: float = 1e-12) -> np.
     return top / top.sum(axis=1, keepdims=True)
 
 
+def first_argmax(values: np.ndarray, tolerance: float = 1e-12) -> np.ndarray:
+    """(N, A) values -> (N,) the index of each row's first maximiser (within ``tolerance``).
+
+    Every index agent's argmax breaks its ties so, and a learned policy's greedy play too (:func:`logits_action`).
+    """
+    return (values >= values.max(axis=1, keepdims=True) - tolerance).argmax(axis=1)
+
+
 TIE_TOLERANCE = 1e-4
 """Logits this close to the largest are a tie in a greedy action (a probability ratio of 1.0001 at temperature 1)."""
 
@@ -61,7 +69,7 @@ def logits_action(logits: np.ndarray, temperature: float, rng: np.random.Generat
     rounding, not the arms' order, would otherwise choose.
     """
     if temperature == 0.0:
-        return (logits >= logits.max(axis=1, keepdims=True) - TIE_TOLERANCE).argmax(axis=1)
+        return first_argmax(logits, TIE_TOLERANCE)
     return sample_categorical(softmax_rows(logits if temperature == 1.0 else logits / temperature), rng)
 
 

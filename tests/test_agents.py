@@ -322,6 +322,11 @@ def test_learned_agents_policy_helpers_match_torch_softmax_and_argmax():
     # a tie up to float rounding goes to the first arm, as an index agent's exact tie does; a real gap does not
     tied = np.array([[1.0, 3.0 - 1e-6, 3.0, 2.0], [1.0, 3.0 - 1e-3, 3.0, 2.0], [5.0, 5.0, 5.0 + 1e-7, 5.0]])
     np.testing.assert_array_equal(logits_action(tied, 0.0, rng), [1, 2, 0])
+    from icrl_gym.algorithm import first_argmax
+
+    np.testing.assert_array_equal(first_argmax(tied), [2, 2, 2])  # exact ties only by default
+    np.testing.assert_array_equal(first_argmax(tied, 1e-4), [1, 2, 0])
+    np.testing.assert_array_equal(first_argmax(np.array([[0.0, 2.0, 2.0], [7.0, 7.0, 7.0]])), [1, 0])
     z = np.tile(np.log([0.5, 0.3, 0.2]), (20_000, 1))
     counts = np.bincount(logits_action(z, 1.0, np.random.default_rng(1)), minlength=3) / 20_000
     np.testing.assert_allclose(counts, [0.5, 0.3, 0.2], atol=0.015)  # 4.5 s.e. of the largest share

@@ -16,9 +16,10 @@ from scipy import integrate
 from agents.bandit.bernoulli_bayes_optimal import family_bayes_advantages
 from agents.bandit.family_gittins import BETA_FAMILY
 from benchmarks.evaluations import bernoulli_split_frontier as sf
-from icrl_gym.algorithm import uniform_over_maximisers
+from benchmarks.experiments.bernoulli_frontier.run import load_generalist
+from icrl_gym.algorithm import first_argmax, uniform_over_maximisers
 from icrl_gym.training import split_prior
-from icrl_gym.training.exact_bernoulli import family_bayes_regrets
+from icrl_gym.training.exact_bernoulli import family_bayes_regrets, family_regret_ratio
 
 
 @pytest.mark.parametrize("high", [True, False])
@@ -101,3 +102,49 @@ def test_playing_the_advantages_greedily_has_the_mixtures_bayes_regret():
     assert alone <= played[16:].mean() + 1e-12  # told the split prior it can only do better there
     with pytest.raises(ValueError, match="split_share"):
         split_prior.split_weights(1.5)
+
+
+def test_first_arm_ties_move_regret_between_the_sets_not_the_mixtures_bayes_regret():
+    """At T = 1 the tied first pull goes to arm 0: the skewed prior (high arm first) loses 0, the reversed one
+    3/4 - 1/4, against 1/4 each with uniform ties.  At any T the mixture's Bayes regret does not depend on how the
+    optimal policy breaks its ties, and playing the advantages' first maximiser is the same policy."""
+    weights = split_prior.split_weights(0.25)
+    one = split_prior.SplitMixture(1)
+    np.testing.assert_allclose(one.regrets(weights=weights, first_arm_ties=True)[16:], [0.0, 0.5], atol=1e-12)
+    np.testing.assert_allclose(one.regrets(weights=weights)[16:], [0.25, 0.25], atol=1e-12)
+    horizon = 10
+    mix = split_prior.SplitMixture(horizon)
+    first, uniform = mix.regrets(weights=weights, first_arm_ties=True), mix.regrets(weights=weights)
+    assert weights @ first == pytest.approx(weights @ uniform, rel=1e-10)
+    assert uniform[16] == pytest.approx(uniform[17]) and first[16] < uniform[16] < first[17]
+    tables = mix.advantages(weights)
+    played = mix.regrets(policy=lambda n, x: np.eye(2)[first_argmax(tables[n].astype(np.float64), 1e-6)])
+    np.testing.assert_allclose(played, first, rtol=1e-6, atol=1e-6)
+
+
+def test_the_frontier_plays_shares_models_and_first_arm_ties(tmp_path):
+    """A share's row is the trainer's mixture DP; a model's exact Beta lines are those of exact_bernoulli's own
+    backward pass over the family (an independent evaluation); the first-arm Gittins favours the skewed set."""
+    horizon, name = 6, "bernoulli-generalist-family"
+    result = sf.main(
+        ["--horizon", str(horizon), "--lambdas", "--shares", "0.25", "--model", name, "--first-arm-ties"]
+        + ["--cache", str(tmp_path / "c"), "--out", str(tmp_path / "out")]
+    )
+    rows = result["rows"]
+    assert set(rows) == {"Gittins told U[0, 1]", "share=0.25", f"model {name}"} and result["first_arm_ties"]
+    mix = split_prior.SplitMixture(horizon)
+    regret = mix.regrets(weights=split_prior.split_weights(0.25), first_arm_ties=True)
+    assert rows["share=0.25"]["skewed"] == pytest.approx(regret[16], rel=1e-12)
+    family = family_bayes_regrets(2, horizon, tuple(BETA_FAMILY))
+    assert rows["share=0.25"]["worst_prior"] == pytest.approx((regret[:16] / family).max(), rel=1e-12)
+    exact = family_regret_ratio(load_generalist(name), 2, horizon)
+    assert rows[f"model {name}"]["family_sum"] == pytest.approx(exact.ratio, rel=1e-9)
+    assert rows[f"model {name}"]["worst_prior"] == pytest.approx(exact.worst, rel=1e-9)
+    gittins = rows["Gittins told U[0, 1]"]
+    assert gittins["skewed"] < gittins["split"] < gittins["reversed"] and gittins["skewed_ratio"] == 1.0
+    assert "| share=0.25 |" in (tmp_path / "out" / "split-frontier.md").read_text()
+
+
+def test_the_frontier_refuses_a_share_outside_the_unit_interval(tmp_path):
+    with pytest.raises(SystemExit):
+        sf.main(["--horizon", "4", "--shares", "1.5", "--out", str(tmp_path)])

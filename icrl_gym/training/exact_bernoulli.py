@@ -43,6 +43,7 @@ from agents.bandit.bernoulli_bayes_optimal import (
     successors,
 )
 from agents.bandit.family_gittins import BETA_FAMILY
+from icrl_gym.agent_base import TIE_TOLERANCE, first_argmax
 from icrl_gym.models.generalist import GeneralistTransformer
 
 Policy = Callable[[int, np.ndarray], np.ndarray]
@@ -85,7 +86,8 @@ def generalist_logits_at(
 def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: int, chunk: int = MODEL_CHUNK) -> Policy:
     """The Bernoulli generalist played greedily (the argmax of its logits, as its agent plays), exactly.
 
-    Its greedy play is a deterministic count-state policy (:func:`generalist_logits_at`).
+    Its greedy play is a deterministic count-state policy (:func:`generalist_logits_at`), whose near ties go to
+    the first arm as in the agent's play (:func:`~icrl_gym.agent_base.logits_action`).
     """
 
     def policy(n: int, x: np.ndarray) -> np.ndarray:
@@ -94,7 +96,7 @@ def generalist_policy(model: GeneralistTransformer, horizon: int, num_priors: in
         for start in range(0, len(x), chunk):
             part = x[start : start + chunk]
             logits = generalist_logits_at(model, part[:, 0::2], part[:, 1::2], n, horizon)
-            actions[start : start + chunk] = logits.argmax(axis=1)
+            actions[start : start + chunk] = first_argmax(logits, TIE_TOLERANCE)
         one_hot = np.eye(arms)[actions]
         return np.broadcast_to(one_hot[:, None, :], (len(x), num_priors, arms))
 

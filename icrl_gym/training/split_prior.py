@@ -35,7 +35,7 @@ from scipy.special import betaln
 from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, colex_combinations, compositions, successors
 from agents.bandit.family_gittins import BETA_FAMILY
 from agents.bandit.split_member import ArmTables, half_uniform_arm
-from icrl_gym.algorithm import uniform_over_maximisers
+from icrl_gym.algorithm import first_argmax, uniform_over_maximisers
 from icrl_gym.training.exact_bernoulli import best_totals
 
 SplitPolicy = Callable[[int, np.ndarray], np.ndarray]
@@ -103,18 +103,28 @@ class SplitMixture:
         w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
         return (w[:, :, None] * q).sum(axis=1) / w.sum(axis=1, keepdims=True)
 
-    def regrets(self, weights: np.ndarray | None = None, policy: SplitPolicy | None = None) -> np.ndarray:
+    def regrets(
+        self, weights: np.ndarray | None = None, policy: SplitPolicy | None = None, first_arm_ties: bool = False
+    ) -> np.ndarray:
         """Per component (C,), the Bayes regret of ``policy`` or of the mixture's Bayes-optimal policy.
 
         ``weights``: the mixture's (unnormalised) prior over the components, whose Bayes-optimal policy is played
-        (one backward pass; ties broken uniformly).
+        (one backward pass), its ties broken uniformly or, with ``first_arm_ties``, to the first arm as every index
+        agent and a learned policy's greedy play break them (:func:`~icrl_gym.agent_base.first_argmax`).  The
+        mixture's own Bayes regret is the same either way; a component's is not: the skewed prior (high arm first)
+        gains from the first pull's tie and the reversed one pays for it.
         """
         if (weights is None) == (policy is None):
             raise ValueError("give the mixture's weights (its Bayes-optimal policy) or a policy, not both")
         if policy is None:
             assert weights is not None
             log_prior = self._log_prior(weights)
-            return self.best - self._backward(lambda n, x, q: uniform_over_maximisers(self._mixed(log_prior, x, q)))
+
+            def decide(n: int, x: np.ndarray, q: np.ndarray) -> np.ndarray:
+                mixed = self._mixed(log_prior, x, q)
+                return np.eye(2)[first_argmax(mixed)] if first_arm_ties else uniform_over_maximisers(mixed)
+
+            return self.best - self._backward(decide)
         return self.best - self._backward(lambda n, x, q: policy(n, x))
 
     def advantages(self, weights: np.ndarray) -> list[np.ndarray]:

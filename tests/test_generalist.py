@@ -740,3 +740,18 @@ def test_the_family_expert_takes_the_split_member_and_records_it(tmp_path):
             tiny_generalist_config(
                 tmp_path / "r2", tmp_path / "cache", family_index=index, family_index_split_weight=weight
             )
+    # the split member's evidence at its own power: the agent's index with the same split_power
+    untempered = tiny_generalist_config(
+        tmp_path / "r3",
+        tmp_path / "cache",
+        family_index=True,
+        family_index_power=0.5,
+        family_index_split_weight=0.2,
+        family_index_split_power=1.0,
+        max_horizon=12,
+    )
+    assert untempered.checkpoint_fields()["family_index"]["split_power"] == 1.0
+    want = FamilyGittinsIndex(12, cache_dir=tmp_path / "cache", evidence_power=0.5, split_weight=0.2, split_power=1.0)
+    np.testing.assert_array_equal(family_expert(untempered).scores(s, f, 6), want.scores(s, f, 6))
+    with pytest.raises(ValueError, match="needs family_index_split_weight"):
+        tiny_generalist_config(tmp_path / "r4", tmp_path / "cache", family_index=True, family_index_split_power=1.0)

@@ -78,12 +78,15 @@ def test_an_underflowing_half_reads_its_boundary():
     assert np.isfinite(log_ev).all() and pred[0, 2000] == 0.5 and np.isfinite(pred).all()
 
 
-def test_the_family_moments_with_the_split_member_are_the_joint_mixture():
-    """sum over the 16 Beta members (weight (1 - w) / 16, tempered evidence) and the split member (weight w)."""
+@pytest.mark.parametrize("split_power", [None, 1.0, 0.3])
+def test_the_family_moments_with_the_split_member_are_the_joint_mixture(split_power):
+    """sum over the 16 Beta members (weight (1 - w) / 16, tempered evidence) and the split member (weight w, its
+    evidence at its own power when given)."""
     rng, power, weight = np.random.default_rng(0), 0.5, 0.2
     s, f = rng.integers(0, 5, (3, 4)), rng.integers(0, 5, (3, 4))
     model, member = FamilyPredictive(np.array(BETA_FAMILY), np.ones(16), 12), SplitMember(12)
-    mean, var = family_moments(model, s, f, power, member, weight)
+    mean, var = family_moments(model, s, f, power, member, weight, split_power)
+    member_power = power if split_power is None else split_power
     log_split, pi = member.high_probability(s, f)
     split_mean, split_second = member.moments(s, f, pi)
     for row in range(3):
@@ -91,7 +94,7 @@ def test_the_family_moments_with_the_split_member_are_the_joint_mixture():
             np.log((1 - weight) / 16)
             + power * sum(betaln(a + s[row, k], b + f[row, k]) - betaln(a, b) for k in range(4))
             for a, b in BETA_FAMILY
-        ] + [np.log(weight) + power * log_split[row]]
+        ] + [np.log(weight) + member_power * log_split[row]]
         w = np.exp(np.array(log_w) - max(log_w))
         w /= w.sum()
         for k in range(4):
@@ -106,7 +109,10 @@ def test_the_family_moments_with_the_split_member_are_the_joint_mixture():
 
 def test_the_agent_takes_a_split_weight_and_refuses_a_bad_one():
     agent = make_agent({"name": "family_gittins", "split_weight": 0.2, "horizon": 20})
-    assert agent.config()["split_weight"] == 0.2
+    assert agent.config()["split_weight"] == 0.2 and agent.config()["split_power"] is None
+    assert make_agent({"name": "family_gittins", "split_weight": 0.2, "split_power": 1.0}).config()["split_power"] == 1
+    with pytest.raises(ValueError, match="split_power must be"):
+        make_agent({"name": "family_gittins", "split_weight": 0.2, "split_power": 0.0})
     with pytest.raises(ValueError, match="split_weight must be in \\[0, 1\\)"):
         make_agent({"name": "family_gittins", "split_weight": 1.0})
     with pytest.raises(ValueError, match="split_weight"):

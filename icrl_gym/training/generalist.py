@@ -161,6 +161,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     family_index_split_weight: float = checked(0.0, PROBABILITY)
     """With ``family_index``: the split member's share of the index's prior mass (0: the 16 Beta priors alone;
     "The split member" of :mod:`agents.bandit.family_gittins`)."""
+    family_index_split_power: float = checked(0.0, PROBABILITY)
+    """With ``family_index_split_weight``: the power of the split member's evidence in the index's weights (0: the
+    Beta members' ``family_index_power``; 1: untempered, so that its weight falls as fast as the counts refute it)."""
     beta_family_fraction: float = checked(0.0, PROBABILITY)
     """With a ``teacher`` or ``family_index``: the probability that a batch's instances come from the
     'beta_family' prior."""
@@ -218,6 +221,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             }
             if self.family_index_split_weight:
                 fields["family_index"]["split_weight"] = self.family_index_split_weight
+            if self.family_index_split_power:
+                fields["family_index"]["split_power"] = self.family_index_split_power
         return fields
 
     def check(self) -> None:
@@ -242,6 +247,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             )
         if self.family_index_split_weight and not self.family_index:
             raise ValueError("GeneralistTrainConfig.family_index_split_weight needs family_index (the index it joins)")
+        if self.family_index_split_power and not self.family_index_split_weight:
+            raise ValueError(
+                "GeneralistTrainConfig.family_index_split_power needs family_index_split_weight > 0 (the split member)"
+            )
         if self.family_index_split_weight == 1:
             raise ValueError(
                 "GeneralistTrainConfig.family_index_split_weight must be below 1: the Beta members keep a share"
@@ -400,8 +409,9 @@ class Experts:
 def family_expert(cfg: GeneralistTrainConfig) -> FamilyGittinsIndex:
     """The family Gittins index that labels ``cfg``'s batches (``family_index``).
 
-    The 16 priors (and the split member with ``family_index_split_weight``), runs up to ``max_horizon``, evidence
-    power ``family_index_power``, tables in ``table_cache``.
+    The 16 priors (and the split member with ``family_index_split_weight``, its evidence at
+    ``family_index_split_power``), runs up to ``max_horizon``, evidence power ``family_index_power``, tables in
+    ``table_cache``.
     """
     return FamilyGittinsIndex(
         cfg.max_horizon,
@@ -409,6 +419,7 @@ def family_expert(cfg: GeneralistTrainConfig) -> FamilyGittinsIndex:
         cache_dir=cfg.table_cache,
         evidence_power=cfg.family_index_power,
         split_weight=cfg.family_index_split_weight,
+        split_power=cfg.family_index_split_power or None,
     )
 
 

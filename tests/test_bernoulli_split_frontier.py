@@ -16,7 +16,7 @@ from scipy import integrate
 from agents.bandit.bernoulli_bayes_optimal import family_bayes_advantages
 from agents.bandit.family_gittins import BETA_FAMILY
 from benchmarks.evaluations import bernoulli_split_frontier as sf
-from benchmarks.experiments.bernoulli_frontier.run import load_generalist
+from benchmarks.experiments.bernoulli_frontier.run import load_generalist, weights_sha256
 from icrl_gym.algorithm import first_argmax, uniform_over_maximisers
 from icrl_gym.training import split_prior
 from icrl_gym.training.exact_bernoulli import family_bayes_regrets, family_regret_ratio
@@ -132,6 +132,7 @@ def test_the_frontier_plays_shares_models_and_first_arm_ties(tmp_path):
     )
     rows = result["rows"]
     assert set(rows) == {"Gittins told U[0, 1]", "share=0.25", f"model {name}"} and result["first_arm_ties"]
+    assert result["models"] == {name: weights_sha256(name)}  # the weights played are recorded
     mix = split_prior.SplitMixture(horizon)
     regret = mix.regrets(weights=split_prior.split_weights(0.25), first_arm_ties=True)
     assert rows["share=0.25"]["skewed"] == pytest.approx(regret[16], rel=1e-12)

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.experiments.bernoulli_frontier.run import gittins_policy, load_generalist
+from benchmarks.experiments.bernoulli_frontier.run import gittins_policy, load_generalist, weights_sha256
 from icrl_gym.agent_base import first_argmax
 from icrl_gym.estimators.gittins import cached_gittins_table
 from icrl_gym.training.exact_bernoulli import family_bayes_regrets, generalist_policy
@@ -109,7 +109,13 @@ def split_frontier(
     for values in rows.values():
         for key in ("split", "skewed", "reversed"):
             values[f"{key}_ratio"] = values[key] / gittins[key]
-    return {"horizon": horizon, "first_arm_ties": first_arm_ties, "family_bayes_sum": s_f, "rows": rows}
+    return {
+        "horizon": horizon,
+        "first_arm_ties": first_arm_ties,
+        "family_bayes_sum": s_f,
+        "models": {name: weights_sha256(name) for name in models},
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

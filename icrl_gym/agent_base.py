@@ -41,9 +41,14 @@ def softmax_rows(logits: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
+def maximisers(values: np.ndarray, tolerance: float = 1e-12) -> np.ndarray:
+    """(N, A) values -> (N, A) bool, the entries within ``tolerance`` of their row's largest (exact ties at 1e-12)."""
+    return values >= values.max(axis=1, keepdims=True) - tolerance
+
+
 def uniform_over_maximisers(values: np.ndarray, tolerance: float = 1e-12) -> np.ndarray:
     """(N, A) values -> the policy uniform over each row's maximisers (within ``tolerance``: exact ties)."""
-    top = values >= values.max(axis=1, keepdims=True) - tolerance
+    top = maximisers(values, tolerance)
     return top / top.sum(axis=1, keepdims=True)
 
 
@@ -52,7 +57,7 @@ def first_argmax(values: np.ndarray, tolerance: float = 1e-12) -> np.ndarray:
 
     Every index agent's argmax breaks its ties so, and a learned policy's greedy play too (:func:`logits_action`).
     """
-    return (values >= values.max(axis=1, keepdims=True) - tolerance).argmax(axis=1)
+    return maximisers(values, tolerance).argmax(axis=1)
 
 
 TIE_TOLERANCE = 1e-4

@@ -145,6 +145,11 @@ def check_split_weight(value: Any) -> float:
     return share
 
 
+def check_split_power(value: Any) -> float | None:
+    """The split member's evidence power: None (the Beta members' eta) or a float in :data:`EVIDENCE_POWER_RANGE`."""
+    return None if value is None else check_evidence_power(value, "split_power")
+
+
 class FamilyGittinsIndex:
     """The family Gittins index of B runs' arms from their counts (module docstring).
 
@@ -169,7 +174,7 @@ class FamilyGittinsIndex:
         grid = np.asarray(check_hyperprior(priors, "priors"), dtype=np.float64)
         self.evidence_power = check_evidence_power(evidence_power)
         self.split_weight = check_split_weight(split_weight)
-        self.split_power = None if split_power is None else check_evidence_power(split_power, "split_power")
+        self.split_power = check_split_power(split_power)
         self.model = FamilyPredictive(grid, np.ones(len(grid)) if weights is None else np.asarray(weights), horizon)
         self.split = SplitMember(horizon) if self.split_weight > 0 else None
         self.horizon = int(horizon)
@@ -219,7 +224,7 @@ class FamilyGittins(IndexAgent):
         super().__init__(temperature=0.0, seed=seed)
         self.evidence_power = check_evidence_power(evidence_power)
         self.split_weight = check_split_weight(split_weight)
-        self.split_power = None if split_power is None else check_evidence_power(split_power, "split_power")
+        self.split_power = check_split_power(split_power)
         self.default_horizon = None if horizon is None else check_integer("horizon", horizon)
         self.horizon = self.default_horizon or 0
         self.hyperprior = check_hyperprior(BETA_FAMILY if hyperprior is None else hyperprior)

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.experiments.bernoulli_frontier.run import gittins_policy, load_generalist, weights_sha256
-from icrl_gym.agent_base import first_argmax
+from icrl_gym.agent_base import first_argmax, one_hot
 from icrl_gym.estimators.gittins import cached_gittins_table
 from icrl_gym.training.exact_bernoulli import family_bayes_regrets, generalist_policy
 from icrl_gym.training.split_prior import SplitMixture, SplitPolicy, split_weights
@@ -66,13 +66,13 @@ def gittins_told_policy(horizon: int, cache: str, first_arm_ties: bool = False) 
     if not first_arm_ties:
         told = gittins_policy([table], horizon)
         return lambda n, x: told(n, x)[:, 0]
-    return lambda n, x: np.eye(2)[first_argmax(table.lookup(x[:, [0, 2]], x[:, [1, 3]], np.int64(horizon - n)), 0.0)]
+    return lambda n, x: one_hot(first_argmax(table.lookup(x[:, [0, 2]], x[:, [1, 3]], np.int64(horizon - n)), 0.0), 2)
 
 
 def model_policy(name: str, horizon: int) -> SplitPolicy:
     """A Bernoulli generalist's greedy play (a shipped name or a checkpoint path) as a two-armed count-state policy."""
     played = generalist_policy(load_generalist(name), horizon, 1)
-    return lambda n, x: np.asarray(played(n, x))[:, 0, :]
+    return lambda n, x: played(n, x)[:, 0, :]
 
 
 def split_frontier(

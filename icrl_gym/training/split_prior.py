@@ -35,7 +35,7 @@ from scipy.special import betaln
 from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, colex_combinations, compositions, successors
 from agents.bandit.family_gittins import BETA_FAMILY
 from agents.bandit.split_member import ArmTables, half_uniform_arm
-from icrl_gym.algorithm import first_argmax, uniform_over_maximisers
+from icrl_gym.algorithm import first_argmax, one_hot, uniform_over_maximisers
 from icrl_gym.training.exact_bernoulli import best_totals
 
 SplitPolicy = Callable[[int, np.ndarray], np.ndarray]
@@ -122,7 +122,7 @@ class SplitMixture:
 
             def decide(n: int, x: np.ndarray, q: np.ndarray) -> np.ndarray:
                 mixed = self._mixed(log_prior, x, q)
-                return np.eye(2)[first_argmax(mixed)] if first_arm_ties else uniform_over_maximisers(mixed)
+                return one_hot(first_argmax(mixed), 2) if first_arm_ties else uniform_over_maximisers(mixed)
 
             return self.best - self._backward(decide)
         return self.best - self._backward(lambda n, x, q: policy(n, x))

@@ -21,6 +21,8 @@ def test_the_reference_replayed_is_one_and_uniform_play_has_its_closed_form(tmp_
     assert set(result["sets"]) == {"skewed K=2", "reversed K=2"}
     for row in result["sets"].values():
         assert row[ss.REFERENCE]["ratio"] == 1.0 and row["same"]["ratio"] == 1.0
+        assert row[ss.REFERENCE]["ratio_se"] == 0.0 and row["same"]["ratio_se"] == 0.0
+        assert row["uniform"]["ratio_se"] > 0.0
         assert row["uniform"]["mean"] == pytest.approx(200 * 0.25, abs=4 * row["uniform"]["se"] + 1e-9)
         assert row["oracle"]["mean"] == pytest.approx(0.0, abs=1e-9)
     saved = json.loads((tmp_path / "skewed-sets.json").read_text())

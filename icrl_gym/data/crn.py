@@ -70,3 +70,21 @@ def crn_batches(num_runs: int, batch_size: int, seed: int = 0, first: int = 0) -
             env_rng=np.random.default_rng([seed, i]),
             agent_rng=np.random.default_rng([seed, i, 1]),
         )
+
+
+def paired_ratio(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float, float]:
+    """The ratio of two means over the same runs, R = mean(x) / mean(y), and its standard error.
+
+    ``x`` and ``y`` are one number per run (e.g. two algorithms' total regrets under common random numbers),
+    paired by run.  The delta method for a ratio of means gives
+    Var(R) ~= Var(x_i - R y_i) / (n mean(y)^2), whose pairing removes what the two share (the instance's
+    difficulty), so the error is that of the comparison, not of either mean alone.
+    """
+    x, y = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or len(x) < 2:
+        raise ValueError(f"need two paired 1-D samples of at least 2 runs, got shapes {x.shape} and {y.shape}")
+    y_mean = float(y.mean())
+    if y_mean == 0.0:
+        raise ValueError("the denominator's mean is 0: the ratio is undefined")
+    ratio = float(x.mean()) / y_mean
+    return ratio, float((x - ratio * y).std(ddof=1) / (np.sqrt(len(x)) * abs(y_mean)))

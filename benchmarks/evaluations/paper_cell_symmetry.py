@@ -23,9 +23,11 @@ each at several constants c, and the checkpoints named by ``--model``, on the sa
 numbers).  The best c of the told-but-the-
 sign row is what an index policy that knows everything but the sign reaches; a learned policy can do better
 than an index, as the first linear generalist (trained on the told prior, 10.3) does than told Bayes-UCB at
-c = 1.  Run as::
+c = 1.  ``--sign-mixture NAME`` plays :class:`SignMixture`: the told-prior checkpoint NAME and its mirror
+image, chosen by the sign's posterior, a learned policy told everything but the sign.  Run as::
 
-    python -m benchmarks.evaluations.paper_cell_symmetry --runs 4000 --model linear-generalist-v5
+    python -m benchmarks.evaluations.paper_cell_symmetry --runs 4000 --model linear-generalist-v5 \
+        --sign-mixture linear-generalist-v1
 """
 
 from __future__ import annotations
@@ -77,23 +79,35 @@ class MixtureBayesUCB(IndexAgent):
         b, d = self.batch_size, self.dim
         self.gram, self.moment, self.square = np.zeros((b, d, d)), np.zeros((b, d)), np.zeros(b)
 
-    def index(self, action_sets: np.ndarray) -> np.ndarray:
-        """u_k (B, A) at the action sets (B, A, d)."""
+    def _posteriors(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per component j: the posterior mean mu_j (B, d), covariance Lambda_j^{-1} (B, d, d) and log evidence (B,)."""
         prec = self.noise_std**-2
-        means, variances, log_ev = [], [], []
+        out = []
         for prior_prec, shift, constant in self._priors:
             lam = self.gram * prec + prior_prec
             post_cov = np.linalg.inv(lam)
             rhs = self.moment * prec + shift
             mu = np.einsum("bij,bj->bi", post_cov, rhs)
             quad = self.square * prec - np.einsum("bi,bi->b", mu, rhs)
-            log_ev.append(-0.5 * (quad + constant + np.linalg.slogdet(lam)[1]))
-            means.append(np.einsum("bad,bd->ba", action_sets, mu))
-            variances.append(np.einsum("bad,bde,bae->ba", action_sets, post_cov, action_sets))
-        logs = np.stack(log_ev, 1)
+            out.append((mu, post_cov, -0.5 * (quad + constant + np.linalg.slogdet(lam)[1])))
+        return out
+
+    @staticmethod
+    def _weights(posteriors: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+        logs = np.stack([log_ev for _, _, log_ev in posteriors], 1)
         weights = np.exp(logs - logs.max(1, keepdims=True))
-        weights /= weights.sum(1, keepdims=True)
-        m, v = np.stack(means, 1), np.stack(variances, 1)
+        return weights / weights.sum(1, keepdims=True)
+
+    def weights(self) -> np.ndarray:
+        """The components' posterior weights (B, J), proportional to their evidence (equal prior weights)."""
+        return self._weights(self._posteriors())
+
+    def index(self, action_sets: np.ndarray) -> np.ndarray:
+        """u_k (B, A) at the action sets (B, A, d)."""
+        posteriors = self._posteriors()
+        weights = self._weights(posteriors)
+        m = np.stack([np.einsum("bad,bd->ba", action_sets, mu) for mu, _, _ in posteriors], 1)
+        v = np.stack([np.einsum("bad,bde,bae->ba", action_sets, cov, action_sets) for _, cov, _ in posteriors], 1)
         mean = np.einsum("bj,bja->ba", weights, m)
         var = np.einsum("bj,bja->ba", weights, v + (m - mean[:, None]) ** 2)
         z = max(float(norm.ppf(1.0 - 1.0 / (self.t + 1))), 0.0)
@@ -113,6 +127,70 @@ class MixtureBayesUCB(IndexAgent):
             "noise_std": self.noise_std,
             "scale": self.scale,
         }
+
+
+def _bandit_policy(name: str) -> BanditAgent:
+    """The shipped checkpoint ``name`` as a bandit policy, refused if it is another kind."""
+    policy = agents.pretrained(name)
+    if not isinstance(policy, BanditAgent):
+        raise TypeError(f"{name!r} is not a bandit policy")
+    return policy
+
+
+class SignMixture(BanditAgent):
+    """Told everything but the sign: a policy trained on the told prior and its mirror image, by the sign's odds.
+
+    Two copies of the checkpoint ``expert`` (trained on w* ~ U[0, 1]^d, e.g. the first linear generalist) play
+    side by side: one sees the arms X, the other -X, which makes it the expert of the mirrored prior
+    U[-1, 0]^d (the rewards of (X, w) are those of (-X, -w)).  The sign's posterior is that of the "told but the
+    sign" mixture, N(+-1/2 1, I / 12) with sigma told (:meth:`MixtureBayesUCB.weights`); every step plays the
+    expert of the more probable sign, an exact tie (no evidence yet) by a fair coin.  The policy is symmetric by
+    construction, so its regret at the paper's cell is its Bayes regret under the even mixture of the two priors:
+    what a learned policy told everything but the sign reaches, an upper bound on that mixture's Bayes-optimal
+    regret.
+    """
+
+    name = "sign_mixture"
+
+    def __init__(self, expert: str, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.expert = expert
+        self.plus, self.minus = _bandit_policy(expert), _bandit_policy(expert)
+        self.sign: MixtureBayesUCB | None = None
+
+    def _reset(self, w_star: np.ndarray | None) -> None:
+        info = {key: value for key, value in self.reset_info.items() if key != "w_star"}
+        info["batch_size"] = self.batch_size
+        noise_std = info.get("noise_std")
+        if noise_std is None and self.env_model is not None and self.env_model.bandit is not None:
+            noise_std = self.env_model.bandit.noise_std  # the environment's own sigma, as the expert reads it
+        if noise_std is None:
+            raise ValueError("the sign mixture is told sigma: reset it with noise_std or the environment's info")
+        self.plus.reset(info)
+        self.minus.reset(info)
+        self.sign = MixtureBayesUCB(priors(self.dim)["told but the sign"], float(noise_std))
+        self.sign.reset(batch_size=self.batch_size, dim=self.dim, num_actions=self.num_actions)
+
+    def plus_probability(self) -> np.ndarray:
+        """P(the centre is +1/2 1 | history) for every run (B,)."""
+        assert self.sign is not None, "reset first"
+        return self.sign.weights()[:, 0]
+
+    def _act(self, action_sets: np.ndarray) -> np.ndarray:
+        p = self.plus_probability()
+        plus = np.where(p == 0.5, self.rng.random(self.batch_size) < 0.5, p > 0.5)
+        actions: np.ndarray = np.where(plus, self.plus.act_batch(action_sets), self.minus.act_batch(-action_sets))
+        return actions
+
+    def _update(self, action_sets: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        assert self.sign is not None, "reset first"
+        self.plus.update_batch(action_sets, actions, rewards)
+        self.minus.update_batch(-action_sets, actions, rewards)
+        self.sign.update_batch(action_sets, actions, rewards)
+
+    def config(self) -> dict[str, Any]:
+        """The expert's name."""
+        return {**super().config(), "expert": self.expert}
 
 
 def priors(dim: int = DIM) -> dict[str, list[Component]]:
@@ -136,6 +214,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=808_000, help="the instances' seed (not an acceptance seed)")
     parser.add_argument("--scales", default="0.3,0.4,0.5,0.7,1.0", help="the constants c, comma-separated")
     parser.add_argument("--model", action="append", default=[], help="a pretrained policy to play too (repeatable)")
+    parser.add_argument(
+        "--sign-mixture",
+        action="append",
+        default=[],
+        help="a told-prior checkpoint, played as SignMixture (repeat)",
+    )
     parser.add_argument("--out", default="", help="write the table here as JSON")
     args = parser.parse_args(argv)
     spec = linear_bandit_spec(DIM, ARMS, HORIZON, SIGMA)
@@ -150,13 +234,13 @@ def main(argv: list[str] | None = None) -> None:
             mean, se = float(total.mean()), float(total.std(ddof=1) / np.sqrt(len(total)))
             table[name][f"{c:g}"] = [round(mean, 3), round(se, 3)]
             print(f"{name:20s} c={c:<4g} {mean:7.2f} +- {se:.2f}  ({time.perf_counter() - start:.0f} s)", flush=True)
-    for name in args.model:
-        policy = agents.pretrained(name)
-        assert isinstance(policy, BanditAgent)
+    played = [(name, _bandit_policy(name)) for name in args.model]
+    played += [(f"sign mixture of {name}", SignMixture(name)) for name in args.sign_mixture]
+    for label, policy in played:
         total = evaluate_regret(spec, policy, args.runs, seed=args.seed, batch_size=args.runs).sum(1)
         mean, se = float(total.mean()), float(total.std(ddof=1) / np.sqrt(len(total)))
-        table[name] = {"greedy": [round(mean, 3), round(se, 3)]}
-        print(f"{name:20s} {mean:7.2f} +- {se:.2f}", flush=True)
+        table[label] = {"greedy": [round(mean, 3), round(se, 3)]}
+        print(f"{label:20s} {mean:7.2f} +- {se:.2f}", flush=True)
     if args.out:
         record = {"cell": "paper", "runs": args.runs, "seed": args.seed, "sigma": SIGMA, "table": table}
         atomic_write_bytes(args.out, json.dumps(record, indent=1).encode())

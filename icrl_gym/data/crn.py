@@ -75,8 +75,8 @@ def crn_batches(num_runs: int, batch_size: int, seed: int = 0, first: int = 0) -
 def paired_ratio(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float, float]:
     """The ratio of two means over the same runs, R = mean(x) / mean(y), and its standard error.
 
-    ``x`` and ``y`` are one number per run (e.g. two algorithms' total regrets under common random numbers),
-    paired by run.  The delta method for a ratio of means gives
+    The ``numerator`` x and the ``denominator`` y hold one number per run, paired by run (e.g. two algorithms'
+    total regrets under common random numbers).  The delta method for a ratio of means gives
     Var(R) ~= Var(x_i - R y_i) / (n mean(y)^2), whose pairing removes what the two share (the instance's
     difficulty), so the error is that of the comparison, not of either mean alone.
     """

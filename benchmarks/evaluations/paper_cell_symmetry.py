@@ -41,6 +41,8 @@ from scipy.stats import norm
 
 import agents
 from agents.bandit.index_agent import IndexAgent
+from agents.bandit.linear_posterior import GaussianModel
+from benchmarks.experiments.rows import as_bandit_agent
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs import linear_bandit_spec
@@ -129,14 +131,6 @@ class MixtureBayesUCB(IndexAgent):
         }
 
 
-def _bandit_policy(name: str) -> BanditAgent:
-    """The shipped checkpoint ``name`` as a bandit policy, refused if it is another kind."""
-    policy = agents.pretrained(name)
-    if not isinstance(policy, BanditAgent):
-        raise TypeError(f"{name!r} is not a bandit policy")
-    return policy
-
-
 class SignMixture(BanditAgent):
     """Told everything but the sign: a policy trained on the told prior and its mirror image, by the sign's odds.
 
@@ -155,20 +149,17 @@ class SignMixture(BanditAgent):
     def __init__(self, expert: str, seed: int | None = None) -> None:
         super().__init__(seed)
         self.expert = expert
-        self.plus, self.minus = _bandit_policy(expert), _bandit_policy(expert)
+        self.plus, self.minus = (as_bandit_agent(agents.pretrained(expert)) for _ in range(2))
         self.sign: MixtureBayesUCB | None = None
 
     def _reset(self, w_star: np.ndarray | None) -> None:
         info = {key: value for key, value in self.reset_info.items() if key != "w_star"}
         info["batch_size"] = self.batch_size
-        noise_std = info.get("noise_std")
-        if noise_std is None and self.env_model is not None and self.env_model.bandit is not None:
-            noise_std = self.env_model.bandit.noise_std  # the environment's own sigma, as the expert reads it
-        if noise_std is None:
-            raise ValueError("the sign mixture is told sigma: reset it with noise_std or the environment's info")
+        # sigma as given to reset, else the environment's (only sigma is read: the prior is the mixture's own)
+        told = GaussianModel.resolve(self.env_model, info.get("noise_std"), prior_mean=0.0, prior_var=1.0)
         self.plus.reset(info)
         self.minus.reset(info)
-        self.sign = MixtureBayesUCB(priors(self.dim)["told but the sign"], float(noise_std))
+        self.sign = MixtureBayesUCB(priors(self.dim)["told but the sign"], float(told.noise_std))
         self.sign.reset(batch_size=self.batch_size, dim=self.dim, num_actions=self.num_actions)
 
     def plus_probability(self) -> np.ndarray:
@@ -234,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             mean, se = float(total.mean()), float(total.std(ddof=1) / np.sqrt(len(total)))
             table[name][f"{c:g}"] = [round(mean, 3), round(se, 3)]
             print(f"{name:20s} c={c:<4g} {mean:7.2f} +- {se:.2f}  ({time.perf_counter() - start:.0f} s)", flush=True)
-    played = [(name, _bandit_policy(name)) for name in args.model]
+    played = [(name, as_bandit_agent(agents.pretrained(name))) for name in args.model]
     played += [(f"sign mixture of {name}", SignMixture(name)) for name in args.sign_mixture]
     for label, policy in played:
         total = evaluate_regret(spec, policy, args.runs, seed=args.seed, batch_size=args.runs).sum(1)

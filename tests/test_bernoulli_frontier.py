@@ -163,6 +163,12 @@ def test_monte_carlo_rows_share_instances_and_a_one_member_vote_is_told_gittins(
     # the tail columns: the same runs give the same 99th percentile; it lies above the mean
     assert by["posterior vote"]["p99"] == pytest.approx(by["told Gittins"]["p99"], abs=1e-12)
     assert by["told Gittins"]["p99_ratio"] == 1.0 and all(r["p99"] > r["mean"] for r in rows)
+    # their errors: none for a policy that plays the reference's runs, some for one that does not
+    for name in ("told Gittins", "posterior vote"):
+        assert by[name]["ratio_se"] == 0.0 and by[name]["p99_ratio_low"] == by[name]["p99_ratio_high"] == 1.0
+    other = by["Gittins told U[0, 1]"]
+    assert other["ratio_se"] > 0.0 and other["p99_ratio_low"] <= other["p99_ratio"] <= other["p99_ratio_high"]
+    assert other["p99_ratio_low"] < other["p99_ratio_high"]
     assert by["Gittins told U[0, 1]"]["mean"] != by["told Gittins"]["mean"]  # U[0, 1] is not Beta(2, 1)
     # the told-Gittins regret agrees with an exact K=2 pass on a two-arm run of the same prior
     rows2 = uninformed_regrets(2, 15, [(2.0, 1.0)], 4000, 6, tmp_path)

@@ -26,6 +26,10 @@ def test_small_run_writes_consistent_tables(tmp_path) -> None:
         for key in linear_uninformed.MODELS:  # the default model rows
             ratio = totals[key].mean() / totals[best].mean()
             assert float(row[f"{key} ratio"]) == pytest.approx(ratio, abs=1e-3)
+            se = (totals[key] - ratio * totals[best]).std(ddof=1) / (np.sqrt(len(totals[key])) * totals[best].mean())
+            assert float(row[f"{key} ratio s.e."]) == pytest.approx(se, abs=1e-3)  # the paired delta method
+            low, p99, high = (float(row[f"{key} p99 ratio{tag}"]) for tag in (" low", "", " high"))
+            assert low <= p99 <= high
         limit = max(3 * totals[best].mean(), 20)
         for key, values in totals.items():  # every row's failures, the references' too, counted run by run
             assert float(row[f"{key} failures"]) == pytest.approx(

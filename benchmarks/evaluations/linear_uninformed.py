@@ -38,6 +38,7 @@ import numpy as np
 import agents
 from agents.bandit.model_average import UNINFORMED_REFERENCES as UNINFORMED
 from icrl_gym.algorithm import BanditAgent
+from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
 from icrl_gym.data.trajectories import evaluate_regret, failure_limit
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
 from icrl_gym.utils.cli import doc_parser
@@ -121,7 +122,9 @@ def summary(name: str, totals: dict[str, Any], models: dict[str, tuple[str, bool
     """One CSV row: every row's mean and failures, the best uninformed reference, the models' ratios and p99 ratios.
 
     A run fails when its regret exceeds max(3 x the best uninformed reference's mean, 20); the references' own
-    failures are kept too, to show how often a policy that is not a model fails by the same rule.
+    failures are kept too, to show how often a policy that is not a model fails by the same rule.  A model's
+    ratio comes with its paired standard error and its p99 ratio with the 90% paired bootstrap interval
+    (:func:`~icrl_gym.data.crn.paired_ratio`, :func:`~icrl_gym.data.crn.paired_quantile_ratio`).
     """
     played = {k: np.asarray(v) for k, v in totals.items() if not isinstance(v, str)}
     best = min(UNINFORMED, key=lambda k: played[k].mean())
@@ -133,9 +136,11 @@ def summary(name: str, totals: dict[str, Any], models: dict[str, tuple[str, bool
         row[f"{key} failures"] = round(float(np.mean(values > limit)), 4)
     for key in models:
         if key in played:
-            ratio = played[key].mean() / played[best].mean()
-            p99 = np.percentile(played[key], 99) / np.percentile(played[best], 99)
-            row[f"{key} ratio"], row[f"{key} p99 ratio"] = round(float(ratio), 3), round(float(p99), 3)
+            ratio, ratio_se = paired_ratio(played[key], played[best])
+            p99, p99_low, p99_high = paired_quantile_ratio(played[key], played[best])
+            row[f"{key} ratio"], row[f"{key} ratio s.e."] = round(ratio, 3), round(ratio_se, 3)
+            row[f"{key} p99 ratio"] = round(p99, 3)
+            row[f"{key} p99 ratio low"], row[f"{key} p99 ratio high"] = round(p99_low, 3), round(p99_high, 3)
     return row
 
 
@@ -192,10 +197,9 @@ def main(argv: list[str] | None = None) -> None:
         parts = []
         for key in models:
             if f"{key} ratio" in r:
-                parts.append(
-                    f"{r[key]:.2f} +- {r[key + ' s.e.']:.2f} | {r[key + ' ratio']:.2f} | "
-                    f"{r[key + ' p99 ratio']:.2f} | {r[key + ' failures']:.3f}"
-                )
+                ratio = f"{r[key + ' ratio']:.2f} +- {r[key + ' ratio s.e.']:.2f}"
+                p99 = f"{r[key + ' p99 ratio']:.2f} [{r[key + ' p99 ratio low']:.2f}, {r[key + ' p99 ratio high']:.2f}]"
+                parts.append(f"{r[key]:.2f} +- {r[key + ' s.e.']:.2f} | {ratio} | {p99} | {r[key + ' failures']:.3f}")
             else:
                 parts.append("cannot play | | |")
         lines.append(f"| {r['cell']} | {best} | " + " | ".join(parts) + " |")

@@ -27,8 +27,9 @@ def write_uninformed(out: Path, rows: list[dict[str, Any]], config: dict[str, An
     for row in rows:
         label = f"K={row['num_arms']} Beta({row['a']:g}, {row['b']:g})"
         print(
-            f"{label:>20} {row['policy']:>22} {row['mean']:8.2f} ± {row['se']:5.2f} ({row['ratio']:.2f}x told Gittins; "
-            f"p99 {row['p99']:.1f}, {row['p99_ratio']:.2f}x)"
+            f"{label:>20} {row['policy']:>22} {row['mean']:8.2f} ± {row['se']:5.2f} ({row['ratio']:.3f}x ± "
+            f"{row['ratio_se']:.3f} told Gittins; p99 {row['p99']:.1f}, {row['p99_ratio']:.2f}x "
+            f"[{row['p99_ratio_low']:.2f}, {row['p99_ratio_high']:.2f}])"
         )
 
 

@@ -73,3 +73,14 @@ def test_quantile_ratio_exact_cases_and_refusals():
         paired_quantile_ratio(y, y, q=100.0)
     with pytest.raises(ValueError, match="percentile is 0"):
         paired_quantile_ratio(y, np.zeros(100))
+
+
+def test_a_long_sample_is_resampled_in_blocks_without_changing_the_interval():
+    """50,000 runs are resampled in blocks of 80 (a few million values at a time): the interval is the one that
+    a single draw of all 200 resamples from the same generator gives."""
+    rng = np.random.default_rng(9)
+    x, y = rng.exponential(size=50_000), rng.exponential(size=50_000)
+    idx = np.random.default_rng(4).integers(0, len(x), size=(200, len(x)))
+    boot = np.percentile(x[idx], 99, axis=1) / np.percentile(y[idx], 99, axis=1)
+    expected = (np.percentile(x, 99) / np.percentile(y, 99), *np.percentile(boot, [5, 95]))
+    assert paired_quantile_ratio(x, y, resamples=200, seed=4) == pytest.approx(expected, rel=1e-12)

@@ -114,8 +114,13 @@ def paired_quantile_ratio(
     y_q = float(np.percentile(y, q))
     if y_q <= 0.0:
         raise ValueError(f"the denominator's {q:g}th percentile is {y_q:g}: the ratio is undefined")
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
-    boot = np.percentile(x[idx], q, axis=1) / np.maximum(np.percentile(y[idx], q, axis=1), 1e-300)
+    rng, boot = np.random.default_rng(seed), np.empty(resamples)
+    chunk = max(1, 4_000_000 // len(x))  # resamples per block: a few million values at a time, whatever N
+    for start in range(0, resamples, chunk):
+        idx = rng.integers(0, len(x), size=(min(chunk, resamples - start), len(x)))
+        boot[start : start + len(idx)] = np.percentile(x[idx], q, axis=1) / np.maximum(
+            np.percentile(y[idx], q, axis=1), 1e-300
+        )
     tail = 50.0 * (1.0 - level)
     low, high = np.percentile(boot, [tail, 100.0 - tail])
     return float(np.percentile(x, q)) / y_q, float(low), float(high)

@@ -72,6 +72,14 @@ def crn_batches(num_runs: int, batch_size: int, seed: int = 0, first: int = 0) -
         )
 
 
+def _paired_samples(numerator: np.ndarray, denominator: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two samples as float arrays, checked to be 1-D, paired by run and at least 2 runs long."""
+    x, y = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or len(x) < 2:
+        raise ValueError(f"need two paired 1-D samples of at least 2 runs, got shapes {x.shape} and {y.shape}")
+    return x, y
+
+
 def paired_ratio(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float, float]:
     """The ratio of two means over the same runs, R = mean(x) / mean(y), and its standard error.
 
@@ -80,9 +88,7 @@ def paired_ratio(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float,
     Var(R) ~= Var(x_i - R y_i) / (n mean(y)^2), whose pairing removes what the two share (the instance's
     difficulty), so the error is that of the comparison, not of either mean alone.
     """
-    x, y = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
-    if x.ndim != 1 or x.shape != y.shape or len(x) < 2:
-        raise ValueError(f"need two paired 1-D samples of at least 2 runs, got shapes {x.shape} and {y.shape}")
+    x, y = _paired_samples(numerator, denominator)
     y_mean = float(y.mean())
     if y_mean == 0.0:
         raise ValueError("the denominator's mean is 0: the ratio is undefined")
@@ -106,9 +112,7 @@ def paired_quantile_ratio(
     percentile_q(y*) for each of ``resamples`` resamples and takes the central ``level`` of them (the percentile
     bootstrap; Efron and Tibshirani 1993, ch. 13).  ``seed`` fixes the resamples, so a table is reproducible.
     """
-    x, y = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
-    if x.ndim != 1 or x.shape != y.shape or len(x) < 2:
-        raise ValueError(f"need two paired 1-D samples of at least 2 runs, got shapes {x.shape} and {y.shape}")
+    x, y = _paired_samples(numerator, denominator)
     if not 0.0 < q < 100.0 or not 0.0 < level < 1.0 or resamples < 1:
         raise ValueError(f"need 0 < q < 100, 0 < level < 1 and resamples >= 1, got {q}, {level} and {resamples}")
     y_q = float(np.percentile(y, q))

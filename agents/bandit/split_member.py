@@ -34,7 +34,7 @@ from __future__ import annotations
 from math import lgamma
 
 import numpy as np
-from scipy.special import betainc, betaincc, betaln, logsumexp
+from scipy.special import betainc, betaincc, betaln
 
 ArmTables = tuple[np.ndarray, np.ndarray]
 """One arm's prior as tables over its counts (s, f), s, f <= n: the log-evidence and the predictive P(r = 1)."""
@@ -54,6 +54,14 @@ def half_uniform_arm(high: bool, max_count: int) -> ArmTables:
     safe = np.maximum(inside, UNDERFLOW)
     pred = np.where(inside > UNDERFLOW, (s + 1) / (s + f + 2) * mass(s + 2, f + 1) / safe, 0.5)
     return betaln(s + 1, f + 1) + np.log(safe) + np.log(2.0), pred
+
+
+def log_sum_exp(x: np.ndarray, axis: int) -> np.ndarray:
+    """log sum exp(x) along ``axis``, -inf where every term is -inf (a numpy reduction: called every step)."""
+    top = x.max(axis=axis, keepdims=True)
+    shift = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(x - shift).sum(axis=axis)) + np.squeeze(shift, axis=axis)
 
 
 def log_elementary(log_r: np.ndarray) -> np.ndarray:
@@ -90,18 +98,15 @@ class SplitMember:
             log_evidence.append(
                 log_l.sum(axis=1) + log_e - (lgamma(k_arms + 1) - lgamma(m + 1) - lgamma(k_arms - m + 1))
             )
-            loo = np.stack(
-                [
-                    logsumexp(prefix[k][:, :m] + suffix[k_arms - 1 - k][:, m - 1 :: -1][:, :m], axis=1)
-                    if m > 0
-                    else np.full(len(s), -np.inf)
-                    for k in range(k_arms)
-                ],
-                axis=1,
-            )  # (B, K): log e_{m-1}(r_{-k})
+            # log e_{m-1}(r_{-k}) = log sum_i e_i(r_{<k}) e_{m-1-i}(r_{>k}), i < m, for every k at once: (K, B) -> (B, K)
+            loo = (
+                log_sum_exp(prefix[:k_arms, :, :m] + suffix[k_arms - 1 :: -1, :, m - 1 :: -1][:, :, :m], axis=2).T
+                if m > 0
+                else np.full((len(s), k_arms), -np.inf)
+            )
             log_high.append(log_r + loo - log_e[:, None])
         ev = np.stack(log_evidence, axis=1) - np.log(len(sizes))  # (B, |M|)
-        total = logsumexp(ev, axis=1)
+        total = log_sum_exp(ev, axis=1)
         p_m = np.exp(ev - total[:, None])
         pi = sum(p_m[:, i, None] * np.exp(log_high[i]) for i in range(len(sizes)))
         return total, np.clip(pi, 0.0, 1.0)

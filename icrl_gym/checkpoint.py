@@ -199,7 +199,8 @@ def find_checkpoint(checkpoint: str | os.PathLike) -> Path:
     Anything else is a :class:`CheckpointError` that lists the shipped names and the forms a path may take.
     """
     path = resolve_checkpoint(checkpoint)
-    if path.is_dir() and (path / RUN_MANIFEST).exists() and not checkpoint_files(path)[1].exists():
+    # a run folder may hold its training configuration as config.json: only Hub weights make it a Hub folder
+    if path.is_dir() and (path / RUN_MANIFEST).exists() and not checkpoint_files(path)[0].exists():
         return run_folder_checkpoint(path)
     if checkpoint_files(path)[1].exists():
         return checkpoint_stem(path)

@@ -8,7 +8,7 @@ import torch
 import icrl_gym.envs  # noqa: F401  (registers the environments)
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
-from icrl_gym.checkpoint import CheckpointKind, read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import CheckpointError, CheckpointKind, find_checkpoint, read_checkpoint, save_checkpoint
 from icrl_gym.estimators.gittins import build_gittins_table, gittins_table
 from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
@@ -317,6 +317,25 @@ def test_fine_tuning_run_starts_from_the_given_weights_and_counts_their_time(tmp
     other = dataclasses.replace(cfg, out_dir=str(tmp_path / "third"), model={**TINY, "d_model": 32, "n_heads": 2})
     with pytest.raises(ValueError, match="holds a model"):
         train(other, echo=False)
+
+
+def test_fine_tuning_starts_from_a_run_folder_or_a_shipped_name(tmp_path):
+    """init_checkpoint reads what play reads: a run's folder (its last checkpoint) or a shipped model's name."""
+    first = train(_train_cfg(tmp_path / "first", tmp_path, 3), echo=False)
+    # the run keeps its training configuration as config.json, which does not make it a Hub-layout folder
+    assert (tmp_path / "first" / "config.json").exists()
+    assert find_checkpoint(tmp_path / "first") == tmp_path / "first" / "checkpoints" / "step_0000003"
+    cfg = dataclasses.replace(_train_cfg(tmp_path / "second", tmp_path, 2), init_checkpoint=str(tmp_path / "first"))
+    train(cfg, echo=False)
+    start, _ = read_checkpoint(tmp_path / "second" / "checkpoints" / "step_0000000")
+    for name, value in first.state_dict().items():
+        assert torch.equal(value, start[name]), name
+    shipped = dataclasses.replace(cfg, out_dir=str(tmp_path / "third"), init_checkpoint="bernoulli-generalist-family")
+    with pytest.raises(ValueError, match="bernoulli-generalist-family holds a model"):  # found by name: not this size
+        train(shipped, echo=False)
+    unknown = dataclasses.replace(cfg, out_dir=str(tmp_path / "fourth"), init_checkpoint="bernoulli-generalst")
+    with pytest.raises(CheckpointError, match="did you mean 'bernoulli-generalist'"):
+        train(unknown, echo=False)
 
 
 def test_shipped_generalist_loads_by_name_and_plays_any_size():

@@ -135,8 +135,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     eval_horizon: int = checked(200, POSITIVE_INT)
     """T of the in-training evaluation."""
     init_checkpoint: str = ""
-    """Start a new run from these weights (a checkpoint of this model, e.g. another run's last) instead of
-    a random initialisation: a fine-tuning phase.  That run's training wall time counts towards
+    """Start a new run from these weights (a shipped model's name, or a checkpoint of this model: e.g. another
+    run's folder or its last checkpoint) instead of a random initialisation: a fine-tuning phase.  That run's training wall time counts towards
     ``time_budget_hours`` and is recorded, so the budget covers both phases ('': from scratch)."""
     table_cache: str = "runs/cache"
     """Folder where the Gittins tables are kept between processes (5 min to build one for T = 500)."""
@@ -595,8 +595,12 @@ def evaluate_against_gittins(
 
 
 def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
-    """Load ``checkpoint``'s weights into ``model`` (same architecture); returns its training wall seconds."""
-    state, meta = read_checkpoint(checkpoint)
+    """Load ``checkpoint``'s weights into ``model`` (same architecture); returns its training wall seconds.
+
+    ``checkpoint`` is anything :func:`~icrl_gym.checkpoint.find_checkpoint` reads: a shipped model's name, a
+    checkpoint stem or file, or a training run's folder (its last checkpoint).
+    """
+    state, meta = read_checkpoint(find_checkpoint(checkpoint))
     if meta.get("model") != json.loads(json.dumps(model.config.to_dict())):  # as stored: tuples are lists
         raise ValueError(
             f"init_checkpoint {checkpoint} holds a model {meta.get('model')}, not this run's {model.config.to_dict()}"

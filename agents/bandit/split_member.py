@@ -57,7 +57,7 @@ def half_uniform_arm(high: bool, max_count: int) -> ArmTables:
 
 
 def log_sum_exp(x: np.ndarray, axis: int) -> np.ndarray:
-    """log sum exp(x) along ``axis``, -inf where every term is -inf (a numpy reduction: called every step)."""
+    """Log-sum-exp of x along ``axis``, -inf where every term is -inf (a numpy reduction: called every step)."""
     top = x.max(axis=axis, keepdims=True)
     shift = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(divide="ignore"):
@@ -98,7 +98,7 @@ class SplitMember:
             log_evidence.append(
                 log_l.sum(axis=1) + log_e - (lgamma(k_arms + 1) - lgamma(m + 1) - lgamma(k_arms - m + 1))
             )
-            # log e_{m-1}(r_{-k}) = log sum_i e_i(r_{<k}) e_{m-1-i}(r_{>k}), i < m, for every k at once: (K, B) -> (B, K)
+            # log e_{m-1}(r_{-k}) = log sum_{i < m} e_i(r_{<k}) e_{m-1-i}(r_{>k}), every k at once: (K, B) -> (B, K)
             loo = (
                 log_sum_exp(prefix[:k_arms, :, :m] + suffix[k_arms - 1 :: -1, :, m - 1 :: -1][:, :, :m], axis=2).T
                 if m > 0

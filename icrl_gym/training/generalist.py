@@ -136,8 +136,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     """T of the in-training evaluation."""
     init_checkpoint: str = ""
     """Start a new run from these weights (a shipped model's name, or a checkpoint of this model: e.g. another
-    run's folder or its last checkpoint) instead of a random initialisation: a fine-tuning phase.  That run's training wall time counts towards
-    ``time_budget_hours`` and is recorded, so the budget covers both phases ('': from scratch)."""
+    run's folder or its last checkpoint) instead of a random initialisation: a fine-tuning phase.  That run's
+    training wall time counts towards ``time_budget_hours`` and is recorded, so the budget covers both phases
+    ('': from scratch)."""
     table_cache: str = "runs/cache"
     """Folder where the Gittins tables are kept between processes (5 min to build one for T = 500)."""
     beta_priors: list[list[float]] = field(default_factory=list)

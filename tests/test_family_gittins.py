@@ -152,3 +152,20 @@ def test_its_memory_estimate_holds_one_table_built_and_three_kept():
     tables = 4 * 4 * (n + 2) ** 3 // 6
     assert tables < agent._memory_bytes() < gittins_build_bytes(n) + tables
     assert agent._memory_bytes() < max_memory_bytes()
+
+
+def test_arms_equal_up_to_rounding_go_to_the_first():
+    """The split member reads untried arms through the others' counts, by a different float path per arm.
+
+    After arm 0's one failure at K = 20 the 19 untried arms are symmetric; their indices agree to 1e-15 but not
+    bit for bit, and the rounding's largest is not arm 1.  The agent pulls arm 1, the first of them, as every index
+    agent breaks its ties (a refactor of the arithmetic must not change the arm pulled).
+    """
+    agent = make_agent({"name": "family_gittins", "split_weight": 0.1, "horizon": 30})
+    arms = np.eye(20)
+    agent.reset(num_arms=20, batch_size=1)
+    agent.update(0, 0.0, arms)
+    scores = agent.index(arms[None])[0]
+    assert np.ptp(scores[1:]) < 1e-14 and scores[1:].max() > scores[0]
+    assert agent.act(arms) == 1
+    assert np.reshape(agent.policy(arms), -1)[1] == 1.0

@@ -3,7 +3,10 @@
 LinUCB, UCB, the empirical mean and the oracle all pick argmax_k v_k of an index v (B, A).
 The soft variants of the paper (soft LinUCB, Appendix E.2) instead sample from
 softmax(v / tau), which recovers the argmax as tau -> 0.  An index of +inf (an arm never
-pulled) takes priority; among several such arms the lowest index is pulled first.
+pulled) takes priority; among several such arms the lowest index is pulled first.  The argmax is the first
+maximiser within 1e-12 (:func:`~icrl_gym.agent_base.first_argmax`): arms that an index computes equal by
+different float paths (symmetric arms read through another arm's counts, say) differ by rounding alone, and the
+arms' order, not that rounding, must choose among them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from icrl_gym.agent_base import first_argmax
 from icrl_gym.algorithm import BanditAgent, one_hot
 from icrl_gym.envs.validation import check_number
 
@@ -44,7 +48,7 @@ class IndexAgent(BanditAgent):
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:
         scores = self.index(action_sets)
         if self.deterministic:
-            return one_hot(scores.argmax(axis=1), self.num_actions)
+            return one_hot(first_argmax(scores), self.num_actions)
         return softmax_policy(scores, self.temperature)
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
@@ -52,7 +56,7 @@ class IndexAgent(BanditAgent):
             scores = self.index(action_sets)
             if np.isnan(scores).any():  # never an argmax of NaN passed on as an action
                 raise ValueError(f"{self.name}'s index is NaN for run {int(np.isnan(scores).any(axis=1).argmax())}")
-            return scores.argmax(axis=1)
+            return first_argmax(scores)
         return super()._act(action_sets)
 
     def config(self) -> dict[str, Any]:

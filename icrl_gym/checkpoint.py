@@ -153,8 +153,15 @@ def read_record(path: str | os.PathLike) -> CheckpointRecord:
 
 
 def resolve_checkpoint(checkpoint: str | os.PathLike) -> Path:
-    """A checkpoint path, or the name of a model shipped in :data:`PRETRAINED_DIR`."""
+    """A checkpoint path, the name of a model shipped in :data:`PRETRAINED_DIR`, or a training run's folder.
+
+    A run folder (one holding :data:`RUN_MANIFEST` and no Hub weights) resolves to the checkpoint it offers for play
+    (:func:`run_folder_checkpoint`); a run keeps its training configuration as ``config.json``, which does not make
+    it a Hub-layout folder.  Other paths are returned as they are (:func:`find_checkpoint` also checks they exist).
+    """
     path = Path(checkpoint)
+    if path.is_dir() and (path / RUN_MANIFEST).exists() and not checkpoint_files(path)[0].exists():
+        return run_folder_checkpoint(path)
     if not checkpoint_files(path)[1].exists() and (PRETRAINED_DIR / f"{checkpoint}.json").exists():
         return PRETRAINED_DIR / str(checkpoint)
     return path
@@ -199,9 +206,6 @@ def find_checkpoint(checkpoint: str | os.PathLike) -> Path:
     Anything else is a :class:`CheckpointError` that lists the shipped names and the forms a path may take.
     """
     path = resolve_checkpoint(checkpoint)
-    # a run folder may hold its training configuration as config.json: only Hub weights make it a Hub folder
-    if path.is_dir() and (path / RUN_MANIFEST).exists() and not checkpoint_files(path)[0].exists():
-        return run_folder_checkpoint(path)
     if checkpoint_files(path)[1].exists():
         return checkpoint_stem(path)
     what = "a folder that holds no checkpoint" if path.is_dir() else "no such file"

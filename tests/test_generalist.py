@@ -325,6 +325,11 @@ def test_fine_tuning_starts_from_a_run_folder_or_a_shipped_name(tmp_path):
     # the run keeps its training configuration as config.json, which does not make it a Hub-layout folder
     assert (tmp_path / "first" / "config.json").exists()
     assert find_checkpoint(tmp_path / "first") == tmp_path / "first" / "checkpoints" / "step_0000003"
+    played = GeneralistAgent(str(tmp_path / "first"))  # every agent constructor reads a run folder too
+    for name, value in first.state_dict().items():
+        assert torch.equal(value, played.model.state_dict()[name]), name
+    with pytest.raises(CheckpointError, match="no shipped model"):
+        GeneralistAgent(str(tmp_path / "nothing here"))
     cfg = dataclasses.replace(_train_cfg(tmp_path / "second", tmp_path, 2), init_checkpoint=str(tmp_path / "first"))
     train(cfg, echo=False)
     start, _ = read_checkpoint(tmp_path / "second" / "checkpoints" / "step_0000000")

@@ -36,7 +36,7 @@ import torch
 
 from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent, ObsT, logits_action, softmax_rows
-from icrl_gym.checkpoint import SIZE_FIELDS, CheckpointKind, CheckpointRecord, load_checkpoint, resolve_checkpoint
+from icrl_gym.checkpoint import SIZE_FIELDS, CheckpointKind, CheckpointRecord, find_checkpoint, load_checkpoint
 from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyCache, RewindableCache
 from icrl_gym.utils.device import resolve_device
 from icrl_gym.utils.names import did_you_mean
@@ -68,7 +68,7 @@ class PolicyRollout(CheckpointAgent[ObsT]):
         **defaults: Any,
     ) -> None:
         super().__init__(seed)
-        model, meta = load_checkpoint(resolve_checkpoint(checkpoint), device=resolve_device(device), kind=self.kind)
+        model, meta = load_checkpoint(find_checkpoint(checkpoint), device=resolve_device(device), kind=self.kind)
         self._setup(model, meta, str(checkpoint), greedy, defaults)
 
     def _setup(

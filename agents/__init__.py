@@ -39,6 +39,7 @@ from agents.mdp.ucbvi import UCBVI
 from agents.mdp.uniform import MDPUniform
 from agents.mixture import MDPMixture, Mixture
 from agents.safety_net import SafetyNet
+from agents.shuffled_arms import ShuffledArms
 from icrl_gym.algorithm import Agent, BanditAgent, MDPAgent
 from icrl_gym.registry import make_agent, register_agent
 
@@ -74,6 +75,8 @@ for _algorithm in (
     Mixture,
     # a robust index's guard around any linear-bandit algorithm
     SafetyNet,
+    # any bandit algorithm on every run's arms in a random order
+    ShuffledArms,
 ):
     register_agent(_algorithm.name, _algorithm)
 register_agent(SoftLinUCB.name, SoftLinUCB, defaults={"temperature": 0.1})  # the paper's soft LinUCB (App. E.2)
@@ -134,6 +137,7 @@ __all__ = [
     "PosteriorMeanPlanner",
     "PosteriorMeanGreedy",
     "PosteriorOptimalAction",
+    "ShuffledArms",
     "SoftLinUCB",
     "UCB",
     "UCBVI",

@@ -92,9 +92,7 @@ class SafetyNet(BanditAgent):
         return self.robust._memory_bytes() if self.robust.batch_size else super()._memory_bytes()
 
     def _reset(self, w_star: np.ndarray | None) -> None:
-        sizes = {"batch_size": self.batch_size, "dim": self.dim, "num_actions": self.num_actions, "w_star": w_star}
-        if self.one_hot_arms and "num_arms" in self.reset_info:
-            sizes = {"batch_size": self.batch_size, "num_arms": self.num_actions, "w_star": w_star}
+        sizes = self._wrapped_sizes(w_star)
         self.robust.reset(self.reset_info, rng=np.random.default_rng(self.rng.integers(2**63)), **sizes)
         self.inner_plays, self.fallback_reason = True, ""
         try:

@@ -51,9 +51,7 @@ class ShuffledArms(BanditAgent):
         self.inverse = np.argsort(self.order, axis=1)
         if w_star is not None and self.one_hot_arms:  # a K-armed bandit's w* are its arm means
             w_star = np.take_along_axis(w_star, self.order, axis=1)
-        sizes = {"batch_size": self.batch_size, "dim": self.dim, "num_actions": self.num_actions, "w_star": w_star}
-        if self.one_hot_arms and "num_arms" in self.reset_info:
-            sizes = {"batch_size": self.batch_size, "num_arms": self.num_actions, "w_star": w_star}
+        sizes = self._wrapped_sizes(w_star)
         self.inner.reset(self.reset_info, rng=np.random.default_rng(self.rng.integers(2**63)), **sizes)
 
     def _inner_sets(self, action_sets: np.ndarray) -> np.ndarray:

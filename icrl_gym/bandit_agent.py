@@ -102,6 +102,16 @@ class BanditAgent(Agent[np.ndarray]):
         self._check_memory()
         self._reset(w_star)
 
+    def _wrapped_sizes(self, w_star: np.ndarray | None) -> dict[str, Any]:
+        """The reset keywords of an algorithm this one wraps, for the same runs.
+
+        A K-armed bandit reset by ``num_arms`` passes ``num_arms`` on, so the wrapped algorithm knows its arms
+        are e_1..e_K; otherwise the batch size, d and A.
+        """
+        if self.one_hot_arms and "num_arms" in self.reset_info:
+            return {"batch_size": self.batch_size, "num_arms": self.num_actions, "w_star": w_star}
+        return {"batch_size": self.batch_size, "dim": self.dim, "num_actions": self.num_actions, "w_star": w_star}
+
     def _memory_bytes(self) -> int:
         """The decoded action sets (B, A, d), per-arm statistics and scores, and ridge statistics where kept."""
         B, A, d = self.batch_size, self.num_actions, self.dim

@@ -395,7 +395,11 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m icrl_gym.training.linear_generalist CONFIG.json [key=value ...]`` (overrides as JSON values)."""
+    """``python -m icrl_gym.training.linear_generalist CONFIG.json [key=value ...]``.
+
+    Each override is read by its field's type: a string as written (no quotes), a number, ``true``/``false``,
+    a list or a mapping as JSON.
+    """
     run_main(argv, __doc__, LinearGeneralistTrainConfig, train)
 
 

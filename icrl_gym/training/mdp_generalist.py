@@ -365,7 +365,11 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m icrl_gym.training.mdp_generalist CONFIG.json [key=value ...]`` (overrides as JSON values)."""
+    """``python -m icrl_gym.training.mdp_generalist CONFIG.json [key=value ...]``.
+
+    Each override is read by its field's type: a string as written (no quotes), a number, ``true``/``false``,
+    a list or a mapping as JSON.
+    """
     run_main(argv, __doc__, MDPGeneralistTrainConfig, train)
 
 

@@ -57,7 +57,17 @@ def test_without_config_file_the_defaults_apply():
 
 @pytest.mark.parametrize(
     "text, hint, value",
-    [("3", int, 3), ("2.5", float, 2.5), ("no", bool, False), ("null", int | None, None), ("4", int | None, 4)],
+    [
+        ("3", int, 3),
+        ("2.5", float, 2.5),
+        ("no", bool, False),
+        ("null", int | None, None),
+        ("4", int | None, 4),
+        ("runs/x", str, "runs/x"),
+        ('"runs/x"', str, "runs/x"),  # a JSON-quoted string is the string, not a path starting with a quote
+        ('"a"b"', str, '"a"b"'),  # not JSON: as written
+        ("", str, ""),
+    ],
 )
 def test_parse_value(text, hint, value):
     assert parse_value(text, hint) == value and type(parse_value(text, hint)) is type(value)

@@ -4,7 +4,8 @@
 
 CONFIG.json holds fields of the configuration; ``--set`` overrides them one by one, each value
 parsed by the field's type (``steps=2000``, ``lr=3e-4``, ``normalize_reward=false``,
-``expert=none``, ``model={}``), and ``--set env.horizon=50`` changes one entry of a dict field.
+``expert=none``, ``model={}``; a string as written, ``out_dir=runs/x`` or ``out_dir="runs/x"``),
+and ``--set env.horizon=50`` changes one entry of a dict field.
 ``--help`` lists every field with its type, its default and the docstring written under it in
 the dataclass (read once from the source).  An unknown field, a value of the wrong type or a
 configuration the dataclass refuses (its ``__post_init__`` raises ``ValueError``) ends in an
@@ -172,7 +173,12 @@ def matches(value: Any, hint: Any) -> bool:
 
 def parse_value(text: str, hint: Any) -> Any:
     """The value of ``--set key=TEXT`` for a field of type ``hint``; a ``ValueError`` saying why it does not fit."""
-    if hint is str:
+    if hint is str:  # as written; a JSON string literal ("runs/x", as the docstrings' JSON examples) as the string
+        if len(text) >= 2 and text[0] == text[-1] == '"':
+            try:
+                return str(json.loads(text))
+            except json.JSONDecodeError:
+                pass
         return text
     if hint is Any:
         return _json_or_word(text)

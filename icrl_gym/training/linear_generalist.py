@@ -395,11 +395,7 @@ def train(cfg: LinearGeneralistTrainConfig, echo: bool = True) -> LinearGenerali
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m icrl_gym.training.linear_generalist CONFIG.json [key=value ...]``.
-
-    Each override is read by its field's type: a string as written (or JSON-quoted), a number, ``true``/``false``,
-    a list or a mapping as JSON.
-    """
+    """``python -m icrl_gym.training.linear_generalist CONFIG.json [key=value ...]`` (see :func:`.loop.main`)."""
     run_main(argv, __doc__, LinearGeneralistTrainConfig, train)
 
 

@@ -365,11 +365,7 @@ def train(cfg: MDPGeneralistTrainConfig, echo: bool = True) -> MDPGeneralist:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m icrl_gym.training.mdp_generalist CONFIG.json [key=value ...]``.
-
-    Each override is read by its field's type: a string as written (or JSON-quoted), a number, ``true``/``false``,
-    a list or a mapping as JSON.
-    """
+    """``python -m icrl_gym.training.mdp_generalist CONFIG.json [key=value ...]`` (see :func:`.loop.main`)."""
     run_main(argv, __doc__, MDPGeneralistTrainConfig, train)
 
 

@@ -173,13 +173,8 @@ def matches(value: Any, hint: Any) -> bool:
 
 def parse_value(text: str, hint: Any) -> Any:
     """The value of ``--set key=TEXT`` for a field of type ``hint``; a ``ValueError`` saying why it does not fit."""
-    if hint is str:  # as written; a JSON string literal ("runs/x", as the docstrings' JSON examples) as the string
-        if len(text) >= 2 and text[0] == text[-1] == '"':
-            try:
-                return str(json.loads(text))
-            except json.JSONDecodeError:
-                pass
-        return text
+    if hint is str:  # as written, or a JSON string literal ("runs/x") as the string it quotes
+        return _json_or_word(text) if len(text) >= 2 and text[0] == text[-1] == '"' else text
     if hint is Any:
         return _json_or_word(text)
     if hint is bool:

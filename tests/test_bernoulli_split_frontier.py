@@ -138,9 +138,15 @@ def test_the_frontier_plays_shares_models_and_first_arm_ties(tmp_path):
     assert rows["share=0.25"]["skewed"] == pytest.approx(regret[16], rel=1e-12)
     family = family_bayes_regrets(2, horizon, tuple(BETA_FAMILY))
     assert rows["share=0.25"]["worst_prior"] == pytest.approx((regret[:16] / family).max(), rel=1e-12)
+    np.testing.assert_allclose(rows["share=0.25"]["prior_ratios"], regret[:16] / family, rtol=1e-12)
+    assert rows["share=0.25"]["worst_prior_beta"] == list(BETA_FAMILY[int(np.argmax(regret[:16] / family))])
+    assert result["beta_priors"] == [list(pair) for pair in BETA_FAMILY]
     exact = family_regret_ratio(load_generalist(name), 2, horizon)
     assert rows[f"model {name}"]["family_sum"] == pytest.approx(exact.ratio, rel=1e-9)
     assert rows[f"model {name}"]["worst_prior"] == pytest.approx(exact.worst, rel=1e-9)
+    np.testing.assert_allclose(rows[f"model {name}"]["prior_ratios"], exact.model / exact.family_bayes, rtol=1e-9)
+    a, b = rows[f"model {name}"]["worst_prior_beta"]
+    assert f"x, Beta({a:g}, {b:g}) |" in (tmp_path / "out" / "split-frontier.md").read_text()
     gittins = rows["Gittins told U[0, 1]"]
     assert gittins["skewed"] < gittins["split"] < gittins["reversed"] and gittins["skewed_ratio"] == 1.0
     assert "| share=0.25 |" in (tmp_path / "out" / "split-frontier.md").read_text()

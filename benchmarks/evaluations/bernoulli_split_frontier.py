@@ -83,22 +83,30 @@ def split_frontier(
     models: Sequence[str] = (),
     first_arm_ties: bool = False,
 ) -> dict[str, Any]:
-    """The family-Bayes DP, the Gittins told U[0, 1] and each policy on the K = 2 lines (module docstring)."""
+    """The family-Bayes DP, the Gittins told U[0, 1] and each policy on the K = 2 lines (module docstring).
+
+    Each row holds the sum and the worst prior as multiples of the family-Bayes DP's, which prior is the worst
+    (``worst_prior_beta``) and every prior's ratio (``prior_ratios``, in the order of ``beta_priors``), and the
+    split prior's and each set's regret.
+    """
     mix = SplitMixture(horizon)
     family = family_bayes_regrets(2, horizon, tuple(mix.family))
     s_f, members = float(family.sum()), len(mix.family)
 
-    def row(regret: np.ndarray) -> dict[str, float]:
+    def row(regret: np.ndarray) -> dict[str, Any]:
+        ratios = regret[:members] / family
         return {
             "family_sum": float(regret[:members].sum() / s_f),
-            "worst_prior": float((regret[:members] / family).max()),
+            "worst_prior": float(ratios.max()),
+            "worst_prior_beta": list(mix.family[int(ratios.argmax())]),
+            "prior_ratios": [float(r) for r in ratios],
             "split": float(regret[members:].mean()),
             "skewed": float(regret[members]),
             "reversed": float(regret[members + 1]),
         }
 
     gittins = row(mix.regrets(policy=gittins_told_policy(horizon, cache, first_arm_ties)))
-    rows: dict[str, dict[str, float]] = {"Gittins told U[0, 1]": gittins}
+    rows: dict[str, dict[str, Any]] = {"Gittins told U[0, 1]": gittins}
     for lam in lambdas:
         weights = np.array([lam] * members + [0.5, 0.5])
         rows[f"lambda={lam:g}"] = row(mix.regrets(weights=weights, first_arm_ties=first_arm_ties))
@@ -113,6 +121,7 @@ def split_frontier(
         "horizon": horizon,
         "first_arm_ties": first_arm_ties,
         "family_bayes_sum": s_f,
+        "beta_priors": [list(pair) for pair in mix.family],
         "models": {name: weights_sha256(name) for name in models},
         "rows": rows,
     }
@@ -148,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     for name, r in result["rows"].items():
         sets = " | ".join(f"{r[key]:.4f} ({r[f'{key}_ratio']:.4f}x)" for key in ("split", "skewed", "reversed"))
-        lines.append(f"| {name} | {r['family_sum']:.4f}x | {r['worst_prior']:.3f}x | {sets} |")
+        worst = "Beta({:g}, {:g})".format(*r["worst_prior_beta"])
+        lines.append(f"| {name} | {r['family_sum']:.4f}x | {r['worst_prior']:.3f}x, {worst} | {sets} |")
     lines += ["", "(each set's regret and its multiple of the Gittins told U[0, 1]'s on it)"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -270,6 +270,19 @@ def test_the_ranges_in_a_card_are_those_of_its_record():
         _assert_card_states_its_record(model_card(name), read_record(resolve_checkpoint(name)).meta)
 
 
+def test_every_shipped_teacher_is_shipped_under_some_name():
+    """A record whose training was labelled by a shipped model names it and its weights' sha256; the name may since
+    have gone to a newer model (a shipped model is renamed -vN when its successor ships), so the weights are what
+    must still be in the package: the teacher of every shipped model can be loaded and compared."""
+    shipped_weights = {read_record(resolve_checkpoint(name)).meta["weights_sha256"] for name in SHIPPED}
+    teachers = {
+        name: meta["teacher"] for name in SHIPPED if "teacher" in (meta := read_record(resolve_checkpoint(name)).meta)
+    }
+    assert teachers, "no shipped record names its teacher"
+    for name, teacher in teachers.items():
+        assert teacher["weights_sha256"] in shipped_weights, (name, teacher)
+
+
 def test_measured_numbers_are_quoted_from_the_docs():
     """Each metadata number is in its card's tables and its doc; each decimal of a card source is in the docs."""
     docs_text = "\n".join(p.read_text() for p in sorted(DOCS.rglob("*.md")))

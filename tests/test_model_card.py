@@ -274,10 +274,9 @@ def test_every_shipped_teacher_is_shipped_under_some_name():
     """A record whose training was labelled by a shipped model names it and its weights' sha256; the name may since
     have gone to a newer model (a shipped model is renamed -vN when its successor ships), so the weights are what
     must still be in the package: the teacher of every shipped model can be loaded and compared."""
-    shipped_weights = {read_record(resolve_checkpoint(name)).meta["weights_sha256"] for name in SHIPPED}
-    teachers = {
-        name: meta["teacher"] for name in SHIPPED if "teacher" in (meta := read_record(resolve_checkpoint(name)).meta)
-    }
+    records = {name: read_record(resolve_checkpoint(name)).meta for name in SHIPPED}
+    shipped_weights = {meta["weights_sha256"] for meta in records.values()}
+    teachers = {name: meta["teacher"] for name, meta in records.items() if "teacher" in meta}
     assert teachers, "no shipped record names its teacher"
     for name, teacher in teachers.items():
         assert teacher["weights_sha256"] in shipped_weights, (name, teacher)

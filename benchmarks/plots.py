@@ -200,7 +200,7 @@ def plot_files(exp: Experiment) -> list[str]:
     return [f"{exp.name}.png", *([f"{exp.name}-difference.png"] if exp.difference else [])]
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     """``fig`` as PNG bytes; the figure is closed."""
     import matplotlib.pyplot as plt
 
@@ -288,7 +288,7 @@ def render(exp: Experiment, curves: Curves, runs: int, seed: int) -> dict[str, b
     fig.tight_layout()
     _legend(fig, exp, lines, finals, unit, horizon)
     names = plot_files(exp)
-    images = {names[0]: _png(fig)}
+    images = {names[0]: png_bytes(fig)}
     if exp.difference:
         images[names[1]] = render_difference(exp, curves, runs, seed)
     return images
@@ -329,4 +329,4 @@ def render_difference(exp: Experiment, curves: Curves, runs: int, seed: int) -> 
         title=f"difference at t={ref.size}",
         title_fontsize=9,
     )
-    return _png(fig)
+    return png_bytes(fig)

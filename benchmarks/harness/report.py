@@ -112,7 +112,8 @@ def write_results_page(out: Path, sections: list[Section], config: dict[str, Any
     grids = [out / name for name in (*GRID_EXPERIMENTS, *MDP_GRID_EXPERIMENTS) if (out / name).is_dir()]
     frontier = frontier_markdown(out / FRONTIER) if (out / FRONTIER).is_dir() else None
     title = "What a policy not told the prior can reach (bernoulli-frontier/)"
-    extra = [] if frontier is None else [Section(FRONTIER, title, frontier)]
+    images = sorted((out / FRONTIER).glob("heatmap-*.png"))
+    extra = [] if frontier is None else [Section(FRONTIER, title, frontier, images)]
     return write_page(out, sections, config, grids, extra)
 
 

@@ -20,6 +20,10 @@ MONTE_CARLO_OUTPUTS = ("uninformed.csv", "uninformed.json")
 """The files the Monte-Carlo rows write to ``--out``."""
 
 
+TOLD_GITTINS = "told Gittins"
+"""The Monte-Carlo rows' reference, played in every run: each ratio is to it."""
+
+
 MONTE_CARLO_POLICIES = (
     "Gittins told U[0, 1]",
     "posterior vote",

@@ -9,21 +9,110 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from benchmarks.experiments.bernoulli_frontier.cells import BETA_GRID
+import numpy as np
+
+from benchmarks.experiments.bernoulli_frontier.cells import BETA_GRID, TOLD_GITTINS
+from benchmarks.plots import png_bytes, write_images
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 from icrl_gym.utils.provenance import software_environment
 
+MEAN_LINE, P99_LINE = 1.25, 1.5
+"""The lines the heatmaps mark: a mean regret within 1.25x the told Gittins, a p99 within 1.5x its p99."""
+
+
+def heatmap_name(policy: str) -> str:
+    """The file of ``policy``'s heatmap: ``heatmap-<policy in lower case, words joined by '-'>.png``."""
+    return "heatmap-" + re.sub(r"[^a-z0-9]+", "-", policy.lower()).strip("-") + ".png"
+
+
+MEASURES = (("ratio", MEAN_LINE, "mean regret / told Gittins"), ("p99_ratio", P99_LINE, "p99 / told Gittins p99"))
+"""The heatmaps' rows: a column of the Monte-Carlo rows, its line and its label."""
+
+
+def over_the_lines(rows: list[dict[str, Any]]) -> set[tuple[str, int, float, float, str]]:
+    """(policy, K, a, b, column) of every row whose ``ratio`` or ``p99_ratio`` is over its line (:data:`MEASURES`)."""
+    return {
+        (str(r["policy"]), int(r["num_arms"]), float(r["a"]), float(r["b"]), key)
+        for r in rows
+        for key, line, _ in MEASURES
+        if float(r[key]) > line
+    }
+
+
+def render_heatmaps(rows: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, bytes]:
+    """PNG bytes by file name (:func:`heatmap_name`): one figure per policy of ``rows`` but the told Gittins.
+
+    Top row, the ratio of the policy's mean regret to the told Gittins's; bottom row, the ratio of their 99th
+    percentiles; one column per K; in each panel the Beta(a, b) prior's a down and b across.  Cells over the
+    lines (:func:`over_the_lines`) are framed; the title names the run (``run``: horizon, runs,
+    seed, model), so the image says what made it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.patches import Rectangle
+
+    arms = sorted({int(r["num_arms"]) for r in rows})
+    a_values = sorted({float(r["a"]) for r in rows})
+    b_values = sorted({float(r["b"]) for r in rows})
+    images: dict[str, bytes] = {}
+    for policy in dict.fromkeys(str(r["policy"]) for r in rows):
+        if policy == TOLD_GITTINS:
+            continue
+        mine = {(int(r["num_arms"]), float(r["a"]), float(r["b"])): r for r in rows if r["policy"] == policy}
+        fig, axes = plt.subplots(
+            2, len(arms), figsize=(3.2 * len(arms) + 1.5, 6.4), squeeze=False, layout="constrained"
+        )
+        framed = over_the_lines(list(mine.values()))
+        for row, (key, line, label) in enumerate(MEASURES):
+            values = [float(r[key]) for r in mine.values()]
+            norm = TwoSlopeNorm(vmin=min([0.9, *values]), vcenter=1.0, vmax=max([line + 0.05, *values]))
+            image = None
+            for ax, k in zip(axes[row], arms, strict=True):
+                grid = np.full((len(a_values), len(b_values)), np.nan)
+                for (kk, a, b), r in mine.items():
+                    if kk != k:
+                        continue
+                    i, j = a_values.index(a), b_values.index(b)
+                    grid[i, j] = value = float(r[key])
+                    over = (policy, k, a, b, key) in framed
+                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8, weight="bold" if over else None)
+                    if over:
+                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=2))
+                image = ax.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn_r", norm=norm, aspect="auto")
+                ax.set_xticks(range(len(b_values)), [f"{b:g}" for b in b_values])
+                ax.set_yticks(range(len(a_values)), [f"{a:g}" for a in a_values])
+                ax.set_xlabel("b")
+                ax.set_ylabel("a")
+                ax.set_title(f"K = {k}: {label}", fontsize=9)
+            if image is not None:
+                fig.colorbar(image, ax=axes[row].tolist(), label=f"{label} (framed: over {line:g}x)")
+        fig.suptitle(
+            f"{policy} ({run.get('model')}) on Beta(a, b) means, T = {run['horizon']}, {run['runs']} runs per prior, "
+            f"seed {run['seed']}, common random numbers",
+            fontsize=9,
+        )
+        images[heatmap_name(policy)] = png_bytes(fig)
+    return images
+
 
 def write_uninformed(out: Path, rows: list[dict[str, Any]], config: dict[str, Any]) -> None:
-    """``uninformed.csv`` (the Monte-Carlo rows) and ``uninformed.json`` (``config``, the priors); a line per row."""
+    """``uninformed.csv`` (the Monte-Carlo rows), ``uninformed.json`` (``config``, the priors) and the heatmaps.
+
+    A line per row is printed; :func:`render_heatmaps` draws one figure per policy beside the told Gittins.
+    """
     atomic_write_csv(out / "uninformed.csv", rows, list(rows[0]))
     run = {"arms": config["arms"], "horizon": config["horizon"], "priors": [list(p) for p in BETA_GRID]}
     run.update(runs=config["runs"], seed=config["seed"], model=config["model"], seconds=config["seconds"])
     run["software"] = software_environment()
     atomic_write_bytes(out / "uninformed.json", json.dumps(run, indent=2).encode())
+    write_images(out, render_heatmaps(rows, run))
     for row in rows:
         label = f"K={row['num_arms']} Beta({row['a']:g}, {row['b']:g})"
         print(

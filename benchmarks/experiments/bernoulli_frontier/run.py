@@ -26,6 +26,7 @@ from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.memory import EXPERT_STEP_BYTES, MODEL_STEP_BYTES
 from benchmarks.executor.store import FileTaskStore
 from benchmarks.executor.tasks import Executor, cost_factor, run_sweep
+from benchmarks.experiments.bernoulli_frontier.cells import TOLD_GITTINS
 from benchmarks.experiments.grid.cells import SLICE_RUNS
 from benchmarks.experiments.grid.tasks import slice_sizes
 from icrl_gym.checkpoint import checkpoint_files, load_checkpoint, resolve_checkpoint
@@ -183,16 +184,16 @@ def uninformed_slice(
     tables = [cached_gittins_table(horizon, cache_dir, a_, b_) for a_, b_ in grid]
     uniform = cached_gittins_table(horizon, cache_dir, 1.0, 1.0)
     family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
-    names = ["told Gittins", "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index", "family Gittins"]
+    names = [TOLD_GITTINS, "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index", "family Gittins"]
     names += [] if generalist is None else ["model (greedy)"]
     if policies is not None:
-        names = [name for name in names if name == "told Gittins" or name in policies]
+        names = [name for name in names if name == TOLD_GITTINS or name in policies]
     rng = np.random.default_rng([seed, j, 0, index])
     means = rng.beta(a, b, (runs, num_arms))
     draws = rng.random((horizon, runs))
 
     def scores(name: str) -> Scorer:
-        if name == "told Gittins":
+        if name == TOLD_GITTINS:
             return lambda s, f, t: tables[j].lookup(s, f, horizon - t)
         if name == "Gittins told U[0, 1]":
             return lambda s, f, t: uniform.lookup(s, f, horizon - t)
@@ -415,7 +416,7 @@ def uninformed_regrets(
     for j, (a, b) in enumerate(np.asarray(priors, dtype=np.float64).reshape(-1, 2)):
         parts = [r for task, r in zip(tasks, results, strict=True) if task.j == j]
         regrets = {name: np.concatenate([np.asarray(p[name], dtype=np.float64) for p in parts]) for name in parts[0]}
-        ref = regrets["told Gittins"]
+        ref = regrets[TOLD_GITTINS]
         for name, regret in regrets.items():
             ratio, ratio_se = paired_ratio(regret, ref)
             p99_ratio, p99_low, p99_high = paired_quantile_ratio(regret, ref, seed=seed)

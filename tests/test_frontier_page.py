@@ -6,17 +6,10 @@ import csv
 
 import pytest
 
+from benchmarks.experiments.bernoulli_frontier import report
 from benchmarks.experiments.bernoulli_frontier.cells import MONTE_CARLO_POLICIES
 from benchmarks.experiments.bernoulli_frontier.cli import main as frontier_main
-from benchmarks.experiments.bernoulli_frontier.report import (
-    FOLDER,
-    MEAN_LINE,
-    P99_LINE,
-    frontier_markdown,
-    heatmap_name,
-    over_the_lines,
-    render_heatmaps,
-)
+from benchmarks.experiments.bernoulli_frontier.report import FOLDER, frontier_markdown, heatmap_name
 from benchmarks.harness.report import write_results_page
 
 
@@ -64,7 +57,11 @@ def test_the_run_draws_a_heatmap_per_policy_but_the_reference(frontier_out) -> N
 
 def test_the_framed_cells_are_those_over_the_lines() -> None:
     """over_the_lines picks every row over 1.25x in mean or 1.5x in p99, by column; render_heatmaps draws them."""
-    cells = ((0.5, 1.0, MEAN_LINE + 0.01, 1.0), (1.0, 1.0, MEAN_LINE, P99_LINE + 0.01), (2.0, 5.0, 1.0, P99_LINE))
+    cells = (
+        (0.5, 1.0, report.MEAN_LINE + 0.01, 1.0),
+        (1.0, 1.0, report.MEAN_LINE, report.P99_LINE + 0.01),
+        (2.0, 5.0, 1.0, report.P99_LINE),
+    )
     rows = [
         row
         for k in (5, 10)
@@ -79,6 +76,6 @@ def test_the_framed_cells_are_those_over_the_lines() -> None:
         for k in (5, 10)
         for a, b, key in ((0.5, 1.0, "ratio"), (1.0, 1.0, "p99_ratio"))
     }
-    assert over_the_lines(rows) == expected
-    images = render_heatmaps(rows, {"horizon": 200, "runs": 10, "seed": 1, "model": "m"})
+    assert report.over_the_lines(rows) == expected
+    images = report.render_heatmaps(rows, {"horizon": 200, "runs": 10, "seed": 1, "model": "m"})
     assert list(images) == ["heatmap-model-greedy.png"] and images["heatmap-model-greedy.png"][:4] == b"\x89PNG"

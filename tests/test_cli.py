@@ -225,3 +225,61 @@ def test_generalist_trainers_read_set_and_the_recorded_bare_overrides_alike(modu
     assert "field 'steps' expects int" in exit_message(capsys, lambda: trainer.main([config, "steps=abc"]))
     assert "did you mean 'steps'" in exit_message(capsys, lambda: trainer.main([config, "stepz=5"]))
     assert "CONFIG.json" in exit_message(capsys, lambda: trainer.main([]))
+
+
+def test_extends_starts_from_another_file_and_replaces_whole_fields(tmp_path):
+    """A file's fields override those of the file its ``extends`` names (a chain of them too), a dict field whole."""
+    (tmp_path / "base.json").write_text(json.dumps({"steps": 10, "lr": 1e-3, "env": {"horizon": 30}}))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "mid.json").write_text(json.dumps({"extends": "../base.json", "steps": 20, "label": "ad"}))
+    (sub / "top.json").write_text(json.dumps({"extends": "mid.json", "lr": 5e-4, "env": {"noise_std": 2.0}}))
+    cfg = parse(PretrainConfig, [str(sub / "top.json"), "--set", "steps=7"])
+    assert (cfg.steps, cfg.lr, cfg.label) == (7, 5e-4, "ad")
+    assert cfg.env == {"noise_std": 2.0}  # the whole dict replaced, not merged
+    assert parse(PretrainConfig, [str(sub / "mid.json")]).env == {"horizon": 30}
+
+
+def test_extends_errors_name_the_chain(capsys, tmp_path):
+    """A loop, a missing base and an 'extends' that is not a file name exit 2, naming the files."""
+    (tmp_path / "a.json").write_text(json.dumps({"extends": "b.json"}))
+    (tmp_path / "b.json").write_text(json.dumps({"extends": "a.json", "steps": 3}))
+    err = exit_message(capsys, lambda: pretrain.main([str(tmp_path / "a.json")]))
+    assert "its 'extends' chain comes back to it" in err and "a.json" in err
+    (tmp_path / "c.json").write_text(json.dumps({"extends": "gone.json"}))
+    err = exit_message(capsys, lambda: pretrain.main([str(tmp_path / "c.json")]))
+    assert "cannot read CONFIG.json" in err and "gone.json" in err and "(extended by" in err
+    (tmp_path / "d.json").write_text(json.dumps({"extends": 3}))
+    assert "'extends' names the JSON file" in exit_message(capsys, lambda: pretrain.main([str(tmp_path / "d.json")]))
+    (tmp_path / "e.json").write_text(json.dumps({"extends": "b2.json"}))
+    (tmp_path / "b2.json").write_text(json.dumps({"stepz": 3}))
+    assert "unknown PretrainConfig field 'stepz'" in exit_message(
+        capsys, lambda: pretrain.main([str(tmp_path / "e.json")])
+    )
+
+
+def test_each_shipped_generalist_record_is_its_recorded_command_s_config():
+    """The command in a Bernoulli generalist's record, read again today (its config file and the files that file
+    extends), gives the configuration the record holds, field for field.
+
+    Three fields are left out: ``out_dir`` (where the run was written) and the names of other checkpoints
+    (``init_checkpoint``, ``teacher``: a shipped model is renamed -vN when its successor ships; the teacher test of
+    ``test_model_card`` finds teachers by their weights).  A field newer than a record must be at its default.
+    """
+    import shlex
+    from pathlib import Path
+
+    from icrl_gym.training.generalist import GeneralistTrainConfig
+
+    defaults = json.loads(json.dumps(GeneralistTrainConfig().to_dict()))
+    checked = 0
+    for path in sorted(Path("icrl_gym/pretrained").glob("*.json")):
+        record = json.loads(path.read_text())
+        command = (record.get("training") or {}).get("command", "")
+        if not command.startswith("python -m icrl_gym.training.generalist "):
+            continue
+        cfg = json.loads(json.dumps(parse(GeneralistTrainConfig, shlex.split(command)[3:]).to_dict()))
+        for key in set(cfg) - {"out_dir", "init_checkpoint", "teacher"}:
+            assert cfg[key] == record["pretrain"].get(key, defaults[key]), (path.name, key)
+        checked += 1
+    assert checked >= 7

@@ -291,7 +291,8 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
             "config",
             nargs=None if config_required else "?",
             metavar="CONFIG.json",
-            help=f"JSON file of {config_cls.__name__} fields" + ("" if config_required else " (default: the defaults)"),
+            help=f"JSON file of {config_cls.__name__} fields; an 'extends' key names a file (relative to this one) "
+            "whose fields it starts from" + ("" if config_required else " (default: the defaults)"),
         )
         self.add_argument(
             "--set",
@@ -339,15 +340,31 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
         hint = did_you_mean(key, known)
         self.error(f"{where}: unknown {self.config_cls.__name__} field {key!r}{hint}; known fields: {', '.join(known)}")
 
-    def _read(self, path: str) -> dict[str, Any]:
+    def _read(self, path: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The fields of the file at ``path``, over those of the file its ``extends`` key names, if any.
+
+        ``{"extends": "other.json", ...}`` (a path relative to this file) starts from ``other.json``'s fields
+        (which may extend a third file) and replaces each top-level field this file gives, a dict field
+        whole: a run that differs from another in a few fields states only those.  ``chain``: the files
+        already being read, so that a loop of ``extends`` is an error, not a recursion.
+        """
+        where = " (extended by " + " <- ".join(reversed(chain)) + ")" if chain else ""
+        if path in chain:
+            self.error(f"{path}: its 'extends' chain comes back to it{where}")
         try:
             data = json.loads(Path(path).read_text())
         except OSError as err:
-            self.error(f"cannot read CONFIG.json {path!r}: {err.strerror}")
+            self.error(f"cannot read CONFIG.json {path!r}{where}: {err.strerror}")
         except json.JSONDecodeError as err:
-            self.error(f"{path} is not valid JSON: {err}")
+            self.error(f"{path} is not valid JSON{where}: {err}")
         if not isinstance(data, dict):
             self.error(f"{path} must hold a JSON object of {self.config_cls.__name__} fields")
+        parent: dict[str, Any] = {}
+        if "extends" in data:
+            base = data.pop("extends")
+            if not isinstance(base, str) or not base:
+                self.error(f"{path}: 'extends' names the JSON file to start from, got {json.dumps(base)}")
+            parent = self._read(str(Path(path).parent / base), (*chain, path))
         hints = self._hints()
         data = {self._current_name(key): value for key, value in data.items()}
         for key, value in data.items():
@@ -355,7 +372,7 @@ class ConfigParser(argparse.ArgumentParser, Generic[T]):
                 self._unknown(key, path)
             if not matches(value, hints[key]):
                 self.error(f"{path}: field {key!r} expects {type_name(hints[key])}, got {json.dumps(value)}")
-        return data
+        return {**parent, **data}
 
     def _override(self, data: dict[str, Any], item: str) -> None:
         key, sep, text = item.partition("=")

@@ -308,13 +308,22 @@ def _config_class(record):
     return pretrain.PretrainConfig
 
 
+def _resolved(path):
+    """A config file's fields over those of the file its ``extends`` names (the command line's rule, restated)."""
+    import json
+
+    data = json.loads(path.read_text())
+    base = data.pop("extends", None)
+    return data if base is None else {**_resolved(path.parent / base), **data}
+
+
 def test_every_shipped_record_reads_as_a_config():
     """Shipped configs and the training records of shipped checkpoints, old field names included, still build."""
     import json
     from pathlib import Path
 
     folder = Path(pretrain.__file__).parents[1] / "pretrained"
-    records = [json.loads(p.read_text()) for p in sorted((folder / "configs").glob("*.json"))]
+    records = [_resolved(p) for p in sorted((folder / "configs").glob("*.json"))]
     for path in sorted(folder.glob("*.json")):
         meta = json.loads(path.read_text())
         records += [meta["pretrain"]] if "pretrain" in meta else []

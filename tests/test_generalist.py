@@ -539,12 +539,28 @@ def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_re
                     np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
 
 
+def _told_uniform_values(uniform, batch, i: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The Gittins index told U[0, 1] at step t of run i, and the counts (s, f) recounted from its trajectory."""
+    acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
+    s = np.array([rews[acts == a].sum() for a in range(batch.num_arms)], dtype=np.int64)
+    f = np.array([(acts == a).sum() for a in range(batch.num_arms)], dtype=np.int64) - s
+    return uniform.lookup(s, f, np.int64(batch.horizon - t)), s, f
+
+
+def _assert_played_and_labelled(batch, i: int, t: int, values: np.ndarray, temperature: float) -> None:
+    """Run i played an argmax of ``values`` at step t, and its query steps there carry softmax(values / temperature)."""
+    assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-9)
+    for j in np.flatnonzero(batch.query_steps[i] == t):
+        target = np.exp((values - values.max()) / temperature)
+        np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
+
+
 def test_skewed_batches_keep_the_uniform_gittins_labels_beside_the_family_index(tmp_path):
     """With ``skewed_told_uniform`` a skewed batch is played and labelled by the Gittins index told U[0, 1] (its
     table looked up at the counts recounted from the trajectory), the Beta batches still by the family index."""
     from icrl_gym.training.generalist import Experts, family_expert, sample_batch
 
-    with pytest.raises(ValueError, match="skewed_told_uniform needs family_index"):
+    with pytest.raises(ValueError, match="skewed_told_uniform needs family_index or a teacher"):
         tiny_generalist_config(tmp_path / "r", tmp_path / "c", skewed_told_uniform=True)
     temperature = 0.02
     cfg = tiny_generalist_config(
@@ -566,18 +582,48 @@ def test_skewed_batches_keep_the_uniform_gittins_labels_beside_the_family_index(
         batch = sample_batch(cfg, experts, rng)
         skewed = batch.prior == (1.0, 1.0)
         kinds.add(skewed)
-        k, horizon = batch.num_arms, batch.horizon
         for i in range(batch.size):
-            for t in range(horizon):
-                acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
-                s = np.array([rews[acts == a].sum() for a in range(k)], dtype=np.int64)
-                f = np.array([(acts == a).sum() for a in range(k)], dtype=np.int64) - s
-                told = uniform.lookup(s, f, np.int64(horizon - t))
-                values = told if skewed else family.scores(s[None], f[None], horizon - t)[0]
-                assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-9)
-                for j in np.flatnonzero(batch.query_steps[i] == t):
-                    target = np.exp((values - values.max()) / temperature)
-                    np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
+            for t in range(batch.horizon):
+                told, s, f = _told_uniform_values(uniform, batch, i, t)
+                values = told if skewed else family.scores(s[None], f[None], batch.horizon - t)[0]
+                _assert_played_and_labelled(batch, i, t, values, temperature)
+    assert kinds == {True, False}
+
+
+def test_skewed_batches_keep_the_uniform_gittins_labels_beside_a_teacher(tmp_path):
+    """With a teacher, ``skewed_told_uniform`` gives the skewed batches to the Gittins index told U[0, 1] (behaviour
+    and labels) and the Beta batches to the teacher, whose labels are softmax(z / temperature) of its logits z."""
+    from icrl_gym.training.generalist import Experts, sample_batch
+
+    temperature = 0.5
+    cfg = tiny_generalist_config(
+        tmp_path / "run",
+        tmp_path / "cache",
+        teacher=str(_checkpoint(tmp_path)),
+        beta_priors=[[5.0, 0.5]],
+        skewed_fraction=0.5,
+        skewed_told_uniform=True,
+        label_temperature=temperature,
+        max_epsilon=0.0,
+        dagger_start=10**6,
+    )
+    teacher = _model().requires_grad_(False)  # the same seed: the weights of the checkpoint
+    uniform = build_gittins_table(cfg.max_horizon, 1.0, 1.0, 256)
+    experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), teacher=teacher)
+    rng, kinds = np.random.default_rng(3), set()
+    for _ in range(6):
+        batch = sample_batch(cfg, experts, rng)
+        skewed = batch.prior == (1.0, 1.0)
+        kinds.add(skewed)
+        if skewed:
+            for i in range(batch.size):
+                for t in range(batch.horizon):
+                    _assert_played_and_labelled(batch, i, t, _told_uniform_values(uniform, batch, i, t)[0], 0.5)
+        else:
+            actions, rewards = torch.as_tensor(batch.actions), torch.as_tensor(batch.rewards, dtype=torch.float32)
+            logits = teacher(actions, rewards, torch.as_tensor(batch.query_steps), batch.horizon, batch.num_arms)
+            target = torch.softmax(logits / temperature, -1).numpy()
+            np.testing.assert_allclose(batch.targets, target, atol=1e-5)
     assert kinds == {True, False}
 
 

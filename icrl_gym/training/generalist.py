@@ -42,7 +42,7 @@ best their posterior vote).  Its tables are built once for ``max_horizon``.  Wit
 skewed batches keep the U[0, 1] expert: the skewed sets lie outside the family (one half of the arms above 1/2,
 the other below; each arm's mean is U[0, 1] over the two halves), and their reference is that expert, so the
 model learns its play where a history looks like theirs, a vote between it and the family index where the
-histories of the two kinds overlap.
+histories of the two kinds overlap.  With a ``teacher`` it does the same beside the teacher.
 
 Exact batches (``exact_fraction``): where the family-Bayes DP is computable (``exact_cells``, e.g.
 K = 2 with T = 100 and 200, K = 3 with T = 50), a batch may take its (K, T) from those cells, its
@@ -236,10 +236,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 check_number(f"beta_priors {name}", value, 0.0, True, MAX_SCALE)
         if self.skewed_fraction > 0 and not self.beta_priors:
             raise ValueError("GeneralistTrainConfig.skewed_fraction > 0 needs beta_priors (a widened training prior)")
-        if self.skewed_told_uniform and not (self.family_index and self.skewed_fraction > 0):
+        if self.skewed_told_uniform and not ((self.family_index or self.teacher) and self.skewed_fraction > 0):
             raise ValueError(
-                "GeneralistTrainConfig.skewed_told_uniform needs family_index and skewed_fraction > 0: it keeps the "
-                "U[0, 1] expert on the skewed batches beside the family index"
+                "GeneralistTrainConfig.skewed_told_uniform needs family_index or a teacher, and skewed_fraction > 0: "
+                "it keeps the U[0, 1] expert on the skewed batches beside the family index or the teacher"
             )
         if self.exact_split_share > 0 and not (self.exact_fraction > 0 and any(k == 2 for k, _ in self.exact_cells)):
             raise ValueError(
@@ -547,9 +547,11 @@ def sample_batch(
         horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
         b = size(k, horizon)
         means, prior, skewed = sample_prior(cfg, rng, b, k)
-        if experts.teacher is not None:
+        if experts.gittins is not None and skewed and cfg.skewed_told_uniform:
+            expert = CountIndexExpert(experts.gittins(*prior).lookup, b, k, horizon)
+        elif experts.teacher is not None:
             expert = TeacherExpert(experts.teacher, b, k, horizon)
-        elif experts.family is not None and not (skewed and cfg.skewed_told_uniform):
+        elif experts.family is not None:
             expert = CountIndexExpert(experts.family.scores, b, k, horizon)
         elif experts.gittins is not None:
             expert = CountIndexExpert(experts.gittins(*prior).lookup, b, k, horizon)

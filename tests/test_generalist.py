@@ -555,76 +555,73 @@ def _assert_played_and_labelled(batch, i: int, t: int, values: np.ndarray, tempe
         np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
 
 
-def test_skewed_batches_keep_the_uniform_gittins_labels_beside_the_family_index(tmp_path):
-    """With ``skewed_told_uniform`` a skewed batch is played and labelled by the Gittins index told U[0, 1] (its
-    table looked up at the counts recounted from the trajectory), the Beta batches still by the family index."""
-    from icrl_gym.training.generalist import Experts, family_expert, sample_batch
-
-    with pytest.raises(ValueError, match="skewed_told_uniform needs family_index or a teacher"):
-        tiny_generalist_config(tmp_path / "r", tmp_path / "c", skewed_told_uniform=True)
-    temperature = 0.02
+def _skewed_told_uniform_run(tmp_path, temperature: float, **labeller):
+    """A tiny run with half of its batches skewed and ``skewed_told_uniform``, no exploration and no DAgger, beside
+    ``labeller`` (the family index or a teacher), and the Gittins table told U[0, 1] that labels the skewed batches."""
     cfg = tiny_generalist_config(
         tmp_path / "run",
         tmp_path / "cache",
-        family_index=True,
         beta_priors=[[5.0, 0.5]],
         skewed_fraction=0.5,
         skewed_told_uniform=True,
         label_temperature=temperature,
         max_epsilon=0.0,
         dagger_start=10**6,
+        **labeller,
     )
-    family = family_expert(cfg)
-    uniform = build_gittins_table(cfg.max_horizon, 1.0, 1.0, 256)
-    experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), family=family)
-    rng, kinds = np.random.default_rng(2), set()
+    return cfg, build_gittins_table(cfg.max_horizon, 1.0, 1.0, 256)
+
+
+def _batches_of_both_kinds(cfg, experts, seed: int):
+    """Six batches of ``cfg`` (batch, whether it is skewed); both kinds must be among them."""
+    from icrl_gym.training.generalist import sample_batch
+
+    rng, kinds = np.random.default_rng(seed), set()
     for _ in range(6):
         batch = sample_batch(cfg, experts, rng)
-        skewed = batch.prior == (1.0, 1.0)
-        kinds.add(skewed)
+        kinds.add(batch.prior == (1.0, 1.0))
+        yield batch, batch.prior == (1.0, 1.0)
+    assert kinds == {True, False}
+
+
+def test_skewed_batches_keep_the_uniform_gittins_labels_beside_the_family_index(tmp_path):
+    """With ``skewed_told_uniform`` a skewed batch is played and labelled by the Gittins index told U[0, 1] (its
+    table looked up at the counts recounted from the trajectory), the Beta batches still by the family index."""
+    from icrl_gym.training.generalist import Experts, family_expert
+
+    with pytest.raises(ValueError, match="skewed_told_uniform needs family_index or a teacher"):
+        tiny_generalist_config(tmp_path / "r", tmp_path / "c", skewed_told_uniform=True)
+    temperature = 0.02
+    cfg, uniform = _skewed_told_uniform_run(tmp_path, temperature, family_index=True)
+    family = family_expert(cfg)
+    experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), family=family)
+    for batch, skewed in _batches_of_both_kinds(cfg, experts, 2):
         for i in range(batch.size):
             for t in range(batch.horizon):
                 told, s, f = _told_uniform_values(uniform, batch, i, t)
                 values = told if skewed else family.scores(s[None], f[None], batch.horizon - t)[0]
                 _assert_played_and_labelled(batch, i, t, values, temperature)
-    assert kinds == {True, False}
 
 
 def test_skewed_batches_keep_the_uniform_gittins_labels_beside_a_teacher(tmp_path):
     """With a teacher, ``skewed_told_uniform`` gives the skewed batches to the Gittins index told U[0, 1] (behaviour
     and labels) and the Beta batches to the teacher, whose labels are softmax(z / temperature) of its logits z."""
-    from icrl_gym.training.generalist import Experts, sample_batch
+    from icrl_gym.training.generalist import Experts
 
     temperature = 0.5
-    cfg = tiny_generalist_config(
-        tmp_path / "run",
-        tmp_path / "cache",
-        teacher=str(_checkpoint(tmp_path)),
-        beta_priors=[[5.0, 0.5]],
-        skewed_fraction=0.5,
-        skewed_told_uniform=True,
-        label_temperature=temperature,
-        max_epsilon=0.0,
-        dagger_start=10**6,
-    )
+    cfg, uniform = _skewed_told_uniform_run(tmp_path, temperature, teacher=str(_checkpoint(tmp_path)))
     teacher = _model().requires_grad_(False)  # the same seed: the weights of the checkpoint
-    uniform = build_gittins_table(cfg.max_horizon, 1.0, 1.0, 256)
     experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), teacher=teacher)
-    rng, kinds = np.random.default_rng(3), set()
-    for _ in range(6):
-        batch = sample_batch(cfg, experts, rng)
-        skewed = batch.prior == (1.0, 1.0)
-        kinds.add(skewed)
+    for batch, skewed in _batches_of_both_kinds(cfg, experts, 3):
         if skewed:
             for i in range(batch.size):
                 for t in range(batch.horizon):
-                    _assert_played_and_labelled(batch, i, t, _told_uniform_values(uniform, batch, i, t)[0], 0.5)
+                    _assert_played_and_labelled(batch, i, t, _told_uniform_values(uniform, batch, i, t)[0], temperature)
         else:
             actions, rewards = torch.as_tensor(batch.actions), torch.as_tensor(batch.rewards, dtype=torch.float32)
             logits = teacher(actions, rewards, torch.as_tensor(batch.query_steps), batch.horizon, batch.num_arms)
             target = torch.softmax(logits / temperature, -1).numpy()
             np.testing.assert_allclose(batch.targets, target, atol=1e-5)
-    assert kinds == {True, False}
 
 
 def test_exact_batches_are_labelled_by_the_family_bayes_dp_at_the_counts_of_the_trajectory(tmp_path):

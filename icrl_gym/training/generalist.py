@@ -153,9 +153,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     """Label (and play) the batches that are not exact with the family Gittins index instead of the Gittins
     expert told the batch's prior or a teacher (module docstring)."""
     skewed_told_uniform: bool = False
-    """With ``family_index``: the skewed batches keep the Gittins index told U[0, 1] as their behaviour and labels
-    (the reference the skewed sets are judged against) instead of the family index, whose reading of them through
-    the 16 Beta priors pays 1.08-1.10x that reference there (module docstring)."""
+    """With ``family_index`` or a ``teacher``: the skewed batches keep the Gittins index told U[0, 1] as their
+    behaviour and labels (the reference the skewed sets are judged against) instead of the family index, whose
+    reading of them through the 16 Beta priors pays 1.08-1.10x that reference there, or the teacher (module
+    docstring)."""
     family_index_power: float = checked(1.0, EVIDENCE_POWER_RANGE)
     """With ``family_index``: the index's evidence power eta, w_j ∝ pi_j L_j(x)^eta (1: the posterior;
     :mod:`agents.bandit.family_gittins`)."""

@@ -548,11 +548,10 @@ def sample_batch(
         horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
         b = size(k, horizon)
         means, prior, skewed = sample_prior(cfg, rng, b, k)
-        if experts.gittins is not None and skewed and cfg.skewed_told_uniform:
-            expert = CountIndexExpert(experts.gittins(*prior).lookup, b, k, horizon)
-        elif experts.teacher is not None:
+        told_uniform = skewed and cfg.skewed_told_uniform  # the told expert's batch whatever else labels the rest
+        if experts.teacher is not None and not told_uniform:
             expert = TeacherExpert(experts.teacher, b, k, horizon)
-        elif experts.family is not None:
+        elif experts.family is not None and not told_uniform:
             expert = CountIndexExpert(experts.family.scores, b, k, horizon)
         elif experts.gittins is not None:
             expert = CountIndexExpert(experts.gittins(*prior).lookup, b, k, horizon)

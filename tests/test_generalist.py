@@ -481,6 +481,23 @@ def test_the_beta_family_batches_need_a_teacher_and_draw_each_instance_its_own_p
     assert abs((centred[:, 0] * centred[:, 1]).mean() - expected) < 0.01 and abs(means.mean() - 0.5) < 0.02
 
 
+def _counts(batch, i: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The successes s and failures f (K,) of each arm before step t of run i, recounted from its trajectory."""
+    acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
+    s = np.array([rews[acts == a].sum() for a in range(batch.num_arms)], dtype=np.int64)
+    return s, np.array([(acts == a).sum() for a in range(batch.num_arms)], dtype=np.int64) - s
+
+
+def _assert_played_and_labelled(
+    batch, i: int, t: int, values: np.ndarray, temperature: float, play_tol: float = 1e-9, label_tol: float = 1e-6
+) -> None:
+    """Run i played an argmax of ``values`` at step t, and its query steps there carry softmax(values / temperature)."""
+    assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=play_tol)
+    for j in np.flatnonzero(batch.query_steps[i] == t):
+        target = np.exp((values - values.max()) / temperature)
+        np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=label_tol)
+
+
 def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_recounted_counts(tmp_path):
     """With ``family_index`` the labels are softmax(G / label_temperature) of the family Gittins index, G read
     here at each query step from the counts recounted from the trajectory, the mixture's moments summed over
@@ -519,9 +536,7 @@ def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_re
         k, horizon = batch.num_arms, batch.horizon
         for i in range(batch.size):
             for t in range(horizon):
-                acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
-                s = np.array([rews[acts == a].sum() for a in range(k)])
-                f = np.array([(acts == a).sum() for a in range(k)]) - s
+                s, f = _counts(batch, i, t)
                 log_w = power * np.array([sum(betaln(a + s, b + f) - betaln(a, b)) for a, b in BETA_FAMILY])
                 w = np.exp(log_w - log_w.max()) / np.exp(log_w - log_w.max()).sum()
                 index = []
@@ -532,27 +547,13 @@ def test_family_index_batches_are_labelled_by_the_family_gittins_index_of_the_re
                     second = sum(wj * (m * (1 - m) / (nj + 1) + m * m) for wj, m, nj in zip(w, mu, n, strict=True))
                     c = mean * (1 - mean) / (second - mean**2) - 1
                     index.append(float(lattice.index(np.array(mean * c), np.array((1 - mean) * c), horizon - t)))
-                values = np.array(index)
-                assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-9)  # the index played
-                for j in np.flatnonzero(batch.query_steps[i] == t):
-                    target = np.exp((values - values.max()) / temperature)
-                    np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
+                _assert_played_and_labelled(batch, i, t, np.array(index), temperature)  # the index played
 
 
 def _told_uniform_values(uniform, batch, i: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The Gittins index told U[0, 1] at step t of run i, and the counts (s, f) recounted from its trajectory."""
-    acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
-    s = np.array([rews[acts == a].sum() for a in range(batch.num_arms)], dtype=np.int64)
-    f = np.array([(acts == a).sum() for a in range(batch.num_arms)], dtype=np.int64) - s
+    s, f = _counts(batch, i, t)
     return uniform.lookup(s, f, np.int64(batch.horizon - t)), s, f
-
-
-def _assert_played_and_labelled(batch, i: int, t: int, values: np.ndarray, temperature: float) -> None:
-    """Run i played an argmax of ``values`` at step t, and its query steps there carry softmax(values / temperature)."""
-    assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-9)
-    for j in np.flatnonzero(batch.query_steps[i] == t):
-        target = np.exp((values - values.max()) / temperature)
-        np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-6)
 
 
 def _skewed_told_uniform_run(tmp_path, temperature: float, **labeller):
@@ -579,8 +580,9 @@ def _batches_of_both_kinds(cfg, experts, seed: int):
     rng, kinds = np.random.default_rng(seed), set()
     for _ in range(6):
         batch = sample_batch(cfg, experts, rng)
-        kinds.add(batch.prior == (1.0, 1.0))
-        yield batch, batch.prior == (1.0, 1.0)
+        skewed = batch.prior == (1.0, 1.0)
+        kinds.add(skewed)
+        yield batch, skewed
     assert kinds == {True, False}
 
 
@@ -653,14 +655,9 @@ def test_exact_batches_are_labelled_by_the_family_bayes_dp_at_the_counts_of_the_
         seen.add((k, horizon))
         for i in range(batch.size):
             for t in range(horizon):
-                acts, rews = batch.actions[i, :t], batch.rewards[i, :t]
-                wins = [int(rews[acts == a].sum()) for a in range(k)]
-                counts = tuple((wins[a], int((acts == a).sum()) - wins[a]) for a in range(k))
-                values = np.array(q[horizon](counts))
-                assert values[batch.actions[i, t]] == pytest.approx(values.max(), abs=1e-6)  # the DP played
-                for j in np.flatnonzero(batch.query_steps[i] == t):
-                    target = np.exp((values - values.max()) / temperature)
-                    np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-4)
+                s, f = _counts(batch, i, t)
+                values = np.array(q[horizon](tuple(zip(s.tolist(), f.tolist(), strict=True))))
+                _assert_played_and_labelled(batch, i, t, values, temperature, 1e-6, 1e-4)  # the DP played
     assert seen == {(2, 5), (3, 3)}
 
 

@@ -556,9 +556,10 @@ def _told_uniform_values(uniform, batch, i: int, t: int) -> tuple[np.ndarray, np
     return uniform.lookup(s, f, np.int64(batch.horizon - t)), s, f
 
 
-def _skewed_told_uniform_run(tmp_path, temperature: float, **labeller):
+def _skewed_told_uniform_run(tmp_path, temperature: float, told_temperature: float, **labeller):
     """A tiny run with half of its batches skewed and ``skewed_told_uniform``, no exploration and no DAgger, beside
-    ``labeller`` (the family index or a teacher), and the Gittins table told U[0, 1] that labels the skewed batches."""
+    ``labeller`` (the family index or a teacher; labels at ``temperature``), and the Gittins table told U[0, 1]
+    that labels the skewed batches (at ``told_temperature``)."""
     cfg = tiny_generalist_config(
         tmp_path / "run",
         tmp_path / "cache",
@@ -566,6 +567,7 @@ def _skewed_told_uniform_run(tmp_path, temperature: float, **labeller):
         skewed_fraction=0.5,
         skewed_told_uniform=True,
         label_temperature=temperature,
+        told_uniform_temperature=told_temperature,
         max_epsilon=0.0,
         dagger_start=10**6,
         **labeller,
@@ -593,32 +595,37 @@ def test_skewed_batches_keep_the_uniform_gittins_labels_beside_the_family_index(
 
     with pytest.raises(ValueError, match="skewed_told_uniform needs family_index or a teacher"):
         tiny_generalist_config(tmp_path / "r", tmp_path / "c", skewed_told_uniform=True)
-    temperature = 0.02
-    cfg, uniform = _skewed_told_uniform_run(tmp_path, temperature, family_index=True)
+    temperature, told_temperature = 0.02, 0.05
+    cfg, uniform = _skewed_told_uniform_run(tmp_path, temperature, told_temperature, family_index=True)
     family = family_expert(cfg)
     experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), family=family)
     for batch, skewed in _batches_of_both_kinds(cfg, experts, 2):
         for i in range(batch.size):
             for t in range(batch.horizon):
                 told, s, f = _told_uniform_values(uniform, batch, i, t)
-                values = told if skewed else family.scores(s[None], f[None], batch.horizon - t)[0]
-                _assert_played_and_labelled(batch, i, t, values, temperature)
+                if skewed:
+                    _assert_played_and_labelled(batch, i, t, told, told_temperature)
+                else:
+                    family_values = family.scores(s[None], f[None], batch.horizon - t)[0]
+                    _assert_played_and_labelled(batch, i, t, family_values, temperature)
 
 
 def test_skewed_batches_keep_the_uniform_gittins_labels_beside_a_teacher(tmp_path):
     """With a teacher, ``skewed_told_uniform`` gives the skewed batches to the Gittins index told U[0, 1] (behaviour
-    and labels) and the Beta batches to the teacher, whose labels are softmax(z / temperature) of its logits z."""
+    and labels, softmax(G / told_uniform_temperature) in the index's own units) and the Beta batches to the teacher,
+    whose labels are softmax(z / label_temperature) of its logits z."""
     from icrl_gym.training.generalist import Experts
 
-    temperature = 0.5
-    cfg, uniform = _skewed_told_uniform_run(tmp_path, temperature, teacher=str(_checkpoint(tmp_path)))
+    temperature, told_temperature = 0.5, 0.01
+    cfg, uniform = _skewed_told_uniform_run(tmp_path, temperature, told_temperature, teacher=str(_checkpoint(tmp_path)))
     teacher = _model().requires_grad_(False)  # the same seed: the weights of the checkpoint
     experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), teacher=teacher)
     for batch, skewed in _batches_of_both_kinds(cfg, experts, 3):
         if skewed:
             for i in range(batch.size):
                 for t in range(batch.horizon):
-                    _assert_played_and_labelled(batch, i, t, _told_uniform_values(uniform, batch, i, t)[0], temperature)
+                    told = _told_uniform_values(uniform, batch, i, t)[0]
+                    _assert_played_and_labelled(batch, i, t, told, told_temperature)
         else:
             actions, rewards = torch.as_tensor(batch.actions), torch.as_tensor(batch.rewards, dtype=torch.float32)
             logits = teacher(actions, rewards, torch.as_tensor(batch.query_steps), batch.horizon, batch.num_arms)

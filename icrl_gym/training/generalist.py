@@ -42,7 +42,8 @@ best their posterior vote).  Its tables are built once for ``max_horizon``.  Wit
 skewed batches keep the U[0, 1] expert: the skewed sets lie outside the family (one half of the arms above 1/2,
 the other below; each arm's mean is U[0, 1] over the two halves), and their reference is that expert, so the
 model learns its play where a history looks like theirs, a vote between it and the family index where the
-histories of the two kinds overlap.  With a ``teacher`` it does the same beside the teacher.
+histories of the two kinds overlap.  With a ``teacher`` it does the same beside the teacher.  Those labels are
+softmax(G / told_uniform_temperature), G the index told U[0, 1]: the index's own scale, not the teacher's logits'.
 
 Exact batches (``exact_fraction``): where the family-Bayes DP is computable (``exact_cells``, e.g.
 K = 2 with T = 100 and 200, K = 3 with T = 50), a batch may take its (K, T) from those cells, its
@@ -86,7 +87,7 @@ from agents.bandit.family_gittins import EVIDENCE_POWER_RANGE, FamilyGittinsInde
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
-from icrl_gym.config import POSITIVE, POSITIVE_INT, PROBABILITY, checked
+from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, draw_instance_priors, sample_w_star
@@ -157,6 +158,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     behaviour and labels (the reference the skewed sets are judged against) instead of the family index, whose
     reading of them through the 16 Beta priors pays 1.08-1.10x that reference there, or the teacher (module
     docstring)."""
+    told_uniform_temperature: float = checked(0.01, NONNEGATIVE)
+    """With ``skewed_told_uniform``: the skewed batches' labels are softmax(G / told_uniform_temperature) of the
+    Gittins index G told U[0, 1] (the maximisers at 0).  G is a probability, so this temperature is in its units
+    whatever labels the other batches: beside a teacher, ``label_temperature`` (1: the teacher's own policy) is in
+    units of the teacher's logits, and at 1 the index's labels would be nearly uniform over the arms."""
     family_index_power: float = checked(1.0, EVIDENCE_POWER_RANGE)
     """With ``family_index``: the index's evidence power eta, w_j ∝ pi_j L_j(x)^eta (1: the posterior;
     :mod:`agents.bandit.family_gittins`)."""
@@ -549,6 +555,8 @@ def sample_batch(
         b = size(k, horizon)
         means, prior, skewed = sample_prior(cfg, rng, b, k)
         told_uniform = skewed and cfg.skewed_told_uniform  # the told expert's batch whatever else labels the rest
+        if told_uniform:
+            temperature = cfg.told_uniform_temperature
         if experts.teacher is not None and not told_uniform:
             expert = TeacherExpert(experts.teacher, b, k, horizon)
         elif experts.family is not None and not told_uniform:

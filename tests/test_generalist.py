@@ -422,6 +422,31 @@ def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins
     assert priors_seen == {(5.0, 0.5), (0.5, 5.0), (1.0, 1.0)}
 
 
+@pytest.mark.parametrize("share", [0.5, 0.8, 1.0])
+def test_skewed_reversed_share_is_the_share_of_skewed_batches_whose_first_arms_are_low(tmp_path, share):
+    """``skewed_reversed_share`` of the skewed batches draw the reversed prior (the first floor(K/2) arms below 1/2),
+    the rest the skewed one; the trained range records a share other than the even one."""
+    from icrl_gym.training.generalist import sample_prior
+
+    cfg = tiny_generalist_config(
+        tmp_path / "run",
+        tmp_path / "cache",
+        beta_priors=[[1.0, 1.0]],
+        skewed_fraction=1.0,
+        skewed_reversed_share=share,
+    )
+    assert cfg.checkpoint_fields()["trained_range"].get("skewed_reversed_share", 0.5) == share
+    rng, low_first, n = np.random.default_rng(5), 0, 2000
+    for _ in range(n):
+        means, _, skewed = sample_prior(cfg, rng, 3, 5)
+        assert skewed
+        first_low = means[:, :2] < 0.5
+        assert np.array_equal(means[:, 2:] >= 0.5, np.broadcast_to(first_low[:, :1], (3, 3)))  # one half each side
+        assert first_low.all() or not first_low.any()  # one prior per batch
+        low_first += int(first_low.all())
+    assert abs(low_first / n - share) < 4 * np.sqrt(share * (1 - share) / n) + 1e-12
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -153,6 +153,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     family_index: bool = False
     """Label (and play) the batches that are not exact with the family Gittins index instead of the Gittins
     expert told the batch's prior or a teacher (module docstring)."""
+    skewed_reversed_share: float = checked(0.5, PROBABILITY)
+    """The share of the skewed batches whose prior is the reversed one (the first floor(K/2) arms low, the others
+    high); the rest draw the skewed prior (the first floor(K/2) arms high)."""
     skewed_told_uniform: bool = False
     """With ``family_index`` or a ``teacher``: the skewed batches keep the Gittins index told U[0, 1] as their
     behaviour and labels (the reference the skewed sets are judged against) instead of the family index, whose
@@ -208,6 +211,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         if self.beta_priors:
             trained["beta_priors"] = [list(pair) for pair in self.beta_priors]
             trained["skewed_fraction"] = self.skewed_fraction
+            if self.skewed_reversed_share != 0.5:
+                trained["skewed_reversed_share"] = self.skewed_reversed_share
         if self.beta_family_fraction:
             trained["beta_family_fraction"] = self.beta_family_fraction
         if self.exact_fraction:
@@ -478,9 +483,12 @@ def family_mixture_means(rng: np.random.Generator, b: int, k: int) -> np.ndarray
     return rng.beta(pairs[:, :1], pairs[:, 1:], (b, k))
 
 
-def skewed_means(rng: np.random.Generator, b: int, k: int) -> np.ndarray:
-    """B instances (B, K) of the skewed prior or, half the time, the reversed one (the environment's own draws)."""
-    skewed = BanditPrior.SKEWED_REVERSED if rng.random() < 0.5 else BanditPrior.SKEWED
+def skewed_means(rng: np.random.Generator, b: int, k: int, reversed_share: float = 0.5) -> np.ndarray:
+    """B instances (B, K) of the skewed priors, the environment's own draws.
+
+    The reversed prior (the first floor(K/2) arms low) with probability ``reversed_share``, else the skewed one.
+    """
+    skewed = BanditPrior.SKEWED_REVERSED if rng.random() < reversed_share else BanditPrior.SKEWED
     return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b)
 
 
@@ -497,7 +505,7 @@ def sample_prior(
     if not cfg.beta_priors:
         return rng.random((b, k)), (1.0, 1.0), False
     if rng.random() < cfg.skewed_fraction:
-        return skewed_means(rng, b, k), (1.0, 1.0), True
+        return skewed_means(rng, b, k, cfg.skewed_reversed_share), (1.0, 1.0), True
     a, beta = (float(x) for x in cfg.beta_priors[int(rng.integers(len(cfg.beta_priors)))])
     means = sample_w_star(bernoulli_bandit_spec(k, prior=BanditPrior.BETA, prior_a=a, prior_b=beta), rng, b)
     return means, (a, beta), False

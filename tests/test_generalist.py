@@ -428,13 +428,8 @@ def test_skewed_reversed_share_is_the_share_of_skewed_batches_whose_first_arms_a
     the rest the skewed one; the trained range records a share other than the even one."""
     from icrl_gym.training.generalist import sample_prior
 
-    cfg = tiny_generalist_config(
-        tmp_path / "run",
-        tmp_path / "cache",
-        beta_priors=[[1.0, 1.0]],
-        skewed_fraction=1.0,
-        skewed_reversed_share=share,
-    )
+    skewed_only = {"beta_priors": [[1.0, 1.0]], "skewed_fraction": 1.0, "skewed_reversed_share": share}
+    cfg = tiny_generalist_config(tmp_path / "run", tmp_path / "cache", **skewed_only)
     assert cfg.checkpoint_fields()["trained_range"].get("skewed_reversed_share", 0.5) == share
     rng, low_first, n = np.random.default_rng(5), 0, 2000
     for _ in range(n):

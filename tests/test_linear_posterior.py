@@ -383,6 +383,27 @@ def test_arms_the_history_says_nothing_of_take_their_own_scale(num_arms):
     assert min(width[2:]) > 0  # the unpulled arms' scale reaches the index
 
 
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_dense_arms_take_the_dense_factor_on_their_informed_arms(one_hot):
+    """c = 0.8 on the informed arms, 1.3 on the others, and a dense factor 0.5: on dense arms (four arms in R^3,
+    the history on two of them) every arm is informed and takes c = 0.4; on one-hot arms the factor changes
+    nothing (c = 0.8 on the two pulled arms, 1.3 on the others), computed arm by arm."""
+    rng = np.random.default_rng(5)
+    n, sigma, horizon = 8, 0.5, 60
+    arms = np.eye(4) if one_hot else rng.normal(size=(4, 3))
+    actions = np.array([0, 1] * (n // 2))
+    rewards = rng.normal(0.4, 0.5, n)
+    fields = {"skip_schedule": "moss", "skip_scale": 0.8, "skip_scale_unpulled": 1.3, "skip_scale_dense": 0.5}
+    logits, alpha, mean, sd, sig = _untrained_logits(
+        LinearGeneralistConfig(**{**TINY, **fields}), arms, actions, rewards, horizon, sigma
+    )
+    width = _slow_moss(sd, sig, horizon - n, min(arms.shape))
+    c = [0.8 if k < 2 else 1.3 for k in range(4)] if one_hot else [0.4] * 4
+    u = mean + torch.tensor([ck * wk for ck, wk in zip(c, width, strict=True)], dtype=torch.float64) * sd
+    torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
+    assert min(width) > 0  # every arm's constant reaches the index
+
+
 def test_informed_arms_is_whether_the_gram_matrix_reaches_the_arm():
     """Dense arms: an arm in the span of the unpulled directions is uninformed, any other informed (G x != 0);
     where the linear model is off, the pull counts decide."""

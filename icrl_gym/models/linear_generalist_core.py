@@ -106,6 +106,11 @@ class LinearGeneralistConfig(ArmTokenConfig):
     :func:`~icrl_gym.models.linear_generalist_posterior.informed_arms`).  With a c below 1 on the informed arms it
     explores less once every promising arm has been tried, and keeps the many-armed bandits from locking on before
     they have."""
+    skip_scale_dense: float = checked(1.0, POSITIVE)
+    """A factor on :attr:`skip_scale` for the informed arms of an action set whose arms are not mutually orthogonal
+    (dense features, where a pull informs every arm it is not orthogonal to): their 'moss' constant is
+    ``skip_scale * skip_scale_dense``; the arms of a multi-armed bandit (one-hot, mutually orthogonal) keep
+    ``skip_scale`` (:func:`~icrl_gym.models.linear_generalist_posterior.independent_arms`)."""
     skip_evidence_power: float = checked(1.0, Allowed(low=0.0, high=1.0, strict=True))
     """The power eta of the priors' evidence in the skip index's model average on the arms the history informs only
     in part (:func:`~icrl_gym.models.linear_generalist_posterior.partly_informed_arms`), weights w_j proportional to

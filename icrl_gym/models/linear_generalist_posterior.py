@@ -81,7 +81,8 @@ def posterior_inputs(
     priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S; with
     ``config.skip_schedule == "moss"`` its u_k = m_k + c z_tk sd_k takes MOSS's horizon-aware width
     (:func:`~icrl_gym.models.linear_posterior.moss_quantile`, c = ``skip_scale`` on the arms the history informs
-    and ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A)) while the features keep
+    (times ``skip_scale_dense`` where the arms are not mutually orthogonal, :func:`independent_arms`) and
+    ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A)) while the features keep
     Bayes-UCB's.  With ``config.skip_evidence_power`` eta < 1, the skip index's mean and sd on the partly informed
     arms (:func:`partly_informed_arms`) are those of the model average with weights proportional to p_j^eta.  With
     ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width (:data:`RIDGE_COLUMNS`).
@@ -169,9 +170,12 @@ def posterior_inputs(
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
         c: torch.Tensor | float = config.skip_scale
-        if config.skip_scale_unpulled != config.skip_scale:  # one constant for every arm needs no G x_k
-            informed = informed_arms(raw_moments, x, counts, linear_ok)
-            c = torch.where(informed, config.skip_scale, config.skip_scale_unpulled)
+        if config.skip_scale_dense != 1.0:  # the informed arms' constant by the action set's geometry
+            own = independent_arms(x, linear_ok).unsqueeze(-1)
+            c = torch.where(own, config.skip_scale, config.skip_scale * config.skip_scale_dense)
+        if config.skip_scale_unpulled != config.skip_scale or config.skip_scale_dense != 1.0:
+            informed = informed_arms(raw_moments, x, counts, linear_ok)  # one constant for every arm needs no G x_k
+            c = torch.where(informed, c, config.skip_scale_unpulled)
         width = c * moss_quantile(sd, sigma, steps, horizon_q, directions)
         if config.skip_schedule == "gittins":
             own = independent_arms(x, linear_ok).unsqueeze(-1)

@@ -383,22 +383,26 @@ def test_arms_the_history_says_nothing_of_take_their_own_scale(num_arms):
     assert min(width[2:]) > 0  # the unpulled arms' scale reaches the index
 
 
-@pytest.mark.parametrize("one_hot", [True, False])
-def test_dense_arms_take_the_dense_factor_on_their_informed_arms(one_hot):
-    """c = 0.8 on the informed arms, 1.3 on the others, and a dense factor 0.5: on dense arms (four arms in R^3,
-    the history on two of them) every arm is informed and takes c = 0.4; on one-hot arms the factor changes
-    nothing (c = 0.8 on the two pulled arms, 1.3 on the others), computed arm by arm."""
+@pytest.mark.parametrize(
+    ("one_hot", "horizon", "kappa"), [(True, 60, 2.0), (False, 60, 2.0), (False, 60, 4.5), (False, 10**6, 2.7)]
+)
+def test_dense_arms_take_the_horizons_tail_budget_width(one_hot, horizon, kappa):
+    """c = 0.8 on the informed arms, 1.3 on the others, and a tail budget kappa: on dense arms (four arms in R^3,
+    the history on two of them) every arm is informed and takes c_T = min(0.8, sqrt(max(0, 1 - kappa / log T))):
+    0.715 at T = 60 with kappa = 2, 0 (the posterior mean) with kappa = 4.5 > log 60, and 0.8 at T = 10^6; on
+    one-hot arms the budget changes nothing (c = 0.8 on the two pulled arms, 1.3 on the others).  Arm by arm."""
     rng = np.random.default_rng(5)
-    n, sigma, horizon = 8, 0.5, 60
+    n, sigma = 8, 0.5
     arms = np.eye(4) if one_hot else rng.normal(size=(4, 3))
     actions = np.array([0, 1] * (n // 2))
     rewards = rng.normal(0.4, 0.5, n)
-    fields = {"skip_schedule": "moss", "skip_scale": 0.8, "skip_scale_unpulled": 1.3, "skip_scale_dense": 0.5}
+    fields = {"skip_schedule": "moss", "skip_scale": 0.8, "skip_scale_unpulled": 1.3, "dense_tail_budget": kappa}
     logits, alpha, mean, sd, sig = _untrained_logits(
         LinearGeneralistConfig(**{**TINY, **fields}), arms, actions, rewards, horizon, sigma
     )
     width = _slow_moss(sd, sig, horizon - n, min(arms.shape))
-    c = [0.8 if k < 2 else 1.3 for k in range(4)] if one_hot else [0.4] * 4
+    dense = min(0.8, math.sqrt(max(0.0, 1.0 - kappa / math.log(horizon))))
+    c = [0.8 if k < 2 else 1.3 for k in range(4)] if one_hot else [dense] * 4
     u = mean + torch.tensor([ck * wk for ck, wk in zip(c, width, strict=True)], dtype=torch.float64) * sd
     torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
     assert min(width) > 0  # every arm's constant reaches the index

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.config import POSITIVE, Allowed, check_fields, checked
+from icrl_gym.config import NONNEGATIVE, POSITIVE, Allowed, check_fields, checked
 from icrl_gym.models import generalist
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
@@ -106,11 +106,15 @@ class LinearGeneralistConfig(ArmTokenConfig):
     :func:`~icrl_gym.models.linear_generalist_posterior.informed_arms`).  With a c below 1 on the informed arms it
     explores less once every promising arm has been tried, and keeps the many-armed bandits from locking on before
     they have."""
-    skip_scale_dense: float = checked(1.0, POSITIVE)
-    """A factor on :attr:`skip_scale` for the informed arms of an action set whose arms are not mutually orthogonal
-    (dense features, where a pull informs every arm it is not orthogonal to): their 'moss' constant is
-    ``skip_scale * skip_scale_dense``; the arms of a multi-armed bandit (one-hot, mutually orthogonal) keep
-    ``skip_scale`` (:func:`~icrl_gym.models.linear_generalist_posterior.independent_arms`)."""
+    dense_tail_budget: float = checked(0.0, NONNEGATIVE)
+    """kappa of the 'moss' constant on the informed arms of an action set whose arms are not mutually orthogonal
+    (dense features; :func:`~icrl_gym.models.linear_generalist_posterior.independent_arms`): there
+    c_T = min(``skip_scale``, sqrt(max(0, 1 - kappa / log T))), T the run's horizon.  A width of c sqrt(2 log T)
+    posterior sds leaves an arm below its index with probability about T^(-c^2), so the regret of a run locked on
+    by such an arm grows as T^(1 - c^2): c_T holds that tail at e^kappa at every horizon, and a short run takes a
+    narrower width than a long one (the regret tail of a width below the regret-optimal one is heavy; Fan and
+    Glynn, The fragility of optimized bandit algorithms).  The arms of a multi-armed bandit keep ``skip_scale``;
+    0 leaves every informed arm at ``skip_scale``."""
     skip_evidence_power: float = checked(1.0, Allowed(low=0.0, high=1.0, strict=True))
     """The power eta of the priors' evidence in the skip index's model average on the arms the history informs only
     in part (:func:`~icrl_gym.models.linear_generalist_posterior.partly_informed_arms`), weights w_j proportional to

@@ -81,11 +81,12 @@ def posterior_inputs(
     priors.  S is the step's mean model-averaged sd over the arms.  The skip index is (u_k - max u) / S; with
     ``config.skip_schedule == "moss"`` its u_k = m_k + c z_tk sd_k takes MOSS's horizon-aware width
     (:func:`~icrl_gym.models.linear_posterior.moss_quantile`, c = ``skip_scale`` on the arms the history informs
-    (times ``skip_scale_dense`` where the arms are not mutually orthogonal, :func:`independent_arms`) and
-    ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A)) while the features keep
-    Bayes-UCB's.  With ``config.skip_evidence_power`` eta < 1, the skip index's mean and sd on the partly informed
-    arms (:func:`partly_informed_arms`) are those of the model average with weights proportional to p_j^eta.  With
-    ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width (:data:`RIDGE_COLUMNS`).
+    (the horizon's c_T of ``dense_tail_budget`` where the arms are not mutually orthogonal,
+    :func:`independent_arms`) and ``skip_scale_unpulled`` on the others (:func:`informed_arms`), D = min(d, A))
+    while the features keep Bayes-UCB's.  With ``config.skip_evidence_power`` eta < 1, the skip index's mean and sd
+    on the partly informed arms (:func:`partly_informed_arms`) are those of the model average with weights
+    proportional to p_j^eta.  With ``config.ridge_gate`` two last columns hold LinUCB's ridge mean and width
+    (:data:`RIDGE_COLUMNS`).
     """
     b, nq, na, _ = arms.shape
     dmax = config.d_max
@@ -170,15 +171,16 @@ def posterior_inputs(
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
         c: torch.Tensor | float = config.skip_scale
-        if config.skip_scale_dense != 1.0:  # the informed arms' constant by the action set's geometry
-            own = independent_arms(x, linear_ok).unsqueeze(-1)
-            c = torch.where(own, config.skip_scale, config.skip_scale * config.skip_scale_dense)
-        if config.skip_scale_unpulled != config.skip_scale or config.skip_scale_dense != 1.0:
+        own = independent_arms(x, linear_ok).unsqueeze(-1)  # (B, Q, 1): a multi-armed bandit's arms
+        if config.dense_tail_budget > 0.0:  # dense arms: the horizon's tail-budget constant c_T
+            budget = 1.0 - config.dense_tail_budget / horizon_q.double().clamp_min(2.0).log()
+            dense = budget.clamp_min(0.0).sqrt().clamp_max(config.skip_scale)
+            c = torch.where(own, config.skip_scale, dense.unsqueeze(-1))
+        if config.skip_scale_unpulled != config.skip_scale or config.dense_tail_budget > 0.0:
             informed = informed_arms(raw_moments, x, counts, linear_ok)  # one constant for every arm needs no G x_k
             c = torch.where(informed, c, config.skip_scale_unpulled)
         width = c * moss_quantile(sd, sigma, steps, horizon_q, directions)
         if config.skip_schedule == "gittins":
-            own = independent_arms(x, linear_ok).unsqueeze(-1)
             width = torch.where(own, gittins_quantile(sd, sigma, steps, horizon_q), width)
         index = mean + width * sd
     elif config.skip_evidence_power != 1.0:  # Bayes-UCB's width on the tempered mean and sd

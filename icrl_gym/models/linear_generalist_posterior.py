@@ -171,8 +171,10 @@ def posterior_inputs(
         horizon_q = horizon.view(-1, 1).expand_as(steps)
         directions = dims.clamp(max=na).view(-1, 1).expand_as(steps)
         c: torch.Tensor | float = config.skip_scale
-        own = independent_arms(x, linear_ok).unsqueeze(-1)  # (B, Q, 1): a multi-armed bandit's arms
-        if config.dense_tail_budget > 0.0:  # dense arms: the horizon's tail-budget constant c_T
+        own = None  # (B, Q, 1): whether the arms are a multi-armed bandit's, computed where a rule needs it
+        if config.dense_tail_budget > 0.0 or config.skip_schedule == "gittins":
+            own = independent_arms(x, linear_ok).unsqueeze(-1)
+        if own is not None and config.dense_tail_budget > 0.0:  # dense arms: the horizon's tail-budget constant c_T
             budget = 1.0 - config.dense_tail_budget / horizon_q.double().clamp_min(2.0).log()
             dense = budget.clamp_min(0.0).sqrt().clamp_max(config.skip_scale)
             c = torch.where(own, config.skip_scale, dense.unsqueeze(-1))
@@ -180,7 +182,7 @@ def posterior_inputs(
             informed = informed_arms(raw_moments, x, counts, linear_ok)  # one constant for every arm needs no G x_k
             c = torch.where(informed, c, config.skip_scale_unpulled)
         width = c * moss_quantile(sd, sigma, steps, horizon_q, directions)
-        if config.skip_schedule == "gittins":
+        if own is not None and config.skip_schedule == "gittins":
             width = torch.where(own, gittins_quantile(sd, sigma, steps, horizon_q), width)
         index = mean + width * sd
     elif config.skip_evidence_power != 1.0:  # Bayes-UCB's width on the tempered mean and sd

@@ -37,6 +37,10 @@ from icrl_gym.envs import BanditSpec, MDPSpec, bernoulli_bandit_spec, linear_ban
 class GeneralistThroughputConfig(TimedConfig):
     """What :func:`main` measures (and the rounds and threads of :class:`TimedConfig`)."""
 
+    repeats: int = checked(15, POSITIVE_INT)
+    """Timed rounds after one warm-up round.  Not 3: on a 2-core machine a paper model's round can take up to 1.5x
+    another's in the same process (the linear pair's paper model at 32,000-50,000 env-steps/s, its generalist within
+    5%), so a median of 3 rounds moved the linear ratio between 0.44x and 0.69x from run to run."""
     instances: int = checked(1000, POSITIVE_INT)
     """Runs rolled out in one batch."""
     bernoulli: str = "bernoulli-generalist"

@@ -177,7 +177,9 @@ def estimate_noise(moments: torch.Tensor, dim: torch.Tensor) -> torch.Tensor:
 class ArmSelfAttention(generalist.ArmSelfAttention):
     """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant).
 
-    The layers are the Bernoulli generalist's; the softmax is written out so that padded arms can be masked.
+    The layers are the Bernoulli generalist's; the softmax is written out so that padded arms can be masked, and as
+    exp(s - max s) / sum: on one CPU thread ``torch.softmax`` over rows of about ten arms took 4.8 ms at B = 1,000,
+    H = 4, A = 10, the whole written-out attention 2.4 ms (outputs equal to 5e-7).
     """
 
     def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -190,7 +192,8 @@ class ArmSelfAttention(generalist.ArmSelfAttention):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (BQ, H, A, A)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        y = torch.softmax(scores, dim=-1) @ v  # (BQ, H, A, dh)
+        weights = (scores - scores.amax(-1, keepdim=True)).exp()
+        y = (weights / weights.sum(-1, keepdim=True)) @ v  # (BQ, H, A, dh)
         return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
 
 

@@ -362,24 +362,29 @@ def test_untrained_logits_are_the_widened_model_averaged_bayes_ucb(gamma, skip):
     torch.testing.assert_close(logits - logits.max(), expected.float(), rtol=1e-4, atol=1e-4)
 
 
+def _assert_moss_constants(fields, arms, horizon, c, seed):
+    """An untrained model of ``fields`` after 8 pulls alternating arms 0 and 1 (rewards N(0.4, 0.5^2) drawn from
+    ``seed``, sigma = 0.5): its logits are the MOSS index with the per-arm constants ``c``, m_k + c_k z_tk sd_k
+    (:func:`_slow_moss`, D = min(d, A)), computed arm by arm.  Returns the widths z_tk."""
+    n, sigma = 8, 0.5
+    actions = np.array([0, 1] * (n // 2))
+    rewards = np.random.default_rng(seed).normal(0.4, 0.5, n)
+    logits, alpha, mean, sd, sig = _untrained_logits(
+        LinearGeneralistConfig(**{**TINY, **fields}), arms, actions, rewards, horizon, sigma
+    )
+    width = _slow_moss(sd, sig, horizon - n, min(arms.shape))
+    u = mean + torch.tensor([ck * wk for ck, wk in zip(c, width, strict=True)], dtype=torch.float64) * sd
+    torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
+    return width
+
+
 @pytest.mark.parametrize("num_arms", [4, 7])
 def test_arms_the_history_says_nothing_of_take_their_own_scale(num_arms):
     """One-hot arms, only arms 0 and 1 pulled: the MOSS width is c = 0.7 times on those two and 1.3 times on the
     others, computed arm by arm; with 4 arms the linear model is on (d <= d_max = 5) and reads G x_k = 0 for the
     unpulled arms, with 7 the arms model alone counts their pulls."""
-    rng = np.random.default_rng(3)
-    n, sigma, horizon = 8, 0.5, 60
-    arms = np.eye(num_arms)
-    actions = np.array([0, 1] * (n // 2))
-    rewards = rng.normal(0.4, 0.5, n)
     fields = {"skip_schedule": "moss", "skip_scale": 0.7, "skip_scale_unpulled": 1.3}
-    logits, alpha, mean, sd, sig = _untrained_logits(
-        LinearGeneralistConfig(**{**TINY, **fields}), arms, actions, rewards, horizon, sigma
-    )
-    width = _slow_moss(sd, sig, horizon - n, num_arms)
-    c = [0.7 if k < 2 else 1.3 for k in range(num_arms)]
-    u = mean + torch.tensor([ck * wk for ck, wk in zip(c, width, strict=True)], dtype=torch.float64) * sd
-    torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
+    width = _assert_moss_constants(fields, np.eye(num_arms), 60, [0.7 if k < 2 else 1.3 for k in range(num_arms)], 3)
     assert min(width[2:]) > 0  # the unpulled arms' scale reaches the index
 
 
@@ -391,20 +396,11 @@ def test_dense_arms_take_the_horizons_tail_budget_width(one_hot, horizon, kappa)
     the history on two of them) every arm is informed and takes c_T = min(0.8, sqrt(max(0, 1 - kappa / log T))):
     0.715 at T = 60 with kappa = 2, 0 (the posterior mean) with kappa = 4.5 > log 60, and 0.8 at T = 10^6; on
     one-hot arms the budget changes nothing (c = 0.8 on the two pulled arms, 1.3 on the others).  Arm by arm."""
-    rng = np.random.default_rng(5)
-    n, sigma = 8, 0.5
-    arms = np.eye(4) if one_hot else rng.normal(size=(4, 3))
-    actions = np.array([0, 1] * (n // 2))
-    rewards = rng.normal(0.4, 0.5, n)
+    arms = np.eye(4) if one_hot else np.random.default_rng(5).normal(size=(4, 3))
     fields = {"skip_schedule": "moss", "skip_scale": 0.8, "skip_scale_unpulled": 1.3, "dense_tail_budget": kappa}
-    logits, alpha, mean, sd, sig = _untrained_logits(
-        LinearGeneralistConfig(**{**TINY, **fields}), arms, actions, rewards, horizon, sigma
-    )
-    width = _slow_moss(sd, sig, horizon - n, min(arms.shape))
     dense = min(0.8, math.sqrt(max(0.0, 1.0 - kappa / math.log(horizon))))
     c = [0.8 if k < 2 else 1.3 for k in range(4)] if one_hot else [dense] * 4
-    u = mean + torch.tensor([ck * wk for ck, wk in zip(c, width, strict=True)], dtype=torch.float64) * sd
-    torch.testing.assert_close(logits - logits.max(), (alpha * (u - u.max()) / sd.mean()).float(), rtol=1e-4, atol=1e-4)
+    width = _assert_moss_constants(fields, arms, horizon, c, 5)
     assert min(width) > 0  # every arm's constant reaches the index
 
 

@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.models.generalist import step_features
+from icrl_gym.models.generalist import ArmSelfAttention, step_features
 from icrl_gym.models.linear_generalist_core import (
     D_MAX,
     FEATURES,
@@ -67,7 +67,6 @@ from icrl_gym.models.linear_generalist_core import (
     NOISE_PRIOR_STD,
     NOISE_RIDGE,
     VERSIONS,
-    ArmSelfAttention,
     LinearGeneralistCache,
     LinearGeneralistConfig,
     LinearGeneralistMark,

@@ -21,7 +21,6 @@ as before); the versions register themselves by importing this module
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -30,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from icrl_gym.config import NONNEGATIVE, POSITIVE, Allowed, check_fields, checked
-from icrl_gym.models import generalist
 from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmTokenConfig
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
@@ -172,29 +170,6 @@ def estimate_noise(moments: torch.Tensor, dim: torch.Tensor) -> torch.Tensor:
     rss = (m[..., dmax, dmax] - fit).clamp_min(0.0)
     dof = (m[..., dmax + 1, dmax + 1] - dim.double()).clamp_min(0.0) + NOISE_PRIOR_COUNT
     return ((rss + NOISE_PRIOR_COUNT * NOISE_PRIOR_STD**2) / dof).sqrt().float()
-
-
-class ArmSelfAttention(generalist.ArmSelfAttention):
-    """Softmax attention across the A arm tokens of one step (no positions: permutation-equivariant).
-
-    The layers are the Bernoulli generalist's; the softmax is written out so that padded arms can be masked, and as
-    exp(s - max s) / sum: on one CPU thread ``torch.softmax`` over rows of about ten arms took 4.8 ms at B = 1,000,
-    H = 4, A = 10, the whole written-out attention 2.4 ms (outputs equal to 5e-7).
-    """
-
-    def forward(self, arms: torch.Tensor, arm_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, Q, A, D) with ``arm_mask`` (B, A) (True: a real arm) or None -> (B, Q, A, D)."""
-        b, nq, na, d = arms.shape
-        q, k, v = self.qkv(arms).view(b * nq, na, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        mask = None
-        if arm_mask is not None:
-            mask = arm_mask.view(b, 1, 1, 1, na).expand(b, nq, 1, 1, na).reshape(b * nq, 1, 1, na)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (BQ, H, A, A)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = (scores - scores.amax(-1, keepdim=True)).exp()
-        y = (weights / weights.sum(-1, keepdim=True)) @ v  # (BQ, H, A, dh)
-        return self.out(y.transpose(1, 2).reshape(b, nq, na, d))
 
 
 class RunSizes(NamedTuple):

@@ -17,9 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_gym.models.generalist import NUM_STEP_FEATURES, step_features
+from icrl_gym.models.generalist import NUM_STEP_FEATURES, ArmSelfAttention, step_features
 from icrl_gym.models.linear_generalist_core import (
-    ArmSelfAttention,
     LinearGeneralistCache,
     LinearGeneralistConfig,
     LinearGeneralistTransformer,

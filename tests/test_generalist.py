@@ -10,7 +10,7 @@ from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
 from icrl_gym.checkpoint import CheckpointError, CheckpointKind, find_checkpoint, read_checkpoint, save_checkpoint
 from icrl_gym.estimators.gittins import build_gittins_table, gittins_table
-from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from icrl_gym.models.generalist import ArmSelfAttention, GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.generalist import TRAINED_ENV, train
 from tests.helpers import tiny_generalist_config
@@ -846,3 +846,26 @@ def test_the_family_expert_takes_the_split_member_and_records_it(tmp_path):
     np.testing.assert_array_equal(family_expert(untempered).scores(s, f, 6), want.scores(s, f, 6))
     with pytest.raises(ValueError, match="needs family_index_split_weight"):
         tiny_generalist_config(tmp_path / "r4", tmp_path / "cache", family_index=True, family_index_split_power=1.0)
+
+
+def test_arm_attention_is_softmax_attention_and_ignores_masked_arms():
+    """The written-out attention across arms equals torch's fused attention, per head, with and without padded arms.
+
+    Reference: ``scaled_dot_product_attention`` on the same q, k, v (masking the padded keys with ``attn_mask``); and a
+    real arm's output must not change when the padded arms' tokens do.
+    """
+    torch.manual_seed(0)
+    attn = ArmSelfAttention(GeneralistConfig(**TINY))
+    b, nq, na, d = 3, 2, 6, attn.qkv.in_features
+    arms = torch.randn(b, nq, na, d)
+    q, k, v = attn.qkv(arms).view(b * nq, na, 3, attn.n_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [True, False, True, True, False, True]])
+    for arm_mask in (None, mask):
+        keep = None if arm_mask is None else arm_mask.repeat_interleave(nq, 0).view(b * nq, 1, 1, na)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        expected = attn.out(y.transpose(1, 2).reshape(b, nq, na, d))
+        torch.testing.assert_close(attn(arms, arm_mask), expected, rtol=1e-5, atol=1e-6)
+    changed = arms.clone()
+    changed[~mask.view(b, 1, na).expand(b, nq, na)] = 100.0
+    real = mask.view(b, 1, na).expand(b, nq, na)
+    torch.testing.assert_close(attn(changed, mask)[real], attn(arms, mask)[real], rtol=1e-5, atol=1e-6)

@@ -393,7 +393,7 @@ def test_the_widened_prior_draws_beta_and_skewed_batches_labelled_by_the_gittins
     rng, seen = np.random.default_rng(0), {"skewed": 0, (5.0, 0.5): [], (0.5, 5.0): []}
     for _ in range(400):
         means, prior, skewed = sample_prior(cfg, rng, 50, 4)
-        assert skewed == (prior == (1.0, 1.0))
+        assert (skewed is not None) == (prior == (1.0, 1.0))
         if skewed:  # skewed: one half of the arms in [0.5, 1], the other in [0, 0.5]
             high = means[0] >= 0.5
             assert high.sum() == 2 and (high[:2].all() or high[2:].all())
@@ -651,6 +651,52 @@ def test_skewed_batches_keep_the_uniform_gittins_labels_beside_a_teacher(tmp_pat
             logits = teacher(actions, rewards, torch.as_tensor(batch.query_steps), batch.horizon, batch.num_arms)
             target = torch.softmax(logits / temperature, -1).numpy()
             np.testing.assert_allclose(batch.targets, target, atol=1e-5)
+
+
+def test_skewed_batches_told_their_halves_are_played_and_labelled_by_each_arms_half(tmp_path):
+    """With ``skewed_told_halves`` a skewed batch is played and labelled by the Gittins index told each arm's half:
+    the tables of Beta(6, 2) (the moments of U[1/2, 1]) and Beta(2, 6) (of U[0, 1/2]), the first floor(K/2) arms
+    high on the skewed prior and low on the reversed one.  Which prior a batch drew is not recorded, so each skewed
+    batch must match one of the two readings at every step, both readings must occur, and the index told U[0, 1]
+    must not be what plays."""
+    from icrl_gym.training.generalist import Experts, family_expert
+
+    with pytest.raises(ValueError, match="skewed_told_halves needs skewed_told_uniform"):
+        tiny_generalist_config(tmp_path / "r", tmp_path / "c", skewed_told_halves=True)
+    told_temperature = 0.05
+    labeller = {"family_index": True, "skewed_told_halves": True}
+    cfg, uniform = _skewed_told_uniform_run(tmp_path, 0.02, told_temperature, **labeller)
+    assert cfg.checkpoint_fields()["trained_range"]["skewed_labels"] == {"high": [6.0, 2.0], "low": [2.0, 6.0]}
+    high, low = build_gittins_table(cfg.max_horizon, 6.0, 2.0, 256), build_gittins_table(cfg.max_horizon, 2.0, 6.0, 256)
+    experts = Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b), family=family_expert(cfg))
+    readings, uniform_plays = set(), True
+    for seed in range(4):
+        for batch, skewed in _batches_of_both_kinds(cfg, experts, seed):
+            if not skewed:
+                continue
+            half = batch.num_arms // 2
+            for first_high in (True, False):
+                tables = [high if (arm < half) == first_high else low for arm in range(batch.num_arms)]
+                try:
+                    for i in range(batch.size):
+                        for t in range(batch.horizon):
+                            s, f = _counts(batch, i, t)
+                            left = batch.horizon - t
+                            values = np.array([tab.lookup(s[a], f[a], left) for a, tab in enumerate(tables)])
+                            _assert_played_and_labelled(batch, i, t, values, told_temperature)
+                except AssertionError:
+                    continue
+                readings.add(first_high)
+                break
+            else:
+                raise AssertionError("a skewed batch matches neither reading of its halves")
+            uniform_plays &= all(
+                _told_uniform_values(uniform, batch, i, t)[0][batch.actions[i, t]]
+                == pytest.approx(_told_uniform_values(uniform, batch, i, t)[0].max())
+                for i in range(batch.size)
+                for t in range(batch.horizon)
+            )
+    assert readings == {True, False} and not uniform_plays
 
 
 def test_exact_batches_are_labelled_by_the_family_bayes_dp_at_the_counts_of_the_trajectory(tmp_path):

@@ -161,6 +161,12 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     behaviour and labels (the reference the skewed sets are judged against) instead of the family index, whose
     reading of them through the 16 Beta priors pays 1.08-1.10x that reference there, or the teacher (module
     docstring)."""
+    skewed_told_halves: bool = False
+    """With ``skewed_told_uniform``: the skewed batches' behaviour and labels are the Gittins index told each arm's
+    half instead of U[0, 1]: Beta(6, 2) on the high arms and Beta(2, 6) on the low ones (:data:`HALF_PRIORS`, the
+    first two moments of U[1/2, 1] and U[0, 1/2]).  On a reversed batch the U[0, 1] index stops trying arms once the
+    low first half has shown it a fair one; the told index goes on to the high half, and among the high arms it
+    keeps trying as the Gittins index told an all-high Beta prior does."""
     told_uniform_temperature: float = checked(0.01, NONNEGATIVE)
     """With ``skewed_told_uniform``: the skewed batches' labels are softmax(G / told_uniform_temperature) of the
     Gittins index G told U[0, 1] (the maximisers at 0).  G is a probability, so this temperature is in its units
@@ -213,6 +219,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             trained["skewed_fraction"] = self.skewed_fraction
             if self.skewed_reversed_share != 0.5:
                 trained["skewed_reversed_share"] = self.skewed_reversed_share
+            if self.skewed_told_halves:
+                trained["skewed_labels"] = {half: list(pair) for half, pair in HALF_PRIORS.items()}
         if self.beta_family_fraction:
             trained["beta_family_fraction"] = self.beta_family_fraction
         if self.exact_fraction:
@@ -252,6 +260,11 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
             raise ValueError(
                 "GeneralistTrainConfig.skewed_told_uniform needs family_index or a teacher, and skewed_fraction > 0: "
                 "it keeps the U[0, 1] expert on the skewed batches beside the family index or the teacher"
+            )
+        if self.skewed_told_halves and not self.skewed_told_uniform:
+            raise ValueError(
+                "GeneralistTrainConfig.skewed_told_halves needs skewed_told_uniform: it changes what the skewed "
+                "batches' told index is told (each arm's half instead of U[0, 1])"
             )
         if self.exact_split_share > 0 and not (self.exact_fraction > 0 and any(k == 2 for k, _ in self.exact_cells)):
             raise ValueError(
@@ -483,32 +496,56 @@ def family_mixture_means(rng: np.random.Generator, b: int, k: int) -> np.ndarray
     return rng.beta(pairs[:, :1], pairs[:, 1:], (b, k))
 
 
-def skewed_means(rng: np.random.Generator, b: int, k: int, reversed_share: float = 0.5) -> np.ndarray:
-    """B instances (B, K) of the skewed priors, the environment's own draws.
+def skewed_draw(
+    rng: np.random.Generator, b: int, k: int, reversed_share: float = 0.5
+) -> tuple[np.ndarray, BanditPrior]:
+    """B instances (B, K) of the skewed priors, the environment's own draws, and the prior drawn.
 
     The reversed prior (the first floor(K/2) arms low) with probability ``reversed_share``, else the skewed one.
     """
     skewed = BanditPrior.SKEWED_REVERSED if rng.random() < reversed_share else BanditPrior.SKEWED
-    return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b)
+    return sample_w_star(bernoulli_bandit_spec(k, prior=skewed), rng, b), skewed
+
+
+HALF_PRIORS = {"high": (6.0, 2.0), "low": (2.0, 6.0)}
+"""Beta priors with the mean and variance of U[1/2, 1] (3/4, 1/48) and of U[0, 1/2] (1/4, 1/48): a + b + 1 =
+m (1 - m) / v = 9."""
+
+
+def halves_index(tables: Callable[[float, float], GittinsTable], prior: BanditPrior, k: int) -> IndexOfCounts:
+    """The Gittins index told each arm's half of a skewed prior (``skewed_told_halves``), as a function of the counts.
+
+    The first floor(K/2) arms are high under 'skewed' and low under 'skewed_reversed' (:data:`HALF_PRIORS`).
+    """
+    first = "high" if prior == BanditPrior.SKEWED else "low"
+    rest = "low" if first == "high" else "high"
+    head, tail = tables(*HALF_PRIORS[first]), tables(*HALF_PRIORS[rest])
+    half = k // 2
+
+    def score(s: np.ndarray, f: np.ndarray, m: int) -> np.ndarray:
+        return np.concatenate([head.lookup(s[:, :half], f[:, :half], m), tail.lookup(s[:, half:], f[:, half:], m)], 1)
+
+    return score
 
 
 def sample_prior(
     cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int
-) -> tuple[np.ndarray, tuple[float, float], bool]:
-    """The arm means (B, K) of a batch, the (a, b) of the Gittins prior that labels it and whether it is skewed.
+) -> tuple[np.ndarray, tuple[float, float], BanditPrior | None]:
+    """The arm means (B, K) of a batch, the (a, b) of the Gittins prior that labels it and its skewed prior (or None).
 
     The skewed and Beta means are the environment's own draws (:func:`~icrl_gym.envs.bandit_core.sample_w_star`).
     """
     if cfg.beta_family_fraction and rng.random() < cfg.beta_family_fraction:  # no draw when 0: old runs replay
         draw = draw_instance_priors(bernoulli_bandit_spec(k, prior=BanditPrior.BETA_FAMILY), rng, b) or {}
-        return draw["w"], (1.0, 1.0), False  # each instance's arms iid Beta(a, b), its own (a, b)
+        return draw["w"], (1.0, 1.0), None  # each instance's arms iid Beta(a, b), its own (a, b)
     if not cfg.beta_priors:
-        return rng.random((b, k)), (1.0, 1.0), False
+        return rng.random((b, k)), (1.0, 1.0), None
     if rng.random() < cfg.skewed_fraction:
-        return skewed_means(rng, b, k, cfg.skewed_reversed_share), (1.0, 1.0), True
+        means, skewed = skewed_draw(rng, b, k, cfg.skewed_reversed_share)
+        return means, (1.0, 1.0), skewed
     a, beta = (float(x) for x in cfg.beta_priors[int(rng.integers(len(cfg.beta_priors)))])
     means = sample_w_star(bernoulli_bandit_spec(k, prior=BanditPrior.BETA, prior_a=a, prior_b=beta), rng, b)
-    return means, (a, beta), False
+    return means, (a, beta), None
 
 
 def exact_means(cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k: int) -> np.ndarray:
@@ -518,7 +555,7 @@ def exact_means(cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k:
     ~ U[0, 1/2], which one uniform per batch), else the 16 Beta priors' mixture.
     """
     if k == 2 and cfg.exact_split_share and rng.random() < cfg.exact_split_share:  # no draw when 0: old runs replay
-        return skewed_means(rng, b, k)
+        return skewed_draw(rng, b, k)[0]
     return family_mixture_means(rng, b, k)
 
 
@@ -562,13 +599,15 @@ def sample_batch(
         horizon = int(round(math.exp(rng.uniform(math.log(cfg.min_horizon), math.log(cfg.max_horizon)))))
         b = size(k, horizon)
         means, prior, skewed = sample_prior(cfg, rng, b, k)
-        told_uniform = skewed and cfg.skewed_told_uniform  # the told expert's batch whatever else labels the rest
+        told_uniform = skewed is not None and cfg.skewed_told_uniform  # the told expert's batch whatever else labels
         if told_uniform:
             temperature = cfg.told_uniform_temperature
         if experts.teacher is not None and not told_uniform:
             expert = TeacherExpert(experts.teacher, b, k, horizon)
         elif experts.family is not None and not told_uniform:
             expert = CountIndexExpert(experts.family.scores, b, k, horizon)
+        elif told_uniform and cfg.skewed_told_halves and skewed is not None and experts.gittins is not None:
+            expert = CountIndexExpert(halves_index(experts.gittins, skewed, k), b, k, horizon)
         elif experts.gittins is not None:
             expert = CountIndexExpert(experts.gittins(*prior).lookup, b, k, horizon)
         else:

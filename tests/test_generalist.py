@@ -78,6 +78,28 @@ def test_folded_counts_decision_equals_forward_with_large_biases_and_weights():
         counts[rows, actions[:, t], rewards[:, t].long()] += 1
 
 
+def test_grouped_cache_keeps_the_folded_maps_for_its_runs_and_folds_new_weights_after_reset():
+    """A rollout folds the cross-attention once and reuses it; after the weights change, ``reset`` makes the next
+    runs fold them again: the cached decisions equal the full forward pass of the weights in force."""
+    model, (b, s, k) = _model(seed=3), (3, 12, 4)
+    actions, rewards = _trajectory(b, s, k, seed=4)
+    cache = model.new_cache(b, EnvInfo(num_actions=k, horizon=s))
+    for _ in range(2):
+        full = model(actions, rewards, torch.arange(s).expand(b, s), s, k)
+        maps = None
+        for t in range(s):
+            previous = (actions[:, t - 1], rewards[:, t - 1]) if t else (None, None)
+            logits = model.step(cache, None, *previous).logits
+            torch.testing.assert_close(logits, full[:, t], atol=1e-5, rtol=1e-5)
+            maps = cache.maps if maps is None else maps
+            assert maps is not None and cache.maps is maps  # folded at the first decision, then reused
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.5)
+        cache.reset()
+        assert cache.maps is None
+
+
 def test_grouped_cache_refuses_what_it_cannot_hold():
     model = _model()
     cache = model.new_cache(2, EnvInfo(num_actions=3, horizon=5))

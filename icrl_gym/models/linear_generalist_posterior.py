@@ -96,6 +96,8 @@ def posterior_inputs(
         )
     x = arms[..., :dmax]
     dims_lin = dims.clamp(max=dmax).view(b, 1).expand(b, nq)
+    # Every run's arms and history are zero beyond its d: the arm tests below read the first max d coordinates only.
+    x_used = x[..., : min(dmax, int(dims.max()))] if dims.numel() else x
     rr, n = raw_moments[..., dmax, dmax], raw_moments[..., -1, -1]
     stat_mask = fixed.unsqueeze(-1).to(counts.dtype)
     counts, sums = counts * stat_mask, sums * stat_mask
@@ -164,7 +166,7 @@ def posterior_inputs(
     if config.skip_evidence_power != 1.0:  # the tempered model average on the partly informed arms
         eta = config.skip_evidence_power
         _, hot_mean, hot_sd = model_average([Posterior(p.mean, p.sd, eta * p.log_evidence) for p in posts], valid)
-        partly = partly_informed_arms(raw_moments, x, linear_ok)
+        partly = partly_informed_arms(raw_moments, x_used, linear_ok)
         mean, sd = torch.where(partly, hot_mean, mean), torch.where(partly, hot_sd, sd)
     if config.skip_schedule in ("moss", "gittins"):
         horizon_q = horizon.view(-1, 1).expand_as(steps)
@@ -172,13 +174,14 @@ def posterior_inputs(
         c: torch.Tensor | float = config.skip_scale
         own = None  # (B, Q, 1): whether the arms are a multi-armed bandit's, computed where a rule needs it
         if config.dense_tail_budget > 0.0 or config.skip_schedule == "gittins":
-            own = independent_arms(x, linear_ok).unsqueeze(-1)
+            own = independent_arms(x_used, linear_ok).unsqueeze(-1)
         if own is not None and config.dense_tail_budget > 0.0:  # dense arms: the horizon's tail-budget constant c_T
             budget = 1.0 - config.dense_tail_budget / horizon_q.double().clamp_min(2.0).log()
             dense = budget.clamp_min(0.0).sqrt().clamp_max(config.skip_scale)
             c = torch.where(own, config.skip_scale, dense.unsqueeze(-1))
         if config.skip_scale_unpulled != config.skip_scale or config.dense_tail_budget > 0.0:
-            informed = informed_arms(raw_moments, x, counts, linear_ok)  # one constant for every arm needs no G x_k
+            # one constant for every arm needs no G x_k
+            informed = informed_arms(raw_moments, x_used, counts, linear_ok)
             c = torch.where(informed, c, config.skip_scale_unpulled)
         width = c * moss_quantile(sd, sigma, steps, horizon_q, directions)
         if own is not None and config.skip_schedule == "gittins":

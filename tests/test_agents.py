@@ -301,7 +301,7 @@ def _reference_gittins(s, f, m, tol=1e-9):
 
 
 def test_gittins_table_matches_exact_recursion():
-    from agents.bandit.gittins import gittins_table
+    from icrl_gym.estimators.gittins import gittins_table
 
     table = gittins_table(12)
     for s, f, m in [(0, 0, 1), (2, 1, 1), (0, 0, 2), (1, 3, 4), (3, 0, 6), (0, 0, 10), (2, 2, 8)]:

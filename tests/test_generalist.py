@@ -311,6 +311,37 @@ def test_agent_plays_bernoulli_bandits_of_any_size(tmp_path):
         assert agent.env_info.horizon == horizon and a.shape == (3,)
 
 
+def test_fresh_arm_floor_plays_an_untried_arm_wherever_the_uniform_gittins_index_would(tmp_path, monkeypatch):
+    """``fresh_arm_floor``: at every step the agent plays the untried arm the Gittins index told U[0, 1] picks (the
+    first untried, its ties to the first arm) where that index picks an untried arm and the plain model's greedy
+    choice is a tried one, and the plain model's choice everywhere else.  Reference: the Gittins agent told U[0, 1]
+    and the plain agent, both fed the floored agent's history."""
+    from agents.bandit.gittins import Gittins
+
+    monkeypatch.setenv("ICRL_GYM_GITTINS_CACHE", str(tmp_path / "cache"))
+    model, k, horizon, runs = _model(seed=1), 6, 30, 16  # a model that re-pulls tried arms at some steps, not all
+    env = gym.make_vec(
+        "ICRL-BernoulliBandit-v0", num_envs=runs, vectorization_mode="vector_entry_point", num_arms=k, horizon=horizon
+    )
+    obs, info = env.reset(seed=3)
+    floored = GeneralistAgent.from_model(model, fresh_arm_floor=True)
+    plain, index = GeneralistAgent.from_model(model), Gittins(prior_a=1, prior_b=1)
+    for agent in (floored, plain, index):
+        agent.reset(info)
+    pulls, fired, kept = np.zeros((runs, k), dtype=np.int64), 0, 0
+    for _ in range(horizon):
+        a, own, told = floored.act(obs), plain.act(obs), index.act(obs)
+        rows = np.arange(runs)
+        rule = (pulls[rows, told] == 0) & (pulls[rows, own] > 0)
+        np.testing.assert_array_equal(a, np.where(rule, told, own))
+        fired, kept = fired + int(rule.sum()), kept + int((~rule).sum())
+        obs, r, *_ = env.step(a)
+        for agent in (floored, plain, index):
+            agent.update(a, r)
+        pulls[rows, a] += 1
+    assert fired > 0 and kept > 0 and floored.config()["fresh_arm_floor"] is True
+
+
 def test_agent_rejects_a_linear_bandit(tmp_path):
     agent = GeneralistAgent(_checkpoint(tmp_path))
     env = gym.make("ICRL-LinearBandit-v0")

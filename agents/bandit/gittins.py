@@ -31,13 +31,7 @@ from agents.bandit.index_agent import IndexAgent
 from agents.bandit.thompson import beta_prior
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.envs.validation import MAX_SCALE, check_integer, check_number
-from icrl_gym.estimators.gittins import (
-    GittinsTable,
-    cached_gittins_table,
-    gittins_build_bytes,
-    gittins_cache_dir,
-    gittins_table,
-)
+from icrl_gym.estimators.gittins import GittinsTable, gittins_build_bytes, gittins_cache_dir, told_gittins_table
 from icrl_gym.estimators.statistics import ArmStatistics
 
 
@@ -105,9 +99,7 @@ class Gittins(IndexAgent):
         return self.tables[0][1]
 
     def _table(self, prior_a: float, prior_b: float) -> GittinsTable:
-        if self.cache_dir is None:
-            return gittins_table(self.horizon, prior_a, prior_b)
-        return cached_gittins_table(self.horizon, self.cache_dir, prior_a, prior_b)
+        return told_gittins_table(self.horizon, prior_a, prior_b, self.cache_dir)
 
     def index(self, action_sets: np.ndarray) -> np.ndarray:
         """G(s_k, f_k, T - t + 1) for every arm, from the table of each run's prior."""

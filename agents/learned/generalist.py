@@ -6,6 +6,16 @@ horizon features of step t; K comes from the runs' action sets and T from the en
 ``horizon=``).  ``greedy=True`` (default; the model imitates the deterministic Gittins policy) takes
 the argmax, ``greedy=False`` samples from softmax(logits).
 
+``fresh_arm_floor=True`` never tries fewer fresh arms than the finite-horizon Gittins index told U[0, 1]: where that
+index's choice is an arm not pulled yet (the first such arm, its ties going to the first arm) and the model's greedy
+choice is an arm already pulled, the untried arm is played (its logit is raised 50 over the others, so greedy and
+sampled play both take it).  A model that reads the prior from the arms it tried first can read a low prior from
+low first arms and stop trying arms too early; on arms that come in an order (the generalization grid's reversed
+set: ten low arms first, then ten high ones) this keeps it trying as a policy assuming nothing about the prior does.
+The rule adds pulls only of untried arms and only while the U[0, 1] index wants one, so on a bandit whose arms are
+all low it costs at most the index's own tries of fresh arms.  The index's table for T (about 40 s to build at
+T = 200) is kept where the Gittins agent keeps its tables (:func:`~icrl_gym.estimators.gittins.told_gittins_table`).
+
 It was trained on Bernoulli arms (one-hot action sets, rewards in {0, 1}) only: it refuses a linear
 bandit (non-one-hot arms, Gaussian rewards) with a ``ValueError``, at reset when the environment
 states its model (the rollout's :func:`~icrl_gym.checkpoint.check_compatible`), else at the first
@@ -20,9 +30,15 @@ import numpy as np
 import torch
 
 from agents.learned.rollout import BanditRollout
+from icrl_gym.agent_base import TIE_TOLERANCE, first_argmax
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.checkpoint import CheckpointKind
+from icrl_gym.estimators.gittins import GittinsTable, told_gittins_table
+from icrl_gym.models.generalist import GeneralistCache
 from icrl_gym.models.policy import EnvInfo
+
+FLOOR_MARGIN = 50.0
+"""How far ``fresh_arm_floor`` raises the untried arm's logit over the largest (softmax weight e^-50 elsewhere)."""
 
 
 class GeneralistAgent(BanditRollout):
@@ -31,15 +47,46 @@ class GeneralistAgent(BanditRollout):
     name = "generalist"
     kind = CheckpointKind.GENERALIST_TRANSFORMER
     greedy_default = True
-    default_fields = ("horizon",)
+    default_fields = ("horizon", "fresh_arm_floor")
     binary_rewards = True
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the generalist transformer")
         return EnvInfo(num_actions=self.num_actions, horizon=horizon, dim=self.dim)
 
+    def _step_logits(self, observation: np.ndarray) -> np.ndarray:
+        """The model's logits, with ``fresh_arm_floor`` the untried arm raised where the rule plays it (module doc)."""
+        logits = super()._step_logits(observation)
+        if not self.defaults.get("fresh_arm_floor"):
+            return logits
+        cache = self._cache
+        if not isinstance(cache, GeneralistCache) or not cache.grouped or self.env_info is None:
+            raise ValueError("fresh_arm_floor reads the counts of a Bernoulli run's grouped cache")
+        counts = cache.counts.cpu().numpy().astype(np.int64)  # (B, K, 2): failures, successes
+        table = told_gittins_table(self.env_info.horizon)
+        return fresh_arm_floor(logits, counts[..., 1], counts[..., 0], table, self.env_info.horizon - cache.steps)
+
     def _model_input(self, observation: np.ndarray) -> torch.Tensor:
         eye = np.eye(self.num_actions, self.dim)
         if self.dim != self.num_actions or not np.array_equal(observation, np.broadcast_to(eye, observation.shape)):
             raise ValueError("the generalist transformer plays one-hot arms e_1..e_K only (not a linear bandit)")
         return super()._model_input(observation)
+
+
+def fresh_arm_floor(
+    logits: np.ndarray, successes: np.ndarray, failures: np.ndarray, uniform: GittinsTable, steps_left: int
+) -> np.ndarray:
+    """The floor of ``fresh_arm_floor`` (module docstring) on logits (B, K), in place, and returned.
+
+    ``successes``, ``failures`` (B, K) are the runs' counts, ``uniform`` the Gittins table told U[0, 1] and
+    ``steps_left`` the pulls left, T - t.  Where G(s, f, T - t)'s first maximiser is an untried arm and the logits'
+    greedy choice (ties within :data:`~icrl_gym.agent_base.TIE_TOLERANCE` to the first) a tried one, that untried
+    arm's logit becomes the largest plus :data:`FLOOR_MARGIN`.
+    """
+    index = uniform.lookup(successes, failures, steps_left)
+    rows = np.arange(logits.shape[0])
+    fresh, chosen = first_argmax(index), first_argmax(logits, TIE_TOLERANCE)
+    pulls = successes + failures
+    floor = (pulls[rows, fresh] == 0) & (pulls[rows, chosen] > 0)
+    logits[floor, fresh[floor]] = logits[floor].max(axis=1) + FLOOR_MARGIN
+    return logits

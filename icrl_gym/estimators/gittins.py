@@ -305,3 +305,17 @@ def _warn_unusable_cache(cache_dir: str | os.PathLike, err: OSError) -> None:
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+def told_gittins_table(
+    horizon: int, prior_a: float = 1.0, prior_b: float = 1.0, cache_dir: str | os.PathLike | None = None
+) -> GittinsTable:
+    """The table of the prior Beta(a, b) for ``horizon`` steps.
+
+    Kept on disk where :func:`gittins_cache_dir` names a folder (``cache_dir``, else ``$ICRL_GYM_GITTINS_CACHE``),
+    in memory otherwise.
+    """
+    folder = gittins_cache_dir(cache_dir)
+    if folder is None:
+        return gittins_table(horizon, prior_a, prior_b)
+    return cached_gittins_table(horizon, folder, prior_a, prior_b)

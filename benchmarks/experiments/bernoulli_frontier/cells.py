@@ -24,12 +24,17 @@ TOLD_GITTINS = "told Gittins"
 """The Monte-Carlo rows' reference, played in every run: each ratio is to it."""
 
 
+FLOOR_ROW = "model (greedy, fresh-arm floor)"
+"""The row of the model's greedy play under ``fresh_arm_floor`` (:func:`agents.learned.generalist.fresh_arm_floor`)."""
+
+
 MONTE_CARLO_POLICIES = (
     "Gittins told U[0, 1]",
     "posterior vote",
     "evidence-mixed index",
     "family Gittins",
     "model (greedy)",
+    FLOOR_ROW,
 )
 """The Monte-Carlo rows' policies besides told Gittins (``--policies`` keeps some of them)."""
 

@@ -22,11 +22,12 @@ import numpy as np
 
 from agents.bandit.bernoulli_bayes_optimal import FamilyPredictive, family_bayes_table
 from agents.bandit.family_gittins import EVIDENCE_POWER, FamilyGittinsIndex
+from agents.learned.generalist import fresh_arm_floor
 from benchmarks.executor.local import InlineExecutor
 from benchmarks.executor.memory import EXPERT_STEP_BYTES, MODEL_STEP_BYTES
 from benchmarks.executor.store import FileTaskStore
 from benchmarks.executor.tasks import Executor, cost_factor, run_sweep
-from benchmarks.experiments.bernoulli_frontier.cells import TOLD_GITTINS
+from benchmarks.experiments.bernoulli_frontier.cells import FLOOR_ROW, TOLD_GITTINS
 from benchmarks.experiments.grid.cells import SLICE_RUNS
 from benchmarks.experiments.grid.tasks import slice_sizes
 from icrl_gym.checkpoint import checkpoint_files, load_checkpoint, resolve_checkpoint
@@ -185,7 +186,7 @@ def uninformed_slice(
     uniform = cached_gittins_table(horizon, cache_dir, 1.0, 1.0)
     family = FamilyPredictive(grid, np.ones(len(grid)), horizon)
     names = [TOLD_GITTINS, "Gittins told U[0, 1]", "posterior vote", "evidence-mixed index", "family Gittins"]
-    names += [] if generalist is None else ["model (greedy)"]
+    names += [] if generalist is None else ["model (greedy)", FLOOR_ROW]
     if policies is not None:
         names = [name for name in names if name == TOLD_GITTINS or name in policies]
     rng = np.random.default_rng([seed, j, 0, index])
@@ -199,6 +200,10 @@ def uninformed_slice(
             return lambda s, f, t: uniform.lookup(s, f, horizon - t)
         if name == "model (greedy)" and generalist is not None:
             return lambda s, f, t: generalist_logits_at(generalist, s, f, t, horizon)
+        if name == FLOOR_ROW and generalist is not None:
+            return lambda s, f, t: fresh_arm_floor(
+                generalist_logits_at(generalist, s, f, t, horizon), s, f, uniform, horizon - t
+            )
         if name == "family Gittins":
             index = FamilyGittinsIndex(horizon, grid, cache_dir=cache_dir, evidence_power=EVIDENCE_POWER)
             return lambda s, f, t: index.scores(s, f, horizon - t)

@@ -50,21 +50,27 @@ class GeneralistAgent(BanditRollout):
     greedy_default = True
     default_fields = ("horizon", "fresh_arm_floor")
     binary_rewards = True
+    _floor_table: GittinsTable | None = None
+    """With ``fresh_arm_floor``: the Gittins table told U[0, 1] for the runs' T, looked up once per reset."""
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the generalist transformer")
         return EnvInfo(num_actions=self.num_actions, horizon=horizon, dim=self.dim)
+
+    def _start(self, info: dict[str, Any]) -> None:
+        super()._start(info)
+        if self.defaults.get("fresh_arm_floor") and self.env_info is not None:
+            self._floor_table = told_gittins_table(self.env_info.horizon)
 
     def _step_logits(self, observation: np.ndarray) -> np.ndarray:
         """The model's logits, with ``fresh_arm_floor`` the untried arm raised where the rule plays it (module doc)."""
         logits = super()._step_logits(observation)
         if not self.defaults.get("fresh_arm_floor"):
             return logits
-        cache = self._cache
-        if not isinstance(cache, GeneralistCache) or not cache.grouped or self.env_info is None:
+        cache, table = self._cache, self._floor_table
+        if not isinstance(cache, GeneralistCache) or not cache.grouped or self.env_info is None or table is None:
             raise ValueError("fresh_arm_floor reads the counts of a Bernoulli run's grouped cache")
         counts = cache.counts.cpu().numpy().astype(np.int64)  # (B, K, 2): failures, successes
-        table = told_gittins_table(self.env_info.horizon)
         return fresh_arm_floor(logits, counts[..., 1], counts[..., 0], table, self.env_info.horizon - cache.steps)
 
     def _model_input(self, observation: np.ndarray) -> torch.Tensor:

@@ -19,6 +19,7 @@ setup(
             "pretrained/cards/*.md",
             "pretrained/cards/*.json",
             "models/*.c",
+            "estimators/data/*.npz",
         ]
     },
     install_requires=[

@@ -56,6 +56,10 @@ PRETRAINED_DIR = Path(str(importlib.resources.files("icrl_gym") / "pretrained"))
 """The models shipped with the package (``<name>.safetensors`` + ``<name>.json``) and their ``configs/``."""
 
 
+PLAY_FIELD = "play"
+"""The record's field of play defaults: ``{"defaults": {keyword: value}, "command": the command that set them}``."""
+
+
 class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, truncated or made for another environment."""
 
@@ -109,6 +113,11 @@ class CheckpointRecord:
     def env(self) -> dict[str, Any]:
         """The environment prior the model was trained on (a spec as a dict)."""
         return self.meta.get("env", {})
+
+    @property
+    def play(self) -> dict[str, Any]:
+        """The keywords the record asks its agent to play with (:func:`set_play`); a caller's own keywords win."""
+        return dict(self.meta.get(PLAY_FIELD, {}).get("defaults", {}))
 
     def expect(self, kind: CheckpointKind, name: str = "checkpoint") -> None:
         """Raise :class:`CheckpointError` unless the record is of ``kind``."""
@@ -308,6 +317,25 @@ def save_checkpoint(
     return stem
 
 
+def set_play(path: str | os.PathLike, defaults: Mapping[str, Any], command: str | None = None) -> Path:
+    """Record in the checkpoint at ``path`` the keywords its agent plays with unless told otherwise; returns the record.
+
+    A deployment choice made after training (e.g. the Bernoulli family model's ``fresh_arm_floor``): the weights and
+    the rest of the record stay as they are, the record's hash is renewed, and ``command`` (how the choice was made)
+    is kept beside the keywords.  Empty ``defaults`` remove the field.  The agent checks the keywords when it loads
+    the checkpoint, and a keyword the caller passes overrides the record's.
+    """
+    record_path = checkpoint_files(find_checkpoint(path))[1]
+    record = _parse_record(record_path)
+    record.pop(CONTENT_HASH_FIELD, None)
+    if defaults:
+        record[PLAY_FIELD] = {"defaults": dict(defaults), **({"command": command} if command else {})}
+    else:
+        record.pop(PLAY_FIELD, None)
+    _write_record(record_path, record)
+    return record_path
+
+
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Read the weights and the record of a checkpoint, checking the record's hash and that the files belong together.
 
@@ -419,3 +447,35 @@ def check_compatible(
         )
     if problems:
         raise CheckpointError(f"{refused}; " + "; ".join(problems))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m icrl_gym.checkpoint play CHECKPOINT [key=value ...]``: set a record's play defaults.
+
+    :func:`set_play` with the pairs (none: the field is removed); values are JSON (``fresh_arm_floor=true``).
+    """
+    import argparse
+    import shlex
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m icrl_gym.checkpoint", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    play = sub.add_parser("play", help="set the keywords the checkpoint's agent plays with by default")
+    play.add_argument("checkpoint", help="a shipped model's name, a checkpoint stem or a run folder")
+    play.add_argument("pairs", nargs="*", metavar="key=value")
+    args = parser.parse_args(argv)
+    defaults: dict[str, Any] = {}
+    for pair in args.pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            parser.error(f"expected key=value, got {pair!r}")
+        try:
+            defaults[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f'the value of {key} must be JSON (true, 200, "text"), got {value!r}')
+    words = ["python", "-m", "icrl_gym.checkpoint", *(sys.argv[1:] if argv is None else argv)]
+    print(set_play(args.checkpoint, defaults, command=shlex.join(words)))
+
+
+if __name__ == "__main__":
+    main()

@@ -13,9 +13,10 @@ sampled play both take it).  A model that reads the prior from the arms it tried
 low first arms and stop trying arms too early; on arms that come in an order (the generalization grid's reversed
 set: ten low arms first, then ten high ones) this keeps it trying as a policy assuming nothing about the prior does.
 The rule adds pulls only of untried arms and only while the U[0, 1] index wants one, so on a bandit whose arms are
-all low it costs at most the index's own tries of fresh arms.  The index's table for T is built as the Gittins
-agent's is, and kept where that agent keeps its tables (:func:`~icrl_gym.estimators.gittins.told_gittins_table`):
-about 40 s and 0.17 GiB at T = 200, 1.1 GiB at T = 500, 5 GiB at T = 1,000 while it is built.
+all low it costs at most the index's own tries of fresh arms.  Where that index pulls an untried arm is read from
+thresholds derived from its table (:mod:`icrl_gym.estimators.fresh_arm`; shipped for T <= 1,000, so no table is
+built).  ``bernoulli-generalist-family``'s record asks for the floor (:func:`~icrl_gym.checkpoint.set_play`), so
+its agent plays with it unless given ``fresh_arm_floor=False``.
 
 It was trained on Bernoulli arms (one-hot action sets, rewards in {0, 1}) only: it refuses a linear
 bandit (non-one-hot arms, Gaussian rewards) with a ``ValueError``, at reset when the environment
@@ -34,7 +35,7 @@ from agents.learned.rollout import BanditRollout
 from icrl_gym.agent_base import TIE_TOLERANCE, first_argmax
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.checkpoint import CheckpointKind
-from icrl_gym.estimators.gittins import GittinsTable, told_gittins_table
+from icrl_gym.estimators.fresh_arm import FreshArmRule, fresh_arm_rule
 from icrl_gym.models.generalist import GeneralistCache
 from icrl_gym.models.policy import EnvInfo
 
@@ -50,8 +51,8 @@ class GeneralistAgent(BanditRollout):
     greedy_default = True
     default_fields = ("horizon", "fresh_arm_floor")
     binary_rewards = True
-    _floor_table: GittinsTable | None = None
-    """With ``fresh_arm_floor``: the Gittins table told U[0, 1] for the runs' T, looked up once per reset."""
+    _floor_rule: FreshArmRule | None = None
+    """With ``fresh_arm_floor``: where the Gittins index told U[0, 1] pulls an untried arm, looked up once per reset."""
 
     def _env_info(self, info: dict[str, Any]) -> EnvInfo:
         horizon = resolve_horizon(info, self.defaults.get("horizon"), "the generalist transformer")
@@ -60,18 +61,18 @@ class GeneralistAgent(BanditRollout):
     def _start(self, info: dict[str, Any]) -> None:
         super()._start(info)
         if self.defaults.get("fresh_arm_floor") and self.env_info is not None:
-            self._floor_table = told_gittins_table(self.env_info.horizon)
+            self._floor_rule = fresh_arm_rule(self.env_info.horizon)
 
     def _step_logits(self, observation: np.ndarray) -> np.ndarray:
         """The model's logits, with ``fresh_arm_floor`` the untried arm raised where the rule plays it (module doc)."""
         logits = super()._step_logits(observation)
         if not self.defaults.get("fresh_arm_floor"):
             return logits
-        cache, table = self._cache, self._floor_table
-        if not isinstance(cache, GeneralistCache) or not cache.grouped or self.env_info is None or table is None:
+        cache, rule = self._cache, self._floor_rule
+        if not isinstance(cache, GeneralistCache) or not cache.grouped or self.env_info is None or rule is None:
             raise ValueError("fresh_arm_floor reads the counts of a Bernoulli run's grouped cache")
         counts = cache.counts.cpu().numpy().astype(np.int64)  # (B, K, 2): failures, successes
-        return fresh_arm_floor(logits, counts[..., 1], counts[..., 0], table, self.env_info.horizon - cache.steps)
+        return fresh_arm_floor(logits, counts[..., 1], counts[..., 0], rule, self.env_info.horizon - cache.steps)
 
     def _model_input(self, observation: np.ndarray) -> torch.Tensor:
         eye = np.eye(self.num_actions, self.dim)
@@ -81,19 +82,19 @@ class GeneralistAgent(BanditRollout):
 
 
 def fresh_arm_floor(
-    logits: np.ndarray, successes: np.ndarray, failures: np.ndarray, uniform: GittinsTable, steps_left: int
+    logits: np.ndarray, successes: np.ndarray, failures: np.ndarray, rule: FreshArmRule, steps_left: int
 ) -> np.ndarray:
     """The floor of ``fresh_arm_floor`` (module docstring) on logits (B, K), in place, and returned.
 
-    ``successes``, ``failures`` (B, K) are the runs' counts, ``uniform`` the Gittins table told U[0, 1] and
-    ``steps_left`` the pulls left, T - t.  Where G(s, f, T - t)'s first maximiser is an untried arm and the logits'
-    greedy choice (ties within :data:`~icrl_gym.agent_base.TIE_TOLERANCE` to the first) a tried one, that untried
-    arm's logit becomes the largest plus :data:`FLOOR_MARGIN`.
+    ``successes``, ``failures`` (B, K) are the runs' counts, ``rule`` the thresholds of the Gittins index told
+    U[0, 1] and ``steps_left`` the pulls left, T - t.  Where G(s, f, T - t)'s first maximiser is an untried arm
+    (:meth:`~icrl_gym.estimators.fresh_arm.FreshArmRule.first_untried`) and the logits' greedy choice (ties within
+    :data:`~icrl_gym.agent_base.TIE_TOLERANCE` to the first) a tried one, that untried arm's logit becomes the largest
+    plus :data:`FLOOR_MARGIN`.
     """
-    index = uniform.lookup(successes, failures, steps_left)
+    fresh = rule.first_untried(successes, failures, steps_left)
     rows = np.arange(logits.shape[0])
-    fresh, chosen = first_argmax(index), first_argmax(logits, TIE_TOLERANCE)
-    pulls = successes + failures
-    floor = (pulls[rows, fresh] == 0) & (pulls[rows, chosen] > 0)
+    chosen = first_argmax(logits, TIE_TOLERANCE)
+    floor = (fresh >= 0) & ((successes + failures)[rows, chosen] > 0)
     logits[floor, fresh[floor]] = logits[floor].max(axis=1) + FLOOR_MARGIN
     return logits

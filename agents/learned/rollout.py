@@ -36,7 +36,14 @@ import torch
 
 from agents.learned.checkpoint_agent import CheckpointAgent
 from icrl_gym.algorithm import BanditAgent, ObsT, logits_action, softmax_rows
-from icrl_gym.checkpoint import SIZE_FIELDS, CheckpointKind, CheckpointRecord, find_checkpoint, load_checkpoint
+from icrl_gym.checkpoint import (
+    SIZE_FIELDS,
+    CheckpointError,
+    CheckpointKind,
+    CheckpointRecord,
+    find_checkpoint,
+    load_checkpoint,
+)
 from icrl_gym.models.policy import EnvInfo, InContextPolicy, PolicyCache, RewindableCache
 from icrl_gym.utils.device import resolve_device
 from icrl_gym.utils.names import did_you_mean
@@ -49,7 +56,9 @@ class PolicyRollout(CheckpointAgent[ObsT]):
 
     ``defaults``: the adapter's own keywords, among :attr:`default_fields`: fallbacks for what the
     environment may not state (e.g. ``horizon=`` for a bandit played without an environment; the
-    environment's values win), or settings of how it acts (the MDP generalist's exploring schedule).
+    environment's values win), or settings of how it acts (the MDP generalist's exploring schedule).  A record may
+    carry its own (:func:`~icrl_gym.checkpoint.set_play`, e.g. the Bernoulli family model's ``fresh_arm_floor``):
+    they are the agent's defaults, and the keywords given here override them.
     """
 
     kind: ClassVar[CheckpointKind]
@@ -84,6 +93,13 @@ class PolicyRollout(CheckpointAgent[ObsT]):
             )
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"{type(self).__name__} plays a torch model, got {type(model).__name__}")
+        recommended = CheckpointRecord(self.kind, meta).play
+        foreign = sorted(set(recommended) - set(self.default_fields))
+        if foreign:
+            raise CheckpointError(
+                f"{checkpoint}'s record asks its agent to play with {', '.join(map(repr, foreign))}, which "
+                f"{type(self).__name__} does not take (its defaults: {', '.join(self.default_fields) or 'none'})"
+            )
         self.checkpoint, self.model, self.meta = checkpoint, model, meta
         config = model.config.to_dict()
         sizes = {k: config[k] for k in SIZE_FIELDS if k in config}
@@ -91,7 +107,7 @@ class PolicyRollout(CheckpointAgent[ObsT]):
         self.device = next(model.parameters()).device
         self.greedy = self.greedy_default if greedy is None else bool(greedy)
         self.deterministic = self.greedy
-        self.defaults = {k: v for k, v in defaults.items() if v is not None}
+        self.defaults = {**recommended, **{k: v for k, v in defaults.items() if v is not None}}
         self.env_info: EnvInfo | None = None
         """What the model was told of the environment at the last reset."""
         self._cache: PolicyCache | None = None

@@ -33,6 +33,7 @@ from benchmarks.experiments.grid.tasks import slice_sizes
 from icrl_gym.checkpoint import checkpoint_files, load_checkpoint, resolve_checkpoint
 from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
 from icrl_gym.data.rollout import play
+from icrl_gym.estimators.fresh_arm import fresh_arm_rule
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.kinds import CheckpointKind
 from icrl_gym.models.generalist import GeneralistTransformer
@@ -201,8 +202,9 @@ def uninformed_slice(
         if name == "model (greedy)" and generalist is not None:
             return lambda s, f, t: generalist_logits_at(generalist, s, f, t, horizon)
         if name == FLOOR_ROW and generalist is not None:
+            rule = fresh_arm_rule(horizon)
             return lambda s, f, t: fresh_arm_floor(
-                generalist_logits_at(generalist, s, f, t, horizon), s, f, uniform, horizon - t
+                generalist_logits_at(generalist, s, f, t, horizon), s, f, rule, horizon - t
             )
         if name == "family Gittins":
             index = FamilyGittinsIndex(horizon, grid, cache_dir=cache_dir, evidence_power=EVIDENCE_POWER)

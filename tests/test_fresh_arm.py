@@ -1,0 +1,113 @@
+"""The fresh-arm thresholds of the Gittins index told U[0, 1] (:mod:`icrl_gym.estimators.fresh_arm`), and the
+record's play defaults that turn the family model's floor on (:func:`icrl_gym.checkpoint.set_play`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from icrl_gym.agent_base import first_argmax
+from icrl_gym.checkpoint import CheckpointError, find_checkpoint, main, read_record, set_play
+from icrl_gym.estimators.fresh_arm import (
+    SHIPPED_HORIZON,
+    SHIPPED_PATH,
+    build_fresh_arm_rule,
+    fresh_arm_rule,
+    load_fresh_arm_rule,
+    save_fresh_arm_rule,
+)
+from icrl_gym.estimators.gittins import build_gittins_table
+
+
+def _states(rng, horizon, runs=20):
+    """Random count states (runs, K) with every arm's s + f + m <= horizon + 1, some arms untried."""
+    k, m = int(rng.integers(2, 8)), int(rng.integers(1, horizon + 2))
+    pulls = rng.multinomial(horizon + 1 - m, rng.dirichlet(np.ones(k)), size=runs) * (rng.random((runs, k)) < 0.7)
+    successes = rng.binomial(pulls, rng.random((runs, k)))
+    return successes, pulls - successes, m
+
+
+def test_first_untried_decides_as_the_tables_first_argmax():
+    """Reference: the first maximiser of G(s, f, m) over the arms, looked up in the table itself."""
+    table = build_gittins_table(60)
+    rule, rng, fired = build_fresh_arm_rule(table), np.random.default_rng(0), 0
+    for _ in range(500):
+        s, f, m = _states(rng, 60)
+        first = first_argmax(table.lookup(s, f, m))
+        expected = np.where((s + f)[np.arange(len(first)), first] == 0, first, -1)
+        np.testing.assert_array_equal(rule.first_untried(s, f, m), expected)
+        fired += int((expected >= 0).sum())
+    assert 0 < fired < 500 * 20
+
+
+def test_a_tried_arm_tied_with_the_fresh_index_before_the_first_untried_one_keeps_the_first_place():
+    """A tie goes to the first arm: a tried arm whose index equals lambda*_m and comes first wins."""
+    table = build_gittins_table(20)
+    m = 10
+    table.values[table.offsets[m] + 1 * (22 - m) + 1] = table.lookup(0, 0, m)  # G(1, 1, m) := lambda*_m
+    rule = build_fresh_arm_rule(table)
+    s, f = np.array([[1, 0], [0, 1]]), np.array([[1, 0], [0, 1]])
+    np.testing.assert_array_equal(rule.first_untried(s, f, m), [-1, 0])
+
+
+def test_the_shipped_thresholds_are_those_of_a_smaller_table():
+    """A table for N >= T holds the same values on a game of T steps, so its thresholds on those states must too."""
+    small = build_fresh_arm_rule(build_gittins_table(80))
+    shipped = load_fresh_arm_rule(SHIPPED_PATH)
+    assert shipped.horizon == SHIPPED_HORIZON and fresh_arm_rule(200).horizon == SHIPPED_HORIZON
+    n, m = np.meshgrid(np.arange(1, 81), np.arange(1, 82), indexing="ij")
+    valid = n + m <= 81
+    for name in ("above", "reach"):
+        np.testing.assert_array_equal(getattr(shipped, name)[n, m][valid], getattr(small, name)[n, m][valid])
+
+
+def test_the_rule_file_round_trips_and_refuses_damage(tmp_path):
+    rule = build_fresh_arm_rule(build_gittins_table(30))
+    path = save_fresh_arm_rule(rule, tmp_path / "rule.npz")
+    again = load_fresh_arm_rule(path)
+    np.testing.assert_array_equal(again.above, rule.above)
+    np.testing.assert_array_equal(again.reach, rule.reach)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ValueError, match="not a file of fresh-arm thresholds"):
+        load_fresh_arm_rule(path)
+    with pytest.raises(ValueError, match=r"\(31, 32\) integers"):
+        type(rule)(30, 256, rule.above[:-1], rule.reach)
+    with pytest.raises(IndexError, match="outside"):
+        rule.first_untried(np.array([[30, 0]]), np.array([[0, 0]]), 5)
+
+
+def _copy_family(tmp_path):
+    stem = find_checkpoint("bernoulli-generalist-family")
+    for suffix in (".json", ".safetensors"):
+        shutil.copy(stem.with_suffix(suffix), tmp_path / f"family{suffix}")
+    return tmp_path / "family"
+
+
+def test_set_play_makes_the_agent_play_with_the_records_keywords(tmp_path):
+    from agents import pretrained
+
+    stem = _copy_family(tmp_path)
+    main(["play", str(stem), "fresh_arm_floor=false"])
+    record = read_record(stem)  # the hash renewed: the record reads back
+    assert record.play == {"fresh_arm_floor": False}
+    assert "icrl_gym.checkpoint play" in record.meta["play"]["command"]
+    assert pretrained(stem).config()["fresh_arm_floor"] is False
+    set_play(stem, {"fresh_arm_floor": True})
+    assert pretrained(stem).config()["fresh_arm_floor"] is True
+    assert pretrained(stem, fresh_arm_floor=False).config()["fresh_arm_floor"] is False  # the caller's wins
+    set_play(stem, {"fresh_arm_flor": True})
+    with pytest.raises(CheckpointError, match="'fresh_arm_flor', which GeneralistAgent does not take"):
+        pretrained(stem)
+    set_play(stem, {})
+    assert "play" not in json.loads(stem.with_suffix(".json").read_text()) and read_record(stem).play == {}
+
+
+def test_the_family_model_plays_with_the_floor_by_default():
+    from agents import pretrained
+
+    assert read_record(find_checkpoint("bernoulli-generalist-family")).play == {"fresh_arm_floor": True}
+    assert pretrained("bernoulli-generalist-family").config()["fresh_arm_floor"] is True
+    assert "fresh_arm_floor" not in pretrained("bernoulli-generalist").config()

@@ -111,3 +111,10 @@ def test_the_family_model_plays_with_the_floor_by_default():
     assert read_record(find_checkpoint("bernoulli-generalist-family")).play == {"fresh_arm_floor": True}
     assert pretrained("bernoulli-generalist-family").config()["fresh_arm_floor"] is True
     assert "fresh_arm_floor" not in pretrained("bernoulli-generalist").config()
+
+
+def test_a_horizon_beyond_the_shipped_thresholds_is_refused_before_its_table_is_built():
+    from icrl_gym.envs.validation import MemoryLimitError
+
+    with pytest.raises(MemoryLimitError, match=r"fresh-arm floor at T = 1500 .*fresh_arm_floor=False"):
+        fresh_arm_rule(1500, max_memory_gib=4.0)

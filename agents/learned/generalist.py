@@ -61,7 +61,7 @@ class GeneralistAgent(BanditRollout):
     def _start(self, info: dict[str, Any]) -> None:
         super()._start(info)
         if self.defaults.get("fresh_arm_floor") and self.env_info is not None:
-            self._floor_rule = fresh_arm_rule(self.env_info.horizon)
+            self._floor_rule = fresh_arm_rule(self.env_info.horizon, self.max_memory_gib)
 
     def _step_logits(self, observation: np.ndarray) -> np.ndarray:
         """The model's logits, with ``fresh_arm_floor`` the untried arm raised where the rule plays it (module doc)."""

@@ -18,8 +18,9 @@ package ships them for N = :data:`SHIPPED_HORIZON` (``fresh_arm_N1000.npz``, 165
 the table (:func:`fresh_arm_rule`).  A table built for N >= T holds the same values for every state of a
 game of T steps, so the shipped thresholds are those of any smaller table (a test checks it).
 
-The file was made by ``python -m icrl_gym.estimators.fresh_arm 1000`` (12 s from a cached table; its arrays record the
-horizon, the prior and the table's grid); it is read with ``allow_pickle=False`` and checked (shape, dtype, range), never trusted.
+The file was made by ``python -m icrl_gym.estimators.fresh_arm 1000`` (12 s from a cached table; its arrays record
+the horizon, the prior and the table's grid); it is read with ``allow_pickle=False`` and checked (shape, dtype,
+range), never trusted.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from icrl_gym.estimators.gittins import GittinsTable, told_gittins_table
+from icrl_gym.envs.validation import check_memory
+from icrl_gym.estimators.gittins import GittinsTable, gittins_build_bytes, told_gittins_table
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 SHIPPED_HORIZON = 1000
@@ -122,11 +124,13 @@ def load_fresh_arm_rule(path: str | os.PathLike) -> FreshArmRule:
 _RULES: dict[int, FreshArmRule] = {}
 
 
-def fresh_arm_rule(horizon: int) -> FreshArmRule:
+def fresh_arm_rule(horizon: int, max_memory_gib: float | None = None) -> FreshArmRule:
     """The rule for games of up to ``horizon`` steps: the shipped one where it covers them, else built and kept.
 
     Beyond :data:`SHIPPED_HORIZON` the table told U[0, 1] is built (:func:`~icrl_gym.estimators.gittins.
-    told_gittins_table`, kept on disk where ``$ICRL_GYM_GITTINS_CACHE`` names a folder): more than 5 GiB and 7 min.
+    told_gittins_table`, kept on disk where ``$ICRL_GYM_GITTINS_CACHE`` names a folder): more than 5 GiB and 7 min,
+    refused above the memory limit (:func:`~icrl_gym.envs.validation.check_memory`; ``max_memory_gib``) before any of
+    it is allocated.
     """
     covering = [rule for n, rule in _RULES.items() if n >= horizon]
     if covering:
@@ -134,6 +138,8 @@ def fresh_arm_rule(horizon: int) -> FreshArmRule:
     if horizon <= SHIPPED_HORIZON:
         rule = load_fresh_arm_rule(SHIPPED_PATH)
     else:
+        what = f"the fresh-arm floor at T = {horizon} (the Gittins table told U[0, 1]; fresh_arm_floor=False skips it)"
+        check_memory(gittins_build_bytes(int(horizon)), what, max_memory_gib)
         rule = build_fresh_arm_rule(told_gittins_table(int(horizon)))
     _RULES[rule.horizon] = rule
     return rule

@@ -118,3 +118,25 @@ def test_a_horizon_beyond_the_shipped_thresholds_is_refused_before_its_table_is_
 
     with pytest.raises(MemoryLimitError, match=r"fresh-arm floor at T = 1500 .*fresh_arm_floor=False"):
         fresh_arm_rule(1500, max_memory_gib=4.0)
+
+
+def test_beyond_the_shipped_thresholds_the_records_floor_is_left_out_with_a_warning():
+    """T > 1,000: the floor only the record asks for is skipped (no 5 GiB table); asked for explicitly, it is built
+    within the memory limit or refused."""
+    import gymnasium as gym
+
+    from agents import pretrained
+    from icrl_gym.envs.validation import MemoryLimitError
+
+    env = gym.make_vec(
+        "ICRL-BernoulliBandit-v0", num_envs=2, vectorization_mode="vector_entry_point", num_arms=3, horizon=1500
+    )
+    obs, info = env.reset(seed=0)
+    agent = pretrained("bernoulli-generalist-family")
+    with pytest.warns(RuntimeWarning, match="without its record's fresh-arm floor at T = 1500"):
+        agent.reset(info)
+    assert agent._floor_rule is None and agent.act(obs).shape == (2,)
+    agent = pretrained("bernoulli-generalist-family", fresh_arm_floor=True)
+    agent.max_memory_gib = 4.0
+    with pytest.raises(MemoryLimitError, match="fresh-arm floor at T = 1500"):
+        agent.reset(info)

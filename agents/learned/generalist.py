@@ -16,7 +16,9 @@ The rule adds pulls only of untried arms and only while the U[0, 1] index wants 
 all low it costs at most the index's own tries of fresh arms.  Where that index pulls an untried arm is read from
 thresholds derived from its table (:mod:`icrl_gym.estimators.fresh_arm`; shipped for T <= 1,000, so no table is
 built).  ``bernoulli-generalist-family``'s record asks for the floor (:func:`~icrl_gym.checkpoint.set_play`), so
-its agent plays with it unless given ``fresh_arm_floor=False``.
+its agent plays with it unless given ``fresh_arm_floor=False``; beyond T = 1,000 a floor that only the record asks
+for is left out (a warning says so), since its table would take more than 5 GiB, and ``fresh_arm_floor=True`` builds
+it (refused above the memory limit).
 
 It was trained on Bernoulli arms (one-hot action sets, rewards in {0, 1}) only: it refuses a linear
 bandit (non-one-hot arms, Gaussian rewards) with a ``ValueError``, at reset when the environment
@@ -26,6 +28,7 @@ action.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -35,7 +38,8 @@ from agents.learned.rollout import BanditRollout
 from icrl_gym.agent_base import TIE_TOLERANCE, first_argmax
 from icrl_gym.algorithm import resolve_horizon
 from icrl_gym.checkpoint import CheckpointKind
-from icrl_gym.estimators.fresh_arm import FreshArmRule, fresh_arm_rule
+from icrl_gym.estimators.fresh_arm import SHIPPED_HORIZON, FreshArmRule, fresh_arm_rule
+from icrl_gym.estimators.gittins import gittins_build_bytes
 from icrl_gym.models.generalist import GeneralistCache
 from icrl_gym.models.policy import EnvInfo
 
@@ -60,16 +64,28 @@ class GeneralistAgent(BanditRollout):
 
     def _start(self, info: dict[str, Any]) -> None:
         super()._start(info)
-        if self.defaults.get("fresh_arm_floor") and self.env_info is not None:
-            self._floor_rule = fresh_arm_rule(self.env_info.horizon, self.max_memory_gib)
+        self._floor_rule = None
+        if not self.defaults.get("fresh_arm_floor") or self.env_info is None:
+            return
+        horizon = self.env_info.horizon
+        if horizon > SHIPPED_HORIZON and "fresh_arm_floor" not in self.given:
+            warnings.warn(
+                f"{self.checkpoint} plays without its record's fresh-arm floor at T = {horizon}: the floor's "
+                f"thresholds ship for T <= {SHIPPED_HORIZON} (fresh_arm_floor=True builds them, "
+                f"{gittins_build_bytes(horizon) / 2**30:.1f} GiB)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        self._floor_rule = fresh_arm_rule(horizon, self.max_memory_gib)
 
     def _step_logits(self, observation: np.ndarray) -> np.ndarray:
         """The model's logits, with ``fresh_arm_floor`` the untried arm raised where the rule plays it (module doc)."""
         logits = super()._step_logits(observation)
-        if not self.defaults.get("fresh_arm_floor"):
-            return logits
         cache, rule = self._cache, self._floor_rule
-        if not isinstance(cache, GeneralistCache) or not cache.grouped or self.env_info is None or rule is None:
+        if rule is None:
+            return logits
+        if not isinstance(cache, GeneralistCache) or not cache.grouped or self.env_info is None:
             raise ValueError("fresh_arm_floor reads the counts of a Bernoulli run's grouped cache")
         counts = cache.counts.cpu().numpy().astype(np.int64)  # (B, K, 2): failures, successes
         return fresh_arm_floor(logits, counts[..., 1], counts[..., 0], rule, self.env_info.horizon - cache.steps)

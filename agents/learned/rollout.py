@@ -107,7 +107,8 @@ class PolicyRollout(CheckpointAgent[ObsT]):
         self.device = next(model.parameters()).device
         self.greedy = self.greedy_default if greedy is None else bool(greedy)
         self.deterministic = self.greedy
-        self.defaults = {**recommended, **{k: v for k, v in defaults.items() if v is not None}}
+        self.given = {k: v for k, v in defaults.items() if v is not None}  # the caller's keywords, not the record's
+        self.defaults = {**recommended, **self.given}
         self.env_info: EnvInfo | None = None
         """What the model was told of the environment at the last reset."""
         self._cache: PolicyCache | None = None

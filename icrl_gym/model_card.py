@@ -40,6 +40,7 @@ from icrl_gym.checkpoint import (
     HF_CARD,
     HF_CONFIG,
     HF_WEIGHTS,
+    PLAY_FIELD,
     PRETRAINED_DIR,
     CheckpointKind,
     checkpoint_kind,
@@ -298,6 +299,12 @@ def _usage(meta: Mapping[str, Any], name: str, shipped: bool) -> str:
         "Every reset checks the environment against the record (`check_compatible`): an environment "
         "the model was not made for is refused with an error naming the fields that differ.",
     ]
+    play = meta.get(PLAY_FIELD)
+    if isinstance(play, Mapping) and play.get("defaults"):
+        words = ", ".join(f"`{key}={value!r}`" for key, value in play["defaults"].items())
+        lines += ["", f"The record asks the agent to play with {words} unless given other values (`{PLAY_FIELD}`)."]
+        if play.get("command"):
+            lines += ["", "Set by:", "", "```sh", str(play["command"]), "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -140,3 +140,12 @@ def test_beyond_the_shipped_thresholds_the_records_floor_is_left_out_with_a_warn
     agent.max_memory_gib = 4.0
     with pytest.raises(MemoryLimitError, match="fresh-arm floor at T = 1500"):
         agent.reset(info)
+
+
+def test_the_model_card_states_the_records_play_defaults_and_their_command():
+    from icrl_gym.model_card import model_card
+
+    card = model_card("bernoulli-generalist-family")
+    assert "play with `fresh_arm_floor=True` unless given other values" in card
+    assert "python -m icrl_gym.checkpoint play bernoulli-generalist-family fresh_arm_floor=true" in card
+    assert "unless given other values" not in model_card("bernoulli-generalist")

@@ -14,7 +14,7 @@ environment states none).  a0 and b0 are pseudo-counts, any positive reals (Beta
 Beta(1, 1) does), the environment's unless given.
 
 The table (its math and compact storage) lives in :mod:`icrl_gym.estimators.gittins`; one table built for the
-largest horizon asked for serves every smaller one.  Building it takes minutes at T = 500, so with a
+largest horizon asked for serves every smaller one.  Building it takes 40 s at T = 500 (7 min at T = 1,000), so with a
 cache directory (the ``cache_dir`` argument, else the ``ICRL_GYM_GITTINS_CACHE`` environment
 variable; neither: no disk cache) the table is read from there, or built once and written there for
 later processes (:func:`icrl_gym.estimators.gittins.cached_gittins_table`: atomic writes, corrupt files rebuilt).

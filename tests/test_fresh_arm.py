@@ -149,3 +149,12 @@ def test_the_model_card_states_the_records_play_defaults_and_their_command():
     assert "play with `fresh_arm_floor=True` unless given other values" in card
     assert "python -m icrl_gym.checkpoint play bernoulli-generalist-family fresh_arm_floor=true" in card
     assert "unless given other values" not in model_card("bernoulli-generalist")
+
+
+def test_a_hub_folder_carries_the_records_play_defaults(tmp_path):
+    from agents import pretrained
+    from icrl_gym.checkpoint import resolve_checkpoint
+    from icrl_gym.hub import export_hf_folder
+
+    folder = export_hf_folder(resolve_checkpoint("bernoulli-generalist-family"), tmp_path / "hub")
+    assert pretrained(folder).config()["fresh_arm_floor"] is True

@@ -474,7 +474,10 @@ def main(argv: list[str] | None = None) -> None:
         except json.JSONDecodeError:
             parser.error(f'the value of {key} must be JSON (true, 200, "text"), got {value!r}')
     words = ["python", "-m", "icrl_gym.checkpoint", *(sys.argv[1:] if argv is None else argv)]
-    print(set_play(args.checkpoint, defaults, command=shlex.join(words)))
+    try:
+        print(set_play(args.checkpoint, defaults, command=shlex.join(words)))
+    except CheckpointError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,17 @@ def test_set_play_makes_the_agent_play_with_the_records_keywords(tmp_path):
     assert "play" not in json.loads(stem.with_suffix(".json").read_text()) and read_record(stem).play == {}
 
 
+def test_the_play_command_refuses_bad_input_without_a_traceback(tmp_path, capsys):
+    for argv, message in (
+        (["play", str(tmp_path / "missing"), "fresh_arm_floor=true"], "no checkpoint at that path"),
+        (["play", "bernoulli-generalist-family", "fresh_arm_floor"], "expected key=value"),
+        (["play", "bernoulli-generalist-family", "fresh_arm_floor=yes"], "must be JSON"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_the_family_model_plays_with_the_floor_by_default():
     from agents import pretrained
 

@@ -58,6 +58,9 @@ def test_the_shipped_thresholds_are_those_of_a_smaller_table():
     small = build_fresh_arm_rule(build_gittins_table(80))
     shipped = load_fresh_arm_rule(SHIPPED_PATH)
     assert shipped.horizon == SHIPPED_HORIZON and fresh_arm_rule(200).horizon == SHIPPED_HORIZON
+    with np.load(SHIPPED_PATH, allow_pickle=False) as data:  # the file says what made it
+        assert str(data["command"]) == "python -m icrl_gym.estimators.fresh_arm 1000"
+        assert json.loads(str(data["software"]))["code"]["modified"] is False
     n, m = np.meshgrid(np.arange(1, 81), np.arange(1, 82), indexing="ij")
     valid = n + m <= 81
     for name in ("above", "reach"):

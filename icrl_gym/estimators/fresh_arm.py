@@ -19,15 +19,18 @@ the table (:func:`fresh_arm_rule`).  A table built for N >= T holds the same val
 game of T steps, so the shipped thresholds are those of any smaller table (a test checks it).
 
 The file was made by ``python -m icrl_gym.estimators.fresh_arm 1000`` (12 s from a cached table; its arrays record
-the horizon, the prior and the table's grid); it is read with ``allow_pickle=False`` and checked (shape, dtype,
-range), never trusted.
+the horizon, the prior, the table's grid, that command and the software that ran it); it is read with
+``allow_pickle=False`` and checked (shape, dtype, range), never trusted.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
+import shlex
+import sys
 import zipfile
 from pathlib import Path
 
@@ -36,6 +39,7 @@ import numpy as np
 from icrl_gym.envs.validation import check_memory
 from icrl_gym.estimators.gittins import GittinsTable, gittins_build_bytes, told_gittins_table
 from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.provenance import software_environment
 
 SHIPPED_HORIZON = 1000
 """The largest T whose thresholds ship with the package."""
@@ -94,8 +98,12 @@ def build_fresh_arm_rule(table: GittinsTable) -> FreshArmRule:
     return FreshArmRule(table.horizon, table.grid, above, reach)
 
 
-def save_fresh_arm_rule(rule: FreshArmRule, path: str | os.PathLike) -> Path:
-    """Write ``rule`` as a compressed ``.npz`` (uint16 arrays, the horizon, prior and grid), atomically."""
+def save_fresh_arm_rule(rule: FreshArmRule, path: str | os.PathLike, command: str = "") -> Path:
+    """Write ``rule`` as a compressed ``.npz``, atomically.
+
+    The file holds uint16 arrays, the horizon, prior and grid, and as text the ``command`` that made it and the
+    software that ran it (:func:`~icrl_gym.utils.provenance.software_environment`).
+    """
     buffer = io.BytesIO()
     np.savez_compressed(
         buffer,
@@ -104,6 +112,8 @@ def save_fresh_arm_rule(rule: FreshArmRule, path: str | os.PathLike) -> Path:
         horizon=np.int64(rule.horizon),
         grid=np.int64(rule.grid),
         prior=np.array([1.0, 1.0]),
+        command=np.array(command),
+        software=np.array(json.dumps(software_environment(), sort_keys=True)),
     )
     atomic_write_bytes(Path(path), buffer.getvalue())
     return Path(path)
@@ -152,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="the .npz to write (default: the shipped file's place)")
     args = parser.parse_args(argv)
     out = args.out or SHIPPED_PATH.with_name(f"fresh_arm_N{args.horizon}.npz")
-    print(save_fresh_arm_rule(build_fresh_arm_rule(told_gittins_table(args.horizon)), out))
+    command = shlex.join(["python", "-m", "icrl_gym.estimators.fresh_arm", *(sys.argv[1:] if argv is None else argv)])
+    print(save_fresh_arm_rule(build_fresh_arm_rule(told_gittins_table(args.horizon)), out, command))
 
 
 if __name__ == "__main__":

@@ -455,8 +455,9 @@ def main(argv: list[str] | None = None) -> None:
     :func:`set_play` with the pairs (none: the field is removed); values are JSON (``fresh_arm_floor=true``).
     """
     import argparse
-    import shlex
     import sys
+
+    from icrl_gym.utils.command import portable
 
     parser = argparse.ArgumentParser(prog="python -m icrl_gym.checkpoint", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -473,9 +474,9 @@ def main(argv: list[str] | None = None) -> None:
             defaults[key] = json.loads(value)
         except json.JSONDecodeError:
             parser.error(f'the value of {key} must be JSON (true, 200, "text"), got {value!r}')
-    words = ["python", "-m", "icrl_gym.checkpoint", *(sys.argv[1:] if argv is None else argv)]
+    command = portable(" ".join(["python -m icrl_gym.checkpoint", *(sys.argv[1:] if argv is None else argv)]))
     try:
-        print(set_play(args.checkpoint, defaults, command=shlex.join(words)))
+        print(set_play(args.checkpoint, defaults, command=command))
     except CheckpointError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
 

@@ -89,14 +89,16 @@ def _copy_family(tmp_path):
     return tmp_path / "family"
 
 
-def test_set_play_makes_the_agent_play_with_the_records_keywords(tmp_path):
+def test_set_play_makes_the_agent_play_with_the_records_keywords(tmp_path, monkeypatch):
     from agents import pretrained
 
     stem = _copy_family(tmp_path)
+    monkeypatch.chdir(tmp_path)
     main(["play", str(stem), "fresh_arm_floor=false"])
     record = read_record(stem)  # the hash renewed: the record reads back
     assert record.play == {"fresh_arm_floor": False}
-    assert "icrl_gym.checkpoint play" in record.meta["play"]["command"]
+    # the command as typed, with no folder of this machine
+    assert record.meta["play"]["command"] == "python -m icrl_gym.checkpoint play family fresh_arm_floor=false"
     assert pretrained(stem).config()["fresh_arm_floor"] is False
     set_play(stem, {"fresh_arm_floor": True})
     assert pretrained(stem).config()["fresh_arm_floor"] is True

@@ -29,7 +29,6 @@ import argparse
 import io
 import json
 import os
-import shlex
 import sys
 import zipfile
 from pathlib import Path
@@ -38,6 +37,7 @@ import numpy as np
 
 from icrl_gym.envs.validation import check_memory
 from icrl_gym.estimators.gittins import GittinsTable, gittins_build_bytes, told_gittins_table
+from icrl_gym.utils.command import portable
 from icrl_gym.utils.fileio import atomic_write_bytes
 from icrl_gym.utils.provenance import software_environment
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="the .npz to write (default: the shipped file's place)")
     args = parser.parse_args(argv)
     out = args.out or SHIPPED_PATH.with_name(f"fresh_arm_N{args.horizon}.npz")
-    command = shlex.join(["python", "-m", "icrl_gym.estimators.fresh_arm", *(sys.argv[1:] if argv is None else argv)])
+    command = portable(" ".join(["python -m icrl_gym.estimators.fresh_arm", *(sys.argv[1:] if argv is None else argv)]))
     print(save_fresh_arm_rule(build_fresh_arm_rule(told_gittins_table(args.horizon)), out, command))
 
 

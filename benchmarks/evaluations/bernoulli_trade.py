@@ -1,0 +1,208 @@
+r"""Two lines of the widened Bernoulli generalist's acceptance, one draw: the skewed sets and the all-high priors.
+
+The acceptance asks one policy, not told the arms' prior, for two things at T = 200:
+
+- on the skewed sets (:mod:`benchmarks.evaluations.bernoulli_skewed_sets`: the first floor(K/2) arms' means
+  ~ U[1/2, 1] and the rest ~ U[0, 1/2], or the reverse) at most 1.07x the regret of the finite-horizon Gittins
+  index told U[0, 1];
+- under every Beta(a, b) prior of the family at K = 5, 10, 20 at most 1.25x the regret of the Gittins index told
+  that prior, and a p99 at most 1.5x its p99.
+
+After a high first half, a skewed set's next arms are low, while under a prior whose mass is near 1 (Beta(5, 1/2):
+mean 0.91) they are high: a policy that reads the arms as exchangeable must decide from the same kind of history
+whether another fresh arm is worth a pull, and the two lines ask for opposite answers.  This module plays any
+policies on the same instances and reward draws (common random numbers) of both kinds of cell and reports, per
+policy, the two coordinates of that trade,
+
+    x = max over the sets of R_set(P) / R_set(Gittins told U[0, 1]),
+    y = max over the priors of R_prior(P) / R_prior(Gittins told the prior),
+
+with the largest p99 ratio, and whether the policy is inside the box x <= 1.07, y <= 1.25, p99 <= 1.5.  The priors
+default to the four whose mass lies high (Beta(5, 1/2), Beta(2, 1/2), Beta(1, 1/2), Beta(5, 1)), where every
+policy measured so far was at its largest ratio; the other twelve cells can only raise y, so a policy outside the
+box here is outside it on the whole family.  This is a measurement on a finite set of policies, not a
+certificate: no exact frontier is computable beyond K = 3 (:mod:`benchmarks.evaluations.bernoulli_frontier`).
+
+    python -m benchmarks.evaluations.bernoulli_trade --runs 2000 --seed 144100000 --out DIR \
+        --agent 'model={"name": "generalist", "checkpoint": "bernoulli-generalist-family"}' \
+        --agent 'index, split 0.1={"name": "family_gittins", "split_weight": 0.1}'
+
+Seeds: the sets' are --seed + 10 K (+ 1 reversed), as in ``bernoulli_skewed_sets``; the prior Beta(a, b) at K
+plays --seed + 1000 + 100 i + K, i its position in --priors.  OUT/trade.json records the configuration, every
+cell's means, standard errors and ratios, and the software; OUT/trade.png draws the policies against the box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.evaluations.bernoulli_skewed_sets import REFERENCE, parse_agent, skewed_sets
+from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
+from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
+from icrl_gym.utils.cli import doc_parser
+from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.provenance import software_environment
+
+HIGH_PRIORS = ((5.0, 0.5), (2.0, 0.5), (1.0, 0.5), (5.0, 1.0))
+"""The family's priors whose mass lies high (means 0.91, 0.80, 0.67, 0.83)."""
+SET_LINE, MEAN_LINE, P99_LINE = 1.07, 1.25, 1.5
+"""The acceptance's lines: sets against the Gittins told U[0, 1]; priors' mean and p99 against the told Gittins."""
+TOLD = "Gittins told the prior"
+
+
+def prior_cells(
+    agents: dict[str, dict[str, Any]],
+    runs: int,
+    seed: int,
+    priors: tuple[tuple[float, float], ...] = HIGH_PRIORS,
+    arms: tuple[int, ...] = (5, 10, 20),
+    horizon: int = 200,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per cell ("Beta(5, 0.5) K=5", ...), per policy (the told Gittins first): mean, s.e., ratio, its s.e., p99 ratio."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for i, (a, b) in enumerate(priors):
+        for k in arms:
+            spec = bernoulli_bandit_spec(k, horizon=horizon, prior="beta", prior_a=a, prior_b=b)
+            rows = {TOLD: {"name": "gittins", "prior_a": a, "prior_b": b}, **agents}
+            totals = {
+                label: evaluate_regret(spec, agent, runs, seed=seed + 1000 + 100 * i + k).sum(axis=1)
+                for label, agent in rows.items()
+            }
+            cell: dict[str, dict[str, float]] = {}
+            for label, total in totals.items():
+                ratio, ratio_se = paired_ratio(total, totals[TOLD])
+                p99, p99_low, p99_high = paired_quantile_ratio(total, totals[TOLD])
+                cell[label] = {
+                    "mean": float(total.mean()),
+                    "se": float(total.std(ddof=1) / np.sqrt(runs)),
+                    "ratio": ratio,
+                    "ratio_se": ratio_se,
+                    "p99_ratio": p99,
+                    "p99_interval": [p99_low, p99_high],
+                }
+            out[f"Beta({a:g}, {b:g}) K={k}"] = cell
+    return out
+
+
+def trade_summary(
+    sets: dict[str, dict[str, dict[str, float]]], priors: dict[str, dict[str, dict[str, float]]]
+) -> dict[str, dict[str, Any]]:
+    """Per policy: x (worst set ratio), y (worst prior mean ratio), the worst p99 ratio, their cells, in the box."""
+    labels = [label for label in next(iter(sets.values())) if label != REFERENCE]
+    summary: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        x_cell = max(sets, key=lambda c: sets[c][label]["ratio"])
+        y_cell = max(priors, key=lambda c: priors[c][label]["ratio"])
+        p_cell = max(priors, key=lambda c: priors[c][label]["p99_ratio"])
+        x, y, p99 = sets[x_cell][label]["ratio"], priors[y_cell][label]["ratio"], priors[p_cell][label]["p99_ratio"]
+        summary[label] = {
+            "worst_set": x,
+            "worst_set_se": sets[x_cell][label]["ratio_se"],
+            "worst_set_cell": x_cell,
+            "worst_prior": y,
+            "worst_prior_se": priors[y_cell][label]["ratio_se"],
+            "worst_prior_cell": y_cell,
+            "worst_p99": p99,
+            "worst_p99_cell": p_cell,
+            "sets_over": sum(sets[c][label]["ratio"] > SET_LINE for c in sets),
+            "in_box": bool(x <= SET_LINE and y <= MEAN_LINE and p99 <= P99_LINE),
+        }
+    return summary
+
+
+def plot_trade(summary: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+    """The policies at (x, y) with two standard errors, the box's corner at (1.07, 1.25)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    ax.axvline(SET_LINE, color="grey", lw=1, ls="--")
+    ax.axhline(MEAN_LINE, color="grey", lw=1, ls="--")
+    ax.fill_between([0.9, SET_LINE], 0.9, MEAN_LINE, color="tab:green", alpha=0.08, label="both lines met")
+    for label, s in summary.items():
+        ax.errorbar(
+            s["worst_set"], s["worst_prior"], xerr=2 * s["worst_set_se"], yerr=2 * s["worst_prior_se"], fmt="o", ms=4
+        )
+        ax.annotate(label, (s["worst_set"], s["worst_prior"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("worst skewed set / Gittins told U[0, 1]")
+    ax.set_ylabel("worst high-mass prior / Gittins told the prior")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_prior(text: str) -> tuple[float, float]:
+    """``A,B`` -> (a, b), both positive."""
+    try:
+        a, b = (float(v) for v in text.split(","))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--priors takes A,B pairs such as 5,0.5, got {text!r}") from err
+    if not (a > 0 and b > 0):
+        raise argparse.ArgumentTypeError(f"a Beta prior needs a, b > 0, got {text!r}")
+    return a, b
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Play both kinds of cell, print each policy's coordinates and write ``OUT/trade.json`` and the plot."""
+    parser = doc_parser(__doc__)
+    parser.add_argument("--agent", type=parse_agent, action="append", required=True, help="LABEL=JSON (repeat)")
+    parser.add_argument("--runs", type=int, default=2000, help="runs per cell")
+    parser.add_argument("--seed", type=int, default=144_100_000)
+    parser.add_argument("--set-arms", type=int, nargs="+", default=[2, 5, 10, 20], help="K of the sets")
+    parser.add_argument("--prior-arms", type=int, nargs="+", default=[5, 10, 20], help="K of the prior cells")
+    parser.add_argument("--priors", type=parse_prior, nargs="+", default=list(HIGH_PRIORS), help="A,B pairs")
+    parser.add_argument("--out", required=True, help="output folder")
+    args = parser.parse_args(argv)
+    if args.runs < 2 or any(k < 2 for k in args.set_arms + args.prior_arms):
+        parser.error("--runs must be >= 2 and every K >= 2")
+    agents = dict(args.agent)
+    if len(agents) != len(args.agent) or {REFERENCE, TOLD} & set(agents):
+        parser.error(f"every --agent needs its own label, and not {REFERENCE!r} or {TOLD!r}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    sets = skewed_sets(agents, args.runs, args.seed, tuple(args.set_arms))
+    priors = prior_cells(agents, args.runs, args.seed, tuple(args.priors), tuple(args.prior_arms))
+    summary = trade_summary(sets, priors)
+    for label, s in summary.items():
+        print(
+            f"{label:40s} sets {s['worst_set']:.3f} +- {s['worst_set_se']:.3f} ({s['worst_set_cell']}, "
+            f"{s['sets_over']} over)  priors {s['worst_prior']:.3f} +- {s['worst_prior_se']:.3f} "
+            f"({s['worst_prior_cell']})  p99 {s['worst_p99']:.2f}  {'IN' if s['in_box'] else 'out'}"
+        )
+    config = {
+        "agents": agents,
+        "runs": args.runs,
+        "seed": args.seed,
+        "set_arms": args.set_arms,
+        "prior_arms": args.prior_arms,
+        "priors": [list(p) for p in args.priors],
+        "horizon": 200,
+        "lines": {"set": SET_LINE, "mean": MEAN_LINE, "p99": P99_LINE},
+    }
+    result = {
+        "config": config,
+        "summary": summary,
+        "sets": sets,
+        "priors": priors,
+        "seconds": round(time.time() - start),
+        "software": software_environment(),
+    }
+    atomic_write_bytes(out / "trade.json", json.dumps(result, indent=1).encode())
+    plot_trade(summary, out / "trade.png", f"{args.runs} runs per cell, seed {args.seed}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

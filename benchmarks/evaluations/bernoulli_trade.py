@@ -65,7 +65,7 @@ def prior_cells(
     arms: tuple[int, ...] = (5, 10, 20),
     horizon: int = 200,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Per cell ("Beta(5, 0.5) K=5", ...), per policy (the told Gittins first): mean, s.e., ratio, its s.e., p99 ratio."""
+    """Per cell ("Beta(5, 0.5) K=5", ...), per policy (the told Gittins first): mean, s.e., ratio, p99 ratio."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for i, (a, b) in enumerate(priors):
         for k in arms:

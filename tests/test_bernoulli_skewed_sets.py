@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks.evaluations import bernoulli_skewed_sets as ss
+from icrl_gym.utils.cli import parse_agent
 
 
 def test_the_reference_replayed_is_one_and_uniform_play_has_its_closed_form(tmp_path):
@@ -34,7 +35,7 @@ def test_the_reference_replayed_is_one_and_uniform_play_has_its_closed_form(tmp_
 )
 def test_a_malformed_agent_is_refused_with_its_reason(text, message):
     with pytest.raises(argparse.ArgumentTypeError, match=message):
-        ss.parse_agent(text)
+        parse_agent(text)
 
 
 def test_shuffled_every_row_faces_the_same_orders_and_the_two_orders_of_a_set_agree(tmp_path):

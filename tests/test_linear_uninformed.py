@@ -70,3 +70,19 @@ def test_only_models_plays_the_named_models_and_the_references(tmp_path) -> None
     assert "linear-generalist-v3" in totals
     assert not set(linear_uninformed.MODELS) & set(totals)
     assert set(linear_uninformed.UNINFORMED) | set(linear_uninformed.TOLD) <= set(totals)
+
+
+def test_an_agent_row_is_played_on_the_same_runs_and_reported_against_the_best_reference(tmp_path) -> None:
+    """--agent LABEL=JSON: a rule by its specification plays the cell's runs; given a reference's specification
+    it replays that reference's totals run for run, and its ratio is the one the stored totals give."""
+    out = tmp_path / "lu"
+    args = ["--out", str(out), "--runs", "5", "--long-runs", "3", "--cells", "U[0, 1], K=2, T=200", "--only-models"]
+    linear_uninformed.main([*args, "--agent", 'again={"name": "linucb", "alpha": 1.0}'])
+    totals = json.loads((out / "cells" / "Gaussian_MAB_U[0,_1],_K=2,_T=200.json").read_text())["totals"]
+    np.testing.assert_array_equal(totals["again"], totals["LinUCB (alpha=1)"])
+    row = next(csv.DictReader((out / "cells.csv").open()))
+    best = np.asarray(totals[row["best uninformed"]])
+    assert float(row["again ratio"]) == pytest.approx(np.mean(totals["again"]) / best.mean(), abs=1e-3)
+    assert "again | ratio" in (out / "table.md").read_text()
+    with pytest.raises(SystemExit):  # a label taken by a reference is refused before any play
+        linear_uninformed.main([*args, "--agent", 'LinUCB (alpha=1)={"name": "linucb"}'])

@@ -25,7 +25,6 @@ records the configuration, every mean and standard error, and the ratios.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from agents.shuffled_arms import ShuffledArms
 from icrl_gym.data.crn import paired_ratio
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
-from icrl_gym.utils.cli import doc_parser
+from icrl_gym.utils.cli import doc_parser, parse_agent
 from icrl_gym.utils.fileio import atomic_write_bytes
 from icrl_gym.utils.provenance import software_environment
 
@@ -85,20 +84,6 @@ def skewed_sets(
                 }
             out[f"{name} K={k}"] = row
     return out
-
-
-def parse_agent(text: str) -> tuple[str, dict[str, Any]]:
-    """``LABEL=JSON`` -> (label, agent specification), with an error naming what is wrong."""
-    label, sep, spec = text.partition("=")
-    if not sep or not label.strip():
-        raise argparse.ArgumentTypeError(f"--agent takes LABEL=JSON, got {text!r}")
-    try:
-        parsed = json.loads(spec)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"--agent {label!r}: the specification is not JSON ({err})") from err
-    if not isinstance(parsed, dict) or "name" not in parsed:
-        raise argparse.ArgumentTypeError(f'--agent {label!r}: the specification needs a "name", got {spec!r}')
-    return label.strip(), parsed
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

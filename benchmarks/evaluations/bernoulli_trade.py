@@ -42,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.evaluations.bernoulli_skewed_sets import REFERENCE, parse_agent, skewed_sets
+from benchmarks.evaluations.bernoulli_skewed_sets import REFERENCE, skewed_sets
 from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
 from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
-from icrl_gym.utils.cli import doc_parser
+from icrl_gym.utils.cli import doc_parser, parse_agent
 from icrl_gym.utils.fileio import atomic_write_bytes
 from icrl_gym.utils.provenance import software_environment
 

@@ -13,7 +13,10 @@ Rows of every cell, all on the same instances and noise (common random numbers, 
 - the shipped ``linear-generalist`` alone, and inside the safety net (:mod:`agents.safety_net`);
 - with ``--model NAME`` (repeatable), each of these linear generalist checkpoints (a shipped name or a
   path) alone, its row named NAME, and with ``--net`` also inside the safety net ("NAME + safety net");
-  ``--only-models`` leaves out the two rows of the shipped ``linear-generalist``.
+  ``--only-models`` leaves out the two rows of the shipped ``linear-generalist``;
+- with ``--agent LABEL=JSON`` (repeatable), any agent by its specification (``{"name": "linucb", "alpha": 1.5}``,
+  ``{"name": "model_averaged_gittins"}``), reported as the models are: a rule outside the references, measured
+  against the same best uninformed reference.
 
 A cell "sigma unknown" marks the noise level unknown (``noise_known=False``): the model and the
 model-averaged index estimate it in context; the references that need sigma are still told it.
@@ -41,7 +44,7 @@ from icrl_gym.algorithm import BanditAgent
 from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
 from icrl_gym.data.trajectories import evaluate_regret, failure_limit
 from icrl_gym.envs import BanditSpec, linear_bandit_spec
-from icrl_gym.utils.cli import doc_parser
+from icrl_gym.utils.cli import doc_parser, parse_agent
 from icrl_gym.utils.fileio import atomic_write_bytes, atomic_write_csv
 
 TOLD: dict[str, dict[str, Any]] = {
@@ -94,15 +97,21 @@ def cells() -> dict[str, BanditSpec]:
 
 
 def play_cell(
-    spec: BanditSpec, runs: int, seed: int, models: dict[str, tuple[str, bool]], done: dict[str, Any] | None = None
+    spec: BanditSpec,
+    runs: int,
+    seed: int,
+    models: dict[str, tuple[str, bool]],
+    done: dict[str, Any] | None = None,
+    extra: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Per-run total regrets of every row on the cell (the reason, a string, where a row cannot play it).
 
-    The rows already in ``done`` (a stored record's totals of the same runs and seed) are kept, not replayed.
+    The rows already in ``done`` (a stored record's totals of the same runs and seed) are kept, not replayed;
+    ``extra`` adds rows by agent specification (label -> spec).
     """
     totals: dict[str, Any] = dict(done or {})
     batch = max(1, min(runs, 2_000_000 // (spec.dim * spec.dim * 24 + 1)))  # the index's (B, M, d, d) state
-    rows: dict[str, Any] = {**UNINFORMED, **TOLD}
+    rows: dict[str, Any] = {**UNINFORMED, **TOLD, **(extra or {})}
     for name, spec_row in rows.items():
         if name not in totals:
             totals[name] = evaluate_regret(spec, spec_row, runs, seed=seed, batch_size=batch).sum(1)
@@ -118,12 +127,13 @@ def play_cell(
     return {name: (v.tolist() if isinstance(v, np.ndarray) else v) for name, v in totals.items()}
 
 
-def summary(name: str, totals: dict[str, Any], models: dict[str, tuple[str, bool]]) -> dict[str, Any]:
+def summary(name: str, totals: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
     """One CSV row: every row's mean and failures, the best uninformed reference, the models' ratios and p99 ratios.
 
     A run fails when its regret exceeds max(3 x the best uninformed reference's mean, 20); the references' own
-    failures are kept too, to show how often a policy that is not a model fails by the same rule.  A model's
-    ratio comes with its paired standard error and its p99 ratio with the 90% paired bootstrap interval
+    failures are kept too, to show how often a policy that is not a model fails by the same rule.  A row of
+    ``models`` (the models and any ``--agent`` rows: only the keys are read) gets its ratio, with its paired
+    standard error, and its p99 ratio with the 90% paired bootstrap interval
     (:func:`~icrl_gym.data.crn.paired_ratio`, :func:`~icrl_gym.data.crn.paired_quantile_ratio`).
     """
     played = {k: np.asarray(v) for k, v in totals.items() if not isinstance(v, str)}
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         "--model", action="append", default=[], help="a further linear generalist checkpoint to play (repeatable)"
     )
     parser.add_argument("--net", action="store_true", help="also play every --model inside the safety net")
+    parser.add_argument("--agent", type=parse_agent, action="append", default=[], help="LABEL=JSON (repeatable)")
     parser.add_argument(
         "--only-models", action="store_true", help="play the --model rows only, not the default linear-generalist rows"
     )
@@ -166,7 +177,11 @@ def main(argv: list[str] | None = None) -> None:
         models.update({f"{name} + safety net": (name, True) for name in args.model})
     out = Path(args.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    config = {k: v for k, v in vars(args).items() if k != "out"}
+    extra = dict(args.agent)
+    if len(extra) != len(args.agent) or set(extra) & (set(models) | set(UNINFORMED) | set(TOLD)):
+        parser.error("every --agent needs its own label, not a reference's or a model's")
+    reported: dict[str, Any] = {**models, **extra}
+    config = {k: (dict(v) if k == "agent" else v) for k, v in vars(args).items() if k != "out"}
     rows = []
     for index, (name, spec) in enumerate((family_cells() if args.family else cells()).items()):
         if args.cells and not any(w in name for w in args.cells.split(";")):
@@ -176,26 +191,26 @@ def main(argv: list[str] | None = None) -> None:
         record = json.loads(path.read_text()) if path.exists() else None
         if record is not None and (record["runs"] != runs or record["seed"] != args.seed + index):
             record = None  # other runs or seed: nothing of it is reused
-        if record is None or not set(models) <= set(record["totals"]):
+        if record is None or not set(reported) <= set(record["totals"]):
             start = time.time()
             done = None if record is None else record["totals"]
-            totals = play_cell(spec, runs, args.seed + index, models, done)
+            totals = play_cell(spec, runs, args.seed + index, models, done, extra)
             record = {"cell": name, "runs": runs, "seed": args.seed + index, "totals": totals}
             atomic_write_bytes(path, json.dumps(record).encode())
             print(f"{name}: {time.time() - start:.0f} s", flush=True)
-        rows.append(summary(name, record["totals"], models))
+        rows.append(summary(name, record["totals"], reported))
     fields = sorted({k for r in rows for k in r}, key=lambda k: (k != "cell", k))
     atomic_write_csv(out / "cells.csv", rows, fields)
     lines = [
         f"Configuration: {json.dumps(config)}",
         "",
-        "| cell | best uninformed | " + " | ".join(f"{key} | ratio | p99 ratio | failures" for key in models) + " |",
-        "|---|---|" + "---|---|---|---|" * len(models),
+        "| cell | best uninformed | " + " | ".join(f"{key} | ratio | p99 ratio | failures" for key in reported) + " |",
+        "|---|---|" + "---|---|---|---|" * len(reported),
     ]
     for r in rows:
         best = f"{r['best uninformed']} {r['best mean']:.2f}"
         parts = []
-        for key in models:
+        for key in reported:
             if f"{key} ratio" in r:
                 ratio = f"{r[key + ' ratio']:.2f} +- {r[key + ' ratio s.e.']:.2f}"
                 p99 = f"{r[key + ' p99 ratio']:.2f} [{r[key + ' p99 ratio low']:.2f}, {r[key + ' p99 ratio high']:.2f}]"

@@ -92,6 +92,24 @@ class PlainHelpFormatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
+def parse_agent(text: str) -> tuple[str, dict[str, Any]]:
+    """``LABEL=JSON`` -> (label, agent specification), an ``--agent`` flag's value, with an error naming what is wrong.
+
+    The specification is what :func:`agents.make_agent` takes (a ``"name"`` and its keywords); the label names the
+    row it plays in a harness's table.
+    """
+    label, sep, spec = text.partition("=")
+    if not sep or not label.strip():
+        raise argparse.ArgumentTypeError(f"--agent takes LABEL=JSON, got {text!r}")
+    try:
+        parsed = json.loads(spec)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"--agent {label!r}: the specification is not JSON ({err})") from err
+    if not isinstance(parsed, dict) or "name" not in parsed:
+        raise argparse.ArgumentTypeError(f'--agent {label!r}: the specification needs a "name", got {spec!r}')
+    return label.strip(), parsed
+
+
 def doc_parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` whose description is ``doc`` as plain text (:func:`plain_text`).
 

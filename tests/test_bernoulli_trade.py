@@ -1,0 +1,45 @@
+"""The trade between the skewed sets and the high-mass priors: each policy's two coordinates from its cells."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.evaluations import bernoulli_trade as bt
+
+
+def test_coordinates_are_the_worst_cells_and_a_copy_of_each_reference_is_exactly_one(tmp_path) -> None:
+    """The reference given again is 1.000x on every set, the told Gittins given again 1.000x under its own prior;
+    each policy's x, y and p99 are the largest of its cells, and the box is read from the three lines."""
+    agents = [
+        'same={"name": "gittins"}',
+        'told={"name": "gittins", "prior_a": 5, "prior_b": 0.5}',
+        'uniform={"name": "uniform"}',
+    ]
+    argv = ["--runs", "30", "--seed", "7", "--set-arms", "2", "5", "--prior-arms", "5", "--priors", "5,0.5", "2,1"]
+    result = bt.main([*argv, "--out", str(tmp_path), *(a for agent in agents for a in ("--agent", agent))])
+    sets, priors, summary = result["sets"], result["priors"], result["summary"]
+    assert set(sets) == {"skewed K=2", "reversed K=2", "skewed K=5", "reversed K=5"}
+    assert set(priors) == {"Beta(5, 0.5) K=5", "Beta(2, 1) K=5"}
+    for cell in sets.values():
+        assert cell["same"]["ratio"] == pytest.approx(1.0)
+    assert priors["Beta(5, 0.5) K=5"]["told"]["ratio"] == pytest.approx(1.0)
+    assert priors["Beta(5, 0.5) K=5"]["told"]["p99_ratio"] == pytest.approx(1.0)
+    for label, s in summary.items():
+        assert s["worst_set"] == max(cell[label]["ratio"] for cell in sets.values())
+        assert s["worst_prior"] == max(cell[label]["ratio"] for cell in priors.values())
+        assert s["worst_p99"] == max(cell[label]["p99_ratio"] for cell in priors.values())
+        inside = s["worst_set"] <= bt.SET_LINE and s["worst_prior"] <= bt.MEAN_LINE and s["worst_p99"] <= bt.P99_LINE
+        assert s["in_box"] == inside
+    assert not summary["uniform"]["in_box"] and summary["uniform"]["worst_set"] > 2.0  # 200 steps of a random arm
+    saved = json.loads((tmp_path / "trade.json").read_text())
+    assert saved["config"]["priors"] == [[5.0, 0.5], [2.0, 1.0]] and saved["config"]["seed"] == 7
+    assert (tmp_path / "trade.png").stat().st_size > 0
+    np.testing.assert_allclose(saved["summary"]["same"]["worst_set"], 1.0)
+
+
+def test_a_prior_that_is_not_a_pair_of_positive_numbers_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        bt.main(["--out", "unused", "--agent", 'u={"name": "uniform"}', "--priors", "5,-1"])

@@ -54,3 +54,10 @@ def test_shuffled_every_row_faces_the_same_orders_and_the_two_orders_of_a_set_ag
     a, b = skewed[ss.REFERENCE], reversed_[ss.REFERENCE]
     assert abs(a["mean"] - b["mean"]) < 3.5 * (a["se"] ** 2 + b["se"] ** 2) ** 0.5
     assert result["config"]["shuffled"] is True
+
+
+def test_a_label_may_hold_an_equals_sign() -> None:
+    assert parse_agent('LinUCB (alpha=2)={"name": "linucb", "alpha": 2}') == (
+        "LinUCB (alpha=2)",
+        {"name": "linucb", "alpha": 2},
+    )

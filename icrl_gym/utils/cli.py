@@ -98,9 +98,10 @@ def parse_agent(text: str) -> tuple[str, dict[str, Any]]:
     The specification is what :func:`agents.make_agent` takes (a ``"name"`` and its keywords); the label names the
     row it plays in a harness's table.
     """
-    label, sep, spec = text.partition("=")
+    label, sep, spec = text.partition("={")  # the label may hold "=" itself: "LinUCB (alpha=2)={...}"
+    spec = "{" + spec
     if not sep or not label.strip():
-        raise argparse.ArgumentTypeError(f"--agent takes LABEL=JSON, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--agent takes LABEL=JSON (a JSON object after the first =), got {text!r}")
     try:
         parsed = json.loads(spec)
     except json.JSONDecodeError as err:

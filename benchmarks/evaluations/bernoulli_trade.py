@@ -64,9 +64,9 @@ def prior_cells(
     priors: tuple[tuple[float, float], ...] = HIGH_PRIORS,
     arms: tuple[int, ...] = (5, 10, 20),
     horizon: int = 200,
-) -> dict[str, dict[str, dict[str, float]]]:
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Per cell ("Beta(5, 0.5) K=5", ...), per policy (the told Gittins first): mean, s.e., ratio, p99 ratio."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for i, (a, b) in enumerate(priors):
         for k in arms:
             spec = bernoulli_bandit_spec(k, horizon=horizon, prior="beta", prior_a=a, prior_b=b)
@@ -75,7 +75,7 @@ def prior_cells(
                 label: evaluate_regret(spec, agent, runs, seed=seed + 1000 + 100 * i + k).sum(axis=1)
                 for label, agent in rows.items()
             }
-            cell: dict[str, dict[str, float]] = {}
+            cell: dict[str, dict[str, Any]] = {}
             for label, total in totals.items():
                 ratio, ratio_se = paired_ratio(total, totals[TOLD])
                 p99, p99_low, p99_high = paired_quantile_ratio(total, totals[TOLD])
@@ -92,7 +92,7 @@ def prior_cells(
 
 
 def trade_summary(
-    sets: dict[str, dict[str, dict[str, float]]], priors: dict[str, dict[str, dict[str, float]]]
+    sets: dict[str, dict[str, dict[str, float]]], priors: dict[str, dict[str, dict[str, Any]]]
 ) -> dict[str, dict[str, Any]]:
     """Per policy: x (worst set ratio), y (worst prior mean ratio), the worst p99 ratio, their cells, in the box."""
     labels = [label for label in next(iter(sets.values())) if label != REFERENCE]

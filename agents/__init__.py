@@ -32,6 +32,7 @@ from agents.bandit.optimal import Optimal
 from agents.bandit.thompson import BernoulliThompson, LinearThompson
 from agents.bandit.ucb import UCB
 from agents.bandit.uniform import Uniform
+from agents.fresh_arm_floor import FreshArmFloor
 from agents.mdp.greedy_q import MDPOptimal
 from agents.mdp.posterior_dpt import PosteriorOptimalAction
 from agents.mdp.psrl import PSRL, DarkRoomPSRL, PosteriorMeanPlanner
@@ -77,6 +78,8 @@ for _algorithm in (
     SafetyNet,
     # any bandit algorithm on every run's arms in a random order
     ShuffledArms,
+    # any K-armed Bernoulli algorithm never trying fewer fresh arms than the Gittins index told U[0, 1]
+    FreshArmFloor,
 ):
     register_agent(_algorithm.name, _algorithm)
 register_agent(SoftLinUCB.name, SoftLinUCB, defaults={"temperature": 0.1})  # the paper's soft LinUCB (App. E.2)
@@ -121,6 +124,7 @@ __all__ = [
     "BoxPosteriorMC",
     "DarkRoomPSRL",
     "EmpiricalMean",
+    "FreshArmFloor",
     "Gittins",
     "IndexAgent",
     "KLUCB",

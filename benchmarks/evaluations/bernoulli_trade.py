@@ -124,19 +124,26 @@ def plot_trade(summary: dict[str, dict[str, Any]], path: Path, title: str) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    fig, ax = plt.subplots(figsize=(9.5, 5.5))
     ax.axvline(SET_LINE, color="grey", lw=1, ls="--")
     ax.axhline(MEAN_LINE, color="grey", lw=1, ls="--")
     ax.fill_between([0.9, SET_LINE], 0.9, MEAN_LINE, color="tab:green", alpha=0.08, label="both lines met")
-    for label, s in summary.items():
+    markers = "osD^v<>phX*P"
+    for i, (label, s) in enumerate(summary.items()):
         ax.errorbar(
-            s["worst_set"], s["worst_prior"], xerr=2 * s["worst_set_se"], yerr=2 * s["worst_prior_se"], fmt="o", ms=4
+            s["worst_set"],
+            s["worst_prior"],
+            xerr=2 * s["worst_set_se"],
+            yerr=2 * s["worst_prior_se"],
+            fmt=markers[i % len(markers)],
+            ms=5,
+            color=plt.get_cmap("tab20")(i % 20),
+            label=label,
         )
-        ax.annotate(label, (s["worst_set"], s["worst_prior"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("worst skewed set / Gittins told U[0, 1]")
     ax.set_ylabel("worst high-mass prior / Gittins told the prior")
-    ax.set_title(title, fontsize=9)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(title + " (bars: two paired standard errors)", fontsize=9)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

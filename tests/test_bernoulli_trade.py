@@ -43,3 +43,30 @@ def test_coordinates_are_the_worst_cells_and_a_copy_of_each_reference_is_exactly
 def test_a_prior_that_is_not_a_pair_of_positive_numbers_is_refused() -> None:
     with pytest.raises(SystemExit):
         bt.main(["--out", "unused", "--agent", 'u={"name": "uniform"}', "--priors", "5,-1"])
+
+
+def test_an_earlier_run_of_the_same_draw_joins_and_another_draw_is_refused(tmp_path) -> None:
+    """--with: the earlier rows join unchanged beside the new ones; with no --agent the run only joins; an earlier
+    run of another seed is refused, since its rows are not paired with these."""
+    argv = ["--runs", "12", "--set-arms", "3", "--prior-arms", "3", "--priors", "2,0.5"]
+    first = bt.main([*argv, "--seed", "4", "--out", str(tmp_path / "a"), "--agent", 'ucb={"name": "ucb"}'])
+    second = bt.main(
+        [
+            *argv,
+            "--seed",
+            "4",
+            "--out",
+            str(tmp_path / "b"),
+            "--agent",
+            'ts={"name": "bernoulli_ts"}',
+            "--with",
+            str(tmp_path / "a"),
+        ]
+    )
+    assert set(second["summary"]) == {"ucb", "ts"}
+    assert second["summary"]["ucb"] == first["summary"]["ucb"]
+    assert second["config"]["agents"]["ucb"] == {"name": "ucb"}
+    joined = bt.main([*argv, "--seed", "4", "--out", str(tmp_path / "c"), "--with", str(tmp_path / "b")])
+    assert joined["summary"] == second["summary"]
+    with pytest.raises(SystemExit):
+        bt.main([*argv, "--seed", "5", "--out", str(tmp_path / "d"), "--with", str(tmp_path / "a")])

@@ -30,6 +30,8 @@ certificate: no exact frontier is computable beyond K = 3 (:mod:`benchmarks.eval
 Seeds: the sets' are --seed + 10 K (+ 1 reversed), as in ``bernoulli_skewed_sets``; the prior Beta(a, b) at K
 plays --seed + 1000 + 100 i + K, i its position in --priors.  OUT/trade.json records the configuration, every
 cell's means, standard errors and ratios, and the software; OUT/trade.png draws the policies against the box.
+``--with DIR`` joins the rows of an earlier run of the same draw (the same runs, seed, K and priors, checked), so a
+policy measured later joins the table and the plot without replaying the others; with no ``--agent`` it only joins.
 """
 
 from __future__ import annotations
@@ -163,7 +165,10 @@ def parse_prior(text: str) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Play both kinds of cell, print each policy's coordinates and write ``OUT/trade.json`` and the plot."""
     parser = doc_parser(__doc__)
-    parser.add_argument("--agent", type=parse_agent, action="append", required=True, help="LABEL=JSON (repeat)")
+    parser.add_argument("--agent", type=parse_agent, action="append", default=[], help="LABEL=JSON (repeat)")
+    parser.add_argument(
+        "--with", dest="earlier", action="append", default=[], help="an earlier OUT of the same draw to join (repeat)"
+    )
     parser.add_argument("--runs", type=int, default=2000, help="runs per cell")
     parser.add_argument("--seed", type=int, default=144_100_000)
     parser.add_argument("--set-arms", type=int, nargs="+", default=[2, 5, 10, 20], help="K of the sets")
@@ -176,11 +181,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     agents = dict(args.agent)
     if len(agents) != len(args.agent) or {REFERENCE, TOLD} & set(agents):
         parser.error(f"every --agent needs its own label, and not {REFERENCE!r} or {TOLD!r}")
+    draw = {
+        "runs": args.runs,
+        "seed": args.seed,
+        "set_arms": args.set_arms,
+        "prior_arms": args.prior_arms,
+        "priors": [list(p) for p in args.priors],
+    }
+    earlier = [json.loads((Path(d) / "trade.json").read_text()) for d in args.earlier]
+    for d, record in zip(args.earlier, earlier, strict=True):
+        theirs = {k: record["config"][k] for k in draw}
+        if theirs != draw:
+            parser.error(f"--with {d} is another draw ({theirs}), not this one ({draw}): its rows are not paired")
+    if not agents and not earlier:
+        parser.error("nothing to play: give --agent rows, or --with an earlier run to join")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    sets = skewed_sets(agents, args.runs, args.seed, tuple(args.set_arms))
-    priors = prior_cells(agents, args.runs, args.seed, tuple(args.priors), tuple(args.prior_arms))
+    if agents:
+        sets = skewed_sets(agents, args.runs, args.seed, tuple(args.set_arms))
+        priors = prior_cells(agents, args.runs, args.seed, tuple(args.priors), tuple(args.prior_arms))
+    else:
+        sets, priors = earlier[0]["sets"], earlier[0]["priors"]
+    for record in earlier:  # the same runs of the same cells: the references equal, the other rows join
+        for mine, theirs in ((sets, record["sets"]), (priors, record["priors"])):
+            for cell, rows in theirs.items():
+                mine[cell] = {**rows, **mine[cell]}
+        agents = {**record["config"]["agents"], **agents}
     summary = trade_summary(sets, priors)
     for label, s in summary.items():
         print(
@@ -190,11 +217,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     config = {
         "agents": agents,
-        "runs": args.runs,
-        "seed": args.seed,
-        "set_arms": args.set_arms,
-        "prior_arms": args.prior_arms,
-        "priors": [list(p) for p in args.priors],
+        **draw,
+        "joined": args.earlier,
         "horizon": 200,
         "lines": {"set": SET_LINE, "mean": MEAN_LINE, "p99": P99_LINE},
     }

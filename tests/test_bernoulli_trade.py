@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.evaluations import bernoulli_trade as bt
+from benchmarks.evaluations.bernoulli_skewed_sets import REFERENCE as REF
 
 
 def test_coordinates_are_the_worst_cells_and_a_copy_of_each_reference_is_exactly_one(tmp_path) -> None:
@@ -70,3 +71,18 @@ def test_an_earlier_run_of_the_same_draw_joins_and_another_draw_is_refused(tmp_p
     assert joined["summary"] == second["summary"]
     with pytest.raises(SystemExit):
         bt.main([*argv, "--seed", "5", "--out", str(tmp_path / "d"), "--with", str(tmp_path / "a")])
+
+
+def test_x_reads_only_the_sets_of_the_k_given() -> None:
+    """x_arms: the worst set over those K only; a K no set has is an error naming the sets."""
+    row = {REF: {"ratio": 1.0, "ratio_se": 0.0}}
+    sets = {
+        "skewed K=2": {**row, "p": {"ratio": 1.3, "ratio_se": 0.1}},
+        "skewed K=5": {**row, "p": {"ratio": 1.05, "ratio_se": 0.02}},
+    }
+    priors = {"Beta(5, 0.5) K=5": {"p": {"ratio": 1.2, "ratio_se": 0.02, "p99_ratio": 1.4}}}
+    assert bt.trade_summary(sets, priors)["p"]["worst_set"] == 1.3
+    only = bt.trade_summary(sets, priors, (5,))["p"]
+    assert only["worst_set"] == 1.05 and only["in_box"] and only["sets_over"] == 0
+    with pytest.raises(ValueError, match="no set has K"):
+        bt.trade_summary(sets, priors, (10,))

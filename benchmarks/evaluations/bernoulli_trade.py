@@ -17,7 +17,8 @@ policy, the two coordinates of that trade,
     x = max over the sets of R_set(P) / R_set(Gittins told U[0, 1]),
     y = max over the priors of R_prior(P) / R_prior(Gittins told the prior),
 
-with the largest p99 ratio, and whether the policy is inside the box x <= 1.07, y <= 1.25, p99 <= 1.5.  The priors
+with the largest p99 ratio, and whether the policy is inside the box x <= 1.07, y <= 1.25, p99 <= 1.5
+(``--x-arms 5 10 20``: x over the sets at those K only, since the acceptance judges K = 2 exactly).  The priors
 default to the four whose mass lies high (Beta(5, 1/2), Beta(2, 1/2), Beta(1, 1/2), Beta(5, 1)), where every
 policy measured so far was at its largest ratio; the other twelve cells can only raise y, so a policy outside the
 box here is outside it on the whole family.  This is a measurement on a finite set of policies, not a
@@ -94,13 +95,21 @@ def prior_cells(
 
 
 def trade_summary(
-    sets: dict[str, dict[str, dict[str, float]]], priors: dict[str, dict[str, dict[str, Any]]]
+    sets: dict[str, dict[str, dict[str, float]]],
+    priors: dict[str, dict[str, dict[str, Any]]],
+    x_arms: tuple[int, ...] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per policy: x (worst set ratio), y (worst prior mean ratio), the worst p99 ratio, their cells, in the box."""
+    """Per policy: x (worst set ratio), y (worst prior mean ratio), the worst p99 ratio, their cells, in the box.
+
+    ``x_arms``: the K of the sets that x reads (None: every set), e.g. K >= 5 where K = 2 is judged exactly.
+    """
     labels = [label for label in next(iter(sets.values())) if label != REFERENCE]
+    counted = [c for c in sets if x_arms is None or int(c.rsplit("K=", 1)[1]) in x_arms]
+    if not counted:
+        raise ValueError(f"no set has K in {x_arms}: the sets are {list(sets)}")
     summary: dict[str, dict[str, Any]] = {}
     for label in labels:
-        x_cell = max(sets, key=lambda c: sets[c][label]["ratio"])
+        x_cell = max(counted, key=lambda c: sets[c][label]["ratio"])
         y_cell = max(priors, key=lambda c: priors[c][label]["ratio"])
         p_cell = max(priors, key=lambda c: priors[c][label]["p99_ratio"])
         x, y, p99 = sets[x_cell][label]["ratio"], priors[y_cell][label]["ratio"], priors[p_cell][label]["p99_ratio"]
@@ -113,7 +122,7 @@ def trade_summary(
             "worst_prior_cell": y_cell,
             "worst_p99": p99,
             "worst_p99_cell": p_cell,
-            "sets_over": sum(sets[c][label]["ratio"] > SET_LINE for c in sets),
+            "sets_over": sum(sets[c][label]["ratio"] > SET_LINE for c in counted),
             "in_box": bool(x <= SET_LINE and y <= MEAN_LINE and p99 <= P99_LINE),
         }
     return summary
@@ -174,6 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--set-arms", type=int, nargs="+", default=[2, 5, 10, 20], help="K of the sets")
     parser.add_argument("--prior-arms", type=int, nargs="+", default=[5, 10, 20], help="K of the prior cells")
     parser.add_argument("--priors", type=parse_prior, nargs="+", default=list(HIGH_PRIORS), help="A,B pairs")
+    parser.add_argument("--x-arms", type=int, nargs="+", default=None, help="the K of the sets x reads (default all)")
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
     if args.runs < 2 or any(k < 2 for k in args.set_arms + args.prior_arms):
@@ -208,7 +218,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for cell, rows in theirs.items():
                 mine[cell] = {**rows, **mine[cell]}
         agents = {**record["config"]["agents"], **agents}
-    summary = trade_summary(sets, priors)
+    try:
+        summary = trade_summary(sets, priors, None if args.x_arms is None else tuple(args.x_arms))
+    except ValueError as err:
+        parser.error(str(err))
     for label, s in summary.items():
         print(
             f"{label:40s} sets {s['worst_set']:.3f} +- {s['worst_set_se']:.3f} ({s['worst_set_cell']}, "
@@ -219,6 +232,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agents": agents,
         **draw,
         "joined": args.earlier,
+        "x_arms": args.x_arms,
         "horizon": 200,
         "lines": {"set": SET_LINE, "mean": MEAN_LINE, "p99": P99_LINE},
     }
@@ -231,7 +245,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "software": software_environment(),
     }
     atomic_write_bytes(out / "trade.json", json.dumps(result, indent=1).encode())
-    plot_trade(summary, out / "trade.png", f"{args.runs} runs per cell, seed {args.seed}")
+    sets_read = "every set" if args.x_arms is None else "sets at K = " + ", ".join(map(str, args.x_arms))
+    plot_trade(summary, out / "trade.png", f"{args.runs} runs per cell, seed {args.seed}, x over {sets_read}")
     return result
 
 

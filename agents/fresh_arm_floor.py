@@ -27,7 +27,7 @@ from icrl_gym.agent_base import resolve_horizon
 from icrl_gym.algorithm import BanditAgent
 from icrl_gym.envs.validation import check_number
 from icrl_gym.estimators.fresh_arm import FreshArmRule, fresh_arm_rule
-from icrl_gym.registry import make_agent
+from icrl_gym.registry import make_bandit_agent
 
 
 class FreshArmFloor(BanditAgent):
@@ -43,9 +43,7 @@ class FreshArmFloor(BanditAgent):
         seed: int | None = None,
     ) -> None:
         super().__init__(seed=seed)
-        built = inner if isinstance(inner, BanditAgent) else make_agent(inner)
-        if not isinstance(built, BanditAgent):
-            raise TypeError(f"fresh_arm_floor plays a bandit algorithm, got {type(built).__name__}")
+        built = make_bandit_agent(inner, "fresh_arm_floor")
         self.inner = built
         self.max_memory_gib = None if max_memory_gib is None else check_number("max_memory_gib", max_memory_gib, 0.0)
         self.rule: FreshArmRule | None = None

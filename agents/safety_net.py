@@ -45,7 +45,7 @@ import numpy as np
 from agents.bandit.model_average import ModelAveragedBayesUCB
 from icrl_gym.algorithm import BanditAgent, one_hot
 from icrl_gym.envs.validation import MAX_SCALE, check_number
-from icrl_gym.registry import make_agent
+from icrl_gym.registry import make_bandit_agent
 
 
 class SafetyNet(BanditAgent):
@@ -71,9 +71,7 @@ class SafetyNet(BanditAgent):
         seed: int | None = None,
     ) -> None:
         super().__init__(seed=seed)
-        built = inner if isinstance(inner, BanditAgent) else make_agent(inner)
-        if not isinstance(built, BanditAgent):
-            raise TypeError(f"the safety net wraps a bandit algorithm, got {type(built).__name__}")
+        built = make_bandit_agent(inner, "the safety net")
         self.inner = built
         self.margin = check_number("margin", margin, low=0.0, max_abs=MAX_SCALE)
         trusted = self.margin if trusted_margin is None else trusted_margin

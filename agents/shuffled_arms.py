@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from icrl_gym.algorithm import BanditAgent
-from icrl_gym.registry import make_agent
+from icrl_gym.registry import make_bandit_agent
 
 
 class ShuffledArms(BanditAgent):
@@ -36,9 +36,7 @@ class ShuffledArms(BanditAgent):
 
     def __init__(self, inner: BanditAgent | Mapping[str, Any] | str, seed: int | None = None) -> None:
         super().__init__(seed=seed)
-        built = inner if isinstance(inner, BanditAgent) else make_agent(inner)
-        if not isinstance(built, BanditAgent):
-            raise TypeError(f"shuffled_arms plays a bandit algorithm, got {type(built).__name__}")
+        built = make_bandit_agent(inner, "shuffled_arms")
         self.inner = built
         self.binary_rewards, self.reward_bounds = built.binary_rewards, built.reward_bounds
         self.order = np.zeros((0, 0), dtype=np.int64)

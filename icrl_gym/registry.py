@@ -25,7 +25,7 @@ import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
-from icrl_gym.algorithm import Agent
+from icrl_gym.algorithm import Agent, BanditAgent
 from icrl_gym.utils.names import check_keywords, did_you_mean
 
 ENTRY_POINT_GROUP = "icrl_gym.agents"
@@ -129,3 +129,15 @@ def make_agent(spec: str | Mapping[str, Any], seed: int | None = None, **kwargs:
         return cls(seed=seed, **params)
     except TypeError as err:
         raise ValueError(f"bad parameters for agent {name!r}: {err}") from err
+
+
+def make_bandit_agent(inner: BanditAgent | Mapping[str, Any] | str, wrapper: str) -> BanditAgent:
+    """The bandit algorithm that a wrapper (the safety net, shuffled arms, the fresh-arm floor) plays.
+
+    ``inner`` itself, or built from its name or specification; anything that is not a bandit algorithm is a
+    ``TypeError`` naming ``wrapper``.
+    """
+    built = inner if isinstance(inner, BanditAgent) else make_agent(inner)
+    if not isinstance(built, BanditAgent):
+        raise TypeError(f"{wrapper} plays a bandit algorithm, got {type(built).__name__}")
+    return built

@@ -237,6 +237,7 @@ SPECS = {
     "safety_net": {"name": "safety_net", "inner": {"name": "linucb"}},
     "mixture": {"name": "mixture", "components": [{"name": "bernoulli_ts"}, {"name": "ucb"}], "weights": [0.5, 0.5]},
     "shuffled_arms": {"name": "shuffled_arms", "inner": {"name": "bernoulli_ts"}},
+    "fresh_arm_floor": {"name": "fresh_arm_floor", "inner": {"name": "bernoulli_ts"}},
     "posterior_optimal_action": {
         "name": "posterior_optimal_action",
         "posterior": {"name": "psrl", "posterior_samples": 4},

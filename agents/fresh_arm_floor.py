@@ -8,7 +8,7 @@ the same runs.  At step t of a run of T steps, with counts (s_k, f_k) of the arm
   G(s_k, f_k, T - t) (:meth:`~icrl_gym.estimators.fresh_arm.FreshArmRule.first_untried`, from thresholds shipped
   for T <= 1,000: no table is built);
 - where j is an arm not pulled yet and the inner algorithm's action a is an arm already pulled, arm j is played;
-  otherwise a is.
+  otherwise a is (:meth:`~icrl_gym.estimators.fresh_arm.FreshArmRule.floor`).
 
 So the floor only adds tries of fresh arms, and only while the U[0, 1] index wants one: on a bandit whose arms are
 all low it costs at most that index's own tries.  The inner algorithm is updated with the arm actually played and
@@ -71,10 +71,9 @@ class FreshArmFloor(BanditAgent):
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
         chosen = self.inner.act_batch(action_sets)
-        fresh = self._fresh()
-        rows = np.arange(self.batch_size)
-        floor = (fresh >= 0) & ((self.successes + self.failures)[rows, chosen] > 0)
-        return np.where(floor, fresh, chosen)
+        assert self.rule is not None
+        fresh = self.rule.floor(self.successes, self.failures, max(self.horizon - self.t, 1), chosen)
+        return np.where(fresh >= 0, fresh, chosen)
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:
         probs = np.array(self.inner.policy_batch(action_sets), dtype=np.float64)

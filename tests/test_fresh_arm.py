@@ -43,6 +43,23 @@ def test_first_untried_decides_as_the_tables_first_argmax():
     assert 0 < fired < 500 * 20
 
 
+def test_the_floor_replaces_a_tried_choice_with_the_indexs_untried_arm_only():
+    """Reference, one run at a time: the table's first maximiser where it is untried and the choice is tried."""
+    table = build_gittins_table(40)
+    rule, rng, acted = build_fresh_arm_rule(table), np.random.default_rng(1), 0
+    for _ in range(200):
+        s, f, m = _states(rng, 40)
+        chosen = rng.integers(0, s.shape[1], len(s))
+        floored = rule.floor(s, f, m, chosen)
+        for run in range(len(s)):
+            best = int(first_argmax(table.lookup(s[run], f[run], m)[None])[0])
+            fresh = s[run, best] + f[run, best] == 0
+            expected = best if fresh and s[run, chosen[run]] + f[run, chosen[run]] > 0 else -1
+            assert floored[run] == expected
+            acted += expected >= 0
+    assert acted > 0
+
+
 def test_a_tried_arm_tied_with_the_fresh_index_before_the_first_untried_one_keeps_the_first_place():
     """A tie goes to the first arm: a tried arm whose index equals lambda*_m and comes first wins."""
     table = build_gittins_table(20)

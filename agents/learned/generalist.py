@@ -108,9 +108,7 @@ def fresh_arm_floor(
     :data:`~icrl_gym.agent_base.TIE_TOLERANCE` to the first) a tried one, that untried arm's logit becomes the largest
     plus :data:`FLOOR_MARGIN`.
     """
-    fresh = rule.first_untried(successes, failures, steps_left)
-    rows = np.arange(logits.shape[0])
-    chosen = first_argmax(logits, TIE_TOLERANCE)
-    floor = (fresh >= 0) & ((successes + failures)[rows, chosen] > 0)
+    fresh = rule.floor(successes, failures, steps_left, first_argmax(logits, TIE_TOLERANCE))
+    floor = fresh >= 0
     logits[floor, fresh[floor]] = logits[floor].max(axis=1) + FLOOR_MARGIN
     return logits

@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agents.shuffled_arms import ShuffledArms
-from icrl_gym.data.crn import paired_ratio
+from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
+from icrl_gym.data.labels import AgentSpec
 from icrl_gym.data.trajectories import evaluate_regret
+from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.utils.cli import doc_parser, parse_agent
 from icrl_gym.utils.fileio import atomic_write_bytes
@@ -45,6 +48,30 @@ ARMS = (2, 5, 10, 20)
 SETS = {"skewed": "skewed", "reversed": "skewed_reversed"}
 """The sets' names and the environment's prior of each."""
 REFERENCE = "Gittins told U[0, 1]"
+
+
+def paired_cell(
+    spec: BanditSpec, rows: Mapping[str, AgentSpec], runs: int, seed: int, reference: str, p99: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Every row played on the same ``runs`` runs of ``spec`` (common random numbers), paired with ``reference``'s.
+
+    Per row: the mean total regret, its s.e., the ratio of means and its paired s.e. (:func:`paired_ratio`); with
+    ``p99`` also the ratio of the 99th percentiles and its interval (:func:`paired_quantile_ratio`).
+    """
+    totals = {label: evaluate_regret(spec, agent, runs, seed=seed).sum(axis=1) for label, agent in rows.items()}
+    cell: dict[str, dict[str, Any]] = {}
+    for label, total in totals.items():
+        ratio, ratio_se = paired_ratio(total, totals[reference])
+        cell[label] = {
+            "mean": float(total.mean()),
+            "se": float(total.std(ddof=1) / np.sqrt(runs)),
+            "ratio": ratio,
+            "ratio_se": ratio_se,
+        }
+        if p99:
+            ratio_p99, low, high = paired_quantile_ratio(total, totals[reference])
+            cell[label] |= {"p99_ratio": ratio_p99, "p99_interval": [low, high]}
+    return cell
 
 
 def skewed_sets(
@@ -69,20 +96,7 @@ def skewed_sets(
     for k in arms:
         for offset, (name, prior) in enumerate(SETS.items()):
             spec = bernoulli_bandit_spec(k, horizon=horizon, prior=prior)
-            totals = {
-                label: evaluate_regret(spec, agent, runs, seed=seed + 10 * k + offset).sum(axis=1)
-                for label, agent in rows.items()
-            }
-            row: dict[str, dict[str, float]] = {}
-            for label, total in totals.items():
-                ratio, ratio_se = paired_ratio(total, totals[REFERENCE])
-                row[label] = {
-                    "mean": float(total.mean()),
-                    "se": float(total.std(ddof=1) / np.sqrt(runs)),
-                    "ratio": ratio,
-                    "ratio_se": ratio_se,
-                }
-            out[f"{name} K={k}"] = row
+            out[f"{name} K={k}"] = paired_cell(spec, rows, runs, seed + 10 * k + offset, REFERENCE)
     return out
 
 

@@ -43,11 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from benchmarks.evaluations.bernoulli_skewed_sets import REFERENCE, skewed_sets
-from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
-from icrl_gym.data.trajectories import evaluate_regret
+from benchmarks.evaluations.bernoulli_skewed_sets import REFERENCE, paired_cell, skewed_sets
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.utils.cli import doc_parser, parse_agent
 from icrl_gym.utils.fileio import atomic_write_bytes
@@ -74,23 +70,8 @@ def prior_cells(
         for k in arms:
             spec = bernoulli_bandit_spec(k, horizon=horizon, prior="beta", prior_a=a, prior_b=b)
             rows = {TOLD: {"name": "gittins", "prior_a": a, "prior_b": b}, **agents}
-            totals = {
-                label: evaluate_regret(spec, agent, runs, seed=seed + 1000 + 100 * i + k).sum(axis=1)
-                for label, agent in rows.items()
-            }
-            cell: dict[str, dict[str, Any]] = {}
-            for label, total in totals.items():
-                ratio, ratio_se = paired_ratio(total, totals[TOLD])
-                p99, p99_low, p99_high = paired_quantile_ratio(total, totals[TOLD])
-                cell[label] = {
-                    "mean": float(total.mean()),
-                    "se": float(total.std(ddof=1) / np.sqrt(runs)),
-                    "ratio": ratio,
-                    "ratio_se": ratio_se,
-                    "p99_ratio": p99,
-                    "p99_interval": [p99_low, p99_high],
-                }
-            out[f"Beta({a:g}, {b:g}) K={k}"] = cell
+            cell_seed = seed + 1000 + 100 * i + k
+            out[f"Beta({a:g}, {b:g}) K={k}"] = paired_cell(spec, rows, runs, cell_seed, TOLD, p99=True)
     return out
 
 

@@ -80,6 +80,16 @@ class FreshArmRule:
         blocked = np.any(tried & (above | (before & reach)), axis=1)
         return np.where(untried.any(axis=1) & ~blocked, first, -1)
 
+    def floor(self, successes: np.ndarray, failures: np.ndarray, steps_left: int, chosen: np.ndarray) -> np.ndarray:
+        """(B,) the untried arm the floor plays in place of ``chosen`` (B,), else -1; counts (B, K).
+
+        The fresh-arm floor: where the index's first maximiser is an untried arm (:meth:`first_untried`) and the
+        policy's choice an arm already pulled, that untried arm; so the floor only adds tries of fresh arms.
+        """
+        fresh = self.first_untried(successes, failures, steps_left)
+        tried = (successes + failures)[np.arange(fresh.shape[0]), chosen] > 0
+        return np.where(tried, fresh, -1)
+
 
 def build_fresh_arm_rule(table: GittinsTable) -> FreshArmRule:
     """The thresholds of ``table`` (module docstring); raises if G(s, n - s, m) is not monotone in s somewhere."""

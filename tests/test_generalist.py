@@ -372,6 +372,31 @@ def test_fine_tuning_run_starts_from_the_given_weights_and_counts_their_time(tmp
         train(other, echo=False)
 
 
+def test_a_grown_run_starts_from_the_shallower_checkpoints_policy_and_trains_its_new_blocks(tmp_path):
+    """init_grow: the checkpoint's blocks first, each added block the identity, so the logits are the checkpoint's."""
+    first = train(_train_cfg(tmp_path / "first", tmp_path, 3), echo=False)
+    deeper = {**TINY, "n_layers": TINY["n_layers"] + 1}
+    shallow = _train_cfg(tmp_path / "second", tmp_path, 3, init_checkpoint=str(tmp_path / "first"))
+    cfg = dataclasses.replace(shallow, model=deeper)
+    with pytest.raises(ValueError, match="holds a model"):  # fewer blocks only when asked
+        train(cfg, echo=False)
+    grown_run = train(dataclasses.replace(cfg, out_dir=str(tmp_path / "third"), init_grow=True), echo=False)
+    start, _ = read_checkpoint(tmp_path / "third" / "checkpoints" / "step_0000000")
+    grown = GeneralistTransformer(GeneralistConfig(**deeper))
+    grown.load_state_dict(start)
+    actions, rewards = _trajectory(3, 12, 4)
+    steps = torch.tensor([[0, 5, 11]] * 3)
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            grown(actions, rewards, steps, 12, 4), first(actions, rewards, steps, 12, 4), atol=1e-5
+        )
+    added = grown_run.state_dict()["blocks.2.mlp.2.weight"]
+    assert torch.count_nonzero(start["blocks.2.mlp.2.weight"]) == 0 and torch.count_nonzero(added) > 0
+    wider = dataclasses.replace(cfg, out_dir=str(tmp_path / "fourth"), init_grow=True, model={**deeper, "d_model": 32})
+    with pytest.raises(ValueError, match="holds a model"):
+        train(wider, echo=False)
+
+
 def test_fine_tuning_starts_from_a_run_folder_or_a_shipped_name(tmp_path):
     """init_checkpoint reads what play reads: a run's folder (its last checkpoint) or a shipped model's name."""
     first = train(_train_cfg(tmp_path / "first", tmp_path, 3), echo=False)

@@ -95,7 +95,7 @@ from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.envs.validation import MAX_SCALE, check_number
 from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
 from icrl_gym.estimators.statistics import ArmStatistics
-from icrl_gym.models.generalist import GeneralistConfig, GeneralistTransformer
+from icrl_gym.models.generalist import Block, GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.exact_bernoulli import BETA_FAMILY
@@ -140,6 +140,10 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     run's folder or its last checkpoint) instead of a random initialisation: a fine-tuning phase.  That run's
     training wall time counts towards ``time_budget_hours`` and is recorded, so the budget covers both phases
     ('': from scratch)."""
+    init_grow: bool = False
+    """With ``init_checkpoint``: that checkpoint may hold the same model with fewer blocks (``model.n_layers``); its
+    blocks become the first ones and each added block starts as the identity (:func:`grow_blocks`), so the run
+    starts from the checkpoint's policy exactly, with more capacity to fit its labels."""
     table_cache: str = "runs/cache"
     """Folder where the Gittins tables are kept between processes (5 min to build one for T = 500)."""
     beta_priors: list[list[float]] = field(default_factory=list)
@@ -652,18 +656,48 @@ def evaluate_against_gittins(
     return float(ours.mean()), float(ours.std(ddof=1) / math.sqrt(instances)), float(gittins.mean())
 
 
-def _init_from(model: GeneralistTransformer, checkpoint: str) -> float:
+def grow_blocks(model: GeneralistTransformer, state: dict[str, torch.Tensor], layers: int) -> None:
+    """Load ``state``, the weights of the same model with ``layers`` blocks, into ``model``'s first blocks.
+
+    Each further block starts as the identity: a pre-LayerNorm block adds x + W_o f(LN(x)) per sublayer, so with
+    the three output projections W_o (the cross-attention's, the arms' self-attention's and the MLP's second
+    layer) and their biases at zero it returns its input, and the grown model's logits are the checkpoint's
+    (Zhang, Dauphin & Ma 2019, "Fixup": a residual branch that starts at zero).  The gradients of those
+    projections are not zero, so the blocks learn from the first step.
+    """
+    keys = set(model.state_dict())
+    added = {key for key in keys if key.startswith("blocks.") and int(key.split(".")[1]) >= layers}
+    if set(state) != keys - added:
+        raise ValueError(f"the checkpoint does not hold this model's first {layers} blocks and its other weights")
+    model.load_state_dict(state, strict=False)
+    with torch.no_grad():
+        for block in list(model.blocks)[layers:]:
+            assert isinstance(block, Block)
+            for projection in (block.cross.out, block.self_attn.out, block.mlp[-1]):
+                assert isinstance(projection, torch.nn.Linear)
+                projection.weight.zero_()
+                projection.bias.zero_()
+
+
+def _init_from(model: GeneralistTransformer, checkpoint: str, grow: bool = False) -> float:
     """Load ``checkpoint``'s weights into ``model`` (same architecture); returns its training wall seconds.
 
     ``checkpoint`` is anything :func:`~icrl_gym.checkpoint.find_checkpoint` reads: a shipped model's name, a
-    checkpoint stem or file, or a training run's folder (its last checkpoint).
+    checkpoint stem or file, or a training run's folder (its last checkpoint).  With ``grow`` it may hold fewer
+    blocks (:func:`grow_blocks`).
     """
     state, meta = read_checkpoint(find_checkpoint(checkpoint))
-    if meta.get("model") != json.loads(json.dumps(model.config.to_dict())):  # as stored: tuples are lists
+    ours = json.loads(json.dumps(model.config.to_dict()))  # as stored: tuples are lists
+    stored = meta.get("model")
+    depth = ours["n_layers"]
+    if grow and isinstance(stored, dict) and {**stored, "n_layers": depth} == ours and stored["n_layers"] < depth:
+        grow_blocks(model, state, int(stored["n_layers"]))
+    elif stored != ours:
         raise ValueError(
-            f"init_checkpoint {checkpoint} holds a model {meta.get('model')}, not this run's {model.config.to_dict()}"
+            f"init_checkpoint {checkpoint} holds a model {stored}, not this run's {model.config.to_dict()}"
         )
-    model.load_state_dict(state)
+    else:
+        model.load_state_dict(state)
     return float(meta.get("training", {}).get("wall_time_s", 0.0))
 
 
@@ -689,7 +723,7 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
         def init() -> tuple[float, str]:
             if not cfg.init_checkpoint:
                 return 0.0, ""
-            wall = _init_from(model, cfg.init_checkpoint)
+            wall = _init_from(model, cfg.init_checkpoint, cfg.init_grow)
             return (
                 wall,
                 f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",

@@ -67,12 +67,16 @@ class FreshArmFloor(BanditAgent):
     def _fresh(self) -> np.ndarray:
         """(B,) the untried arm the U[0, 1] index would pull now, else -1."""
         assert self.rule is not None
-        return self.rule.first_untried(self.successes, self.failures, max(self.horizon - self.t, 1))
+        return self.rule.first_untried(self.successes, self.failures, self._steps_left())
+
+    def _steps_left(self) -> int:
+        """The pulls left, m = T - t (at least 1, as the thresholds are read)."""
+        return max(self.horizon - self.t, 1)
 
     def _act(self, action_sets: np.ndarray) -> np.ndarray:
         chosen = self.inner.act_batch(action_sets)
         assert self.rule is not None
-        fresh = self.rule.floor(self.successes, self.failures, max(self.horizon - self.t, 1), chosen)
+        fresh = self.rule.floor(self.successes, self.failures, self._steps_left(), chosen)
         return np.where(fresh >= 0, fresh, chosen)
 
     def _policy(self, action_sets: np.ndarray) -> np.ndarray:

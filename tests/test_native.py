@@ -85,6 +85,97 @@ def test_kernel_threads_give_identical_results(kernel):
     assert torch.equal(one, two)
 
 
+def arm_reference(qkv, n_heads, mask):
+    """Slow loop, float64: y[b, i, h] = sum_j softmax_j(<q_bih, k_bjh> / sqrt(dh)) v_bjh over the real arms j."""
+    n, k, width = qkv.shape
+    dh = width // (3 * n_heads)
+    x = qkv.double().view(n, k, 3, n_heads, dh)
+    y = torch.zeros(n, k, n_heads, dh, dtype=torch.float64)
+    for b in range(n):
+        real = [j for j in range(k) if mask is None or bool(mask[b, j])]
+        for i in range(k):
+            for h in range(n_heads):
+                scores = [float(x[b, i, 0, h] @ x[b, j, 1, h]) / dh**0.5 for j in real]
+                top = max(scores)
+                weights = [np.exp(s_ - top) for s_ in scores]
+                for w, j in zip(weights, real, strict=True):
+                    y[b, i, h] += w / sum(weights) * x[b, j, 2, h]
+    return y.view(n, k, n_heads * dh)
+
+
+@pytest.mark.parametrize("n, k, heads, dh", [(3, 5, 4, 8), (2, 1, 2, 8), (4, 7, 2, 5), (2, 20, 1, 16), (1, 50, 4, 8)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_arm_attention_matches_slow_loop(kernel, n, k, heads, dh, masked):
+    """Every head size (8 and 16 specialised, 5 general), one arm to fifty, with and without padded arms."""
+    g = torch.Generator().manual_seed(n * 1000 + k * 10 + dh)
+    qkv = 2 * torch.randn(n, k, 3 * heads * dh, generator=g)
+    mask = None
+    if masked:
+        mask = torch.rand(n, k, generator=g) < 0.7
+        mask[:, 0] = True  # every row keeps a real arm
+    y = kernel.arm_attention(qkv, heads, mask)
+    expected = arm_reference(qkv, heads, mask)
+    assert expected.abs().max() > 0.5
+    torch.testing.assert_close(y.double(), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(native_build.arm_attention_reference(qkv.double(), heads, mask), expected)
+
+
+def test_arm_attention_threads_give_identical_results(kernel):
+    qkv = torch.randn(300, 6, 96, generator=torch.Generator().manual_seed(1))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernel.arm_attention(qkv, 4)
+        torch.set_num_threads(2)
+        two = kernel.arm_attention(qkv, 4)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+
+
+def test_arm_attention_rejects_bad_input(kernel):
+    qkv = torch.zeros(2, 3, 24)
+    with pytest.raises(ValueError, match="with 5 heads"):
+        kernel.arm_attention(qkv, 5)
+    with pytest.raises(ValueError, match="mask"):
+        kernel.arm_attention(qkv, 2, torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="qkv must be contiguous float32"):
+        kernel.arm_attention(qkv.double(), 2)
+    with pytest.raises(ValueError, match="qkv must be contiguous float32"):
+        kernel.arm_attention(torch.zeros(2, 6, 24)[:, ::2], 2)
+    with pytest.raises(ValueError, match="mask must be contiguous bool"):
+        kernel.arm_attention(qkv, 2, torch.ones(2, 3))
+
+
+@needs_compiler
+@pytest.mark.parametrize("masked", [False, True])
+def test_arm_self_attention_plays_the_same_with_and_without_the_kernel(monkeypatch, masked):
+    """A rollout (no gradient) takes the kernel, training the PyTorch path; both give the same tokens and logits."""
+    from icrl_gym.models import generalist
+    from icrl_gym.models.generalist import ArmSelfAttention, GeneralistConfig, GeneralistTransformer
+
+    torch.manual_seed(0)
+    layer = ArmSelfAttention(GeneralistConfig(d_model=32, n_heads=4))
+    arms = torch.randn(6, 2, 5, 32)
+    mask = (torch.rand(6, 5) < 0.7) | (torch.arange(5) == 0) if masked else None
+    calls = []
+    real = generalist.native_kernels
+    monkeypatch.setattr(generalist, "native_kernels", lambda: calls.append(1) or real())
+    with torch.no_grad():
+        fast = layer(arms, mask)
+    assert calls  # the kernel was asked for
+    slow_grad = layer(arms, mask)  # the weights ask for a gradient: the PyTorch path
+    assert len(calls) == 1 and slow_grad.requires_grad
+    torch.testing.assert_close(fast, slow_grad.detach(), atol=1e-6, rtol=1e-5)
+    model = GeneralistTransformer(GeneralistConfig(d_model=32, n_heads=4, n_layers=2)).eval()
+    counts = torch.randint(0, 6, (50, 5, 2)).float()
+    with torch.no_grad():
+        with_kernel = model.decide_counts(counts, counts.sum(1), 40, 100)
+        monkeypatch.setattr(generalist, "native_kernels", lambda: None)
+        without = model.decide_counts(counts, counts.sum(1), 40, 100)
+    torch.testing.assert_close(with_kernel, without, atol=1e-5, rtol=1e-5)
+
+
 def test_kernel_rejects_bad_input(kernel):
     lane = kernel.lane
     q, k = torch.zeros(1, 2, 2, 8, lane), torch.zeros(1, 2, 6, 8, lane)
@@ -152,7 +243,7 @@ def test_native_is_refused_where_it_does_not_apply():
 def test_operator_passes_opcheck_and_matches_the_reference():
     """``torch.ops.icrl_gym.relu_decode``: schema, fake tensor and AOT checks; kernel and fallback agree."""
     g = torch.Generator().manual_seed(3)
-    lane = native.relu_decode_kernel().lane
+    lane = native.native_kernels().lane
     q, k, v = (torch.randn(2, 2, t, 8, lane, generator=g) for t in (2, 6, 6))
     out = torch.empty_like(q)
     torch.ops.icrl_gym.relu_decode(q, k, v, 5, out)
@@ -167,22 +258,22 @@ def test_operator_passes_opcheck_and_matches_the_reference():
 def fresh(monkeypatch, tmp_path):
     """An empty library cache folder and a kernel that is looked up again."""
     monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
-    native.relu_decode_kernel.cache_clear()
+    native.native_kernels.cache_clear()
     yield tmp_path
-    native.relu_decode_kernel.cache_clear()
+    native.native_kernels.cache_clear()
 
 
 def kernel_and_warnings():
-    """``relu_decode_kernel()`` and the messages of the warnings it gave."""
+    """``native_kernels()`` and the messages of the warnings it gave."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kernel = native.relu_decode_kernel()
+        kernel = native.native_kernels()
     return kernel, [str(w.message) for w in caught]
 
 
 def test_disabled_by_environment(fresh, monkeypatch):
     monkeypatch.setenv(native.DISABLE_ENV, "0")
-    assert native.relu_decode_kernel() is None
+    assert native.native_kernels() is None
     assert list(fresh.iterdir()) == []  # nothing compiled
     model = small()
     assert type(model.new_cache(2, model.env_info())) is KVCache
@@ -257,6 +348,10 @@ void icrl_relu_decode(const float *q, const float *K, const float *V, float *y, 
                       long cap, long n, long hs, long m, int n_threads) {
     for (long i = 0; i < n_blocks * n_head * m * hs * 16; ++i) y[i] = 1.0f;
 }
+void icrl_arm_attention(const float *qkv, const unsigned char *mask, float *y, long n, long k, long h, long dh,
+                        float denom, int n_threads) {
+    for (long i = 0; i < n * k * h * dh; ++i) y[i] = 1.0f;
+}
 """
 
 
@@ -270,7 +365,7 @@ def test_library_computing_garbage_is_not_used(fresh, monkeypatch):
     monkeypatch.setattr(native_build, "library_paths", lambda cc_, folder: {("-O3",): folder / "relu_decode-x.so"})
     native_build.store(fresh / "relu_decode-x.so", native_build._compile(cc, ("-O3",)))
     kernel, messages = kernel_and_warnings()
-    assert kernel is None and len(messages) == 1 and "failed its self-test" in messages[0]
+    assert kernel is None and len(messages) == 1 and "failed their self-test" in messages[0]
     assert type(small().new_cache(2, small().env_info())) is KVCache
 
 
@@ -331,7 +426,7 @@ def test_a_half_library_an_earlier_version_stored_with_its_checksum_is_rebuilt(t
 @needs_compiler
 def test_library_is_reused_and_a_corrupt_one_rebuilt(tmp_path):
     lib = build_in_subprocess(tmp_path)
-    assert lib.parent == tmp_path and lib.name.startswith("relu_decode-")
+    assert lib.parent == tmp_path and lib.name.startswith("icrl_kernels-")
     size, mtime = lib.stat().st_size, lib.stat().st_mtime_ns
     assert native_build.read_verified(lib) == lib.read_bytes()  # the sidecar holds its hash
     assert build_in_subprocess(tmp_path) == lib and lib.stat().st_mtime_ns == mtime  # reused, not rebuilt
@@ -369,10 +464,10 @@ for i in range(count):
         for _ in range(rng.randint(1, 8)):  # random byte flips
             corrupt[rng.randrange(len(corrupt))] ^= rng.randrange(1, 256)
     target.write_bytes(bytes(corrupt))
-    native.relu_decode_kernel.cache_clear()
+    native.native_kernels.cache_clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        kernel = native.relu_decode_kernel()
+        kernel = native.native_kernels()
     if kernel is None:
         counts["fell_back"] += 1
         continue
@@ -450,7 +545,7 @@ def test_cache_unpickled_without_the_kernel_runs_on_the_pytorch_fallback(monkeyp
     cache = model.new_cache(5, model.env_info())
     half = rollout_logits(model, cache, sets[:, :2], actions, rewards)
     twin = pickle.loads(pickle.dumps(cache))
-    monkeypatch.setattr(native, "relu_decode_kernel", lambda: None)
+    monkeypatch.setattr(native, "native_kernels", lambda: None)
     logits = [model.step(twin, sets[:, t], actions[:, t - 1], rewards[:, t - 1]).logits for t in (2, 3)]
     with torch.no_grad():
         full = model(sets, actions, rewards)[0]

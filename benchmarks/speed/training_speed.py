@@ -45,7 +45,7 @@ from benchmarks.speed.timing import RolloutSize, interleaved, parse_config, thre
 from icrl_gym.config import DEVICE, POSITIVE_INT, Allowed, check_fields, checked
 from icrl_gym.models import mdp_transformer, transformer
 from icrl_gym.models.kv_cache import KVCache
-from icrl_gym.models.native import relu_decode_kernel
+from icrl_gym.models.native import native_kernels
 from icrl_gym.utils.device import resolve_device
 
 REFERENCE = "a1af953663edeba7a8a6ad492b619a27654f02c2"
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             env_steps = args.instances * args.steps
             roll = {lab: env_steps / float(np.median(times["rollout", lab])) for lab in ("old", "torch", "new")}
             run["rollout"] = roll
-            native = "compiled kernel" if relu_decode_kernel() is not None else "kernel unavailable: PyTorch path"
+            native = "compiled kernel" if native_kernels() is not None else "kernel unavailable: PyTorch path"
             print(
                 f"\nrollout, paper model, {args.instances} instances x {args.steps} steps: old {roll['old']:,.0f}, "
                 f"new {roll['new']:,.0f} env-steps/s ({native}), speed-up {roll['new'] / roll['old']:.2f}x; "

@@ -1,10 +1,11 @@
-"""The compiled CPU kernel of the cached ReLU-attention decode step, and the cache laid out for it.
+"""The compiled CPU kernels of two attention steps of a rollout, and the cache laid out for the first.
 
-A cached decode step of :class:`~icrl_gym.models.transformer.BanditTransformer` attends each new
+*The cached ReLU-attention decode step.*  A cached decode step of
+:class:`~icrl_gym.models.transformer.BanditTransformer` attends each new
 query to every cached key: ``y_i = sum_{j<=i} ReLU(<q_i, k_j>) v_j`` (Definition 1, with the ``1/i``
 and ``1/sqrt(hs)`` factors folded into ``q``).  With PyTorch that is two batched matrix products
 per layer over ``B * n_head`` tiny matrices (``hs = 8`` rows in the paper model), whose per-matrix
-overhead makes them run at a fraction of the memory bandwidth.  ``relu_decode.c`` does the whole
+overhead makes them run at a fraction of the memory bandwidth.  ``kernels.c`` does the whole
 step in one pass over the keys and values, vectorised across trajectories: :class:`LanesKVCache`
 interleaves ``L`` trajectories innermost (the "lanes" layout).  On the 2-core CPU of this project
 a cached rollout of the paper model runs about 2x as fast as on the PyTorch path
@@ -15,7 +16,14 @@ that chooses: a :class:`LanesKVCache` where the kernel applies and works, else t
 The kernel is the PyTorch operator ``torch.ops.icrl_gym.relu_decode`` (:func:`relu_decode`), which
 calls the library through :mod:`ctypes`; a cache therefore holds only tensors, and can be copied
 and pickled.
-Its build, caching and checks are :mod:`icrl_gym.models.native_build`'s.
+
+*Softmax attention across the arms.*  The generalists' :class:`~icrl_gym.models.generalist.ArmSelfAttention`
+attends each of a step's K arm tokens to the others, again as batched products of tiny matrices
+(K x dh per run and head); the same library computes it row by row from the arms' stacked queries,
+keys and values (:meth:`~icrl_gym.models.native_build.NativeKernels.arm_attention`), where no gradient
+is asked for and :func:`kernel_takes` the tensor.
+
+The library's build, caching and checks are :mod:`icrl_gym.models.native_build`'s.
 """
 
 from __future__ import annotations
@@ -29,8 +37,8 @@ from icrl_gym.models.kv_cache import Attention, DecoderSizes, KVCache
 from icrl_gym.models.native_build import (
     CACHE_ENV,
     DISABLE_ENV,
-    ReluDecodeKernel,
-    relu_decode_kernel,
+    NativeKernels,
+    native_kernels,
     relu_decode_reference,
 )
 
@@ -38,18 +46,19 @@ __all__ = [
     "CACHE_ENV",
     "DISABLE_ENV",
     "LanesKVCache",
-    "ReluDecodeKernel",
+    "NativeKernels",
     "kernel_applies",
+    "kernel_takes",
     "new_kv_cache",
     "relu_decode",
-    "relu_decode_kernel",
+    "native_kernels",
     "relu_decode_reference",
 ]
 
 
 def _relu_decode(q: Tensor, k: Tensor, v: Tensor, n: int, out: Tensor) -> None:
     """The implementation of :data:`relu_decode`: the kernel where it takes these tensors, else the reference."""
-    kernel = relu_decode_kernel()
+    kernel = native_kernels()
     if kernel is not None and kernel.takes(q, k, v, out):
         kernel(q, k, v, n, out=out)
     else:
@@ -66,13 +75,18 @@ _LIBRARY.impl("relu_decode", _relu_decode, "CompositeExplicitAutograd")
 torch.library.register_fake("icrl_gym::relu_decode", _relu_decode_fake, lib=_LIBRARY)
 relu_decode = torch.ops.icrl_gym.relu_decode.default
 """``torch.ops.icrl_gym.relu_decode(q, k, v, n, out)``: the cached ReLU attention of ``q`` against
-keys/values ``0 .. n-1``, written into ``out`` (lanes layout, shapes as in :meth:`ReluDecodeKernel.__call__`).
+keys/values ``0 .. n-1``, written into ``out`` (lanes layout, shapes as in :meth:`NativeKernels.__call__`).
 
 The compiled kernel where it is loaded and takes these tensors (contiguous float32 on the CPU, its
 lane width), else :func:`relu_decode_reference` (e.g. for a cache unpickled in a process without a
 compiler).  Defined with ``torch.library.Library`` rather than ``torch.library.custom_op``: the
 latter's Python wrapper cost about 13% of the rollout speed at 50 runs (one call per layer and
 step), the plain definition about 2% (within the noise)."""
+
+
+def kernel_takes(x: Tensor) -> bool:
+    """Whether the compiled kernels can read ``x`` as it is: float32 on the CPU, contiguous."""
+    return x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()
 
 
 def kernel_applies(config: DecoderSizes, device: torch.device | str, dtype: torch.dtype) -> bool:
@@ -97,7 +111,7 @@ class LanesKVCache(KVCache):
     @classmethod
     def buffer_shape(cls, batch_size: int, n_head: int, head_size: int, max_tokens: int) -> tuple[int, ...]:
         """``(ceil(B/L), nh, max_tokens, hs, L)``; ValueError where the kernel is unavailable."""
-        kernel = relu_decode_kernel()
+        kernel = native_kernels()
         if kernel is None:
             raise ValueError(f"the native decode kernel is unavailable (see the warning above, or ${DISABLE_ENV})")
         return (-(-batch_size // kernel.lane), n_head, max_tokens, head_size, kernel.lane)
@@ -163,5 +177,5 @@ def new_kv_cache(
     A :class:`LanesKVCache` where the kernel applies (:func:`kernel_applies`) and works, else a
     :class:`KVCache` (the PyTorch path).
     """
-    native = kernel_applies(config, device, dtype) and relu_decode_kernel() is not None
+    native = kernel_applies(config, device, dtype) and native_kernels() is not None
     return (LanesKVCache if native else KVCache).allocate(batch_size, config, max_tokens, device, dtype)

@@ -1,4 +1,4 @@
-"""Building the compiled CPU kernel of :mod:`icrl_gym.models.native`: compile, cache, check, load.
+"""Building the compiled CPU kernels of :mod:`icrl_gym.models.native`: compile, cache, check, load.
 
 The source is compiled with the system C compiler (``$CC``, else ``cc``, ``gcc`` or
 ``clang``) the first time a process needs it, into ``$ICRL_GYM_NATIVE_CACHE`` (default
@@ -14,13 +14,14 @@ it is loaded a library is checked:
   (a truncated, torn or foreign file, or one stored without the check by an earlier version, is
   compiled again; loading a library truncated after it was stored could kill the process, so it
   is never attempted), and the process loads a private copy of exactly the bytes it verified;
-* on first use in a process its output must equal :func:`relu_decode_reference` on a small input.
+* on first use in a process its outputs must equal :func:`relu_decode_reference` and
+  :func:`arm_attention_reference` on small inputs.
 
 Where the cache folder cannot be written (read-only, a file in its place, a folder where the
 library should be), the library is compiled for this process only, in a private temporary folder,
 with one warning naming the cause.  Where no compiler works (or none writes a library that loads),
-the self-test fails, or with ``ICRL_GYM_NATIVE=0``, :func:`relu_decode_kernel` returns None (one
-warning, naming the cause) and models use the PyTorch path: the same function, about half the
+the self-test fails, or with ``ICRL_GYM_NATIVE=0``, :func:`native_kernels` returns None (one
+warning, naming the cause) and models use the PyTorch paths: the same functions, about half the
 rollout speed.
 """
 
@@ -30,6 +31,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -53,7 +55,7 @@ DISABLE_ENV = "ICRL_GYM_NATIVE"
 """Set to ``0`` to use the PyTorch decode path (no compilation)."""
 CACHE_ENV = "ICRL_GYM_NATIVE_CACHE"
 """Directory of the compiled library (default ``$XDG_CACHE_HOME/icrl_gym`` or ``~/.cache/icrl_gym``)."""
-SOURCE = Path(__file__).with_name("relu_decode.c")
+SOURCE = Path(__file__).with_name("kernels.c")
 FLAG_SETS = (
     ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"),
     ("-O3", "-march=native", "-fopenmp"),
@@ -71,11 +73,15 @@ _lock = threading.Lock()
 
 
 @dataclass(frozen=True)
-class ReluDecodeKernel:
-    """The loaded ``icrl_relu_decode`` and its lane width (trajectories per vector block)."""
+class NativeKernels:
+    """The loaded library: ``icrl_relu_decode``, its lane width, and ``icrl_arm_attention``.
+
+    The lane width is the number of trajectories per vector block of the decode kernel's layout.
+    """
 
     function: Callable[..., None]
     lane: int
+    arm_function: Callable[..., None]
     path: Path
     """Where the library is kept (the process loaded a private copy of its verified bytes)."""
     openmp: bool
@@ -103,6 +109,29 @@ class ReluDecodeKernel:
         self.function(q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr(), nb, nh, cap, n, hs, m, self.threads())
         return y
 
+    def arm_attention(self, qkv: Tensor, n_heads: int, mask: Tensor | None = None) -> Tensor:
+        """Softmax attention across the K arms of each of n rows: ``y`` (n, K, D) from ``qkv`` (n, K, 3D).
+
+        ``qkv``'s last dimension holds each arm's query, key and value, each D = ``n_heads`` x dh wide
+        and split into heads in that order (the output of one linear map D -> 3D);
+        ``y[b, i, h] = sum_j softmax_j(<q_bih, k_bjh> / sqrt(dh)) v_bjh``, over the arms j with
+        ``mask[b, j]`` (n, K) true, or every arm where ``mask`` is None.  ``qkv`` must be contiguous
+        float32 on the CPU and ``mask`` (if given) contiguous bool there (checked).
+        """
+        n, k, width = qkv.shape
+        if width % (3 * n_heads) or (mask is not None and mask.shape != (n, k)):
+            mask_shape = None if mask is None else tuple(mask.shape)
+            raise ValueError(f"arm_attention: qkv {tuple(qkv.shape)} with {n_heads} heads, mask {mask_shape}")
+        if not (qkv.dtype == torch.float32 and qkv.device.type == "cpu" and qkv.is_contiguous()):
+            raise ValueError(f"arm_attention: qkv must be contiguous float32 on the CPU, got {qkv.dtype} {qkv.device}")
+        if mask is not None and not (mask.dtype == torch.bool and mask.device.type == "cpu" and mask.is_contiguous()):
+            raise ValueError(f"arm_attention: mask must be contiguous bool on the CPU, got {mask.dtype} {mask.device}")
+        head = width // (3 * n_heads)
+        y = qkv.new_empty(n, k, width // 3)
+        mask_ptr = None if mask is None else mask.data_ptr()
+        self.arm_function(qkv.data_ptr(), mask_ptr, y.data_ptr(), n, k, n_heads, head, math.sqrt(head), self.threads())
+        return y
+
     def takes(self, *tensors: Tensor) -> bool:
         """Whether ``tensors`` are laid out for this kernel: contiguous float32 on the CPU, lanes of its width."""
         return all(
@@ -126,6 +155,16 @@ def relu_decode_reference(q: Tensor, k: Tensor, v: Tensor, n: int) -> Tensor:
     scores = torch.einsum("bhidl,bhjdl->bhijl", q, keys).relu()
     scores = scores.masked_fill(future_mask(n - m, m, q.device)[None, None, :, :, None], 0.0)
     return torch.einsum("bhijl,bhjdl->bhidl", scores, values)
+
+
+def arm_attention_reference(qkv: Tensor, n_heads: int, mask: Tensor | None = None) -> Tensor:
+    """What :meth:`NativeKernels.arm_attention` computes, with PyTorch ops in ``qkv``'s dtype (a slow, plain form)."""
+    n, k, width = qkv.shape
+    q, key, v = qkv.view(n, k, 3, n_heads, width // (3 * n_heads)).unbind(2)  # each (n, K, H, dh)
+    scores = torch.einsum("nihd,njhd->nhij", q, key) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask.view(n, 1, 1, k), float("-inf"))
+    return torch.einsum("nhij,njhd->nihd", scores.softmax(-1), v).reshape(n, k, width // 3)
 
 
 def cache_dir() -> Path:
@@ -174,7 +213,7 @@ def _compile(cc: str, flags: tuple[str, ...]) -> bytes | str:
     """The library compiled from :data:`SOURCE` with ``flags``, or the compiler's complaint (a str)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "lib.so"
-        cmd = [cc, *flags, "-std=gnu99", "-shared", "-fPIC", "-o", str(out), str(SOURCE)]
+        cmd = [cc, *flags, "-std=gnu99", "-shared", "-fPIC", "-o", str(out), str(SOURCE), "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -244,11 +283,17 @@ fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_int]
 for hs in (8, 5):
     q, k, v, y = ((ctypes.c_float * (hs * lane))() for _ in range(4))
     fn(q, k, v, y, 1, 1, 1, 1, hs, 1, 1)
+arm = lib.icrl_arm_attention
+arm.restype = None
+arm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_float, ctypes.c_int]
+for hs in (8, 5):
+    qkv, y = (ctypes.c_float * (6 * hs))(), (ctypes.c_float * (2 * hs))()
+    arm(qkv, None, y, 1, 2, 1, hs, 1.0, 1)
 print(lane)
 """
 """The child of :func:`load_problem`: load the OpenMP runtimes named after the library (as this process
-has them loaded), then the library, and call both entry points on one block of zeros (head sizes 8 and 5,
-the kernel's two loops)."""
+has them loaded), then the library, and call its entry points on zeros (head sizes 8 and 5, each
+kernel's specialised and general loops)."""
 
 
 def _openmp_runtimes() -> list[str]:
@@ -296,7 +341,7 @@ def load_problem(data: bytes) -> str | None:
     return None
 
 
-def _load(data: bytes, path: Path, openmp: bool) -> ReluDecodeKernel:
+def _load(data: bytes, path: Path, openmp: bool) -> NativeKernels:
     """Load the library ``data`` from a private copy (OSError if it is not one, AttributeError if it lacks the kernel).
 
     The copy, deleted once loaded (the mapping stays), makes what is loaded exactly what was verified,
@@ -309,7 +354,10 @@ def _load(data: bytes, path: Path, openmp: bool) -> ReluDecodeKernel:
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 6 + [ctypes.c_int]
     lib.icrl_relu_decode_lane.restype = ctypes.c_int
-    return ReluDecodeKernel(fn, int(lib.icrl_relu_decode_lane()), path, openmp)
+    arm = lib.icrl_arm_attention
+    arm.restype = None
+    arm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_float, ctypes.c_int]
+    return NativeKernels(fn, int(lib.icrl_relu_decode_lane()), arm, path, openmp)
 
 
 def library_paths(cc: str, directory: Path) -> dict[tuple[str, ...], Path]:
@@ -318,11 +366,11 @@ def library_paths(cc: str, directory: Path) -> dict[tuple[str, ...], Path]:
     paths: dict[tuple[str, ...], Path] = {}
     for flags in FLAG_SETS:
         key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(), processor.encode()]))
-        paths[flags] = directory / f"relu_decode-{key.hexdigest()[:16]}.so"
+        paths[flags] = directory / f"icrl_kernels-{key.hexdigest()[:16]}.so"
     return paths
 
 
-def build(directory: Path | None = None) -> ReluDecodeKernel:
+def build(directory: Path | None = None) -> NativeKernels:
     """Compile (or reuse) and load the kernel; RuntimeError naming every attempt if none works.
 
     A library in ``directory`` under the hash of (source, flags, compiler, processor) whose bytes
@@ -373,27 +421,34 @@ def build(directory: Path | None = None) -> ReluDecodeKernel:
                 stacklevel=3,
             )
         return kernel
-    raise RuntimeError("could not build the native decode kernel:\n" + "\n".join(complaints))
+    raise RuntimeError("could not build the native kernels:\n" + "\n".join(complaints))
 
 
-def self_test(kernel: ReluDecodeKernel) -> None:
-    """RuntimeError unless ``kernel`` equals :func:`relu_decode_reference` (float64) on small random inputs.
+def self_test(kernel: NativeKernels) -> None:
+    """RuntimeError unless both kernels equal their PyTorch references (float64) on small random inputs.
 
-    Two blocks, head sizes 8 (a specialised loop of the kernel) and 5 (the general one), three new
-    queries after three cached tokens, into an output prefilled with NaN.
+    Head sizes 8 (a specialised loop of each kernel) and 5 (the general one).  The decode kernel: two
+    blocks, three new queries after three cached tokens, into an output prefilled with NaN.  The arm
+    attention: three rows of four arms, two heads, every arm and a mask that drops one or two.
     """
     g = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[True, True, True, True], [True, False, True, True], [False, True, True, False]])
     for hs in (8, 5):
         q, k, v = (torch.randn(2, 2, t, hs, kernel.lane, generator=g) for t in (3, 7, 7))
         out = torch.full_like(q, float("nan"))
         kernel(q, k, v, 6, out=out)
-        expected = relu_decode_reference(q.double(), k.double(), v.double(), 6)
-        error = float((out.double() - expected).abs().max()) if bool(out.isfinite().all()) else float("inf")
-        if not error <= SELF_TEST_TOLERANCE * max(1.0, float(expected.abs().max())):
-            raise RuntimeError(
-                f"the native decode kernel {kernel.path} failed its self-test (head size {hs}: "
-                f"largest error {error:.3g} against the PyTorch reference)"
-            )
+        checks = [("decode", out, relu_decode_reference(q.double(), k.double(), v.double(), 6))]
+        qkv = torch.randn(3, 4, 3 * 2 * hs, generator=g)
+        for rows in (None, mask):
+            expected = arm_attention_reference(qkv.double(), 2, rows)
+            checks.append(("arm attention", kernel.arm_attention(qkv, 2, rows), expected))
+        for name, got, expected in checks:
+            error = float((got.double() - expected).abs().max()) if bool(got.isfinite().all()) else float("inf")
+            if not error <= SELF_TEST_TOLERANCE * max(1.0, float(expected.abs().max())):
+                raise RuntimeError(
+                    f"the native kernels {kernel.path} failed their self-test ({name}, head size {hs}: "
+                    f"largest error {error:.3g} against the PyTorch reference)"
+                )
 
 
 def disabled() -> bool:
@@ -419,7 +474,7 @@ def kernel_state() -> str:
 
 
 @functools.cache
-def relu_decode_kernel() -> ReluDecodeKernel | None:
+def native_kernels() -> NativeKernels | None:
     """The kernel, built and self-tested once per process.
 
     None where it cannot be (after one warning naming the cause) or with ``ICRL_GYM_NATIVE=0``.

@@ -155,10 +155,10 @@ rp.surface("Compiled decode kernel: its cache")
 
 KERNEL_RUN = """
 import warnings, torch
-from icrl_gym.models.native import relu_decode_kernel
+from icrl_gym.models.native import native_kernels
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    kernel = relu_decode_kernel()
+    kernel = native_kernels()
 print("kernel" if kernel is not None else "fallback", "|", "; ".join(str(w.message) for w in caught))
 """
 

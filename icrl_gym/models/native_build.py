@@ -52,7 +52,7 @@ from icrl_gym.models.kv_cache import future_mask
 from icrl_gym.utils.fileio import atomic_write_bytes
 
 DISABLE_ENV = "ICRL_GYM_NATIVE"
-"""Set to ``0`` to use the PyTorch decode path (no compilation)."""
+"""Set to ``0`` to use the PyTorch paths of both kernels (no compilation)."""
 CACHE_ENV = "ICRL_GYM_NATIVE_CACHE"
 """Directory of the compiled library (default ``$XDG_CACHE_HOME/icrl_gym`` or ``~/.cache/icrl_gym``)."""
 SOURCE = Path(__file__).with_name("kernels.c")

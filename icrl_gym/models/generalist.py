@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from icrl_gym.config import DictConfig
-from icrl_gym.models.native import kernel_takes, native_kernels
+from icrl_gym.models.native import native_kernels, readable
 from icrl_gym.models.policy import EnvInfo, PolicyOutput
 
 NUM_STEP_FEATURES = 4
@@ -179,7 +179,7 @@ class ArmSelfAttention(nn.Module):
         """
         b, nq, na, d = arms.shape
         qkv = self.qkv(arms)
-        kernels = native_kernels() if not qkv.requires_grad and kernel_takes(qkv) else None
+        kernels = native_kernels() if not qkv.requires_grad and readable(qkv) else None
         if kernels is not None:
             rows = None if arm_mask is None else arm_mask.view(b, 1, na).expand(b, nq, na).reshape(b * nq, na)
             y = kernels.arm_attention(qkv.reshape(b * nq, na, 3 * d), self.n_heads, rows)

@@ -21,7 +21,7 @@ and pickled.
 attends each of a step's K arm tokens to the others, again as batched products of tiny matrices
 (K x dh per run and head); the same library computes it row by row from the arms' stacked queries,
 keys and values (:meth:`~icrl_gym.models.native_build.NativeKernels.arm_attention`), where no gradient
-is asked for and :func:`kernel_takes` the tensor.
+is asked for and the tensor is :func:`readable` as it is.
 
 The library's build, caching and checks are :mod:`icrl_gym.models.native_build`'s.
 """
@@ -39,6 +39,7 @@ from icrl_gym.models.native_build import (
     DISABLE_ENV,
     NativeKernels,
     native_kernels,
+    readable,
     relu_decode_reference,
 )
 
@@ -48,7 +49,7 @@ __all__ = [
     "LanesKVCache",
     "NativeKernels",
     "kernel_applies",
-    "kernel_takes",
+    "readable",
     "new_kv_cache",
     "relu_decode",
     "native_kernels",
@@ -82,11 +83,6 @@ lane width), else :func:`relu_decode_reference` (e.g. for a cache unpickled in a
 compiler).  Defined with ``torch.library.Library`` rather than ``torch.library.custom_op``: the
 latter's Python wrapper cost about 13% of the rollout speed at 50 runs (one call per layer and
 step), the plain definition about 2% (within the noise)."""
-
-
-def kernel_takes(x: Tensor) -> bool:
-    """Whether the compiled kernels can read ``x`` as it is: float32 on the CPU, contiguous."""
-    return x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()
 
 
 def kernel_applies(config: DecoderSizes, device: torch.device | str, dtype: torch.dtype) -> bool:

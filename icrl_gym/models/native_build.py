@@ -72,6 +72,11 @@ SELF_TEST_TOLERANCE = 1e-4
 _lock = threading.Lock()
 
 
+def readable(x: Tensor, dtype: torch.dtype = torch.float32) -> bool:
+    """Whether the compiled kernels can read ``x`` as it is: ``dtype`` (float32 unless told), on the CPU, contiguous."""
+    return x.dtype == dtype and x.device.type == "cpu" and x.is_contiguous()
+
+
 @dataclass(frozen=True)
 class NativeKernels:
     """The loaded library: ``icrl_relu_decode``, its lane width, and ``icrl_arm_attention``.
@@ -104,7 +109,7 @@ class NativeKernels:
         if y.shape != q.shape:
             raise ValueError(f"relu_decode: out has shape {tuple(y.shape)}, expected {tuple(q.shape)}")
         for name, x in (("q", q), ("k", k), ("v", v), ("out", y)):
-            if x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
+            if not readable(x):
                 raise ValueError(f"relu_decode: {name} must be contiguous float32 on the CPU, got {x.dtype} {x.device}")
         self.function(q.data_ptr(), k.data_ptr(), v.data_ptr(), y.data_ptr(), nb, nh, cap, n, hs, m, self.threads())
         return y
@@ -122,9 +127,9 @@ class NativeKernels:
         if width % (3 * n_heads) or (mask is not None and mask.shape != (n, k)):
             mask_shape = None if mask is None else tuple(mask.shape)
             raise ValueError(f"arm_attention: qkv {tuple(qkv.shape)} with {n_heads} heads, mask {mask_shape}")
-        if not (qkv.dtype == torch.float32 and qkv.device.type == "cpu" and qkv.is_contiguous()):
+        if not readable(qkv):
             raise ValueError(f"arm_attention: qkv must be contiguous float32 on the CPU, got {qkv.dtype} {qkv.device}")
-        if mask is not None and not (mask.dtype == torch.bool and mask.device.type == "cpu" and mask.is_contiguous()):
+        if mask is not None and not readable(mask, torch.bool):
             raise ValueError(f"arm_attention: mask must be contiguous bool on the CPU, got {mask.dtype} {mask.device}")
         head = width // (3 * n_heads)
         y = qkv.new_empty(n, k, width // 3)
@@ -134,10 +139,7 @@ class NativeKernels:
 
     def takes(self, *tensors: Tensor) -> bool:
         """Whether ``tensors`` are laid out for this kernel: contiguous float32 on the CPU, lanes of its width."""
-        return all(
-            x.shape[-1] == self.lane and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()
-            for x in tensors
-        )
+        return all(x.shape[-1] == self.lane and readable(x) for x in tensors)
 
     def threads(self) -> int:
         """Threads of a call: torch's intra-op count where the library has OpenMP, else 1."""
@@ -475,7 +477,7 @@ def kernel_state() -> str:
 
 @functools.cache
 def native_kernels() -> NativeKernels | None:
-    """The kernel, built and self-tested once per process.
+    """The library's kernels, built and self-tested once per process.
 
     None where it cannot be (after one warning naming the cause) or with ``ICRL_GYM_NATIVE=0``.
     """

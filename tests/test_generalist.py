@@ -395,6 +395,11 @@ def test_a_grown_run_starts_from_the_shallower_checkpoints_policy_and_trains_its
     wider = dataclasses.replace(cfg, out_dir=str(tmp_path / "fourth"), init_grow=True, model={**deeper, "d_model": 32})
     with pytest.raises(ValueError, match="holds a model"):
         train(wider, echo=False)
+    # init_grow only starts a run: resuming the grown run without it goes on from its last checkpoint
+    train(dataclasses.replace(cfg, out_dir=str(tmp_path / "third"), steps=4), echo=False)
+    log = (tmp_path / "third" / "train.log").read_text()
+    assert "resumed from" in log and "changed on resume: init_grow" in log
+    assert (tmp_path / "third" / "checkpoints" / "step_0000004.safetensors").exists()
 
 
 def test_fine_tuning_starts_from_a_run_folder_or_a_shipped_name(tmp_path):

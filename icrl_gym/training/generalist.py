@@ -205,11 +205,12 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         "eval_arms",
         "eval_horizon",
         "init_checkpoint",
+        "init_grow",
         "table_cache",
         "teacher",
     )
     """Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
-    (``init_checkpoint`` only starts a new run; ``teacher`` may name another checkpoint with the same weights,
+    (``init_checkpoint`` and ``init_grow`` only start a new run; ``teacher`` may name another checkpoint with the same weights,
     which the resumed run checks)."""
 
     def checkpoint_fields(self) -> dict[str, Any]:

@@ -210,8 +210,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
         "teacher",
     )
     """Fields a resumed run may change: its length and budget, logging, evaluation, where things are kept
-    (``init_checkpoint`` and ``init_grow`` only start a new run; ``teacher`` may name another checkpoint with the same weights,
-    which the resumed run checks)."""
+    (``init_checkpoint`` and ``init_grow`` only start a new run; ``teacher`` may name another checkpoint with the
+    same weights, which the resumed run checks)."""
 
     def checkpoint_fields(self) -> dict[str, Any]:
         """The environment family (:data:`TRAINED_ENV`) and the trained range of K, T (and the priors, if widened)."""

@@ -998,3 +998,20 @@ def test_arm_attention_is_softmax_attention_and_ignores_masked_arms():
     changed[~mask.view(b, 1, na).expand(b, nq, na)] = 100.0
     real = mask.view(b, 1, na).expand(b, nq, na)
     torch.testing.assert_close(attn(changed, mask)[real], attn(arms, mask)[real], rtol=1e-5, atol=1e-6)
+
+
+def test_a_resume_that_changes_the_configuration_is_recorded_in_the_checkpoints(tmp_path):
+    """The steps before a resume ran under the old values: every later checkpoint says which, and from which step."""
+    train(_train_cfg(tmp_path / "run", tmp_path, 3), echo=False)
+    _, meta = read_checkpoint(tmp_path / "run" / "checkpoints" / "step_0000003")
+    assert "changed_on_resume" not in meta
+    train(_train_cfg(tmp_path / "run", tmp_path, 6), echo=False)
+    train(_train_cfg(tmp_path / "run", tmp_path, 9), echo=False)
+    first = {"step": 3, "changes": ["steps: 3 -> 6"]}
+    _, meta = read_checkpoint(tmp_path / "run" / "checkpoints" / "step_0000006")
+    assert meta["changed_on_resume"] == [first]
+    _, meta = read_checkpoint(tmp_path / "run" / "checkpoints" / "step_0000009")
+    assert meta["changed_on_resume"] == [first, {"step": 6, "changes": ["steps: 6 -> 9"]}]
+    train(_train_cfg(tmp_path / "run", tmp_path, 9), echo=False)  # a resume that changes nothing adds nothing
+    _, meta = read_checkpoint(tmp_path / "run" / "checkpoints" / "step_0000009")
+    assert len(meta["changed_on_resume"]) == 2

@@ -171,6 +171,19 @@ class TrainingTask:
         return self.model
 
 
+CHANGED_ON_RESUME = "changed_on_resume"
+"""The record's (and the checkpoint's) list of a run's resumes that changed its configuration: ``{"step": S,
+"changes": ["field: old -> new", ...]}``, S the step the run resumed from (the steps before it ran under the old
+values).  Absent where no resume changed anything."""
+
+
+def with_resume_changes(meta: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint record ``meta`` with the run's :data:`CHANGED_ON_RESUME` list, where it has one."""
+    if not record.get(CHANGED_ON_RESUME):
+        return meta
+    return {**meta, CHANGED_ON_RESUME: record[CHANGED_ON_RESUME]}
+
+
 class Trainer:
     """Runs a :class:`TrainingTask` in ``cfg.out_dir``: resumable, data-parallel, with curves and best checkpoint."""
 
@@ -197,7 +210,7 @@ class Trainer:
             task.optimizer,
             self.cfg,
             task.record,
-            task.meta(),
+            with_resume_changes(task.meta(), task.record),
             publish=task.publish,
             **options,
         )
@@ -210,6 +223,12 @@ class Trainer:
         self.store = task.store = RunState(out, keep=task.keep, keep_every=task.keep_every)
         loaded, changes = resume(self.store, self.cfg, task.model, task.optimizer, task.resumable)
         task.record = task.new_record() if loaded is None else task.resumed(loaded, changes)
+        if loaded is not None:  # the checkpoints say which steps ran under which values (the log may be lost)
+            resumes = list(loaded.record.get(CHANGED_ON_RESUME, []))
+            if changes:
+                resumes.append({"step": task.record[task.step_key], "changes": list(changes)})
+            if resumes:
+                task.record[CHANGED_ON_RESUME] = resumes
         if ctx.enabled:
             task.log(f"DDP: {task.ddp_line()}")
         task.net = wrap_ddp(task.model, ctx, device, unused=task.ddp_unused)

@@ -418,6 +418,12 @@ def test_fine_tuning_starts_from_a_run_folder_or_a_shipped_name(tmp_path):
     start, _ = read_checkpoint(tmp_path / "second" / "checkpoints" / "step_0000000")
     for name, value in first.state_dict().items():
         assert torch.equal(value, start[name]), name
+    # the record names the start by its weights too (a shipped name may later go to others), also after a resume
+    _, first_meta = read_checkpoint(tmp_path / "first" / "checkpoints" / "step_0000003")
+    train(dataclasses.replace(cfg, steps=3), echo=False)
+    _, meta = read_checkpoint(tmp_path / "second" / "checkpoints" / "step_0000003")
+    expected = {"checkpoint": str(tmp_path / "first"), "weights_sha256": first_meta["weights_sha256"]}
+    assert meta["training"]["initialised_from"] == expected and "initialised_from" not in first_meta["training"]
     shipped = dataclasses.replace(cfg, out_dir=str(tmp_path / "third"), init_checkpoint="bernoulli-generalist-family")
     with pytest.raises(ValueError, match="bernoulli-generalist-family holds a model"):  # found by name: not this size
         train(shipped, echo=False)

@@ -680,8 +680,8 @@ def grow_blocks(model: GeneralistTransformer, state: dict[str, torch.Tensor], la
                 projection.bias.zero_()
 
 
-def _init_from(model: GeneralistTransformer, checkpoint: str, grow: bool = False) -> float:
-    """Load ``checkpoint``'s weights into ``model`` (same architecture); returns its training wall seconds.
+def _init_from(model: GeneralistTransformer, checkpoint: str, grow: bool = False) -> tuple[float, str | None]:
+    """Load ``checkpoint``'s weights into ``model`` (same architecture); its training wall seconds, weights' SHA-256.
 
     ``checkpoint`` is anything :func:`~icrl_gym.checkpoint.find_checkpoint` reads: a shipped model's name, a
     checkpoint stem or file, or a training run's folder (its last checkpoint).  With ``grow`` it may hold fewer
@@ -699,7 +699,7 @@ def _init_from(model: GeneralistTransformer, checkpoint: str, grow: bool = False
         )
     else:
         model.load_state_dict(state)
-    return float(meta.get("training", {}).get("wall_time_s", 0.0))
+    return float(meta.get("training", {}).get("wall_time_s", 0.0)), meta.get("weights_sha256")
 
 
 def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
@@ -721,13 +721,14 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
             )
             return {"step": step, "eval_regret": round(mean, 4), "eval_gittins": round(eval_gittins, 4)}
 
-        def init() -> tuple[float, str]:
+        def init() -> tuple[float, str, dict[str, Any] | None]:
             if not cfg.init_checkpoint:
-                return 0.0, ""
-            wall = _init_from(model, cfg.init_checkpoint, cfg.init_grow)
+                return 0.0, "", None
+            wall, sha256 = _init_from(model, cfg.init_checkpoint, cfg.init_grow)
             return (
                 wall,
                 f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",
+                {"checkpoint": cfg.init_checkpoint, "weights_sha256": sha256},
             )
 
         exact = functools.cache(partial(exact_advantages, cfg.exact_split_share))  # built once per (K, T)

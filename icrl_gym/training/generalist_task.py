@@ -111,8 +111,15 @@ class GeneralistTrainer(Generic[ModelT, GBatchT]):
     """Steps between the checkpoints that stay for the learning curve (0: none)."""
     after_log: Callable[[], None] | None = None
     """Called after every log line."""
-    init: Callable[[], tuple[float, str]] | None = None
-    """A new run's start (weights of another run): the training wall seconds it counts and a log line ('': none)."""
+    init: Callable[[], tuple[float, str, dict[str, Any] | None]] | None = None
+    """A new run's start (weights of another run): the training wall seconds it counts, a log line ('': none) and
+    the checkpoint it read, ``{"checkpoint": NAME, "weights_sha256": ...}`` (None: none), which the record keeps as
+    ``initialised_from``: a shipped name may later go to other weights."""
+
+
+INITIALISED_FROM = "initialised_from"
+"""The record's (and the checkpoint's ``training``) entry naming the checkpoint a new run started from, by name and
+weights' SHA-256."""
 
 
 def generalist_meta(
@@ -132,6 +139,7 @@ def generalist_meta(
             "seed": cfg.seed,
             "command": typed_command(),
             "history": record["history"][-200:],
+            **({INITIALISED_FROM: record[INITIALISED_FROM]} if record.get(INITIALISED_FROM) else {}),
         },
     }
 
@@ -167,12 +175,12 @@ class GeneralistTask(TrainingTask):
 
     def new_record(self) -> dict[str, Any]:
         """Step 0, after the trainer's start (``init``: weights of another run and the wall seconds they count)."""
-        wall, line = self.pieces.init() if self.pieces.init is not None else (0.0, "")
+        wall, line, start = self.pieces.init() if self.pieces.init is not None else (0.0, "", None)
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log(f"new run: {n_params} parameters, config {json.dumps(self.cfg.to_dict())}")
         if line:
             self.log(line)
-        return {"step": 0, "wall_time_s": wall, "history": []}
+        return {"step": 0, "wall_time_s": wall, "history": [], **({INITIALISED_FROM: start} if start else {})}
 
     def resumed(self, loaded: TrainingState, changes: list[str]) -> dict[str, Any]:
         """The saved steps, wall seconds and history, once the checkpoints the run reads hold the same weights.
@@ -196,7 +204,8 @@ class GeneralistTask(TrainingTask):
         self.log(f"resumed from {loaded.source} at step {loaded.step} ({wall / 3600:.2f} h of training so far)")
         for change in changes:
             self.log(f"changed on resume: {change}")
-        return {"step": loaded.step, "wall_time_s": wall, "history": loaded.record["history"]}
+        kept = {key: loaded.record[key] for key in (INITIALISED_FROM,) if key in loaded.record}
+        return {"step": loaded.step, "wall_time_s": wall, "history": loaded.record["history"], **kept}
 
     def setup(self) -> None:
         """``config.json`` (rank 0: written once the run is accepted, so a refused run changes no file)."""

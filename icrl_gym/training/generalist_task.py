@@ -183,7 +183,7 @@ class GeneralistTask(TrainingTask):
         return {"step": 0, "wall_time_s": wall, "history": [], **({INITIALISED_FROM: start} if start else {})}
 
     def resumed(self, loaded: TrainingState, changes: list[str]) -> dict[str, Any]:
-        """The saved steps, wall seconds and history, once the checkpoints the run reads hold the same weights.
+        """The saved record whole (steps, wall time, history, start), once the checkpoints read hold the same weights.
 
         A field of the record that names a checkpoint by its weights (a teacher: ``{"checkpoint": NAME,
         "weights_sha256": ...}``) must hold the run's weights now: a shipped name can move to other weights when a
@@ -204,8 +204,7 @@ class GeneralistTask(TrainingTask):
         self.log(f"resumed from {loaded.source} at step {loaded.step} ({wall / 3600:.2f} h of training so far)")
         for change in changes:
             self.log(f"changed on resume: {change}")
-        kept = {key: loaded.record[key] for key in (INITIALISED_FROM,) if key in loaded.record}
-        return {"step": loaded.step, "wall_time_s": wall, "history": loaded.record["history"], **kept}
+        return {**loaded.record, "step": loaded.step}  # the saved record whole, as every task keeps it
 
     def setup(self) -> None:
         """``config.json`` (rank 0: written once the run is accepted, so a refused run changes no file)."""

@@ -1,4 +1,5 @@
 import dataclasses
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -920,6 +921,49 @@ def test_exact_two_armed_batches_with_a_split_share_are_labelled_by_the_mixture_
                 target = np.exp(adv / temperature)
                 np.testing.assert_allclose(batch.targets[i, j], target / target.sum(), atol=1e-5)
             x[2 * a + (1 - r)] += 1
+
+
+def test_exact_advantages_are_kept_on_disk_and_a_damaged_file_is_rebuilt(tmp_path, monkeypatch):
+    """With a cache folder the exact advantages are written once, read back equal by a later call without the
+    DP, and a truncated or foreign file is ignored with a warning, rebuilt and replaced; a folder that cannot be
+    written still returns the DP's advantages, with one warning."""
+    from icrl_gym.training import generalist as gen
+
+    share = 0.5
+    want = {(2, 6): gen.exact_advantages(share, 2, 6), (3, 4): gen.exact_advantages(share, 3, 4)}
+    for (k, horizon), layers in want.items():
+        assert [layer.shape for layer in layers] == [(math.comb(n + 2 * k - 1, 2 * k - 1), k) for n in range(horizon)]
+        gen.exact_advantages(share, k, horizon, cache_dir=str(tmp_path))
+    path = gen.exact_cache_path(tmp_path, share, 2, 6)
+    assert path.name == "exact_advantages_K2_T6_split0.5_v1.npz"
+    assert gen.exact_cache_path(tmp_path, share, 3, 4).name == "exact_advantages_K3_T4_v1.npz"
+
+    def no_dp(*args, **kwargs):
+        raise AssertionError("the DP ran although its advantages were on disk")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(gen, "family_bayes_advantages", no_dp)
+        patch.setattr(gen.SplitMixture, "advantages", no_dp)
+        for (k, horizon), layers in want.items():
+            got = gen.exact_advantages(share, k, horizon, cache_dir=str(tmp_path))
+            for a, b in zip(got, layers, strict=True):
+                np.testing.assert_array_equal(a, b)
+    assert gen.load_exact_advantages(path, 3, 6) is None  # another cell's shapes
+    assert gen.load_exact_advantages(path, 2, 5) is None  # another horizon's count of layers
+
+    path.write_bytes(path.read_bytes()[:200])  # truncated
+    with pytest.warns(RuntimeWarning, match="corrupt exact-batch cache"):
+        got = gen.exact_advantages(share, 2, 6, cache_dir=str(tmp_path))
+    for a, b in zip(got, want[2, 6], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert gen.load_exact_advantages(path, 2, 6) is not None  # replaced by a whole file
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with pytest.warns(RuntimeWarning, match="cannot keep the exact batches"):
+        got = gen.exact_advantages(share, 3, 4, cache_dir=str(blocked / "cache"))
+    for a, b in zip(got, want[3, 4], strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_exact_two_armed_means_come_from_the_split_prior_with_its_share(tmp_path):

@@ -74,9 +74,13 @@ import dataclasses
 import functools
 import json
 import math
+import os
+import warnings
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -107,6 +111,7 @@ from icrl_gym.training.generalist_task import (
 from icrl_gym.training.loop import GeneralistLoopConfig, Logger
 from icrl_gym.training.loop import main as run_main
 from icrl_gym.training.split_prior import SplitMixture, split_weights
+from icrl_gym.utils.fileio import atomic_write
 
 EXACT_CELLS = ((2, 100), (2, 200), (3, 50))
 """The (K, T) where the acceptance evaluates exactly: the default cells of the exact batches."""
@@ -145,7 +150,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     blocks become the first ones and each added block starts as the identity (:func:`grow_blocks`), so the run
     starts from the checkpoint's policy exactly, with more capacity to fit its labels."""
     table_cache: str = "runs/cache"
-    """Folder where the Gittins tables are kept between processes (5 min to build one for T = 500)."""
+    """Folder where the Gittins tables (5 min to build one for T = 500) and the exact batches' DP advantages
+    (:func:`exact_advantages`) are kept between processes."""
     beta_priors: list[list[float]] = field(default_factory=list)
     """(a, b) pairs: a batch's arm means are iid Beta(a, b) for one pair drawn uniformly, labelled by the
     Gittins index told Beta(a, b) (one table per pair).  Empty: every batch's means are U[0, 1]."""
@@ -564,15 +570,70 @@ def exact_means(cfg: GeneralistTrainConfig, rng: np.random.Generator, b: int, k:
     return family_mixture_means(rng, b, k)
 
 
-def exact_advantages(split_share: float, k: int, horizon: int) -> list[np.ndarray]:
+def exact_advantages(split_share: float, k: int, horizon: int, cache_dir: str | None = None) -> list[np.ndarray]:
     """The exact batches' labels per layer (the advantages A(x, k) over the layer's ranked states).
 
     The family-Bayes DP's, or at K = 2 with ``split_share`` > 0 those of the DP of the mixture with the split
-    prior (:func:`~icrl_gym.training.split_prior.split_weights`).
+    prior (:func:`~icrl_gym.training.split_prior.split_weights`).  With ``cache_dir`` they are kept there
+    between processes (:func:`exact_cache_path`): the DP takes minutes at K = 2, T = 200 (about 6 min of one
+    core, 0.55 GB) and K = 3, T = 50 (1.5 min, 0.35 GB), which every start of a run would otherwise spend again.
+    A missing, truncated or inconsistent file is rebuilt and replaced atomically; a folder that cannot be
+    written costs only the rebuild in a later process (one ``RuntimeWarning``).
     """
+    path = None if cache_dir is None else exact_cache_path(cache_dir, split_share, k, horizon)
+    if path is not None:
+        cached = load_exact_advantages(path, k, horizon)
+        if cached is not None:
+            return cached
+        if path.exists():
+            warnings.warn(f"ignoring the corrupt exact-batch cache {path}", RuntimeWarning, stacklevel=2)
     if k == 2 and split_share:
-        return SplitMixture(horizon).advantages(split_weights(split_share))
-    return family_bayes_advantages(k, horizon, np.array(BETA_FAMILY))
+        layers = SplitMixture(horizon).advantages(split_weights(split_share))
+    else:
+        layers = family_bayes_advantages(k, horizon, np.array(BETA_FAMILY))
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, lambda fh: np.savez(fh, *layers))
+        except OSError as err:  # a file where the folder should be, a read-only folder, a full disk
+            warnings.warn(
+                f"cannot keep the exact batches' advantages in {cache_dir} ({type(err).__name__}: {err}); "
+                "they are kept in memory for this process only",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return layers
+
+
+EXACT_CACHE_VERSION = 1
+"""Part of every exact-batch cache file's name: raised when the DP or the split prior changes what it returns."""
+
+
+def exact_cache_path(cache_dir: str | os.PathLike, split_share: float, k: int, horizon: int) -> Path:
+    """The cache file of the exact advantages of (K, T) (the split share only where it applies: K = 2)."""
+    share = f"_split{float(split_share):g}" if k == 2 and split_share else ""
+    return Path(cache_dir) / f"exact_advantages_K{int(k)}_T{int(horizon)}{share}_v{EXACT_CACHE_VERSION}.npz"
+
+
+def load_exact_advantages(path: str | os.PathLike, k: int, horizon: int) -> list[np.ndarray] | None:
+    """The advantages stored at ``path`` if they are a whole, valid set for (K, T), else None.
+
+    Valid: T layers of float32 (N_n, K) with N_n = C(n + 2K - 1, 2K - 1) count states in layer n, finite and
+    at most 0 (an advantage is Q(x, k) - max_k' Q(x, k')).  Read without pickles.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            layers = [stored[f"arr_{n}"] for n in range(horizon)]
+            if len(stored.files) != horizon:
+                return None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):  # missing, truncated, another set
+        return None
+    for n, layer in enumerate(layers):
+        if layer.dtype != np.float32 or layer.shape != (math.comb(n + 2 * k - 1, 2 * k - 1), k):
+            return None
+        if layer.size and not (np.isfinite(layer).all() and layer.max() <= 0.0):
+            return None
+    return layers
 
 
 def sample_batch(
@@ -731,7 +792,8 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
                 {"checkpoint": cfg.init_checkpoint, "weights_sha256": sha256},
             )
 
-        exact = functools.cache(partial(exact_advantages, cfg.exact_split_share))  # built once per (K, T)
+        # built once per (K, T), kept in the table cache between starts
+        exact = functools.cache(partial(exact_advantages, cfg.exact_split_share, cache_dir=cfg.table_cache))
         experts = Experts(gittins=tables, exact=exact)
         if cfg.family_index:
             experts.family = family_expert(cfg)

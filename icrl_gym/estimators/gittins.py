@@ -267,7 +267,7 @@ def cached_gittins_table(
                 if (match := pattern.fullmatch(candidate.name)) is not None and int(match.group(1)) >= horizon
             )
         except OSError as err:  # a folder that cannot be listed: build in memory
-            _warn_unusable_cache(cache_dir, err)
+            warn_unusable_cache(cache_dir, err)
             found = []
         for n, candidate in found:
             loaded = load_cached_table(candidate, n, *key)
@@ -281,7 +281,7 @@ def cached_gittins_table(
         if table.horizon == horizon and (exact_invalid or not path.exists()):
             atomic_write(path, lambda fh: np.save(fh, table.values))
     except OSError as err:  # a file where the folder should be, a read-only folder, a full disk
-        _warn_unusable_cache(cache_dir, err)
+        warn_unusable_cache(cache_dir, err)
     return table
 
 
@@ -289,8 +289,16 @@ _UNUSABLE_CACHES: set[str] = set()
 """Cache folders already reported unusable in this process (each is reported once)."""
 
 
-def _warn_unusable_cache(cache_dir: str | os.PathLike, err: OSError) -> None:
-    """One ``RuntimeWarning`` per folder: the cache cannot be used, the table stays in memory for this process."""
+def warn_unusable_cache(
+    cache_dir: str | os.PathLike,
+    err: OSError,
+    what: str = "Gittins table",
+    kept: str = f"the table is kept in memory for this process only (set {CACHE_ENV} to a writable folder to keep it)",
+) -> None:
+    """One ``RuntimeWarning`` per folder: the ``what`` cache cannot be used, its contents stay in memory (``kept``).
+
+    The cause is named: a file where the folder (or a parent) should be, else the ``OSError``'s class and message.
+    """
     if str(cache_dir) in _UNUSABLE_CACHES:
         return
     _UNUSABLE_CACHES.add(str(cache_dir))
@@ -301,8 +309,7 @@ def _warn_unusable_cache(cache_dir: str | os.PathLike, err: OSError) -> None:
         is_file = False
     reason = "a file stands where the folder should be" if is_file else f"{type(err).__name__}: {err.strerror or err}"
     warnings.warn(
-        f"cannot use the Gittins table cache {cache_dir} ({reason}); "
-        f"the table is kept in memory for this process only (set {CACHE_ENV} to a writable folder to keep it)",
+        f"cannot use the {what} cache {cache_dir} ({reason}); {kept}",
         RuntimeWarning,
         stacklevel=3,
     )

@@ -97,7 +97,7 @@ from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditBatch, BanditPrior, draw_instance_priors, sample_w_star
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.envs.validation import MAX_SCALE, check_number
-from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table
+from icrl_gym.estimators.gittins import GittinsTable, cached_gittins_table, warn_unusable_cache
 from icrl_gym.estimators.statistics import ArmStatistics
 from icrl_gym.models.generalist import Block, GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
@@ -578,7 +578,7 @@ def exact_advantages(split_share: float, k: int, horizon: int, cache_dir: str | 
     between processes (:func:`exact_cache_path`): the DP takes minutes at K = 2, T = 200 (about 6 min of one
     core, 0.55 GB) and K = 3, T = 50 (1.5 min, 0.35 GB), which every start of a run would otherwise spend again.
     A missing, truncated or inconsistent file is rebuilt and replaced atomically; a folder that cannot be
-    written costs only the rebuild in a later process (one ``RuntimeWarning``).
+    written costs only the rebuild in a later process (one ``RuntimeWarning`` per folder, as the Gittins tables').
     """
     path = None if cache_dir is None else exact_cache_path(cache_dir, split_share, k, horizon)
     if path is not None:
@@ -593,15 +593,10 @@ def exact_advantages(split_share: float, k: int, horizon: int, cache_dir: str | 
         layers = family_bayes_advantages(k, horizon, np.array(BETA_FAMILY))
     if path is not None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, lambda fh: np.savez(fh, *layers))
         except OSError as err:  # a file where the folder should be, a read-only folder, a full disk
-            warnings.warn(
-                f"cannot keep the exact batches' advantages in {cache_dir} ({type(err).__name__}: {err}); "
-                "they are kept in memory for this process only",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            kept = "the advantages are kept in memory for this process only"
+            warn_unusable_cache(path.parent, err, "exact-batch", kept)
     return layers
 
 
@@ -623,9 +618,9 @@ def load_exact_advantages(path: str | os.PathLike, k: int, horizon: int) -> list
     """
     try:
         with np.load(path, allow_pickle=False) as stored:
-            layers = [stored[f"arr_{n}"] for n in range(horizon)]
-            if len(stored.files) != horizon:
+            if len(stored.files) != horizon:  # another horizon's set: nothing read
                 return None
+            layers = [stored[f"arr_{n}"] for n in range(horizon)]
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):  # missing, truncated, another set
         return None
     for n, layer in enumerate(layers):

@@ -968,6 +968,34 @@ def test_exact_advantages_are_kept_on_disk_and_a_damaged_file_is_rebuilt(tmp_pat
         np.testing.assert_array_equal(a, b)
 
 
+EXACT_CACHE_FINGERPRINTS = {
+    1: {
+        (0.5, 2, 6): (-31.122002, -1287.6664),
+        (0.0, 2, 6): (-19.533251, -814.66576),
+        (0.25, 3, 4): (-19.930290, -1355.4732),
+    }
+}
+"""Per cache version: (split share, K, T) -> (sum of the advantages, sum weighted by their ranks), small cells."""
+
+
+def test_the_exact_cache_version_names_what_the_dp_returns():
+    """A file of the exact-batch cache is read back by its name alone (K, T, the split share and
+    EXACT_CACHE_VERSION), so a change to the family-Bayes DP or the split prior that changes its advantages must
+    raise the version, or every run folder's cache would hand a new run the old labels.  The DP on three small
+    cells is held here to its values under the current version: a test that fails here asks for a new version
+    and its fingerprints, not a new tolerance."""
+    from icrl_gym.training import generalist as gen
+
+    assert gen.EXACT_CACHE_VERSION in EXACT_CACHE_FINGERPRINTS, "record the fingerprints of the new version"
+    for (share, k, horizon), (total, moment) in EXACT_CACHE_FINGERPRINTS[gen.EXACT_CACHE_VERSION].items():
+        layers = [layer.astype(np.float64) for layer in gen.exact_advantages(share, k, horizon)]
+        weighted = [layer * np.arange(1, layer.size + 1).reshape(layer.shape) for layer in layers]
+        got = (sum(float(layer.sum()) for layer in layers), sum(float(layer.sum()) for layer in weighted))
+        assert got == pytest.approx((total, moment), rel=1e-5), (
+            f"the DP's advantages at split share {share}, K = {k}, T = {horizon} changed: raise EXACT_CACHE_VERSION"
+        )
+
+
 def test_exact_two_armed_means_come_from_the_split_prior_with_its_share(tmp_path):
     """One arm in [1/2, 1] and the other in [0, 1/2] (either order) in a share s of the K = 2 draws; K = 3 never."""
     from icrl_gym.training.generalist import exact_means

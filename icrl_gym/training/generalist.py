@@ -601,7 +601,8 @@ def exact_advantages(split_share: float, k: int, horizon: int, cache_dir: str | 
 
 
 EXACT_CACHE_VERSION = 1
-"""Part of every exact-batch cache file's name: raised when the DP or the split prior changes what it returns."""
+"""Part of every exact-batch cache file's name: raised when the DP or the split prior changes what it returns
+(the test suite holds the DP to its values on small cells under each version, so such a change fails until it is)."""
 
 
 def exact_cache_path(cache_dir: str | os.PathLike, split_share: float, k: int, horizon: int) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import numpy as np
 import pytest
 
 from benchmarks.evaluations import bernoulli_skewed_sets as ss
@@ -61,3 +62,48 @@ def test_a_label_may_hold_an_equals_sign() -> None:
         "LinUCB (alpha=2)",
         {"name": "linucb", "alpha": 2},
     )
+
+
+def test_versus_gives_each_row_its_paired_difference_and_the_totals_file_holds_every_run(tmp_path):
+    """--versus REF: a row's difference from the reference, in the reference's mean, is its ratio less 1 with the
+    same paired error; the reference given again differs by exactly 0.  OUT/totals.npz loads back every row's runs,
+    whose means are the record's."""
+    agents = ["same=" + json.dumps({"name": "gittins"}), 'uniform={"name": "uniform"}']
+    result = ss.main(
+        ["--runs", "50", "--seed", "6", "--arms", "2", "--versus", ss.REFERENCE, "--out", str(tmp_path)]
+        + [arg for agent in agents for arg in ("--agent", agent)]
+    )
+    totals = ss.load_totals(tmp_path / ss.TOTALS_FILE)
+    assert set(totals) == set(result["sets"])
+    for cell, rows in result["sets"].items():
+        assert rows["same"]["minus_versus"] == 0.0 and rows["same"]["minus_versus_se"] == 0.0
+        uniform = rows["uniform"]
+        assert uniform["minus_versus"] == pytest.approx(uniform["ratio"] - 1.0)
+        assert uniform["minus_versus_se"] == pytest.approx(uniform["ratio_se"])
+        for label, row in rows.items():
+            assert totals[cell][label].shape == (50,)
+            assert totals[cell][label].mean() == pytest.approx(row["mean"])
+    assert result["config"]["versus"] == ss.REFERENCE
+
+
+def test_a_versus_row_that_is_not_played_and_a_broken_totals_file_are_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        ss.main(
+            [
+                "--runs",
+                "5",
+                "--arms",
+                "2",
+                "--versus",
+                "nobody",
+                "--out",
+                str(tmp_path),
+                "--agent",
+                'u={"name": "uniform"}',
+            ]
+        )
+    broken = tmp_path / "totals.npz"
+    ss.save_totals(broken, {"skewed K=2": {"a": np.arange(4.0)}})
+    broken.write_bytes(broken.read_bytes()[:40])
+    with pytest.raises(ValueError, match="not a readable totals file"):
+        ss.load_totals(broken)

@@ -86,3 +86,26 @@ def test_x_reads_only_the_sets_of_the_k_given() -> None:
     assert only["worst_set"] == 1.05 and only["in_box"] and only["sets_over"] == 0
     with pytest.raises(ValueError, match="no set has K"):
         bt.trade_summary(sets, priors, (10,))
+
+
+def test_versus_pairs_rows_played_by_two_runs_and_a_reference_of_other_runs_is_refused(tmp_path) -> None:
+    """Rows played in two processes and joined with --with carry the same paired differences as rows played in
+    one; an earlier run whose reference totals differ from this draw's (its totals from another seed) is refused."""
+    argv = ["--runs", "16", "--seed", "8", "--set-arms", "3", "--prior-arms", "3", "--priors", "2,0.5"]
+    ucb, ts = 'ucb={"name": "ucb"}', 'ts={"name": "bernoulli_ts"}'
+    both = bt.main([*argv, "--out", str(tmp_path / "both"), "--agent", ucb, "--agent", ts, "--versus", "ucb"])
+    bt.main([*argv, "--out", str(tmp_path / "a"), "--agent", ucb])
+    joined = bt.main(
+        [*argv, "--out", str(tmp_path / "b"), "--agent", ts, "--with", str(tmp_path / "a"), "--versus", "ucb"]
+    )
+    for table in ("sets", "priors"):
+        for cell, rows in both[table].items():
+            for label in ("ucb", "ts"):
+                for key in ("minus_versus", "minus_versus_se", "ratio"):
+                    assert joined[table][cell][label][key] == pytest.approx(rows[label][key])
+            assert rows["ucb"]["minus_versus"] == 0.0
+    other = bt.main([*argv[:2], "--seed", "9", *argv[4:], "--out", str(tmp_path / "c"), "--agent", ucb])
+    assert other["sets"]  # a run of seed 9; its totals put under seed 8's record make a mismatched reference
+    (tmp_path / "a" / "totals.npz").write_bytes((tmp_path / "c" / "totals.npz").read_bytes())
+    with pytest.raises(SystemExit):
+        bt.main([*argv, "--out", str(tmp_path / "d"), "--agent", ts, "--with", str(tmp_path / "a")])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from icrl_gym.data.crn import paired_quantile_ratio, paired_ratio
+from icrl_gym.data.crn import paired_difference, paired_quantile_ratio, paired_ratio
 
 
 def test_the_standard_error_matches_the_spread_of_the_ratio_over_fresh_samples():
@@ -84,3 +84,33 @@ def test_a_long_sample_is_resampled_in_blocks_without_changing_the_interval():
     boot = np.percentile(x[idx], 99, axis=1) / np.percentile(y[idx], 99, axis=1)
     expected = (np.percentile(x, 99) / np.percentile(y, 99), *np.percentile(boot, [5, 95]))
     assert paired_quantile_ratio(x, y, resamples=200, seed=4) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_difference_of_two_policies_has_the_spread_of_its_estimate_and_not_of_the_two_ratios():
+    """Three rows on shared runs (the reference and two policies that differ by 2% plus their own noise): the
+    delta-method error of (mean(a) - mean(b)) / mean(r) from one sample is its spread over 4,000 fresh samples, and
+    it is several times smaller than the two ratios' errors combined, which count the instances' spread twice."""
+    rng = np.random.default_rng(4)
+    n = 500
+
+    def draw() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        shared = rng.lognormal(1.0, 0.8, n)
+        r = shared + rng.exponential(0.5, n)
+        return 1.10 * shared + rng.normal(0.0, 0.05, n), 1.08 * shared + rng.normal(0.0, 0.05, n), r
+
+    diffs = np.array([paired_difference(*draw())[0] for _ in range(4000)])
+    ses = np.array([paired_difference(*draw())[1] for _ in range(200)])
+    assert np.median(ses) == pytest.approx(diffs.std(), rel=0.1)
+    mean_shared = np.exp(1.0 + 0.8**2 / 2)  # the lognormal mean
+    assert diffs.mean() == pytest.approx(0.02 * mean_shared / (mean_shared + 0.5), abs=4 * diffs.std() / np.sqrt(4000))
+    a, b, r = draw()
+    apart = np.hypot(paired_ratio(a, r)[1], paired_ratio(b, r)[1])
+    assert paired_difference(a, b, r)[1] < 0.25 * apart
+
+
+def test_a_difference_of_exact_cases():
+    r = np.array([1.0, 2.0, 4.0, 7.0])
+    assert paired_difference(r, r, r) == (0.0, 0.0)
+    assert paired_difference(r + 0.5 * r, r, r) == pytest.approx((0.5, 0.0))
+    with pytest.raises(ValueError, match="paired 1-D"):
+        paired_difference(r, r[:3], r)

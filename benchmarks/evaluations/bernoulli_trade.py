@@ -31,8 +31,12 @@ certificate: no exact frontier is computable beyond K = 3 (:mod:`benchmarks.eval
 Seeds: the sets' are --seed + 10 K (+ 1 reversed), as in ``bernoulli_skewed_sets``; the prior Beta(a, b) at K
 plays --seed + 1000 + 100 i + K, i its position in --priors.  OUT/trade.json records the configuration, every
 cell's means, standard errors and ratios, and the software; OUT/trade.png draws the policies against the box.
-``--with DIR`` joins the rows of an earlier run of the same draw (the same runs, seed, K and priors, checked), so a
-policy measured later joins the table and the plot without replaying the others; with no ``--agent`` it only joins.
+OUT/totals.npz keeps every row's per-run totals.  ``--with DIR`` joins the rows of an earlier run of the same draw
+(the same runs, seed, K and priors, checked, and where DIR holds its totals, the references' runs checked equal), so
+a policy measured later joins the table and the plot without replaying the others; with no ``--agent`` it only joins.
+``--versus LABEL`` adds every row's paired difference from that row in each cell (in units of the cell's reference
+mean, :func:`~icrl_gym.data.crn.paired_difference`), also across joined runs: the error of a difference between two
+policies on the same runs is a fraction of their two ratios' errors.
 """
 
 from __future__ import annotations
@@ -43,7 +47,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evaluations.bernoulli_skewed_sets import REFERENCE, paired_cell, skewed_sets
+import numpy as np
+
+from benchmarks.evaluations.bernoulli_skewed_sets import (
+    REFERENCE,
+    TOTALS_FILE,
+    Totals,
+    describe_row,
+    load_totals,
+    paired_cell,
+    play_rows,
+    save_totals,
+    skewed_sets,
+)
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.utils.cli import doc_parser, parse_agent
 from icrl_gym.utils.fileio import atomic_write_bytes
@@ -63,15 +79,15 @@ def prior_cells(
     priors: tuple[tuple[float, float], ...] = HIGH_PRIORS,
     arms: tuple[int, ...] = (5, 10, 20),
     horizon: int = 200,
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per cell ("Beta(5, 0.5) K=5", ...), per policy (the told Gittins first): mean, s.e., ratio, p99 ratio."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+) -> Totals:
+    """Per cell ("Beta(5, 0.5) K=5", ...), per policy (the told Gittins first): the per-run total regrets."""
+    out: Totals = {}
     for i, (a, b) in enumerate(priors):
         for k in arms:
             spec = bernoulli_bandit_spec(k, horizon=horizon, prior="beta", prior_a=a, prior_b=b)
             rows = {TOLD: {"name": "gittins", "prior_a": a, "prior_b": b}, **agents}
             cell_seed = seed + 1000 + 100 * i + k
-            out[f"Beta({a:g}, {b:g}) K={k}"] = paired_cell(spec, rows, runs, cell_seed, TOLD, p99=True)
+            out[f"Beta({a:g}, {b:g}) K={k}"] = play_rows(spec, rows, runs, cell_seed)
     return out
 
 
@@ -141,6 +157,20 @@ def plot_trade(summary: dict[str, dict[str, Any]], path: Path, title: str) -> No
     plt.close(fig)
 
 
+def join_totals(mine: Totals, theirs: Totals, source: str) -> None:
+    """Add ``theirs``' rows to ``mine``, cell by cell, after checking that the references played the same runs.
+
+    The two reference rows (:data:`REFERENCE`, :data:`TOLD`) are deterministic given the draw, so a reference that
+    differs run for run means another draw (or another version of the code) and its rows would not be paired.
+    """
+    for cell, rows in theirs.items():
+        own = mine.setdefault(cell, {})
+        for label in (REFERENCE, TOLD):
+            if label in rows and label in own and not np.array_equal(rows[label], own[label]):
+                raise ValueError(f"{source}: its {label!r} in {cell} played other runs than this draw's")
+        mine[cell] = {**rows, **own}
+
+
 def parse_prior(text: str) -> tuple[float, float]:
     """``A,B`` -> (a, b), both positive."""
     try:
@@ -165,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--prior-arms", type=int, nargs="+", default=[5, 10, 20], help="K of the prior cells")
     parser.add_argument("--priors", type=parse_prior, nargs="+", default=list(HIGH_PRIORS), help="A,B pairs")
     parser.add_argument("--x-arms", type=int, nargs="+", default=None, help="the K of the sets x reads (default all)")
+    parser.add_argument("--versus", help="a row's label: every row's paired difference from it")
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
     if args.runs < 2 or any(k < 2 for k in args.set_arms + args.prior_arms):
@@ -189,15 +220,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
+    set_totals: Totals = {}
+    prior_totals: Totals = {}
     if agents:
-        sets = skewed_sets(agents, args.runs, args.seed, tuple(args.set_arms))
-        priors = prior_cells(agents, args.runs, args.seed, tuple(args.priors), tuple(args.prior_arms))
-    else:
-        sets, priors = earlier[0]["sets"], earlier[0]["priors"]
-    for record in earlier:  # the same runs of the same cells: the references equal, the other rows join
+        set_totals = skewed_sets(agents, args.runs, args.seed, tuple(args.set_arms))
+        prior_totals = prior_cells(agents, args.runs, args.seed, tuple(args.priors), tuple(args.prior_arms))
+    summarised = []  # runs from before the per-run totals were kept: their summaries join as they are
+    for d, record in zip(args.earlier, earlier, strict=True):
+        path = Path(d) / TOTALS_FILE
+        if not path.exists():
+            summarised.append(record)
+            continue
+        try:
+            theirs = load_totals(path)
+            join_totals(set_totals, {cell: theirs[cell] for cell in record["sets"]}, f"--with {d}")
+            join_totals(prior_totals, {cell: theirs[cell] for cell in record["priors"]}, f"--with {d}")
+        except KeyError as err:
+            parser.error(f"--with {d}: its {TOTALS_FILE} lacks the cell {err} that its record holds")
+        except ValueError as err:
+            parser.error(str(err))
+        agents = {**record["config"]["agents"], **agents}
+    if summarised and args.versus is not None:
+        parser.error(f"--versus needs every row's per-run totals: {len(summarised)} --with run(s) lack {TOTALS_FILE}")
+    try:
+        sets = {cell: paired_cell(rows, REFERENCE, versus=args.versus) for cell, rows in set_totals.items()}
+        priors = {cell: paired_cell(rows, TOLD, p99=True, versus=args.versus) for cell, rows in prior_totals.items()}
+    except ValueError as err:
+        parser.error(f"--versus: {err}")
+    for record in summarised:
         for mine, theirs in ((sets, record["sets"]), (priors, record["priors"])):
             for cell, rows in theirs.items():
-                mine[cell] = {**rows, **mine[cell]}
+                mine[cell] = {**rows, **mine.get(cell, {})}
         agents = {**record["config"]["agents"], **agents}
     try:
         summary = trade_summary(sets, priors, None if args.x_arms is None else tuple(args.x_arms))
@@ -209,11 +262,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{s['sets_over']} over)  priors {s['worst_prior']:.3f} +- {s['worst_prior_se']:.3f} "
             f"({s['worst_prior_cell']})  p99 {s['worst_p99']:.2f}  {'IN' if s['in_box'] else 'out'}"
         )
+    if args.versus is not None:
+        for cell, row in {**sets, **priors}.items():
+            print(f"{cell:18s}", "  ".join(describe_row(label, v) for label, v in row.items()))
     config = {
         "agents": agents,
         **draw,
         "joined": args.earlier,
         "x_arms": args.x_arms,
+        "versus": args.versus,
         "horizon": 200,
         "lines": {"set": SET_LINE, "mean": MEAN_LINE, "p99": P99_LINE},
     }
@@ -225,6 +282,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "seconds": round(time.time() - start),
         "software": software_environment(),
     }
+    if set_totals or prior_totals:
+        save_totals(out / TOTALS_FILE, {**set_totals, **prior_totals})
     atomic_write_bytes(out / "trade.json", json.dumps(result, indent=1).encode())
     sets_read = "every set" if args.x_arms is None else "sets at K = " + ", ".join(map(str, args.x_arms))
     plot_trade(summary, out / "trade.png", f"{args.runs} runs per cell, seed {args.seed}, x over {sets_read}")

@@ -96,6 +96,19 @@ def paired_ratio(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float,
     return ratio, float((x - ratio * y).std(ddof=1) / (np.sqrt(len(x)) * abs(y_mean)))
 
 
+def paired_difference(first: np.ndarray, second: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """The difference of two policies' means over the same runs in units of a reference's mean, and its s.e.
+
+    D = (mean(a) - mean(b)) / mean(r) for per-run totals a, b and r paired by run (three rows of one draw under
+    common random numbers): how far apart two policies sit on a ratio-to-reference scale.  It is the
+    :func:`paired_ratio` of the per-run differences a_i - b_i to r, so its error is that of the comparison itself,
+    with what the two policies share on each run taken out; the difference of their two ratios' errors would
+    count that shared part twice.
+    """
+    a, b = _paired_samples(first, second)
+    return paired_ratio(a - b, reference)
+
+
 def paired_quantile_ratio(
     numerator: np.ndarray,
     denominator: np.ndarray,

@@ -162,6 +162,12 @@ def describe_row(label: str, row: Mapping[str, Any]) -> str:
     return text + ")"
 
 
+def print_cells(table: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+    """Every cell of a table on one console line (:func:`describe_row` per row)."""
+    for cell, rows in table.items():
+        print(f"{cell:18s}", "  ".join(describe_row(label, v) for label, v in rows.items()))
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Play the sets, print each policy's ratio per set and write ``OUT/skewed-sets.json`` and the totals."""
     parser = doc_parser(__doc__)
@@ -183,8 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.time()
     totals = skewed_sets(agents, args.runs, args.seed, tuple(args.arms), shuffled=args.shuffled)
     table = {cell: paired_cell(rows, REFERENCE, versus=args.versus) for cell, rows in totals.items()}
-    for cell, row in table.items():
-        print(f"{cell:14s}", "  ".join(describe_row(label, v) for label, v in row.items()))
+    print_cells(table)
     config = {
         "agents": agents,
         "runs": args.runs,

@@ -53,10 +53,10 @@ from benchmarks.evaluations.bernoulli_skewed_sets import (
     REFERENCE,
     TOTALS_FILE,
     Totals,
-    describe_row,
     load_totals,
     paired_cell,
     play_rows,
+    print_cells,
     save_totals,
     skewed_sets,
 )
@@ -263,8 +263,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"({s['worst_prior_cell']})  p99 {s['worst_p99']:.2f}  {'IN' if s['in_box'] else 'out'}"
         )
     if args.versus is not None:
-        for cell, row in {**sets, **priors}.items():
-            print(f"{cell:18s}", "  ".join(describe_row(label, v) for label, v in row.items()))
+        print_cells({**sets, **priors})
     config = {
         "agents": agents,
         **draw,

@@ -72,10 +72,10 @@ def paired_cell(
     """Per row of one cell's paired ``totals``: the mean, the ratio to ``reference``'s and their errors.
 
     The mean total regret, its s.e., the ratio of means to ``reference``'s and its paired s.e.
-    (:func:`paired_ratio`); with ``p99`` also the ratio of the 99th percentiles
-    and its interval (:func:`paired_quantile_ratio`); with ``versus`` a row's label, every row's difference from
-    that row in units of the reference's mean and its paired s.e. (:func:`paired_difference`: ``minus_versus``,
-    ``minus_versus_se``), the comparison of two policies on the same runs that their two ratios' errors overstate.
+    (:func:`paired_ratio`); with ``p99`` also the ratio of the 99th percentiles and its interval
+    (:func:`paired_quantile_ratio`); with ``versus`` a row's label, every row's difference from that row in units of
+    the reference's mean and its paired s.e. (:func:`paired_difference`: ``minus_versus``, ``minus_versus_se``), the
+    comparison of two policies on the same runs that their two ratios' errors overstate.
     """
     for label in (reference, versus):
         if label is not None and label not in totals:

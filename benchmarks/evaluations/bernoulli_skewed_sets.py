@@ -28,7 +28,6 @@ which their difference on the same runs does not.
 
 from __future__ import annotations
 
-import io
 import json
 import time
 import zipfile
@@ -45,7 +44,7 @@ from icrl_gym.data.trajectories import evaluate_regret
 from icrl_gym.envs.bandit_core import BanditSpec
 from icrl_gym.envs.bernoulli_bandit import bernoulli_bandit_spec
 from icrl_gym.utils.cli import doc_parser, parse_agent
-from icrl_gym.utils.fileio import atomic_write_bytes
+from icrl_gym.utils.fileio import atomic_write, atomic_write_bytes
 from icrl_gym.utils.provenance import software_environment
 
 ARMS = (2, 5, 10, 20)
@@ -133,9 +132,7 @@ def save_totals(path: Path, totals: Totals) -> None:
     """
     index = [f"{cell}\t{label}" for cell, rows in totals.items() for label in rows]
     stacked = np.stack([total for rows in totals.values() for total in rows.values()])
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, totals=stacked, index=np.array(index))
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write(path, lambda fh: np.savez_compressed(fh, totals=stacked, index=np.array(index)))
 
 
 def load_totals(path: Path) -> Totals:

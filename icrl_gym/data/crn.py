@@ -102,8 +102,8 @@ def paired_difference(first: np.ndarray, second: np.ndarray, reference: np.ndarr
     D = (mean(a) - mean(b)) / mean(r) for per-run totals a, b and r paired by run (three rows of one draw under
     common random numbers): how far apart two policies sit on a ratio-to-reference scale.  It is the
     :func:`paired_ratio` of the per-run differences a_i - b_i to r, so its error is that of the comparison itself,
-    with what the two policies share on each run taken out; the difference of their two ratios' errors would
-    count that shared part twice.
+    with what the two policies share on each run taken out; combining their two ratios' errors as if independent
+    would count that shared part twice.
     """
     a, b = _paired_samples(first, second)
     return paired_ratio(a - b, reference)

@@ -169,3 +169,65 @@ def test_arms_equal_up_to_rounding_go_to_the_first():
     assert np.ptp(scores[1:]) < 1e-14 and scores[1:].max() > scores[0]
     assert agent.act(arms) == 1
     assert np.reshape(agent.policy(arms), -1)[1] == 1.0
+
+
+def fresh_news_by_loop(index: FamilyGittinsIndex, s: np.ndarray, f: np.ndarray, remaining: int) -> np.ndarray:
+    """The fresh news (B, K) run by run: the *last* untried arm tried, its news read on the first one."""
+    out = np.zeros(s.shape)
+    for b in range(len(s)):
+        fresh = np.flatnonzero(s[b] + f[b] == 0)
+        if len(fresh) < 2 or remaining < 2:
+            continue
+        tried, other = fresh[-1], fresh[0]
+        now = index.plain_scores(s[b : b + 1], f[b : b + 1], remaining)[0]
+        pulled = [now[k] for k in range(s.shape[1]) if k not in fresh]
+        best = max(pulled, default=0.0)
+        p = index.moments(s[b : b + 1], f[b : b + 1])[0][0, tried]
+        up, down = s[b : b + 1].copy(), f[b : b + 1].copy()
+        up[0, tried] += 1
+        down[0, tried] += 1
+        g_s = index.plain_scores(up, f[b : b + 1], remaining - 1)[0, other]
+        g_f = index.plain_scores(s[b : b + 1], down, remaining - 1)[0, other]
+        value = p * max(g_s, best) + (1 - p) * max(g_f, best) - max(now[tried], best)
+        out[b, fresh] = index.fresh_news * max(value, 0.0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def news_index(tmp_path_factory) -> FamilyGittinsIndex:
+    cache = tmp_path_factory.mktemp("gittins")
+    return FamilyGittinsIndex(30, cache_dir=cache, evidence_power=0.5, split_weight=0.2, fresh_news=20.0)
+
+
+def test_the_fresh_news_is_the_one_step_value_run_by_run(news_index):
+    """scores - plain_scores is lambda [p max(G_s, G_b) + (1 - p) max(G_f, G_b) - max(G_u, G_b)]^+ on the untried
+    arms where two or more are untried (a loop that tries another untried arm: they are exchangeable), else 0."""
+    rng = np.random.default_rng(5)
+    for k in (2, 3, 6):
+        s, f = rng.integers(0, 4, (60, k)), rng.integers(0, 4, (60, k))
+        untried = rng.random((60, k)) < 0.5
+        s[untried], f[untried] = 0, 0
+        for remaining in (1, 2, 12):
+            got = news_index.scores(s, f, remaining) - news_index.plain_scores(s, f, remaining)
+            np.testing.assert_allclose(got, fresh_news_by_loop(news_index, s, f, remaining), atol=1e-12)
+    assert (got > 0).any() and (got >= 0).all()
+    assert (got[(s + f) > 0] == 0).all()
+
+
+def test_independent_arms_carry_no_news(tmp_path):
+    """A one-member family holds the arms independent, so a fresh arm's outcome leaves the others' index where it
+    was and the news is exactly 0: the index is Gittins's told that prior."""
+    told = FamilyGittinsIndex(30, priors=[[2.0, 1.0]], cache_dir=tmp_path, fresh_news=50.0)
+    s = np.array([[6, 0, 0, 3], [0, 3, 0, 0], [0, 0, 0, 0]])
+    f = np.array([[4, 0, 0, 1], [0, 1, 6, 0], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(told.scores(s, f, 20), told.plain_scores(s, f, 20))
+    family = FamilyGittinsIndex(30, cache_dir=tmp_path, fresh_news=50.0)
+    assert (family.scores(s, f, 20) != family.plain_scores(s, f, 20)).any()
+
+
+def test_the_agent_and_the_trainer_take_the_fresh_news():
+    agent = make_agent({"name": "family_gittins", "split_weight": 0.2, "fresh_news": 20.0})
+    assert make_agent(agent.config()).config()["fresh_news"] == 20.0
+    assert make_agent("family_gittins").config()["fresh_news"] == 0.0
+    with pytest.raises(ValueError, match="fresh_news must be >= 0"):
+        make_agent({"name": "family_gittins", "fresh_news": -1.0})

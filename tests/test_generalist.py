@@ -1055,6 +1055,15 @@ def test_the_family_expert_takes_the_split_member_and_records_it(tmp_path):
     np.testing.assert_array_equal(family_expert(untempered).scores(s, f, 6), want.scores(s, f, 6))
     with pytest.raises(ValueError, match="needs family_index_split_weight"):
         tiny_generalist_config(tmp_path / "r4", tmp_path / "cache", family_index=True, family_index_split_power=1.0)
+    # the fresh news: recorded, and the agent's index with the same scale labels the batches
+    news = tiny_generalist_config(
+        tmp_path / "r5", tmp_path / "cache", family_index=True, family_index_fresh_news=20.0, max_horizon=12
+    )
+    assert news.checkpoint_fields()["family_index"]["fresh_news"] == 20.0
+    want = FamilyGittinsIndex(12, cache_dir=tmp_path / "cache", fresh_news=20.0)
+    np.testing.assert_array_equal(family_expert(news).scores(s, f, 6), want.scores(s, f, 6))
+    with pytest.raises(ValueError, match="family_index_fresh_news needs family_index"):
+        tiny_generalist_config(tmp_path / "r6", tmp_path / "cache", family_index_fresh_news=20.0)
 
 
 def test_arm_attention_is_softmax_attention_and_ignores_masked_arms():

@@ -191,6 +191,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     family_index_split_power: float = checked(0.0, PROBABILITY)
     """With ``family_index_split_weight``: the power of the split member's evidence in the index's weights (0: the
     Beta members' ``family_index_power``; 1: untempered, so that its weight falls as fast as the counts refute it)."""
+    family_index_fresh_news: float = checked(0.0, NONNEGATIVE)
+    """With ``family_index``: the scale lambda of a fresh arm's news about the other untried arms, added to their
+    index (0: none; "News from a fresh arm" of :mod:`agents.bandit.family_gittins`)."""
     beta_family_fraction: float = checked(0.0, PROBABILITY)
     """With a ``teacher`` or ``family_index``: the probability that a batch's instances come from the
     'beta_family' prior."""
@@ -255,6 +258,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 fields["family_index"]["split_weight"] = self.family_index_split_weight
             if self.family_index_split_power:
                 fields["family_index"]["split_power"] = self.family_index_split_power
+            if self.family_index_fresh_news:
+                fields["family_index"]["fresh_news"] = self.family_index_fresh_news
         return fields
 
     def check(self) -> None:
@@ -282,8 +287,9 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 "GeneralistTrainConfig.exact_split_share > 0 needs exact batches (exact_fraction > 0) with a K = 2 "
                 "cell in exact_cells: the split prior's DP is two-armed"
             )
-        if self.family_index_split_weight and not self.family_index:
-            raise ValueError("GeneralistTrainConfig.family_index_split_weight needs family_index (the index it joins)")
+        for knob in ("family_index_split_weight", "family_index_fresh_news"):
+            if getattr(self, knob) and not self.family_index:
+                raise ValueError(f"GeneralistTrainConfig.{knob} needs family_index (the index it joins)")
         if self.family_index_split_power and not self.family_index_split_weight:
             raise ValueError(
                 "GeneralistTrainConfig.family_index_split_power needs family_index_split_weight > 0 (the split member)"
@@ -447,8 +453,8 @@ def family_expert(cfg: GeneralistTrainConfig) -> FamilyGittinsIndex:
     """The family Gittins index that labels ``cfg``'s batches (``family_index``).
 
     The 16 priors (and the split member with ``family_index_split_weight``, its evidence at
-    ``family_index_split_power``), runs up to ``max_horizon``, evidence power ``family_index_power``, tables in
-    ``table_cache``.
+    ``family_index_split_power``; the fresh news at ``family_index_fresh_news``), runs up to ``max_horizon``,
+    evidence power ``family_index_power``, tables in ``table_cache``.
     """
     return FamilyGittinsIndex(
         cfg.max_horizon,
@@ -457,6 +463,7 @@ def family_expert(cfg: GeneralistTrainConfig) -> FamilyGittinsIndex:
         evidence_power=cfg.family_index_power,
         split_weight=cfg.family_index_split_weight,
         split_power=cfg.family_index_split_power or None,
+        fresh_news=cfg.family_index_fresh_news,
     )
 
 

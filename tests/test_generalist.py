@@ -1060,6 +1060,7 @@ def test_the_family_expert_takes_the_split_member_and_records_it(tmp_path):
         tmp_path / "r5", tmp_path / "cache", family_index=True, family_index_fresh_news=20.0, max_horizon=12
     )
     assert news.checkpoint_fields()["family_index"]["fresh_news"] == 20.0
+    assert family_expert(news).fresh_news == 20.0
     want = FamilyGittinsIndex(12, cache_dir=tmp_path / "cache", fresh_news=20.0)
     np.testing.assert_array_equal(family_expert(news).scores(s, f, 6), want.scores(s, f, 6))
     with pytest.raises(ValueError, match="family_index_fresh_news needs family_index"):

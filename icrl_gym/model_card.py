@@ -303,6 +303,8 @@ def _usage(meta: Mapping[str, Any], name: str, shipped: bool) -> str:
     if isinstance(play, Mapping) and play.get("defaults"):
         words = ", ".join(f"`{key}={value!r}`" for key, value in play["defaults"].items())
         lines += ["", f"The record asks the agent to play with {words} unless given other values (`{PLAY_FIELD}`)."]
+        if play.get("carried_from"):
+            lines += ["", f"Carried from the checkpoint its training started from, `{play['carried_from']}`."]
         if play.get("command"):
             lines += ["", "Set by:", "", "```sh", str(play["command"]), "```"]
     return "\n".join(lines) + "\n"

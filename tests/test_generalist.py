@@ -9,8 +9,16 @@ import torch
 import icrl_gym.envs  # noqa: F401  (registers the environments)
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
-from icrl_gym.checkpoint import CheckpointError, CheckpointKind, find_checkpoint, read_checkpoint, save_checkpoint
+from icrl_gym.checkpoint import (
+    CheckpointError,
+    CheckpointKind,
+    find_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+    set_play,
+)
 from icrl_gym.estimators.gittins import build_gittins_table, gittins_table
+from icrl_gym.model_card import model_card
 from icrl_gym.models.generalist import ArmSelfAttention, GeneralistConfig, GeneralistTransformer
 from icrl_gym.models.policy import EnvInfo
 from icrl_gym.training.generalist import TRAINED_ENV, train
@@ -431,6 +439,36 @@ def test_fine_tuning_starts_from_a_run_folder_or_a_shipped_name(tmp_path):
     unknown = dataclasses.replace(cfg, out_dir=str(tmp_path / "fourth"), init_checkpoint="bernoulli-generalst")
     with pytest.raises(CheckpointError, match="did you mean 'bernoulli-generalist'"):
         train(unknown, echo=False)
+
+
+def test_a_run_from_a_checkpoint_with_play_defaults_is_played_as_its_start(tmp_path):
+    """A student of a model whose record asks for the fresh-arm floor plays with the floor when named alone."""
+    train(_train_cfg(tmp_path / "first", tmp_path, 3), echo=False)
+    set_play(tmp_path / "first" / "checkpoints" / "step_0000003", {"fresh_arm_floor": True}, "by hand")
+    cfg = dataclasses.replace(_train_cfg(tmp_path / "student", tmp_path, 3), init_checkpoint=str(tmp_path / "first"))
+    train(cfg, echo=False)
+    assert "its play defaults carried: {'fresh_arm_floor': True}" in (tmp_path / "student" / "train.log").read_text()
+    for step in ("0000000", "0000003"):
+        _, meta = read_checkpoint(tmp_path / "student" / "checkpoints" / f"step_{step}")
+        assert meta["play"] == {
+            "defaults": {"fresh_arm_floor": True},
+            "command": "by hand",
+            "carried_from": cfg.init_checkpoint,
+        }
+        assert meta["training"]["initialised_from"]["play"]["defaults"] == {"fresh_arm_floor": True}
+    assert GeneralistAgent(str(tmp_path / "student")).defaults == {"fresh_arm_floor": True}
+    assert f"Carried from the checkpoint its training started from, `{cfg.init_checkpoint}`" in model_card(
+        tmp_path / "student"
+    )
+    assert GeneralistAgent(str(tmp_path / "student"), fresh_arm_floor=False).defaults == {
+        "fresh_arm_floor": False
+    }  # the caller's word wins
+    # a start without play defaults gives none
+    plain = dataclasses.replace(cfg, out_dir=str(tmp_path / "plain"), init_checkpoint=str(tmp_path / "student"))
+    set_play(tmp_path / "student" / "checkpoints" / "step_0000003", {})
+    train(plain, echo=False)
+    _, meta = read_checkpoint(tmp_path / "plain" / "checkpoints" / "step_0000003")
+    assert "play" not in meta and "play" not in meta["training"]["initialised_from"]
 
 
 def test_shipped_generalist_loads_by_name_and_plays_any_size():

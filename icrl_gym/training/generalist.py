@@ -90,7 +90,14 @@ from agents.bandit.bernoulli_bayes_optimal import CompositionRanker, count_state
 from agents.bandit.family_gittins import EVIDENCE_POWER_RANGE, FamilyGittinsIndex
 from agents.bandit.gittins import Gittins
 from agents.learned.generalist import GeneralistAgent
-from icrl_gym.checkpoint import CheckpointKind, find_checkpoint, load_checkpoint, read_checkpoint, read_record
+from icrl_gym.checkpoint import (
+    PLAY_FIELD,
+    CheckpointKind,
+    find_checkpoint,
+    load_checkpoint,
+    read_checkpoint,
+    read_record,
+)
 from icrl_gym.config import NONNEGATIVE, POSITIVE, POSITIVE_INT, PROBABILITY, checked
 from icrl_gym.data.rollout import ModelPlay, epsilon_greedy, play
 from icrl_gym.data.trajectories import evaluate_regret
@@ -744,8 +751,13 @@ def grow_blocks(model: GeneralistTransformer, state: dict[str, torch.Tensor], la
                 projection.bias.zero_()
 
 
-def _init_from(model: GeneralistTransformer, checkpoint: str, grow: bool = False) -> tuple[float, str | None]:
-    """Load ``checkpoint``'s weights into ``model`` (same architecture); its training wall seconds, weights' SHA-256.
+def _init_from(
+    model: GeneralistTransformer, checkpoint: str, grow: bool = False
+) -> tuple[float, str | None, dict[str, Any] | None]:
+    """Load ``checkpoint``'s weights into ``model``; its training wall seconds, weights' SHA-256 and play defaults.
+
+    The play defaults are the record's ``play`` field (:func:`~icrl_gym.checkpoint.set_play`; None where it has
+    none).  The architecture must be the same.
 
     ``checkpoint`` is anything :func:`~icrl_gym.checkpoint.find_checkpoint` reads: a shipped model's name, a
     checkpoint stem or file, or a training run's folder (its last checkpoint).  With ``grow`` it may hold fewer
@@ -763,7 +775,7 @@ def _init_from(model: GeneralistTransformer, checkpoint: str, grow: bool = False
         )
     else:
         model.load_state_dict(state)
-    return float(meta.get("training", {}).get("wall_time_s", 0.0)), meta.get("weights_sha256")
+    return float(meta.get("training", {}).get("wall_time_s", 0.0)), meta.get("weights_sha256"), meta.get(PLAY_FIELD)
 
 
 def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransformer:
@@ -788,11 +800,13 @@ def train(cfg: GeneralistTrainConfig, echo: bool = True) -> GeneralistTransforme
         def init() -> tuple[float, str, dict[str, Any] | None]:
             if not cfg.init_checkpoint:
                 return 0.0, "", None
-            wall, sha256 = _init_from(model, cfg.init_checkpoint, cfg.init_grow)
+            wall, sha256, play = _init_from(model, cfg.init_checkpoint, cfg.init_grow)
+            carried = f"; its play defaults carried: {play['defaults']}" if play else ""
             return (
                 wall,
-                f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget)",
-                {"checkpoint": cfg.init_checkpoint, "weights_sha256": sha256},
+                f"initialised from {cfg.init_checkpoint} ({wall / 3600:.2f} h of training counted in the budget"
+                f"{carried})",
+                {"checkpoint": cfg.init_checkpoint, "weights_sha256": sha256, **({PLAY_FIELD: play} if play else {})},
             )
 
         # built once per (K, T), kept in the table cache between starts

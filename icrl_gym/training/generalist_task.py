@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from icrl_gym.checkpoint import PLAY_FIELD
 from icrl_gym.training.distributed import DistContext
 from icrl_gym.training.loop import (
     GeneralistLoopConfig,
@@ -113,8 +114,10 @@ class GeneralistTrainer(Generic[ModelT, GBatchT]):
     """Called after every log line."""
     init: Callable[[], tuple[float, str, dict[str, Any] | None]] | None = None
     """A new run's start (weights of another run): the training wall seconds it counts, a log line ('': none) and
-    the checkpoint it read, ``{"checkpoint": NAME, "weights_sha256": ...}`` (None: none), which the record keeps as
-    ``initialised_from``: a shipped name may later go to other weights."""
+    the checkpoint it read, ``{"checkpoint": NAME, "weights_sha256": ..., "play": ...}`` (None: none), which the
+    record keeps as ``initialised_from``: a shipped name may later go to other weights.  ``play`` is the start's
+    play defaults where its record has them (:func:`~icrl_gym.checkpoint.set_play`); the run's checkpoints carry
+    them, so that a continued model is played as its start was (:func:`generalist_meta`)."""
 
 
 INITIALISED_FROM = "initialised_from"
@@ -125,9 +128,18 @@ weights' SHA-256."""
 def generalist_meta(
     cfg: GeneralistLoopConfig, record: Mapping[str, Any], fields: Mapping[str, Any], device: str
 ) -> dict:
-    """The checkpoint record: ``fields``, ``pretrain`` (the configuration) and ``training`` (steps, time, history)."""
+    """The checkpoint record: ``fields``, ``pretrain`` (the configuration) and ``training`` (steps, time, history).
+
+    A run started from a checkpoint whose record sets play defaults (``initialised_from`` holds them) carries
+    them in its own ``play`` field, with the start named: a student of the shipped Bernoulli family model is a
+    continuation of a model that plays with the fresh-arm floor, and an evaluation that names only the
+    checkpoint must play it so (``checkpoint play`` changes or removes them, as for any record).
+    """
+    start = record.get(INITIALISED_FROM) or {}
+    play = start.get(PLAY_FIELD)
     return {
         **fields,
+        **({PLAY_FIELD: {**play, "carried_from": start["checkpoint"]}} if play else {}),
         "pretrain": cfg.to_dict(),
         "training": {
             "steps": record["step"],

@@ -504,6 +504,52 @@ def test_soft_label_loss_is_the_cross_entropy_to_the_targets_and_its_kl():
     assert metrics["kl"] == pytest.approx(float(kl)) and metrics["agree"] == pytest.approx(agree)
 
 
+def test_one_untried_arm_keeps_the_tried_arms_and_the_first_untried_one_in_targets_and_loss(tmp_path):
+    """one_untried_arm: against a loop over the queries; the loss is the cross-entropy over the kept arms alone."""
+    from icrl_gym.training.generalist import Experts, batch_loss, sample_batch, untried_but_one
+
+    rng = np.random.default_rng(4)
+    actions, steps = rng.integers(0, 6, (9, 12)), rng.integers(0, 12, (9, 5))
+    actions[:, :4] = rng.integers(0, 2, (9, 4))  # few arms tried early: many untried arms at the early queries
+    dropped = untried_but_one(actions, steps, 6)
+    for i in range(9):
+        for q, t in enumerate(steps[i]):
+            untried = [k for k in range(6) if k not in actions[i, :t]]
+            expected = set(untried[1:])
+            assert set(np.nonzero(dropped[i, q])[0]) == expected, (i, t)
+    sizes = dict(min_arms=6, max_arms=6, min_horizon=10, max_horizon=30, queries=4, cost_per_batch=2e4, max_batch=16)
+    cfg = tiny_generalist_config(tmp_path / "run", tmp_path / "cache", model=TINY, one_untried_arm=True, **sizes)
+    assert cfg.checkpoint_fields()["trained_range"]["one_untried_arm"] is True
+    batch = sample_batch(cfg, Experts(gittins=lambda a, b: gittins_table(cfg.max_horizon, a, b)), rng)
+    assert batch.dropped is not None and batch.dropped.any()
+    assert np.array_equal(batch.dropped, untried_but_one(batch.actions, batch.query_steps, 6))
+    assert (batch.targets[batch.dropped] == 0).all() and np.allclose(batch.targets.sum(-1), 1)
+    model = GeneralistTransformer(GeneralistConfig(**TINY))
+    loss, _ = batch_loss(model, batch, torch.device("cpu"))
+    with torch.no_grad():
+        logits = model(
+            torch.as_tensor(batch.actions),
+            torch.as_tensor(batch.rewards, dtype=torch.float32),
+            torch.as_tensor(batch.query_steps),
+            batch.horizon,
+            6,
+        ).double()
+    total, rows = 0.0, 0
+    for i in range(batch.size):
+        for q in range(cfg.queries):
+            kept = ~batch.dropped[i, q]
+            log_p = torch.log_softmax(logits[i, q][torch.as_tensor(kept)], -1)
+            total -= float((torch.as_tensor(batch.targets[i, q][kept]) * log_p).sum())
+            rows += 1
+    assert float(loss.detach()) == pytest.approx(total / rows, rel=1e-5)
+    # the untried arms share one logit (the model is permutation-equivariant), so dropping all but one loses nothing
+    for i in range(batch.size):
+        for q, t in enumerate(batch.query_steps[i]):
+            untried = [k for k in range(6) if k not in batch.actions[i, :t]]
+            if untried:
+                assert torch.allclose(logits[i, q, untried], logits[i, q, untried[0]], atol=1e-5)
+
+
 def test_the_default_prior_draws_uniform_means_as_the_shipped_training_did(tmp_path):
     from icrl_gym.training.generalist import sample_prior
 

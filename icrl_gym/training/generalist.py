@@ -211,6 +211,12 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
     """The (K, T) of the exact batches; each DP table is built once (K = 2, T = 200: about a minute, 0.5 GB)."""
     exact_temperature: float = checked(0.01, POSITIVE)
     """Temperature of the exact labels softmax(A / exact_temperature), in units of expected reward."""
+    one_untried_arm: bool = False
+    """Score each query on the tried arms and one untried arm only (:func:`untried_but_one`): the untried arms are
+    exchangeable, the model gives them one logit, and the cross-entropy over all K arms lets the model's argmax
+    take a tried arm where the teacher's takes an untried one, as long as the untried arms' summed mass is near the
+    target's (the more untried arms, the wider the margin).  On the reduced set the loss compares the two single
+    logits the greedy policy compares.  False: all K arms, as runs before it."""
     exact_split_share: float = checked(0.0, PROBABILITY)
     """The split prior's share of the exact K = 2 batches' mixture: their instances come from it with this
     probability (else from the 16 Beta priors) and their labels from the DP of that mixture
@@ -244,6 +250,8 @@ class GeneralistTrainConfig(GeneralistLoopConfig):
                 trained["skewed_labels"] = {half: list(pair) for half, pair in HALF_PRIORS.items()}
         if self.beta_family_fraction:
             trained["beta_family_fraction"] = self.beta_family_fraction
+        if self.one_untried_arm:
+            trained["one_untried_arm"] = True
         if self.exact_fraction:
             trained["exact"] = {
                 "fraction": self.exact_fraction,
@@ -358,6 +366,9 @@ class Batch:
     prior: tuple[float, float] = (1.0, 1.0)
     """(a, b) of the Beta prior whose Gittins index labelled the batch (:func:`sample_prior`); (1, 1) when
     every instance has its own prior or a teacher or the DP labels it."""
+    dropped: np.ndarray | None = None
+    """(B, Q, K) arms left out of the loss at each query (``one_untried_arm``: the untried arms but the first);
+    None: none."""
 
     @property
     def size(self) -> int:
@@ -367,7 +378,8 @@ class Batch:
     def rows(self, index: np.ndarray) -> Batch:
         """The batch of the trajectories ``index`` (a data-parallel rank's share)."""
         arrays = ("actions", "rewards", "query_steps", "targets")
-        return dataclasses.replace(self, **{name: getattr(self, name)[index] for name in arrays})
+        dropped = None if self.dropped is None else self.dropped[index]
+        return dataclasses.replace(self, dropped=dropped, **{name: getattr(self, name)[index] for name in arrays})
 
 
 def gittins_targets(index: np.ndarray, temperature: float) -> np.ndarray:
@@ -691,8 +703,25 @@ def sample_batch(
     epsilon = rng.uniform(0.0, cfg.max_epsilon, b)
     actions, rewards, index = rollout(expert, means, horizon, epsilon, rng, model)
     query_steps = rng.integers(0, horizon, (b, cfg.queries))
-    targets = gittins_targets(index[np.arange(b)[:, None], query_steps].astype(np.float64), temperature)
-    return Batch(actions, rewards, query_steps, targets, k, horizon, prior)
+    scores = index[np.arange(b)[:, None], query_steps].astype(np.float64)
+    dropped = untried_but_one(actions, query_steps, k) if cfg.one_untried_arm else None
+    if dropped is not None:
+        scores[dropped] = -np.inf
+    targets = gittins_targets(scores, temperature)
+    return Batch(actions, rewards, query_steps, targets, k, horizon, prior, dropped)
+
+
+def untried_but_one(actions: np.ndarray, query_steps: np.ndarray, num_arms: int) -> np.ndarray:
+    """(B, Q, K): the untried arms at each query but the first of them, the arms ``one_untried_arm`` leaves out.
+
+    An arm is untried at query step t (``query_steps``, (B, Q)) if ``actions`` (B, T) holds no pull of it before t;
+    the first untried arm (the lowest index) stays, so the tried arms and one untried arm remain.
+    """
+    pulled = actions[:, :, None] == np.arange(num_arms)  # (B, T, K)
+    first_pull = np.where(pulled.any(axis=1), pulled.argmax(axis=1), actions.shape[1])  # (B, K)
+    untried = first_pull[:, None, :] >= query_steps[:, :, None]  # (B, Q, K)
+    kept = untried.argmax(axis=-1)  # the first untried arm (0 where none: nothing is dropped then)
+    return untried & (np.arange(num_arms) != kept[..., None])
 
 
 def batch_loss(
@@ -709,6 +738,8 @@ def batch_loss(
         batch.horizon,
         batch.num_arms,
     )  # (B, Q, K)
+    if batch.dropped is not None:  # out of the softmax; their target mass is 0, so -1e4 adds 0 x finite
+        logits = logits.masked_fill(torch.as_tensor(batch.dropped, device=device), -1e4)
     return soft_label_loss(logits, torch.as_tensor(batch.targets, dtype=torch.float32, device=device))
 
 
